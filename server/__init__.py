@@ -1,0 +1,1 @@
+"""ucudnn.server: the plan service (FastAPI + uvicorn). Installed as ``ucudnn.server``."""

@@ -1,0 +1,202 @@
+"""Micro-batched execution equals undivided cuDNN (GPU; skipped without one).
+
+Every case splits the mini-batch unevenly (e.g. 255 = 128 + 64 + 63) so the
+pointer offsets, the per-step descriptors and backward-filter accumulation
+are all exercised, then compares with one undivided cuDNN call and, for
+float32, with a float64 NumPy reference.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ucudnn.problem import ConvProblem
+
+pytestmark = pytest.mark.gpu
+
+CASES = {
+    "odd-batch-255": (ConvProblem(255, 16, 20, 20, 32, 3, 3, pad=(1, 1)), [128, 64, 63]),
+    "stride-pad-dilation": (ConvProblem(37, 8, 23, 19, 12, 3, 3, pad=(2, 1), stride=(2, 2), dilation=(2, 1)), [16, 16, 5]),
+    "groups": (ConvProblem(30, 16, 14, 14, 32, 3, 3, pad=(1, 1), groups=4), [16, 8, 6]),
+    "nhwc-float32": (ConvProblem(33, 8, 16, 16, 16, 3, 3, pad=(1, 1), layout="NHWC"), [32, 1]),
+    "nhwc-float16": (ConvProblem(66, 16, 16, 16, 32, 3, 3, pad=(1, 1), dtype="float16", layout="NHWC"), [32, 32, 2]),
+    "nchw-float16": (ConvProblem(21, 8, 12, 12, 8, 5, 5, pad=(2, 2), dtype="float16"), [16, 4, 1]),
+    "alexnet-conv1-like": (ConvProblem(20, 3, 67, 67, 16, 11, 11, stride=(4, 4)), [8, 8, 4]),
+}
+TOL = {"float32": 2e-4, "float16": 2e-2}
+
+
+def rel_err(a, b) -> float:
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
+
+
+def _micro_plan(problem, op, sizes, pick="fastest"):
+    """A plan that runs ``sizes`` (in order) with the fastest measured configuration at each size."""
+    import cupy as cp
+
+    from ucudnn.measure import Buffers
+    from ucudnn.plan import KernelPlan, MicroConfig
+    from ucudnn.sources.base import BenchSettings
+    from ucudnn.sources.legacy import LegacySource
+
+    settings = BenchSettings("strict" if problem.dtype == "float32" else "default", repeat=1, warmup=0,
+                             max_workspace=256 << 20)
+    buf = Buffers(problem)
+    ws = cp.cuda.alloc(settings.max_workspace)
+    configs = []
+    for mb in sizes:
+        ms, _ = LegacySource().measure(op, problem.with_batch(mb), buf.operands(op, mb), ws.ptr, settings)
+        assert ms, f"no algorithm measured for {op} at micro-batch {mb}"
+        m = min(ms, key=lambda m: m.time_ms) if pick == "fastest" else max(ms, key=lambda m: m.workspace_bytes)
+        configs.append(MicroConfig.of(m))
+    return KernelPlan(f"test/{op}", op, problem, configs)
+
+
+def _undivided(problem, op, a, b, out, alpha=1.0, beta=0.0):
+    """One cuDNN call over the whole batch with algorithm 0 (needs no workspace) — the reference."""
+    from ucudnn import cudnn
+    from ucudnn.gpu import descriptors, handle
+
+    d = descriptors(problem, "FMA" if problem.dtype == "float32" else "DEFAULT")
+    da, db, do = d.operands(op)
+    cudnn.convolution(handle(), op, alpha, da, a.data.ptr, db, b.data.ptr, d.conv, 0, 0, 0, beta, do, out.data.ptr)
+    return out
+
+
+def _conv_ref_nchw(x, w, p: ConvProblem):
+    """float64 direct convolution (cross-correlation), NCHW, for forward checks."""
+    x = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (p.pad[0],) * 2, (p.pad[1],) * 2))
+    n, g = x.shape[0], p.groups
+    cg, kg = p.c // g, p.k // g
+    y = np.zeros((n, p.k, p.p, p.q))
+    for gi in range(g):
+        xs = x[:, gi * cg:(gi + 1) * cg]
+        ws = w[gi * kg:(gi + 1) * kg].astype(np.float64)
+        for i in range(p.r):
+            for j in range(p.s):
+                hi, wj = i * p.dilation[0], j * p.dilation[1]
+                patch = xs[:, :, hi:hi + p.stride[0] * (p.p - 1) + 1:p.stride[0], wj:wj + p.stride[1] * (p.q - 1) + 1:p.stride[1]]
+                y[:, gi * kg:(gi + 1) * kg] += np.einsum("nchw,kc->nkhw", patch, ws[:, :, i, j])
+    return y
+
+
+@pytest.fixture(params=sorted(CASES))
+def case(request):
+    return CASES[request.param]
+
+
+def _tensors(p: ConvProblem, seed: int):
+    import cupy as cp
+
+    rng = cp.random.default_rng(seed)
+    dt = np.dtype(p.dtype)
+    x = rng.standard_normal(p.x_shape(), dtype="float32").astype(dt)
+    w = rng.standard_normal(p.w_shape(), dtype="float32").astype(dt)
+    dy = rng.standard_normal(p.y_shape(), dtype="float32").astype(dt)
+    return x, w, dy
+
+
+@pytest.mark.parametrize("op", ["forward", "backward_data", "backward_filter"])
+def test_split_execution_matches_undivided_cudnn(case, op):
+    import cupy as cp
+
+    from ucudnn.execute import Executor
+
+    problem, sizes = case
+    plan = _micro_plan(problem, op, sizes)
+    assert [c.micro_batch for c in plan.configs] == sizes
+    x, w, dy = _tensors(problem, seed=hash((problem, op)) % 1000)
+    a, b = {"forward": (x, w), "backward_data": (w, dy), "backward_filter": (x, dy)}[op]
+    shape = {"forward": dy.shape, "backward_data": x.shape, "backward_filter": w.shape}[op]
+    out = cp.full(shape, cp.nan, dtype=x.dtype)  # poison: every element must be written
+    Executor(plan)(a, b, out)
+    ref = _undivided(problem, op, a, b, cp.empty(shape, dtype=x.dtype))
+    assert not cp.isnan(out).any()
+    assert rel_err(out.get(), ref.get()) < TOL[problem.dtype]
+
+
+def test_forward_matches_float64_reference(case):
+    import cupy as cp
+
+    from ucudnn.execute import Executor
+
+    problem, sizes = case
+    if problem.layout != "NCHW" or problem.dtype != "float32":
+        pytest.skip("float64 reference written for NCHW float32")
+    plan = _micro_plan(problem, "forward", sizes)
+    x, w, _ = _tensors(problem, seed=7)
+    y = cp.empty(problem.y_shape(), dtype=x.dtype)
+    Executor(plan)(x, w, y)
+    assert rel_err(y.get(), _conv_ref_nchw(x.get(), w.get(), problem)) < 1e-5
+
+
+def test_backward_filter_accumulates_with_callers_alpha_beta():
+    import cupy as cp
+
+    from ucudnn.execute import Executor
+
+    problem, sizes = CASES["odd-batch-255"]
+    plan = _micro_plan(problem, "backward_filter", sizes)
+    x, w, dy = _tensors(problem, seed=3)
+    dw0 = cp.random.default_rng(4).standard_normal(w.shape, dtype="float32")
+    out = dw0.copy()
+    Executor(plan)(x, dy, out, alpha=0.5, beta=2.0)
+    ref = _undivided(problem, "backward_filter", x, dy, dw0.copy(), alpha=0.5, beta=2.0)
+    assert rel_err(out.get(), ref.get()) < TOL["float32"]
+
+
+def test_executor_refuses_wrong_shapes_with_a_named_error():
+    import cupy as cp
+
+    from ucudnn.errors import InputError
+    from ucudnn.execute import Executor
+
+    problem, sizes = CASES["groups"]
+    plan = _micro_plan(problem, "forward", sizes)
+    x, w, dy = _tensors(problem, seed=1)
+    with pytest.raises(InputError, match="x has shape"):
+        Executor(plan)(x[:-1], w, dy)
+
+
+def test_measurement_records_unsupported_algorithms_instead_of_raising():
+    from ucudnn.measure import benchmark
+    from ucudnn.problem import KernelSpec
+
+    # strided 5x5 with dilation: FFT and Winograd variants are unsupported
+    p = ConvProblem(8, 8, 17, 17, 8, 5, 5, pad=(2, 2), stride=(2, 2), dilation=(2, 2))
+    table = benchmark([KernelSpec("k/forward", "forward", p)], "powerOfTwo", "strict", repeat=1)
+    kb = table.kernels[0]
+    assert kb.measurements, "at least one algorithm must work"
+    assert kb.skipped, "unsupported algorithms are recorded as skipped"
+    assert all(s.reason for s in kb.skipped)
+    assert {m.micro_batch for m in kb.measurements} == {1, 2, 4, 8}
+    assert all(m.math_type == "FMA" for m in kb.measurements), "strict numerics means FMA only"
+
+
+def test_api_plans_once_then_serves_from_the_cache(tmp_path, monkeypatch):
+    import cupy as cp
+
+    import ucudnn
+    from ucudnn import api
+
+    monkeypatch.setenv("UCUDNN_DATABASE", str(tmp_path / "db.sqlite"))
+    monkeypatch.setattr(api, "_store", None)
+    monkeypatch.setattr(api, "_executors", {})
+    x = cp.random.default_rng(0).standard_normal((24, 8, 16, 16), dtype="float32")
+    w = cp.random.default_rng(1).standard_normal((16, 8, 3, 3), dtype="float32")
+    y = ucudnn.conv2d_forward(x, w, padding=1, workspace_limit="1MiB", batch_policy="powerOfTwo")
+    p = ConvProblem(24, 8, 16, 16, 16, 3, 3, pad=(1, 1))
+    ref = _undivided(p, "forward", x, w, cp.empty_like(y))
+    assert rel_err(y.get(), ref.get()) < TOL["float32"]
+    plan = ucudnn.get_plan(p, "forward", workspace_limit="1MiB", batch_policy="powerOfTwo")
+    assert plan.workspace_bytes <= 1 << 20 and plan.batch == 24
+    dw = ucudnn.conv2d_backward_filter(x, y, w.shape, padding=1, workspace_limit="1MiB")
+    dx = ucudnn.conv2d_backward_data(w, y, x.shape, padding=1, workspace_limit="1MiB")
+    assert dw.shape == w.shape and dx.shape == x.shape
+    # a new process (fresh in-process cache) finds the plan on disk and does not benchmark
+    monkeypatch.setattr(api, "_executors", {})
+    monkeypatch.setattr(api, "benchmark", lambda *a, **k: pytest.fail("benchmarked again"))
+    y2 = ucudnn.conv2d_forward(x, w, padding=1, workspace_limit="1MiB", batch_policy="powerOfTwo")
+    assert rel_err(y2.get(), y.get()) < 1e-6

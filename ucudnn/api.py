@@ -1,0 +1,181 @@
+"""The Python API: micro-batched convolutions on CuPy arrays.
+
+    y = ucudnn.conv2d_forward(x, w, stride=1, padding=2, workspace_limit="64MiB", batch_policy="powerOfTwo")
+    dx = ucudnn.conv2d_backward_data(w, dy, x_shape=x.shape, ...)
+    dw = ucudnn.conv2d_backward_filter(x, dy, w_shape=w.shape, ...)
+
+The first call for a (device, cuDNN version, problem, op, numerics, batch
+policy) benchmarks that kernel at the policy's micro-batch sizes; the WR plan
+for the requested limit is then cached in-process and on disk (the store at
+``UCUDNN_DATABASE`` or the user cache directory), so later calls and later
+processes skip straight to execution.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from . import config, cudnn, numerics as num
+from .errors import InputError
+from .execute import Executor
+from .gpu import cupy, device_name
+from .measure import benchmark
+from .plan import KernelPlan, MicroConfig
+from .policy import normalize_policy
+from .problem import ConvProblem, KernelSpec
+from .store import Store
+from .units import parse_size
+from . import wr
+
+_lock = threading.Lock()
+_executors: dict[tuple, Executor] = {}
+_store: Store | None = None
+
+
+def _get_store() -> Store | None:
+    global _store
+    if _store is None:
+        try:
+            _store = Store()
+        except Exception:  # an unwritable cache directory must not stop a convolution
+            return None
+    return _store
+
+
+def _cache_key(problem: ConvProblem, op: str, numerics: str, batch_policy: str, limit: int | None = None) -> dict:
+    key = {"device": device_name(), "cudnn_version": cudnn.get_version(), "problem": problem.to_dict(), "op": op,
+           "numerics": numerics, "batch_policy": batch_policy}
+    if limit is not None:
+        key["workspace_limit"] = limit
+    return key
+
+
+def get_plan(problem: ConvProblem, op: str, *, workspace_limit: int | str | None = None,
+             batch_policy: str | None = None, numerics: str | None = None) -> KernelPlan:
+    """The WR plan for one kernel: from the store, else benchmark now (GPU) and store both."""
+    return _executor(problem, op, workspace_limit, batch_policy, numerics).plan
+
+
+def _executor(problem: ConvProblem, op: str, workspace_limit: Any, batch_policy: str | None,
+              numerics: str | None) -> Executor:
+    limit = parse_size(workspace_limit if workspace_limit is not None else config.default_workspace_limit(),
+                       "workspace_limit")
+    bp = normalize_policy(batch_policy or config.batch_policy())
+    nm = num.normalize(numerics, problem.dtype)
+    mem_key = (cupy().cuda.Device().id, problem, op, limit, bp, nm)
+    ex = _executors.get(mem_key)
+    if ex is not None:
+        return ex
+    with _lock:
+        ex = _executors.get(mem_key)
+        if ex is None:
+            ex = _executors[mem_key] = Executor(_plan_from_store_or_bench(problem, op, limit, bp, nm))
+    return ex
+
+
+def _plan_from_store_or_bench(problem: ConvProblem, op: str, limit: int, bp: str, nm: str) -> KernelPlan:
+    from .plan import Plan
+
+    store = _get_store()
+    plan_key = _cache_key(problem, op, nm, bp, limit)
+    if store is not None:
+        hit = store.find_plan(plan_key)
+        if hit is not None:
+            return hit[1].kernels[0]
+    bench_key = _cache_key(problem, op, nm, bp)
+    kb = store.get_kernel_bench(bench_key) if store is not None else None
+    if kb is None:
+        table = benchmark([KernelSpec(f"{op}", op, problem)], bp, nm)
+        kb = table.kernels[0]
+        if store is not None:
+            store.put_kernel_bench(bench_key, kb)
+    configs = [MicroConfig.of(m) for m in wr.plan_kernel(kb, limit, bp)]
+    kp = KernelPlan(kb.name, op, problem, configs)
+    if store is not None:
+        store.put_plan(plan_key, Plan("wr", bp, [kp], plan_key["device"], plan_key["cudnn_version"],
+                                      workspace_limit=limit, numerics=nm))
+    return kp
+
+
+def _layout_of(x: Any, layout: str | None) -> str:
+    layout = layout or "NCHW"
+    if layout not in ("NCHW", "NHWC"):
+        raise InputError(f"must be NCHW or NHWC, got {layout!r}", "layout")
+    return layout
+
+
+def _problem(x_shape, w_shape, layout: str, dtype: str, stride, padding, dilation, groups) -> ConvProblem:
+    if len(x_shape) != 4 or len(w_shape) != 4:
+        raise InputError("x and w must be 4-D", "x")
+    if layout == "NCHW":
+        n, c, h, w_ = x_shape
+        k, _, r, s = w_shape
+    else:
+        n, h, w_, c = x_shape
+        k, r, s, _ = w_shape
+    return ConvProblem(int(n), int(c), int(h), int(w_), int(k), int(r), int(s), padding, stride, dilation, groups,
+                       dtype, layout)
+
+
+def conv2d_forward(x: Any, w: Any, *, stride: Any = 1, padding: Any = 0, dilation: Any = 1, groups: int = 1,
+                   layout: str | None = None, workspace_limit: int | str | None = None,
+                   batch_policy: str | None = None, numerics: str | None = None, y: Any = None,
+                   alpha: float = 1.0, beta: float = 0.0, workspace: Any = None) -> Any:
+    """y = alpha * conv(x, w) + beta * y, micro-batched to fit ``workspace_limit`` (default 64 MiB)."""
+    layout = _layout_of(x, layout)
+    p = _problem(x.shape, w.shape, layout, str(x.dtype), stride, padding, dilation, groups)
+    ex = _executor(p, "forward", workspace_limit, batch_policy, numerics)
+    if y is None:
+        y = cupy().empty(p.y_shape(), dtype=x.dtype)
+    return ex(x, w, y, alpha=alpha, beta=beta, workspace=workspace)
+
+
+def conv2d_backward_data(w: Any, dy: Any, x_shape: tuple[int, ...], *, stride: Any = 1, padding: Any = 0,
+                         dilation: Any = 1, groups: int = 1, layout: str | None = None,
+                         workspace_limit: int | str | None = None, batch_policy: str | None = None,
+                         numerics: str | None = None, dx: Any = None, alpha: float = 1.0, beta: float = 0.0,
+                         workspace: Any = None) -> Any:
+    """dx = alpha * conv_transpose(dy, w) + beta * dx (the gradient with respect to x)."""
+    layout = _layout_of(dy, layout)
+    p = _problem(tuple(x_shape), w.shape, layout, str(dy.dtype), stride, padding, dilation, groups)
+    ex = _executor(p, "backward_data", workspace_limit, batch_policy, numerics)
+    if dx is None:
+        dx = cupy().empty(p.x_shape(), dtype=dy.dtype)
+    return ex(w, dy, dx, alpha=alpha, beta=beta, workspace=workspace)
+
+
+def conv2d_backward_filter(x: Any, dy: Any, w_shape: tuple[int, ...], *, stride: Any = 1, padding: Any = 0,
+                           dilation: Any = 1, groups: int = 1, layout: str | None = None,
+                           workspace_limit: int | str | None = None, batch_policy: str | None = None,
+                           numerics: str | None = None, dw: Any = None, alpha: float = 1.0, beta: float = 0.0,
+                           workspace: Any = None) -> Any:
+    """dw = alpha * sum over the batch of x (*) dy + beta * dw; micro-batches accumulate into dw."""
+    layout = _layout_of(x, layout)
+    p = _problem(x.shape, tuple(w_shape), layout, str(x.dtype), stride, padding, dilation, groups)
+    ex = _executor(p, "backward_filter", workspace_limit, batch_policy, numerics)
+    if dw is None:
+        dw = cupy().empty(p.w_shape(), dtype=x.dtype)
+    return ex(x, dy, dw, alpha=alpha, beta=beta, workspace=workspace)
+
+
+class Conv2d:
+    """A convolution layer's three kernels with fixed hyper-parameters and limits.
+
+    ``forward(x, w)``, ``backward_data(w, dy, x_shape)``, ``backward_filter(x, dy, w_shape)``
+    keep the layer's stride / padding / limit so call sites stay short.
+    """
+
+    def __init__(self, *, stride: Any = 1, padding: Any = 0, dilation: Any = 1, groups: int = 1,
+                 layout: str | None = None, workspace_limit: int | str | None = None,
+                 batch_policy: str | None = None, numerics: str | None = None):
+        self.kw = dict(stride=stride, padding=padding, dilation=dilation, groups=groups, layout=layout,
+                       workspace_limit=workspace_limit, batch_policy=batch_policy, numerics=numerics)
+
+    def forward(self, x: Any, w: Any, **kw: Any) -> Any:
+        return conv2d_forward(x, w, **self.kw, **kw)
+
+    def backward_data(self, w: Any, dy: Any, x_shape: tuple[int, ...], **kw: Any) -> Any:
+        return conv2d_backward_data(w, dy, x_shape, **self.kw, **kw)
+
+    def backward_filter(self, x: Any, dy: Any, w_shape: tuple[int, ...], **kw: Any) -> Any:
+        return conv2d_backward_filter(x, dy, w_shape, **self.kw, **kw)

@@ -1,0 +1,39 @@
+"""Rendering shared by subcommands: JSON for machines, rich tables for people."""
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from ..plan import Plan
+from ..units import format_size
+
+
+def print_json(doc: Any) -> None:
+    json.dump(doc, sys.stdout, indent=1, allow_nan=False)
+    sys.stdout.write("\n")
+
+
+def print_plan(plan: Plan, title: str | None = None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    limit = (f"total workspace {format_size(plan.total_workspace)}" if plan.total_workspace is not None
+             else f"workspace limit {format_size(plan.workspace_limit or 0)} per kernel")
+    t = Table(title=title or f"{plan.policy.upper()} plan, {limit}, batch policy {plan.batch_policy} — {plan.device}",
+              title_justify="left")
+    t.add_column("kernel")
+    t.add_column("micro-batches (size x count, algo/math)")
+    t.add_column("time ms", justify="right")
+    t.add_column("workspace", justify="right")
+    if plan.total_workspace is not None:
+        t.add_column("offset", justify="right")
+    for k in plan.kernels:
+        row = [k.name, k.summary(), f"{k.time_ms:.3f}", format_size(k.workspace_bytes)]
+        if plan.total_workspace is not None:
+            row.append(format_size(k.offset or 0))
+        t.add_row(*row)
+    t.add_section()
+    total = ["total", "", f"{plan.total_time_ms:.3f}", format_size(plan.workspace_bytes)]
+    t.add_row(*(total + ([""] if plan.total_workspace is not None else [])))
+    Console().print(t)

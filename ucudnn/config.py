@@ -1,0 +1,89 @@
+"""Defaults from the environment, with μ-cuDNN's variable names.
+
+Users of the original μ-cuDNN already set these; ucudnn honours them as
+defaults that explicit arguments and CLI flags override.
+
+| variable | meaning | default |
+| --- | --- | --- |
+| ``UCUDNN_BATCH_SIZE_POLICY`` | ``all`` / ``powerOfTwo`` / ``undivided`` | ``powerOfTwo`` |
+| ``UCUDNN_BENCHMARK_DEVICES`` | ``0,1,2`` or ``all``: GPUs benchmarks are spread over | the current device |
+| ``UCUDNN_DEFAULT_WORKSPACE_LIMIT`` | per-kernel limit (bytes, or ``64MiB``) | 64 MiB |
+| ``UCUDNN_TOTAL_WORKSPACE_SIZE`` | if set, plan whole networks (WD) under this total | unset |
+| ``UCUDNN_DATABASE`` | SQLite file caching benchmarks and plans | user cache dir |
+| ``UCUDNN_CUDNN_LIBRARY`` | path of libcudnn.so.9 to load | search wheels, then system |
+| ``UCUDNN_PLAN_SERVER`` | plan service URL consulted before benchmarking | unset |
+| ``UCUDNN_BUNDLE_PATH`` | ``:``-separated plan bundles to look plans up in | unset |
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .policy import normalize_policy
+from .units import parse_size
+
+DEFAULT_WORKSPACE_LIMIT = 64 << 20
+
+
+def _env(name: str) -> str | None:
+    value = os.environ.get(name, "").strip()
+    return value or None
+
+
+def batch_policy() -> str:
+    return normalize_policy(_env("UCUDNN_BATCH_SIZE_POLICY") or "powerOfTwo", "UCUDNN_BATCH_SIZE_POLICY")
+
+
+def default_workspace_limit() -> int:
+    v = _env("UCUDNN_DEFAULT_WORKSPACE_LIMIT")
+    return parse_size(v, "UCUDNN_DEFAULT_WORKSPACE_LIMIT") if v else DEFAULT_WORKSPACE_LIMIT
+
+
+def total_workspace_size() -> int | None:
+    v = _env("UCUDNN_TOTAL_WORKSPACE_SIZE")
+    if not v:
+        return None
+    size = parse_size(v, "UCUDNN_TOTAL_WORKSPACE_SIZE")
+    return size if size > 0 else None  # μ-cuDNN: 0 means "not set"
+
+
+def benchmark_devices(device_count: int | None = None) -> list[int] | None:
+    """Device ids from ``UCUDNN_BENCHMARK_DEVICES``; ``all`` needs ``device_count``; None if unset."""
+    v = _env("UCUDNN_BENCHMARK_DEVICES")
+    if not v:
+        return None
+    if v == "all":
+        if device_count is None:
+            raise ValueError("UCUDNN_BENCHMARK_DEVICES=all needs the device count")
+        return list(range(device_count))
+    try:
+        return [int(x) for x in v.split(",") if x.strip()]
+    except ValueError:
+        from .errors import InputError
+
+        raise InputError(f"expected comma-separated device ids or 'all', got {v!r}", "UCUDNN_BENCHMARK_DEVICES") from None
+
+
+def cache_dir() -> Path:
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("ucudnn"))
+
+
+def database_path() -> Path:
+    """Where the plan cache lives: ``UCUDNN_DATABASE`` or ``<user cache dir>/ucudnn.sqlite``."""
+    v = _env("UCUDNN_DATABASE")
+    return Path(v).expanduser() if v else cache_dir() / "ucudnn.sqlite"
+
+
+def cudnn_library() -> str | None:
+    return _env("UCUDNN_CUDNN_LIBRARY")
+
+
+def plan_server() -> str | None:
+    return _env("UCUDNN_PLAN_SERVER")
+
+
+def bundle_paths() -> list[Path]:
+    v = _env("UCUDNN_BUNDLE_PATH")
+    return [Path(p).expanduser() for p in v.split(os.pathsep) if p] if v else []

@@ -1,0 +1,137 @@
+"""Benchmarking kernels at every micro-batch size a batch policy asks for (GPU).
+
+This is step (1) of WR: for each micro-batch size b, measure every
+configuration every algorithm source offers.  Identical (problem, op) pairs
+are measured once (ResNet repeats layers).  Output: a
+:class:`~ucudnn.table.BenchmarkTable`, the interchange format.
+"""
+from __future__ import annotations
+
+import time
+from typing import Iterable, Sequence
+
+from . import cudnn, numerics as num
+from .gpu import cupy, cupy_dtype, device_name
+from .policy import micro_batch_sizes
+from .problem import ConvProblem, KernelSpec
+from .sources.base import AlgorithmSource, BenchSettings, Operands
+from .sources.legacy import LegacySource
+from .table import BenchmarkTable, KernelBench, Measurement, Skipped
+
+
+class Buffers:
+    """Random x, w, y (and their gradients share them) for one problem at its full mini-batch.
+
+    Micro-batches use prefixes: slicing along N keeps NCHW and NHWC contiguous.
+    """
+
+    def __init__(self, problem: ConvProblem):
+        cp = cupy()
+        dt = cupy_dtype(problem.dtype)
+        rng = cp.random.default_rng(12345)
+        self.problem = problem
+        self.x = rng.standard_normal(problem.x_shape(), dtype="float32").astype(dt)
+        self.w = rng.standard_normal(problem.w_shape(), dtype="float32").astype(dt)
+        self.y = rng.standard_normal(problem.y_shape(), dtype="float32").astype(dt)
+        self.dw = cp.empty_like(self.w)
+        self.dx = cp.empty_like(self.x)
+        self.out = cp.empty_like(self.y)
+
+    def operands(self, op: str, micro_batch: int) -> Operands:
+        # a micro-batch is a prefix of each batched tensor: same base pointers, smaller descriptors
+        if op == "forward":
+            return Operands(self.x.data.ptr, self.w.data.ptr, self.out.data.ptr)
+        if op == "backward_data":
+            return Operands(self.w.data.ptr, self.y.data.ptr, self.dx.data.ptr)
+        if op == "backward_filter":
+            return Operands(self.x.data.ptr, self.y.data.ptr, self.dw.data.ptr)
+        raise ValueError(op)
+
+
+def default_sources() -> list[AlgorithmSource]:
+    return [LegacySource()]
+
+
+def benchmark(kernels: Sequence[KernelSpec], batch_policy: str = "powerOfTwo", numerics: str | None = None, *,
+              sources: Iterable[AlgorithmSource] | None = None, repeat: int = 5, warmup: int = 1,
+              max_workspace: int | None = None, progress: bool = False) -> BenchmarkTable:
+    """Measure ``kernels`` on the current device; never raises for an algorithm that fails."""
+    cp = cupy()
+    sources = list(sources or default_sources())
+    dtypes = {k.problem.dtype for k in kernels}
+    numerics = num.normalize(numerics, "float32" if "float32" in dtypes else next(iter(dtypes)))
+    if max_workspace is None:
+        free, _ = cp.cuda.runtime.memGetInfo()
+        max_workspace = min(4 << 30, free // 4)
+    settings = BenchSettings(numerics, repeat, warmup, max_workspace)
+    memo: dict[tuple[ConvProblem, str], KernelBench] = {}
+    steps = sum(len(micro_batch_sizes(batch_policy, k.problem.n)) for k in kernels)
+    bar = _progress(progress, steps)
+    out: list[KernelBench] = []
+    try:
+        workspace = cp.cuda.alloc(max_workspace) if max_workspace else None
+        ws_ptr = workspace.ptr if workspace is not None else 0
+        bufs: dict[ConvProblem, Buffers] = {}
+        for spec in kernels:
+            key = (spec.problem, spec.op)
+            if key in memo:
+                kb = memo[key]
+                out.append(KernelBench(spec.name, spec.op, spec.problem, kb.measurements, kb.skipped,
+                                       0.0))
+                bar.advance(len(micro_batch_sizes(batch_policy, spec.problem.n)), spec.name)
+                continue
+            t0 = time.perf_counter()
+            measurements: list[Measurement] = []
+            skipped: list[Skipped] = []
+            try:
+                if spec.problem not in bufs:
+                    bufs.clear()  # keep one problem's buffers alive at a time
+                    bufs[spec.problem] = Buffers(spec.problem)
+                buf = bufs[spec.problem]
+            except cp.cuda.memory.OutOfMemoryError as e:
+                skipped.append(Skipped(spec.problem.n, None, None, f"out of memory allocating tensors: {e}"))
+                buf = None
+            for mb in micro_batch_sizes(batch_policy, spec.problem.n):
+                if buf is not None:
+                    for src in sources:
+                        ms, sk = src.measure(spec.op, spec.problem.with_batch(mb), buf.operands(spec.op, mb),
+                                             ws_ptr, settings)
+                        measurements += [_tag(m, src.name) for m in ms]
+                        skipped += sk
+                bar.advance(1, spec.name)
+            cp.cuda.get_current_stream().synchronize()
+            kb = KernelBench(spec.name, spec.op, spec.problem, measurements, skipped, time.perf_counter() - t0)
+            memo[key] = kb
+            out.append(kb)
+    finally:
+        bar.close()
+    return BenchmarkTable(device_name(), cudnn.get_version(), out, numerics,
+                          {"batch_policy": batch_policy, "repeat": repeat, "cupy_version": cp.__version__})
+
+
+def _tag(m: Measurement, source: str) -> Measurement:
+    if m.source == source:
+        return m
+    return Measurement(m.micro_batch, m.algo, m.math_type, m.time_ms, m.workspace_bytes, source, m.engine, m.extra)
+
+
+class _progress:
+    """A rich progress bar when asked for (and a terminal or log is watching), else nothing."""
+
+    def __init__(self, enabled: bool, total: int):
+        self._p = None
+        if enabled:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+            self._p = Progress(TextColumn("{task.description:<24}"), BarColumn(), MofNCompleteColumn(),
+                               TimeRemainingColumn(), transient=False)
+            self._p.start()
+            self._task = self._p.add_task("benchmark", total=total)
+
+    def advance(self, n: int, what: str) -> None:
+        if self._p is not None:
+            self._p.update(self._task, advance=n, description=what)
+
+    def close(self) -> None:
+        if self._p is not None:
+            self._p.stop()

@@ -1,0 +1,155 @@
+"""One convolution problem and the three kernels (ops) it gives rise to.
+
+The counterpart of μ-cuDNN's ``convParam``: everything cuDNN needs to
+describe the convolution except the data pointers.  ``n`` is the mini-batch
+size to plan for; a micro-batch is the same problem with a smaller ``n``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from .errors import InputError
+
+Op = Literal["forward", "backward_data", "backward_filter"]
+OPS: tuple[str, ...] = ("forward", "backward_data", "backward_filter")
+DTYPES: tuple[str, ...] = ("float32", "float16", "bfloat16")
+LAYOUTS: tuple[str, ...] = ("NCHW", "NHWC")
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+
+
+def _pair(value: Any, field: str) -> tuple[int, int]:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return (value, value)
+    if isinstance(value, (list, tuple)) and len(value) == 2 and all(
+        isinstance(v, int) and not isinstance(v, bool) for v in value
+    ):
+        return (int(value[0]), int(value[1]))
+    raise InputError(f"expected an integer or a pair of integers, got {value!r}", field)
+
+
+@dataclass(frozen=True)
+class ConvProblem:
+    """A 2-D convolution (cross-correlation, as in every framework).
+
+    x: (n, c, h, w) in ``layout``; w: (k, c/groups, r, s); y: (n, k, p, q).
+    """
+
+    n: int
+    c: int
+    h: int
+    w: int
+    k: int
+    r: int
+    s: int
+    pad: tuple[int, int] = (0, 0)
+    stride: tuple[int, int] = (1, 1)
+    dilation: tuple[int, int] = (1, 1)
+    groups: int = 1
+    dtype: str = "float32"
+    layout: str = "NCHW"
+
+    def __post_init__(self) -> None:
+        for name in ("n", "c", "h", "w", "k", "r", "s", "groups"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise InputError(f"must be a positive integer, got {v!r}", f"problem.{name}")
+            if v > 1 << 31:
+                raise InputError(f"is too large ({v})", f"problem.{name}")
+        object.__setattr__(self, "pad", _pair(self.pad, "problem.pad"))
+        object.__setattr__(self, "stride", _pair(self.stride, "problem.stride"))
+        object.__setattr__(self, "dilation", _pair(self.dilation, "problem.dilation"))
+        if min(self.pad) < 0:
+            raise InputError("must not be negative", "problem.pad")
+        if min(self.stride) < 1:
+            raise InputError("must be positive", "problem.stride")
+        if min(self.dilation) < 1:
+            raise InputError("must be positive", "problem.dilation")
+        if self.dtype not in DTYPES:
+            raise InputError(f"must be one of {', '.join(DTYPES)}, got {self.dtype!r}", "problem.dtype")
+        if self.layout not in LAYOUTS:
+            raise InputError(f"must be one of {', '.join(LAYOUTS)}, got {self.layout!r}", "problem.layout")
+        if self.c % self.groups or self.k % self.groups:
+            raise InputError(f"groups={self.groups} must divide c={self.c} and k={self.k}", "problem.groups")
+        if self.p < 1 or self.q < 1:
+            raise InputError(
+                f"the filter ({self.r}x{self.s}, dilation {self.dilation}) does not fit the padded input "
+                f"({self.h}x{self.w}, pad {self.pad})", "problem")
+
+    # Output spatial size (cudnnGetConvolution2dForwardOutputDim's formula).
+    @property
+    def p(self) -> int:
+        return (self.h + 2 * self.pad[0] - self.dilation[0] * (self.r - 1) - 1) // self.stride[0] + 1
+
+    @property
+    def q(self) -> int:
+        return (self.w + 2 * self.pad[1] - self.dilation[1] * (self.s - 1) - 1) // self.stride[1] + 1
+
+    def with_batch(self, n: int) -> "ConvProblem":
+        """The same convolution at micro-batch size ``n``."""
+        return dataclasses.replace(self, n=n)
+
+    def x_shape(self, n: int | None = None) -> tuple[int, int, int, int]:
+        n = self.n if n is None else n
+        return (n, self.c, self.h, self.w) if self.layout == "NCHW" else (n, self.h, self.w, self.c)
+
+    def y_shape(self, n: int | None = None) -> tuple[int, int, int, int]:
+        n = self.n if n is None else n
+        return (n, self.k, self.p, self.q) if self.layout == "NCHW" else (n, self.p, self.q, self.k)
+
+    def w_shape(self) -> tuple[int, int, int, int]:
+        cg = self.c // self.groups
+        return (self.k, cg, self.r, self.s) if self.layout == "NCHW" else (self.k, self.r, self.s, cg)
+
+    def flops(self, n: int | None = None) -> int:
+        """Multiply-adds x 2 of one op (all three ops do the same arithmetic)."""
+        n = self.n if n is None else n
+        return 2 * n * self.k * self.p * self.q * (self.c // self.groups) * self.r * self.s
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["pad"], d["stride"], d["dilation"] = list(self.pad), list(self.stride), list(self.dilation)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], field: str = "problem") -> "ConvProblem":
+        if not isinstance(d, dict):
+            raise InputError(f"expected an object, got {type(d).__name__}", field)
+        names = {f.name for f in dataclasses.fields(cls)}
+        missing = [k for k in ("n", "c", "h", "w", "k", "r", "s") if k not in d]
+        if missing:
+            raise InputError(f"missing {', '.join(missing)}", field)
+        kwargs = {k: v for k, v in d.items() if k in names}
+        for key in ("pad", "stride", "dilation"):
+            if key in kwargs and isinstance(kwargs[key], list):
+                kwargs[key] = tuple(kwargs[key])
+        try:
+            return cls(**kwargs)
+        except InputError as e:
+            # re-anchor the field path under the caller's prefix
+            sub = (e.field or "problem").removeprefix("problem")
+            raise InputError(str(e).split(": ", 1)[-1], field + sub) from None
+
+    def key(self, include_n: bool = True) -> str:
+        """Stable short hash; equal problems share benchmarks (ResNet repeats layers)."""
+        d = self.to_dict()
+        if not include_n:
+            d.pop("n")
+        return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+
+    def describe(self) -> str:
+        g = f" g{self.groups}" if self.groups > 1 else ""
+        return (f"n{self.n} c{self.c} {self.h}x{self.w} -> k{self.k} {self.r}x{self.s} "
+                f"pad{list(self.pad)} stride{list(self.stride)} dil{list(self.dilation)}{g} {self.dtype} {self.layout}")
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """A kernel: a named (problem, op).  A conv layer gives three (forward, backward_data, backward_filter)."""
+
+    name: str
+    op: str
+    problem: ConvProblem

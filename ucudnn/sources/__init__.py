@@ -1,0 +1,1 @@
+"""Algorithm sources: where micro-configurations come from (legacy cuDNN, graph-API engines, own kernels)."""

@@ -1,0 +1,77 @@
+"""Legacy cuDNN algorithms: ``cudnnFind*AlgorithmEx`` enumerates, CUDA events re-time.
+
+cuDNN 9's Find returns one algorithm id several times, under different math
+types and workspace sizes, so a micro-configuration is (micro-batch, algo,
+math type).  Find's own timing is one noisy run; unless ``repeat`` is 0 each
+successful configuration is re-run and the median of ``repeat`` event-timed
+runs is recorded.  Failures (unsupported, out of memory) become ``Skipped``
+rows with cuDNN's status name; nothing raises out of :meth:`measure`.
+"""
+from __future__ import annotations
+
+from .. import cudnn, numerics as num
+from ..errors import CudnnError
+from ..gpu import descriptors, handle
+from ..problem import ConvProblem
+from ..table import Measurement, Skipped
+from ..timing import time_ms
+from .base import BenchSettings, Operands
+
+
+class LegacySource:
+    name = "legacy"
+
+    def measure(self, op: str, problem: ConvProblem, ops: Operands, workspace: int,
+                settings: BenchSettings) -> tuple[list[Measurement], list[Skipped]]:
+        mb = problem.n
+        allowed = num.allowed_math_types(settings.numerics, problem.dtype)
+        det_only = num.deterministic_only(settings.numerics)
+        h = handle()
+        d = descriptors(problem, num.descriptor_math_type(settings.numerics, problem.dtype))
+        a, b, out = d.operands(op)
+        try:
+            results = cudnn.find_algorithm_ex(h, op, a, ops.a, b, ops.b, d.conv, out, ops.out,
+                                              2 * cudnn.get_algorithm_max_count(h, op), workspace,
+                                              settings.max_workspace)
+        except CudnnError as e:
+            return [], [Skipped(mb, None, None, f"{e.call}: {e.status_name}")]
+        measured: list[Measurement] = []
+        skipped: list[Skipped] = []
+        seen: set[tuple[int, str]] = set()
+        for r in results:
+            key = (r.algo, r.math_type)
+            if key in seen:
+                continue
+            seen.add(key)
+            if r.status != 0:
+                skipped.append(Skipped(mb, r.algo, r.math_type, r.status_name))
+                continue
+            if r.math_type not in allowed:
+                continue  # another numerics mode's configuration: not ours to record
+            if det_only and not r.deterministic:
+                skipped.append(Skipped(mb, r.algo, r.math_type, "non-deterministic"))
+                continue
+            if r.workspace_bytes > settings.max_workspace:
+                skipped.append(Skipped(mb, r.algo, r.math_type,
+                                       f"needs {r.workspace_bytes} bytes, over the benchmark cap"))
+                continue
+            config = Measurement(mb, r.algo, r.math_type, r.time_ms, r.workspace_bytes,
+                                 extra={"deterministic": r.deterministic})
+            if settings.repeat > 0:
+                try:
+                    t = time_ms(lambda: self.run(op, problem, config, ops, workspace, r.workspace_bytes, 1.0, 0.0),
+                                repeat=settings.repeat, warmup=settings.warmup)
+                except CudnnError as e:
+                    skipped.append(Skipped(mb, r.algo, r.math_type, f"{e.call}: {e.status_name}"))
+                    continue
+                config = Measurement(mb, r.algo, r.math_type, max(t, 1e-6), r.workspace_bytes,
+                                     extra={"deterministic": r.deterministic, "find_time_ms": round(r.time_ms, 6)})
+            measured.append(config)
+        return measured, skipped
+
+    def run(self, op: str, problem: ConvProblem, config: Measurement, ops: Operands, workspace: int,
+            workspace_bytes: int, alpha: float, beta: float) -> None:
+        d = descriptors(problem, config.math_type)
+        a, b, out = d.operands(op)
+        cudnn.convolution(handle(), op, alpha, a, ops.a, b, ops.b, d.conv, int(config.algo), workspace,
+                          workspace_bytes, beta, out, ops.out)
