@@ -1,0 +1,167 @@
+"""Issue 2's benchmark: real execution of WR plans vs cuDNN undivided (and PyTorch), side by side in one run.
+
+For a network's distinct conv kernels (x 3 ops): benchmark tables at each
+batch policy (timed: the benchmarking cost is reported), plans at each
+per-kernel workspace limit (undivided, WR per policy), then EXECUTE every plan
+on the GPU (CUDA events, median) and report measured totals, the speed-up
+over undivided, and measured / predicted (the overhead of executing a plan).
+PyTorch (cudnn.benchmark=True, unbounded workspace, matching numerics) runs on
+the same layers for reference.
+
+    python benchmarks/core_wr.py --network alexnet --batch 256 --dtype float32 --layout NCHW \
+        --policies powerOfTwo,all --limits 8MiB,64MiB,512MiB --out benchmarks/results
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _report import md_header, provenance, write  # noqa: E402
+
+
+def distinct_kernels(kernels):
+    seen, out = set(), []
+    for k in kernels:
+        if (k.problem, k.op) not in seen:
+            seen.add((k.problem, k.op))
+            out.append(k)
+    return out
+
+
+def execute_plan(plan, bufs, repeat: int):
+    """Measured ms of each kernel of ``plan`` (median of ``repeat`` event-timed runs)."""
+    from ucudnn.execute import Executor
+    from ucudnn.timing import time_ms
+
+    times = {}
+    for kp in plan.kernels:
+        b = bufs[kp.problem]
+        a, bb, out = {"forward": (b.x, b.w, b.out), "backward_data": (b.w, b.y, b.dx),
+                      "backward_filter": (b.x, b.y, b.dw)}[kp.op]
+        ex = Executor(kp)
+        import cupy as cp
+
+        ws = cp.cuda.alloc(max(ex.workspace_bytes, 1))
+        times[kp.name] = time_ms(lambda: ex(a, bb, out, workspace=ws), repeat=repeat, warmup=2)
+    return times
+
+
+def torch_times(kernels, numerics: str, repeat: int):
+    """PyTorch's own choice (cudnn.benchmark, unbounded workspace) on the same kernels."""
+    import torch
+    import torch.nn.functional as F
+
+    from ucudnn.timing import time_ms
+
+    torch.backends.cudnn.benchmark = True
+    torch.backends.cudnn.allow_tf32 = numerics.startswith("tf32")
+    out = {}
+    for k in kernels:
+        p = k.problem
+        dt = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[p.dtype]
+        mf = torch.channels_last if p.layout == "NHWC" else torch.contiguous_format
+        x = torch.randn(p.n, p.c, p.h, p.w, device="cuda", dtype=dt).to(memory_format=mf)
+        w = torch.randn(p.k, p.c // p.groups, p.r, p.s, device="cuda", dtype=dt).to(memory_format=mf)
+        dy = torch.randn(p.n, p.k, p.p, p.q, device="cuda", dtype=dt).to(memory_format=mf)
+        kw = dict(stride=p.stride, padding=p.pad, dilation=p.dilation, groups=p.groups)
+        if k.op == "forward":
+            fn = lambda: F.conv2d(x, w, **kw)  # noqa: E731
+        else:
+            mask = [k.op == "backward_data", k.op == "backward_filter", False]
+            fn = lambda: torch.ops.aten.convolution_backward(  # noqa: E731
+                dy, x, w, None, list(p.stride), list(p.pad), list(p.dilation), False, [0, 0], p.groups, mask)
+        import cupy as cp
+
+        with cp.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream):
+            out[k.name] = time_ms(fn, repeat=repeat, warmup=3)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--network", default="alexnet")
+    ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--layout", default="NCHW")
+    ap.add_argument("--numerics", default=None)
+    ap.add_argument("--policies", default="powerOfTwo,all")
+    ap.add_argument("--limits", default="8MiB,64MiB,512MiB")
+    ap.add_argument("--repeat", type=int, default=5, help="timed runs per configuration while benchmarking")
+    ap.add_argument("--all-repeat", type=int, default=0, help="timed runs per configuration for the 'all' policy "
+                    "(0: cuDNN Find's own time, as the seed does; 'all' benchmarks B sizes)")
+    ap.add_argument("--exec-repeat", type=int, default=7)
+    ap.add_argument("--torch", action="store_true")
+    ap.add_argument("--tables-out", default=None, help="also save each benchmark table here")
+    ap.add_argument("--out", default="benchmarks/results")
+    args = ap.parse_args()
+
+    import cupy as cp
+
+    from ucudnn import numerics as num
+    from ucudnn.measure import Buffers, benchmark
+    from ucudnn.network import load_network
+    from ucudnn.planner import plan
+    from ucudnn.units import parse_size
+
+    prov = provenance()
+    kernels = distinct_kernels(load_network(args.network).kernels(args.batch, args.dtype, args.layout))
+    numerics = num.normalize(args.numerics, args.dtype)
+    tag = f"{args.network}-b{args.batch}-{args.dtype}-{args.layout}"
+    tables, bench_s = {}, {}
+    for pol in args.policies.split(","):
+        t0 = time.perf_counter()
+        tables[pol] = benchmark(kernels, pol, numerics, repeat=args.all_repeat if pol == "all" else args.repeat)
+        cp.cuda.runtime.deviceSynchronize()
+        bench_s[pol] = time.perf_counter() - t0
+        if args.tables_out:
+            Path(args.tables_out).mkdir(parents=True, exist_ok=True)
+            tables[pol].save(Path(args.tables_out) / f"{tag}-{pol}-h100.json")
+        print(f"benchmarked {pol}: {bench_s[pol]:.1f} s", flush=True)
+
+    bufs = {}
+    for k in kernels:
+        if k.problem not in bufs:
+            bufs[k.problem] = Buffers(k.problem)
+    base_table = tables.get("powerOfTwo") or next(iter(tables.values()))
+    rows = []
+    for limit in args.limits.split(","):
+        lim = parse_size(limit)
+        variants = [("undivided", plan(base_table, "undivided", workspace_limit=lim))]
+        variants += [(f"wr-{pol}", plan(tables[pol], "wr", workspace_limit=lim, batch_policy=pol)) for pol in tables]
+        for name, pl in variants:
+            measured = execute_plan(pl, bufs, args.exec_repeat)
+            rows.append({"limit": limit, "limit_bytes": lim, "plan": name,
+                         "predicted_ms": pl.total_time_ms, "measured_ms": sum(measured.values()),
+                         "workspace_bytes": pl.workspace_bytes,
+                         "kernels": {k.name: {"predicted_ms": k.time_ms, "measured_ms": measured[k.name],
+                                              "division": k.summary(), "workspace_bytes": k.workspace_bytes}
+                                     for k in pl.kernels}})
+            print(f"{limit:>7} {name:<14} predicted {pl.total_time_ms:9.3f} ms  measured {sum(measured.values()):9.3f} ms",
+                  flush=True)
+    torch_total = None
+    if args.torch:
+        tt = torch_times(kernels, numerics, args.exec_repeat)
+        torch_total = sum(tt.values())
+    doc = {"provenance": prov, "network": args.network, "batch": args.batch, "dtype": args.dtype,
+           "layout": args.layout, "numerics": numerics, "kernels": len(kernels),
+           "benchmark_seconds": bench_s, "rows": rows, "torch_total_ms": torch_total,
+           "torch_kernels_ms": tt if args.torch else None}
+    md = md_header(f"WR vs undivided, {tag}, numerics {numerics}, {len(kernels)} kernels", prov)
+    md += "\nBenchmarking time: " + ", ".join(f"{p} {s:.1f} s" for p, s in bench_s.items())
+    md += " (all: repeat=%d)\n\n" % args.all_repeat
+    md += "| limit/kernel | plan | predicted ms | measured ms | measured/predicted | speed-up vs undivided |\n"
+    md += "|---|---|---:|---:|---:|---:|\n"
+    for r in rows:
+        und = next(x for x in rows if x["limit"] == r["limit"] and x["plan"] == "undivided")
+        md += (f"| {r['limit']} | {r['plan']} | {r['predicted_ms']:.3f} | {r['measured_ms']:.3f} | "
+               f"{r['measured_ms'] / r['predicted_ms']:.3f} | {und['measured_ms'] / r['measured_ms']:.2f}x |\n")
+    if torch_total is not None:
+        md += f"\nPyTorch (cudnn.benchmark, unbounded workspace, same numerics): {torch_total:.3f} ms total\n"
+    write(args.out, f"core_wr_{tag}", doc, md)
+
+
+if __name__ == "__main__":
+    main()
