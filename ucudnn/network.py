@@ -37,6 +37,19 @@ class Network:
             out.extend(KernelSpec(f"{layer['name']}/{op}", op, p) for op in ops)
         return out
 
+    def predecessors(self) -> dict[str, list[str]]:
+        """Each layer's inputs among the layers: its ``after`` list, else the previous layer.
+
+        Layers with no path between them (an inception block's branches) are
+        independent: their kernels may run concurrently (see :mod:`ucudnn.arena`).
+        """
+        out: dict[str, list[str]] = {}
+        prev: list[str] = []
+        for layer in self.layers:
+            out[layer["name"]] = list(layer.get("after", prev))
+            prev = [layer["name"]]
+        return out
+
     def to_dict(self) -> dict[str, Any]:
         return {"format": FORMAT, "name": self.name, "description": self.description,
                 "default_batch": self.default_batch, "layers": self.layers}
@@ -64,4 +77,79 @@ def load_network(name_or_path: str | Path) -> Network:
     except json.JSONDecodeError as e:
         raise InputError(f"not valid JSON: {e}", "network") from None
     validate(doc, FORMAT)
+    _check_layer_graph(doc["layers"])
     return Network(doc["name"], doc["layers"], doc.get("default_batch", 1), doc.get("description", ""))
+
+
+def _check_layer_graph(layers: list[dict[str, Any]]) -> None:
+    """Names are unique and ``after`` names earlier layers only (so the list is a topological order)."""
+    seen: set[str] = set()
+    for i, layer in enumerate(layers):
+        for j, dep in enumerate(layer.get("after", [])):
+            if dep not in seen:
+                raise InputError(f"{dep!r} is not the name of an earlier layer", f"layers[{i}].after[{j}]")
+        if layer["name"] in seen:
+            raise InputError(f"duplicate layer name {layer['name']!r}", f"layers[{i}].name")
+        seen.add(layer["name"])
+
+
+def from_torch(module: Any, input_shape: Sequence[int], name: str | None = None,
+               description: str = "") -> Network:
+    """The conv layers of a PyTorch ``module`` as a :class:`Network`, found by running it once.
+
+    Forward hooks on every ``torch.nn.Conv2d`` record the shape each one
+    actually receives, which a static walk of the module tree cannot know
+    (pooling, strides, branches).  The module runs once on CPU zeros of batch
+    1 (cheap even for big networks); ``input_shape[0]`` becomes the
+    network's default batch.  Layers are listed in call order, named by their
+    module path; a layer called twice (weight sharing) is listed once per call.
+    No ``after`` fields are inferred, so each layer depends on the previous
+    one: safe (nothing is assumed concurrent), if more serial than the graph.
+    torch is optional: this imports it lazily.
+    """
+    import torch  # optional dependency: only this function needs it
+
+    if len(input_shape) != 4 or any(not isinstance(d, int) or d < 1 for d in input_shape):
+        raise InputError(f"expected (N, C, H, W) positive integers, got {tuple(input_shape)!r}", "input_shape")
+    names = {m: n for n, m in module.named_modules()}
+    layers: list[dict[str, Any]] = []
+    calls: dict[str, int] = {}
+
+    def hook(conv: Any, inputs: tuple, _output: Any) -> None:
+        x = inputs[0]
+        base = names.get(conv) or f"conv{len(layers)}"
+        calls[base] = calls.get(base, 0) + 1
+        lname = base if calls[base] == 1 else f"{base}#{calls[base]}"
+        if isinstance(conv.padding, str):  # 'same' / 'valid': the padding PyTorch applies
+            if conv.padding == "valid":
+                pad = [0, 0]
+            else:
+                pad = [conv.dilation[d] * (conv.kernel_size[d] - 1) // 2 for d in range(2)]
+                if any(conv.dilation[d] * (conv.kernel_size[d] - 1) % 2 for d in range(2)):
+                    raise InputError(f"{lname}: asymmetric 'same' padding cannot be described", "module")
+        else:
+            pad = list(conv.padding)
+        layer = {"name": lname, "c": int(x.shape[1]), "h": int(x.shape[2]), "w": int(x.shape[3]),
+                 "k": int(conv.out_channels), "r": int(conv.kernel_size[0]), "s": int(conv.kernel_size[1]),
+                 "pad": pad, "stride": list(conv.stride)}
+        if tuple(conv.dilation) != (1, 1):
+            layer["dilation"] = list(conv.dilation)
+        if conv.groups != 1:
+            layer["groups"] = int(conv.groups)
+        layers.append(layer)
+
+    handles = [m.register_forward_hook(hook) for m in module.modules() if isinstance(m, torch.nn.Conv2d)]
+    if not handles:
+        raise InputError("the module has no Conv2d layers", "module")
+    was_training = module.training
+    try:
+        module.eval()
+        param = next(module.parameters(), None)
+        device = param.device if param is not None else "cpu"
+        with torch.no_grad():
+            module(torch.zeros((1, *input_shape[1:]), device=device))
+    finally:
+        for h in handles:
+            h.remove()
+        module.train(was_training)
+    return Network(name or type(module).__name__.lower(), layers, int(input_shape[0]), description)

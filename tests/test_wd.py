@@ -1,0 +1,143 @@
+"""WD: one budget for the whole table, divided by an ILP over desirable configurations."""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import synthetic
+from ucudnn import planner
+from ucudnn.arena import ALIGNMENT, align_up
+from ucudnn.errors import InfeasibleError, InputError
+from ucudnn.pareto import desirable_sets
+from ucudnn.plan import Plan
+from ucudnn.wd import plan_wd
+
+MiB = synthetic.MiB
+UNLIMITED = 1 << 40
+
+tables = st.builds(synthetic.table, n_kernels=st.integers(1, 4), batch=st.sampled_from([4, 8, 16]),
+                   policy=st.sampled_from(["all", "powerOfTwo"]), seed=st.integers(0, 10_000),
+                   repeats=st.integers(1, 2))
+
+
+def policy_of(table) -> str:
+    return "all" if len(table.kernels[0].micro_batches()) == table.kernels[0].problem.n else "powerOfTwo"
+
+
+def test_an_unlimited_budget_gives_every_kernel_its_fastest_configuration():
+    t = synthetic.table(n_kernels=5, batch=32, policy="all")
+    plan = plan_wd(t, UNLIMITED, "all")
+    fastest = {name: configs[-1] for name, configs in desirable_sets(t, "all").items()}
+    for k in plan.kernels:
+        assert k.time_ms == fastest[k.name].time_ms
+    assert plan.stats["optimal"] is True
+
+
+@settings(max_examples=40, deadline=None)
+@given(tables, st.sampled_from([0, 1, 3, 8, 40]).map(lambda n: n * MiB // 2))
+def test_wd_is_never_slower_than_wr_when_given_the_sum_of_wr_limits(table, limit):
+    policy = policy_of(table)
+    try:
+        wr_plan = planner.plan(table, "wr", workspace_limit=limit, batch_policy=policy)
+    except InfeasibleError:
+        return
+    wd_plan = plan_wd(table, len(table.kernels) * align_up(limit), policy)
+    assert wd_plan.total_time_ms <= wr_plan.total_time_ms + 1e-9
+
+
+@settings(max_examples=40, deadline=None)
+@given(tables, st.integers(0, 200 * MiB))
+def test_the_plan_respects_the_budget_with_aligned_disjoint_segments(table, budget):
+    try:
+        plan = plan_wd(table, budget, policy_of(table))
+    except InfeasibleError as e:
+        assert e.min_workspace is not None and e.min_workspace > budget
+        return
+    assert plan.workspace_bytes <= budget
+    segments = sorted((k.offset, k.offset + k.workspace_bytes) for k in plan.kernels)
+    assert all(start % ALIGNMENT == 0 for start, _ in segments)
+    assert all(end <= nxt for (_, end), (nxt, _) in zip(segments, segments[1:]))
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.builds(synthetic.table, n_kernels=st.integers(1, 3), batch=st.sampled_from([4, 8]),
+                 policy=st.just("powerOfTwo"), seed=st.integers(0, 10_000)),
+       st.integers(0, 60 * MiB))
+def test_the_ilp_finds_the_optimum_of_brute_force_over_desirable_sets(table, budget):
+    sets = desirable_sets(table, "powerOfTwo")
+    feasible = [sum(c.time_ms for c in combo) for combo in itertools.product(*sets.values())
+                if sum(align_up(c.workspace_bytes) for c in combo) <= budget]
+    if not feasible:
+        with pytest.raises(InfeasibleError):
+            plan_wd(table, budget, "powerOfTwo")
+        return
+    assert plan_wd(table, budget, "powerOfTwo").total_time_ms == pytest.approx(min(feasible), rel=1e-9)
+
+
+def test_an_infeasible_budget_names_the_smallest_feasible_one_which_then_works():
+    t = synthetic.table(n_kernels=4, batch=16, policy="powerOfTwo")
+    # drop every zero-workspace option so the smallest configuration needs workspace
+    for k in t.kernels:
+        k.measurements = [m for m in k.measurements if m.workspace_bytes > 0]
+    sets = desirable_sets(t, "powerOfTwo")
+    smallest = sum(align_up(configs[0].workspace_bytes) for configs in sets.values())
+    assert smallest > 0
+    with pytest.raises(InfeasibleError, match="smallest feasible total") as e:
+        plan_wd(t, smallest - 1, "powerOfTwo")
+    assert e.value.min_workspace == smallest
+    assert plan_wd(t, smallest, "powerOfTwo").workspace_bytes <= smallest
+
+
+def test_a_kernel_with_no_configuration_at_all_is_named():
+    t = synthetic.table(n_kernels=2, batch=8, policy="powerOfTwo")
+    t.kernels[1].measurements = [m for m in t.kernels[1].measurements if m.micro_batch == 8 and False]
+    with pytest.raises(InfeasibleError, match="conv1/forward") as e:
+        plan_wd(t, UNLIMITED, "powerOfTwo")
+    assert e.value.min_workspace is None
+
+
+def test_stats_report_variables_solver_status_and_times():
+    t = synthetic.table(n_kernels=3, batch=16, policy="powerOfTwo", repeats=2)
+    plan = plan_wd(t, 20 * MiB, "powerOfTwo")
+    s = plan.stats
+    assert s["status"] == "Optimal" and s["optimal"] is True
+    assert s["variables"] > 0 and s["constraints"] == len(t.kernels) + 1
+    assert s["solve_seconds"] >= 0 and s["dp_seconds"] >= 0
+    assert s["unique_kernels"] == 3
+
+
+def test_repeated_kernels_get_one_variable_per_configuration_each():
+    t = synthetic.table(n_kernels=2, batch=16, policy="powerOfTwo", repeats=3)
+    sets = desirable_sets(t, "powerOfTwo")
+    plan = plan_wd(t, UNLIMITED, "powerOfTwo")
+    assert plan.stats["variables"] == sum(len(c) for c in sets.values())
+
+
+def test_planner_accepts_size_strings_and_the_plan_round_trips_through_its_schema():
+    t = synthetic.table(n_kernels=3, batch=16, policy="powerOfTwo")
+    plan = planner.plan(t, "wd", total_workspace="120MiB", batch_policy="powerOfTwo")
+    assert plan.policy == "wd" and plan.total_workspace == 120 * MiB
+    doc = plan.to_dict()
+    assert all("offset" in k for k in doc["kernels"])
+    again = Plan.from_dict(doc)
+    assert again.total_time_ms == plan.total_time_ms and again.workspace_bytes == plan.workspace_bytes
+
+
+def test_unknown_or_missing_solvers_are_refused_by_field():
+    t = synthetic.table(n_kernels=1, batch=4, policy="powerOfTwo")
+    with pytest.raises(InputError, match="solver"):
+        plan_wd(t, MiB, "powerOfTwo", solver="glpk")
+    pulp = pytest.importorskip("pulp")
+    if "HiGHS" in pulp.listSolvers(onlyAvailable=True):
+        assert plan_wd(t, MiB, "powerOfTwo", solver="highs").stats["optimal"] is True
+    else:
+        with pytest.raises(InputError, match="solver"):
+            plan_wd(t, MiB, "powerOfTwo", solver="highs")
+
+
+def test_a_zero_budget_works_when_zero_workspace_configurations_exist():
+    t = synthetic.table(n_kernels=3, batch=8, policy="powerOfTwo")
+    plan = plan_wd(t, 0, "powerOfTwo")
+    assert plan.workspace_bytes == 0 and all(k.workspace_bytes == 0 for k in plan.kernels)
