@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Float, Integer, String, Text, create_engine, event, select
+from sqlalchemy import BigInteger, Float, Integer, String, Text, create_engine, event, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
@@ -46,8 +46,8 @@ class PlanRow(Base):
     cudnn_version: Mapped[int] = mapped_column(Integer, index=True)
     policy: Mapped[str] = mapped_column(String(16))
     batch_policy: Mapped[str] = mapped_column(String(16))
-    workspace_limit: Mapped[int | None] = mapped_column(Integer, nullable=True)
-    total_workspace: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    workspace_limit: Mapped[int | None] = mapped_column(BigInteger, nullable=True)  # > 2 GiB happens
+    total_workspace: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     total_time_ms: Mapped[float] = mapped_column(Float)
     created_at: Mapped[float] = mapped_column(Float)
     body: Mapped[str] = mapped_column(Text)
@@ -63,6 +63,25 @@ class KernelBenchRow(Base):
     key: Mapped[str] = mapped_column(Text)
     created_at: Mapped[float] = mapped_column(Float)
     body: Mapped[str] = mapped_column(Text)
+
+
+class JobRow(Base):
+    """A benchmark job of the plan service: its request, progress and, when done, the table it produced."""
+
+    __tablename__ = "jobs"
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    status: Mapped[str] = mapped_column(String(16), index=True)  # queued | running | done | failed
+    done: Mapped[int] = mapped_column(Integer)
+    total: Mapped[int] = mapped_column(Integer)
+    message: Mapped[str | None] = mapped_column(Text, nullable=True)
+    request: Mapped[str] = mapped_column(Text)
+    table_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    created_at: Mapped[float] = mapped_column(Float)
+    updated_at: Mapped[float] = mapped_column(Float)
+
+
+JOB_COLUMNS = ("id", "status", "done", "total", "message", "table_id", "created_at", "updated_at")
+MAX_INT32 = (1 << 31) - 1  # INTEGER columns are 32-bit on PostgreSQL
 
 
 def key_id(key: dict[str, Any]) -> str:
@@ -100,8 +119,14 @@ class Store:
         self.migrate()
 
     def migrate(self) -> None:
-        """Bring the schema up to date (creates missing tables; see ucudnn.server's migrations for changes)."""
-        Base.metadata.create_all(self.engine)
+        """Bring the schema up to date with the Alembic revisions in ``ucudnn.server.migrations``.
+
+        A store made by an older version (including the first release, which had no
+        version table) is upgraded in place; an up-to-date one costs one query.
+        """
+        from .server.migrations import upgrade
+
+        upgrade(self.engine)
 
     def _put(self, row: Base) -> None:
         with Session(self.engine) as s:
@@ -115,6 +140,10 @@ class Store:
 
     # -- tables ----------------------------------------------------------------
     def put_table(self, table: BenchmarkTable) -> str:
+        if not 0 <= table.cudnn_version <= MAX_INT32:
+            from .errors import TableError
+
+            raise TableError(f"must be between 0 and {MAX_INT32}, got {table.cudnn_version}", "cudnn_version")
         tid = table.content_id()
         self._put(TableRow(id=tid, device=table.device, cudnn_version=table.cudnn_version, numerics=table.numerics,
                            kernels=len(table.kernels), created_at=time.time(), body=table.to_json()))
@@ -150,6 +179,12 @@ class Store:
             row = s.get(PlanRow, plan_id)
             return Plan.from_dict(json.loads(row.body)) if row else None
 
+    def get_plan_record(self, plan_id: str) -> tuple[str, str | None] | None:
+        """(``ucudnn-plan/1`` text as stored, table id) of ``plan_id``: no parsing, the service answers the text."""
+        with Session(self.engine) as s:
+            row = s.execute(select(PlanRow.body, PlanRow.table_id).where(PlanRow.id == plan_id)).first()
+            return (row[0], row[1]) if row else None
+
     def find_plan(self, key: dict[str, Any]) -> tuple[str, Plan] | None:
         pid = key_id(key)
         plan = self.get_plan(pid)
@@ -179,3 +214,32 @@ class Store:
                            [Measurement.from_dict(m) for m in d["measurements"]],
                            [Skipped(s["micro_batch"], s.get("algo"), s.get("math_type"), s["reason"])
                             for s in d.get("skipped", [])], d.get("benchmark_seconds"))
+
+    # -- benchmark jobs of the plan service ------------------------------------------
+    def put_job(self, job_id: str, request: dict[str, Any], total: int) -> None:
+        now = time.time()
+        self._put(JobRow(id=job_id, status="queued", done=0, total=total, message=None,
+                         request=json.dumps(request, sort_keys=True), table_id=None, created_at=now, updated_at=now))
+
+    def update_job(self, job_id: str, **fields: Any) -> None:
+        """Set ``status``/``done``/``message``/``table_id`` of a job."""
+        with Session(self.engine) as s:
+            s.execute(update(JobRow).where(JobRow.id == job_id).values(updated_at=time.time(), **fields))
+            s.commit()
+
+    def get_job(self, job_id: str) -> dict[str, Any] | None:
+        with Session(self.engine) as s:
+            row = s.get(JobRow, job_id)
+            if row is None:
+                return None
+            d = {c: getattr(row, c) for c in JOB_COLUMNS}
+            d["request"] = json.loads(row.request)
+            return d
+
+    def fail_unfinished_jobs(self, reason: str) -> int:
+        """Mark queued/running jobs failed (their thread died with the previous server process)."""
+        with Session(self.engine) as s:
+            n = s.execute(update(JobRow).where(JobRow.status.in_(("queued", "running")))
+                          .values(status="failed", message=reason, updated_at=time.time())).rowcount
+            s.commit()
+            return int(n or 0)

@@ -1,0 +1,1 @@
+"""Alembic revision files, one per schema change (see ``ucudnn.server.migrations``)."""
