@@ -141,3 +141,75 @@ def test_a_zero_budget_works_when_zero_workspace_configurations_exist():
     t = synthetic.table(n_kernels=3, batch=8, policy="powerOfTwo")
     plan = plan_wd(t, 0, "powerOfTwo")
     assert plan.workspace_bytes == 0 and all(k.workspace_bytes == 0 for k in plan.kernels)
+
+
+# -- the command line -------------------------------------------------------------------------------------------
+
+def _cli(argv, capsys):
+    from ucudnn.cli import main
+
+    rc = main(argv)
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+@pytest.fixture
+def table_file(tmp_path):
+    path = tmp_path / "T.json"
+    synthetic.table(n_kernels=5, batch=64, policy="powerOfTwo", repeats=2).save(path)
+    return str(path)
+
+
+def test_the_issue_command_prints_total_time_and_each_kernels_configuration_and_offset(table_file, capsys):
+    import json
+
+    rc, out, _ = _cli(["plan", "--from-table", table_file, "--policy", "wd", "--total-workspace", "120MiB",
+                       "--batch-policy", "powerOfTwo", "--json"], capsys)
+    assert rc == 0
+    doc = json.loads(out)
+    assert doc["policy"] == "wd" and doc["total_workspace"] == 120 * MiB
+    assert doc["total_time_ms"] == pytest.approx(sum(k["time_ms"] for k in doc["kernels"]))
+    assert all("offset" in k and k["micro_batches"] for k in doc["kernels"])
+    assert doc["workspace_bytes"] <= 120 * MiB
+
+
+def test_compare_reports_wd_wr_and_undivided_at_the_same_memory(table_file, capsys):
+    import json
+
+    rc, out, _ = _cli(["plan", "--from-table", table_file, "--policy", "wd", "--total-workspace", "20MiB",
+                       "--batch-policy", "powerOfTwo", "--json", "--compare"], capsys)
+    assert rc == 0
+    cmp = json.loads(out)["compare"]
+    assert cmp["total_workspace"] == 20 * MiB and cmp["workspace_limit"] == 20 * MiB // 10
+    pol = cmp["policies"]
+    assert set(pol) == {"wd", "wr", "undivided"}
+    assert pol["wd"]["total_time_ms"] == pytest.approx(json.loads(out)["total_time_ms"])
+    assert pol["wr"]["wd_speedup"] >= 1 - 1e-9 and pol["undivided"]["wd_speedup"] >= 1 - 1e-9
+
+
+def test_compare_prints_a_summary_table_for_people(table_file, capsys):
+    rc, out, _ = _cli(["plan", "--from-table", table_file, "--policy", "wd", "--total-workspace", "20MiB",
+                       "--compare"], capsys)
+    assert rc == 0
+    assert "WD speedup" in out and "undivided" in out and "offset" in out
+
+
+def test_an_infeasible_budget_exits_3_naming_the_smallest_total(table_file, capsys):
+    from ucudnn.table import BenchmarkTable
+
+    t = BenchmarkTable.load(table_file)
+    for k in t.kernels:
+        k.measurements = [m for m in k.measurements if m.workspace_bytes > 0]
+    t.save(table_file)
+    rc, _, err = _cli(["plan", "--from-table", table_file, "--policy", "wd", "--total-workspace", "1KiB"], capsys)
+    assert rc == 3 and "smallest feasible total" in err
+
+
+def test_planning_a_network_needs_a_gpu_and_says_so_with_exit_code_4(capsys, monkeypatch):
+    from ucudnn import gpu
+
+    if gpu.gpu_available():
+        pytest.skip("a GPU is present: this checks the refusal without one")
+    rc, _, err = _cli(["plan", "--network", "alexnet", "--batch", "8", "--policy", "wd", "--total-workspace", "8MiB"],
+                      capsys)
+    assert rc == 4 and ("CuPy" in err or "GPU" in err)

@@ -165,3 +165,50 @@ def _backend(solver: str, time_limit: float | None) -> Any:
         if coin.available():  # a CBC installed separately (pulp[cbc]): PuLP 4's way
             return coin
         return pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit, gapRel=0.0)  # the binary PuLP <= 3 bundles
+
+
+def compare_policies(table: BenchmarkTable, batch_policy: str = "powerOfTwo", *, total_workspace: int | None = None,
+                     workspace_limit: int | None = None, solver: str = "cbc") -> dict[str, Any]:
+    """WD against its baselines at the same memory, as in the seed's Fig. 12.
+
+    WD gets ``total_workspace``; WR and undivided (cuDNN alone) get
+    ``workspace_limit`` per kernel.  Either may be omitted: the total then is
+    (number of kernels x limit), the limit the total / number of kernels, so
+    all three are given the same footprint.  A policy that is infeasible
+    there is reported, not raised.  Returns ``{"total_workspace",
+    "workspace_limit", "plans": {policy: Plan | InfeasibleError}}``.
+    """
+    from .planner import plan_wr
+
+    n = max(len(table.kernels), 1)
+    if total_workspace is None and workspace_limit is None:
+        raise InputError("give a total workspace or a per-kernel limit to compare at", "total_workspace")
+    total = int(total_workspace) if total_workspace is not None else n * int(workspace_limit)  # type: ignore[arg-type]
+    limit = int(workspace_limit) if workspace_limit is not None else total // n
+    plans: dict[str, Plan | InfeasibleError] = {}
+    for name, make in (("wd", lambda: plan_wd(table, total, batch_policy, solver=solver)),
+                       ("wr", lambda: plan_wr(table, limit, batch_policy)),
+                       ("undivided", lambda: plan_wr(table, limit, "undivided", policy_name="undivided"))):
+        try:
+            plans[name] = make()
+        except InfeasibleError as e:
+            plans[name] = e
+    return {"total_workspace": total, "workspace_limit": limit, "plans": plans}
+
+
+def comparison_summary(comparison: dict[str, Any]) -> dict[str, Any]:
+    """JSON-ready digest of :func:`compare_policies`: each policy's time and memory, and WD's speedup over it."""
+    plans = comparison["plans"]
+    wd = plans.get("wd")
+    out: dict[str, Any] = {"total_workspace": comparison["total_workspace"],
+                           "workspace_limit": comparison["workspace_limit"], "policies": {}}
+    for name, p in plans.items():
+        if isinstance(p, InfeasibleError):
+            out["policies"][name] = {"error": str(p), "min_workspace": p.min_workspace}
+            continue
+        entry = {"total_time_ms": p.total_time_ms, "workspace_bytes": p.workspace_bytes,
+                 "workspace_sum_bytes": sum(k.workspace_bytes for k in p.kernels)}
+        if isinstance(wd, Plan) and wd.total_time_ms > 0:
+            entry["wd_speedup"] = p.total_time_ms / wd.total_time_ms
+        out["policies"][name] = entry
+    return out

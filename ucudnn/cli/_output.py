@@ -37,3 +37,23 @@ def print_plan(plan: Plan, title: str | None = None) -> None:
     total = ["total", "", f"{plan.total_time_ms:.3f}", format_size(plan.workspace_bytes)]
     t.add_row(*(total + ([""] if plan.total_workspace is not None else [])))
     Console().print(t)
+
+
+def print_compare(summary: dict[str, Any]) -> None:
+    """The ``--compare`` digest: each policy's predicted time and workspace at the same memory."""
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=f"same memory: WD total {format_size(summary['total_workspace'])}, "
+                    f"WR / undivided {format_size(summary['workspace_limit'])} per kernel", title_justify="left")
+    for col, just in (("policy", "left"), ("time ms", "right"), ("workspace (largest / sum)", "right"),
+                      ("WD speedup", "right")):
+        t.add_column(col, justify=just)
+    for name, p in summary["policies"].items():
+        if "error" in p:
+            t.add_row(name, "infeasible", p["error"], "")
+            continue
+        t.add_row(name, f"{p['total_time_ms']:.3f}",
+                  f"{format_size(p['workspace_bytes'])} / {format_size(p['workspace_sum_bytes'])}",
+                  f"{p['wd_speedup']:.3f}x" if "wd_speedup" in p else "")
+    Console().print(t)

@@ -14,9 +14,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("plan", help="plan micro-batch divisions from a benchmark table (no GPU needed)",
                        description="Plan micro-batch divisions. With no --from-table, plans the shipped "
                                    f"real AlexNet table ({DEFAULT_TABLE}).")
-    p.add_argument("--from-table", dest="tables", action="append", metavar="T.json",
-                   help="benchmark table (ucudnn-benchmark-table/1); repeat to plan several together; "
-                        "'builtin:NAME' for a shipped one")
+    source = p.add_mutually_exclusive_group()
+    source.add_argument("--from-table", dest="tables", action="append", metavar="T.json",
+                        help="benchmark table (ucudnn-benchmark-table/1); repeat to plan several together; "
+                             "'builtin:NAME' for a shipped one")
+    source.add_argument("--network", metavar="NAME|FILE.json",
+                        help="benchmark a network's conv kernels on this GPU first, then plan (alexnet, resnet50, "
+                             "... or a ucudnn-network/1 file); needs a GPU")
+    p.add_argument("--batch", type=int, help="with --network: mini-batch size (default: the network's)")
+    p.add_argument("--dtype", default="float32", choices=("float32", "float16", "bfloat16"), help="with --network")
+    p.add_argument("--layout", default="NCHW", choices=("NCHW", "NHWC"), help="with --network")
+    p.add_argument("--save-table", metavar="T.json", help="with --network: also write the measured table here")
     p.add_argument("--policy", choices=("wr", "wd", "undivided"), default=None,
                    help="wr: per-kernel limit (default); wd: whole-network budget "
                         "(default when UCUDNN_TOTAL_WORKSPACE_SIZE is set); undivided: cuDNN alone")
@@ -26,29 +34,64 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="whole-network workspace budget for --policy wd (default: UCUDNN_TOTAL_WORKSPACE_SIZE)")
     p.add_argument("--batch-policy", default=None, metavar="POLICY",
                    help="all | powerOfTwo | undivided (default: UCUDNN_BATCH_SIZE_POLICY or powerOfTwo)")
+    p.add_argument("--compare", action="store_true",
+                   help="also plan WD, WR and undivided at the same memory (WD: the total; WR, undivided: the "
+                        "per-kernel limit, default total / number of kernels) and report them side by side")
     p.add_argument("--json", action="store_true", help="print the plan as JSON (ucudnn-plan/1)")
     p.add_argument("-o", "--out", metavar="PLAN.json", help="also write the plan JSON here")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    tables = [BenchmarkTable.load(t) for t in (args.tables or [DEFAULT_TABLE])]
-    table = BenchmarkTable.merge(tables)
+    batch_policy = args.batch_policy or config.batch_policy()
+    table = _measure(args, batch_policy) if args.network else \
+        BenchmarkTable.merge([BenchmarkTable.load(t) for t in (args.tables or [DEFAULT_TABLE])])
     total = args.total_workspace or config.total_workspace_size()
     policy = args.policy or ("wd" if args.total_workspace or config.total_workspace_size() else "wr")
     result = make_plan(table, policy,
                        workspace_limit=args.workspace_limit or config.default_workspace_limit(),
                        total_workspace=total,
-                       batch_policy=args.batch_policy or config.batch_policy())
+                       batch_policy=batch_policy)
+    summary = None
+    if args.compare:
+        from ..units import parse_size
+        from ..wd import compare_policies, comparison_summary
+
+        # the plan above fixes the memory: WD's total, or WR's / undivided's per-kernel limit
+        comparison = compare_policies(
+            table, batch_policy,
+            total_workspace=result.total_workspace if result.total_workspace is not None else None,
+            workspace_limit=(parse_size(args.workspace_limit, "workspace_limit") if args.workspace_limit
+                             else result.workspace_limit))
+        summary = comparison_summary(comparison)
+    doc = result.to_dict()
+    if summary is not None:
+        doc["compare"] = summary
     if args.out:
         with open(args.out, "w") as f:
             f.write(result.to_json(indent=1) + "\n")
     if args.json:
         from ._output import print_json
 
-        print_json(result.to_dict())
+        print_json(doc)
     else:
-        from ._output import print_plan
+        from ._output import print_compare, print_plan
 
         print_plan(result)
+        if summary is not None:
+            print_compare(summary)
     return 0
+
+
+def _measure(args: argparse.Namespace, batch_policy: str) -> BenchmarkTable:
+    """Benchmark ``--network`` on this GPU (raises GpuUnavailable without one: exit code 4)."""
+    import sys
+
+    from ..measure import benchmark
+    from ..network import load_network
+
+    kernels = load_network(args.network).kernels(args.batch, args.dtype, args.layout)
+    table = benchmark(kernels, batch_policy, progress=sys.stderr.isatty())
+    if args.save_table:
+        table.save(args.save_table)
+    return table
