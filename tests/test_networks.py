@@ -84,13 +84,44 @@ def test_from_torch_records_the_shapes_each_conv_receives():
     assert len(net.kernels()) == 9
 
 
+def _resnet18(nn):
+    """torchvision's ResNet-18 layer for layer (same module names), without needing torchvision."""
+    class Block(nn.Module):
+        def __init__(self, c, k, stride):
+            super().__init__()
+            self.conv1 = nn.Conv2d(c, k, 3, stride, 1, bias=False)
+            self.conv2 = nn.Conv2d(k, k, 3, 1, 1, bias=False)
+            self.downsample = (nn.Sequential(nn.Conv2d(c, k, 1, stride, bias=False))
+                               if stride != 1 or c != k else None)
+
+        def forward(self, x):
+            y = self.conv2(self.conv1(x).relu())
+            return (y + (self.downsample(x) if self.downsample is not None else x)).relu()
+
+    class ResNet18(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv1 = nn.Conv2d(3, 64, 7, 2, 3, bias=False)
+            self.maxpool = nn.MaxPool2d(3, 2, 1)
+            c = 64
+            for i, (k, stride) in enumerate([(64, 1), (128, 2), (256, 2), (512, 2)], 1):
+                setattr(self, f"layer{i}", nn.Sequential(Block(c, k, stride), Block(k, k, 1)))
+                c = k
+
+        def forward(self, x):
+            x = self.maxpool(self.conv1(x))
+            return self.layer4(self.layer3(self.layer2(self.layer1(x))))
+
+    return ResNet18()
+
+
 def test_from_torch_matches_the_shipped_resnet18():
-    pytest.importorskip("torch")
-    torchvision = pytest.importorskip("torchvision")
-    net = from_torch(torchvision.models.resnet18(), (128, 3, 224, 224))
+    torch = pytest.importorskip("torch")
+    net = from_torch(_resnet18(torch.nn), (128, 3, 224, 224))
     shipped = load_network("resnet18")
     strip = lambda layer: {k: v for k, v in layer.items() if k != "after"}  # noqa: E731
     assert sorted(map(json.dumps, map(strip, net.layers))) == sorted(map(json.dumps, map(strip, shipped.layers)))
+    assert net.default_batch == shipped.default_batch
 
 
 def test_from_torch_refuses_a_bad_input_shape():
