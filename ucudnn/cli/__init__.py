@@ -11,7 +11,7 @@ import sys
 from ..errors import CudnnError, CudnnNotFound, GpuUnavailable, InfeasibleError, InputError, UcudnnError
 
 # One line per subcommand module; each defines ``register(subparsers)``.
-SUBCOMMANDS = ("plan", "bench", "serve")
+SUBCOMMANDS = ("plan", "bench", "serve", "plot")
 
 
 def build_parser() -> argparse.ArgumentParser:
