@@ -75,7 +75,7 @@ def torch_times(kernels, numerics: str, repeat: int):
                 dy, x, w, None, list(p.stride), list(p.pad), list(p.dilation), False, [0, 0], p.groups, mask)
         import cupy as cp
 
-        with cp.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream):
+        with cp.cuda.Stream.from_external(torch.cuda.current_stream()):
             out[k.name] = time_ms(fn, repeat=repeat, warmup=3)
     return out
 
@@ -118,7 +118,8 @@ def main() -> None:
         bench_s[pol] = time.perf_counter() - t0
         if args.tables_out:
             Path(args.tables_out).mkdir(parents=True, exist_ok=True)
-            tables[pol].save(Path(args.tables_out) / f"{tag}-{pol}-h100.json")
+            suffix = ".json.gz" if pol == "all" else ".json"  # 'all' tables are megabytes
+            tables[pol].save(Path(args.tables_out) / f"{tag}-{pol}-h100{suffix}")
         print(f"benchmarked {pol}: {bench_s[pol]:.1f} s", flush=True)
 
     bufs = {}

@@ -8,6 +8,7 @@ schema cannot express (finite numbers, known ops), always naming the field.
 """
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import math
@@ -159,18 +160,24 @@ class BenchmarkTable:
         path = str(path)
         if path.startswith("builtin:"):
             name = path.removeprefix("builtin:")
-            res = resources.files("ucudnn.data.tables").joinpath(name + ".json")
-            if not res.is_file():
-                raise TableError(f"no shipped table {name!r}; shipped: {', '.join(builtin_tables())}", "table")
-            return cls.loads(res.read_text())
+            root = resources.files("ucudnn.data.tables")
+            for suffix in (".json", ".json.gz"):
+                res = root.joinpath(name + suffix)
+                if res.is_file():
+                    raw = res.read_bytes()
+                    return cls.loads(gzip.decompress(raw) if suffix.endswith(".gz") else raw)
+            raise TableError(f"no shipped table {name!r}; shipped: {', '.join(builtin_tables())}", "table")
         try:
-            text = Path(path).read_text()
-        except OSError as e:
-            raise TableError(f"cannot read {path}: {e.strerror}", "table") from None
+            raw = Path(path).read_bytes()
+            text = gzip.decompress(raw).decode() if raw[:2] == b"\x1f\x8b" else raw.decode()
+        except (OSError, UnicodeDecodeError, gzip.BadGzipFile) as e:
+            raise TableError(f"cannot read {path}: {getattr(e, 'strerror', None) or e}", "table") from None
         return cls.loads(text)
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(self.to_json(indent=1) + "\n")
+        """Write JSON; a path ending in ``.gz`` is gzip-compressed (``all``-policy tables are large)."""
+        text = (self.to_json(indent=None if str(path).endswith(".gz") else 1) + "\n").encode()
+        Path(path).write_bytes(gzip.compress(text, mtime=0) if str(path).endswith(".gz") else text)
 
     # -- queries -----------------------------------------------------------
     def kernel(self, name: str) -> KernelBench:
@@ -196,4 +203,5 @@ class BenchmarkTable:
 def builtin_tables() -> list[str]:
     """Names of the real benchmark tables shipped in ``ucudnn/data/tables``."""
     root = resources.files("ucudnn.data.tables")
-    return sorted(p.name.removesuffix(".json") for p in root.iterdir() if p.name.endswith(".json"))
+    return sorted(p.name.removesuffix(".gz").removesuffix(".json") for p in root.iterdir()
+                  if p.name.endswith((".json", ".json.gz")))

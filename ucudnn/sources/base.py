@@ -28,6 +28,7 @@ class BenchSettings:
     repeat: int = 5          # timed runs per configuration (median); 0 = trust the source's own timing
     warmup: int = 1
     max_workspace: int = 4 << 30   # workspace offered while benchmarking
+    min_sample_ms: float = 1.0     # back-to-back calls per timing sample (see ucudnn.timing)
 
 
 class AlgorithmSource(Protocol):

@@ -60,7 +60,8 @@ class LegacySource:
             if settings.repeat > 0:
                 try:
                     t = time_ms(lambda: self.run(op, problem, config, ops, workspace, r.workspace_bytes, 1.0, 0.0),
-                                repeat=settings.repeat, warmup=settings.warmup)
+                                repeat=settings.repeat, warmup=settings.warmup,
+                                min_sample_ms=settings.min_sample_ms)
                 except CudnnError as e:
                     skipped.append(Skipped(mb, r.algo, r.math_type, f"{e.call}: {e.status_name}"))
                     continue
