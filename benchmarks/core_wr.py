@@ -75,8 +75,13 @@ def torch_times(kernels, numerics: str, repeat: int):
                 dy, x, w, None, list(p.stride), list(p.pad), list(p.dilation), False, [0, 0], p.groups, mask)
         import cupy as cp
 
-        with cp.cuda.Stream.from_external(torch.cuda.current_stream()):
-            out[k.name] = time_ms(fn, repeat=repeat, warmup=3)
+        ts = torch.cuda.current_stream()
+        try:
+            stream = cp.cuda.Stream.from_external(ts)
+        except Exception:  # noqa: BLE001 - older torch without the CUDA stream protocol
+            stream = cp.cuda.ExternalStream(ts.cuda_stream)
+        with stream:
+            out[k.name] = time_ms(fn, repeat=repeat, warmup=3, min_sample_ms=1.0)
     return out
 
 
