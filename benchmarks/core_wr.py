@@ -45,7 +45,7 @@ def execute_plan(plan, bufs, repeat: int):
         import cupy as cp
 
         ws = cp.cuda.alloc(max(ex.workspace_bytes, 1))
-        times[kp.name] = time_ms(lambda: ex(a, bb, out, workspace=ws), repeat=repeat, warmup=2)
+        times[kp.name] = time_ms(lambda: ex(a, bb, out, workspace=ws), repeat=repeat, warmup=2, min_sample_ms=1.0)
     return times
 
 
