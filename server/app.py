@@ -33,7 +33,7 @@ from .jobs import Benchmark, JobRunner
 from .limits import DEFAULT_MAX_BODY_BYTES, BodyLimitMiddleware
 from .metrics import Metrics, MetricsMiddleware
 from .planning import PlanService, UnknownId
-from .routers import jobs, ops, plans, tables
+from .routers import jobs, kernels, ops, plans, tables
 
 log = logging.getLogger("ucudnn.server")
 _UNSET: Any = object()
@@ -80,7 +80,7 @@ def create_app(store_url: str | None = None, *, api_token: str | None = _UNSET, 
                               "benchmark tables (ucudnn-benchmark-table/1) and kept in a shared store. Writes need "
                               "`Authorization: Bearer <token>` when the server has UCUDNN_API_TOKEN set.")
     app.state.ucudnn = state
-    for r in (tables.router, plans.router, jobs.router, ops.router):
+    for r in (tables.router, plans.router, jobs.router, kernels.router, ops.router):
         app.include_router(r)
     app.add_exception_handler(UcudnnError, ucudnn_error)
     app.add_exception_handler(RequestValidationError, validation_error)

@@ -205,8 +205,12 @@ class Store:
                                  body=json.dumps(kb.to_dict())))
 
     def get_kernel_bench(self, key: dict[str, Any]) -> KernelBench | None:
+        return self.get_kernel_bench_by_id(key_id(key))
+
+    def get_kernel_bench_by_id(self, bench_id: str) -> KernelBench | None:
+        """By ``key_id(key)``: what the plan service answers nodes that computed the key themselves."""
         with Session(self.engine) as s:
-            row = s.get(KernelBenchRow, key_id(key))
+            row = s.get(KernelBenchRow, bench_id)
             if row is None:
                 return None
             d = json.loads(row.body)
