@@ -7,6 +7,9 @@ For kernels K and each kernel's desirable configurations C_k (:mod:`ucudnn.paret
                 sum_{c in C_k} x_kc = 1                  for each k
                 x_kc in {0, 1}
 
+plus, for kernels with the same (problem, op), an order on their choices
+that removes permuted copies of each solution (see ``_solve``).
+
 Only desirable configurations are offered: any other one is beaten in both
 time and workspace by a desirable one, so dropping it changes no optimum,
 and the model stays small (the seed: 562 binaries for ResNet-50).  M_k(c)
@@ -117,6 +120,20 @@ def _solve(table: BenchmarkTable, options: dict[str, list[Configuration]], budge
             units = align_up(c.workspace_bytes, alignment) // alignment
             if units:
                 usage.append((x, units))
+    # Identical kernels (ResNet's repeated blocks) have identical options, so any optimum can be permuted
+    # among them: B&B would explore every permutation.  Ordering their choices (the option index, i.e. the
+    # workspace rank, never falls along the group) keeps one representative; on ResNet-50 (`all`, b256,
+    # 8 MiB x kernels) it cut CBC from 4.8 s to 0.55 s.
+    groups: dict[tuple[str, str], list[int]] = {}
+    for i, k in enumerate(table.kernels):
+        groups.setdefault((k.problem.key(), k.op), []).append(i)
+    symmetry = 0
+    for members in groups.values():
+        for a, b in zip(members, members[1:]):
+            if len(variables[a]) > 1:
+                prob += (pulp.lpSum(j * x for j, x in enumerate(variables[a]))
+                         <= pulp.lpSum(j * x for j, x in enumerate(variables[b]))), f"order_{a}_{b}"
+                symmetry += 1
     prob += pulp.LpAffineExpression(objective)
     budget_units = budget // alignment
     budget_row = pulp.LpAffineExpression(usage) <= budget_units
@@ -146,6 +163,7 @@ def _solve(table: BenchmarkTable, options: dict[str, list[Configuration]], budge
     stats = {"solver": backend.name, "status": pulp.LpStatus[prob.status],
              "optimal": prob.sol_status == pulp.LpSolutionOptimal,
              "variables": sum(len(xs) for xs in variables), "constraints": prob.numConstraints(),
+             "symmetry_constraints": symmetry,
              "model_seconds": round(model_seconds, 6), "solve_seconds": round(solve_seconds, 6),
              "arena_bytes": used}
     return chosen, stats
