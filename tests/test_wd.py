@@ -132,6 +132,8 @@ def test_unknown_or_missing_solvers_are_refused_by_field():
     t = synthetic.table(n_kernels=1, batch=4, policy="powerOfTwo")
     with pytest.raises(InputError, match="solver"):
         plan_wd(t, MiB, "powerOfTwo", solver="glpk")
+    with pytest.raises(InputError, match="total_workspace"):
+        plan_wd(t, "-1MiB", "powerOfTwo")
     pulp = pytest.importorskip("pulp")
     if "HiGHS" in pulp.listSolvers(onlyAvailable=True):
         assert plan_wd(t, MiB, "powerOfTwo", solver="highs").stats["optimal"] is True

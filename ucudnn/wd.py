@@ -34,12 +34,12 @@ from .pareto import Configuration, desirable_set, desirable_sets
 from .plan import KernelPlan, MicroConfig, Plan
 from .policy import normalize_policy
 from .table import BenchmarkTable
-from .units import format_size
+from .units import format_size, parse_size
 
 SOLVERS = ("cbc", "highs", "auto")
 
 
-def plan_wd(table: BenchmarkTable, total_workspace: int, batch_policy: str = "powerOfTwo", *,
+def plan_wd(table: BenchmarkTable, total_workspace: int | str, batch_policy: str = "powerOfTwo", *,
             solver: str = "cbc", alignment: int = ALIGNMENT, time_limit: float | None = None) -> Plan:
     """The time-optimal division of ``total_workspace`` bytes among ``table``'s kernels.
 
@@ -52,7 +52,7 @@ def plan_wd(table: BenchmarkTable, total_workspace: int, batch_policy: str = "po
         raise InputError(f"unknown ILP solver {solver!r}; use one of {', '.join(SOLVERS)}", "solver")
     if not isinstance(alignment, int) or alignment < 1:
         raise InputError(f"must be a positive integer, got {alignment!r}", "alignment")
-    budget = int(total_workspace)
+    budget = parse_size(total_workspace, "total_workspace")
     t0 = time.perf_counter()
     sets = desirable_sets(table, batch_policy, max_workspace=budget)
     dp_seconds = time.perf_counter() - t0
