@@ -76,7 +76,15 @@ def _refuse_constant(name: str) -> Any:
 class FiniteJSONRequest(Request):
     async def json(self) -> Any:
         if not hasattr(self, "_json"):
-            self._json = json.loads(await self.body(), parse_constant=_refuse_constant)
+            body = await self.body()
+            try:
+                self._json = json.loads(body, parse_constant=_refuse_constant)
+            except json.JSONDecodeError:
+                raise
+            except UnicodeDecodeError as e:  # FastAPI would answer these two with a field-less 400
+                raise json.JSONDecodeError(f"the body is not UTF-8 ({e.reason} at byte {e.start})", "", 0) from None
+            except RecursionError:
+                raise json.JSONDecodeError("the body nests too deeply", "", 0) from None
         return self._json
 
 

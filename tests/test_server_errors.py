@@ -106,7 +106,7 @@ def test_malformed_ids_are_422(http, path):
 
 
 @pytest.mark.parametrize("raw", [b"{", b"[1, 2", b"\xff\xfe", b'{"table_id": NaN}', b'{"policy": Infinity}',
-                                 b"null", b"[]", b'"wr"', b"42"])
+                                 b"null", b"[]", b'"wr"', b"42", b'{"policy": "\xc3\x28"}', b"[" * 100_000])
 def test_malformed_json_is_422(http, raw):
     r = http.post("/v1/plans", content=raw, headers={"content-type": "application/json"})
     assert r.status_code == 422, r.text
