@@ -218,3 +218,40 @@ def test_planning_a_network_needs_a_gpu_and_says_so_with_exit_code_4(capsys, mon
     rc, _, err = _cli(["plan", "--network", "alexnet", "--batch", "8", "--policy", "wd", "--total-workspace", "8MiB"],
                       capsys)
     assert rc == 4 and ("CuPy" in err or "GPU" in err)
+
+
+# -- real tables recorded on an H100 (shipped in ucudnn/data/tables) ------------------------------------------------
+
+def _builtin(name):
+    from ucudnn.table import BenchmarkTable, builtin_tables
+
+    if name not in builtin_tables():
+        pytest.skip(f"no shipped table {name}")
+    return BenchmarkTable.load(f"builtin:{name}")
+
+
+def test_real_alexnet_wd_at_120mib_is_predicted_faster_than_wr_at_8mib_per_kernel():
+    t = _builtin("alexnet-b256-float32-NCHW-h100")
+    assert len(t.kernels) == 15
+    wr_plan = planner.plan(t, "wr", workspace_limit="8MiB", batch_policy="powerOfTwo")
+    wd_plan = planner.plan(t, "wd", total_workspace="120MiB", batch_policy="powerOfTwo")
+    assert wd_plan.workspace_bytes <= 120 * MiB and wd_plan.stats["optimal"]
+    assert wd_plan.total_time_ms < wr_plan.total_time_ms
+
+
+def test_real_resnet50_table_expands_to_all_159_kernels_of_the_network():
+    from ucudnn.network import load_network
+
+    t = _builtin("resnet50-b128-float32-NCHW-h100")
+    net = load_network("resnet50").table_from(t)
+    assert len(net.kernels) == 159 and len(t.kernels) < 159
+    wd_plan = plan_wd(net, 159 * 8 * MiB, "powerOfTwo")
+    wr_plan = planner.plan(net, "wr", workspace_limit="8MiB", batch_policy="powerOfTwo")
+    assert wd_plan.stats["optimal"] and wd_plan.total_time_ms <= wr_plan.total_time_ms
+    assert wd_plan.stats["unique_kernels"] == len({(k.problem, k.op) for k in t.kernels})
+
+
+def test_a_network_the_table_does_not_cover_is_refused_naming_the_kernels(table_file, capsys):
+    rc, _, err = _cli(["plan", "--from-table", table_file, "--network", "vgg16", "--policy", "wd",
+                       "--total-workspace", "1GiB"], capsys)
+    assert rc == 2 and "network" in err and "conv1_1/forward" in err

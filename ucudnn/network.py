@@ -10,11 +10,14 @@ import json
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from .errors import InputError
 from .problem import OPS, ConvProblem, KernelSpec
 from .schemas import validate
+
+if TYPE_CHECKING:
+    from .table import BenchmarkTable
 
 FORMAT = "ucudnn-network/1"
 
@@ -49,6 +52,32 @@ class Network:
             out[layer["name"]] = list(layer.get("after", prev))
             prev = [layer["name"]]
         return out
+
+    def table_from(self, table: "BenchmarkTable", batch: int | None = None, dtype: str | None = None,
+                   layout: str | None = None) -> "BenchmarkTable":
+        """This network's kernels, each with the measurements ``table`` holds for its (problem, op).
+
+        Recorded tables keep one entry per distinct (problem, op) (ResNet-50:
+        69 of 159 kernels); whole-network planning needs every kernel, since
+        each takes its own workspace segment.  Batch, dtype and layout default
+        to those of the table.  A kernel the table lacks is an error naming it.
+        """
+        from .table import BenchmarkTable, KernelBench
+
+        first = table.kernels[0].problem
+        specs = self.kernels(batch or first.n, dtype or first.dtype, layout or first.layout)
+        by_key = {(k.problem, k.op): k for k in table.kernels}
+        missing = [s.name for s in specs if (s.problem, s.op) not in by_key]
+        if missing:
+            raise InputError(f"the table has no measurements for {len(missing)} of the network's {len(specs)} kernels "
+                             f"({', '.join(missing[:4])}{' ...' if len(missing) > 4 else ''}); benchmark them with "
+                             f"ucudnn bench --network {self.name}", "network")
+        kernels = []
+        for s in specs:
+            src = by_key[(s.problem, s.op)]
+            kernels.append(KernelBench(s.name, s.op, s.problem, src.measurements, src.skipped, src.benchmark_seconds))
+        return BenchmarkTable(table.device, table.cudnn_version, kernels, table.numerics,
+                              dict(table.extra, network=self.name))
 
     def to_dict(self) -> dict[str, Any]:
         return {"format": FORMAT, "name": self.name, "description": self.description,

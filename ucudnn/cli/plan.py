@@ -14,17 +14,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("plan", help="plan micro-batch divisions from a benchmark table (no GPU needed)",
                        description="Plan micro-batch divisions. With no --from-table, plans the shipped "
                                    f"real AlexNet table ({DEFAULT_TABLE}).")
-    source = p.add_mutually_exclusive_group()
-    source.add_argument("--from-table", dest="tables", action="append", metavar="T.json",
-                        help="benchmark table (ucudnn-benchmark-table/1); repeat to plan several together; "
-                             "'builtin:NAME' for a shipped one")
-    source.add_argument("--network", metavar="NAME|FILE.json",
-                        help="benchmark a network's conv kernels on this GPU first, then plan (alexnet, resnet50, "
-                             "... or a ucudnn-network/1 file); needs a GPU")
-    p.add_argument("--batch", type=int, help="with --network: mini-batch size (default: the network's)")
-    p.add_argument("--dtype", default="float32", choices=("float32", "float16", "bfloat16"), help="with --network")
-    p.add_argument("--layout", default="NCHW", choices=("NCHW", "NHWC"), help="with --network")
-    p.add_argument("--save-table", metavar="T.json", help="with --network: also write the measured table here")
+    p.add_argument("--from-table", dest="tables", action="append", metavar="T.json",
+                   help="benchmark table (ucudnn-benchmark-table/1); repeat to plan several together; "
+                        "'builtin:NAME' for a shipped one")
+    p.add_argument("--network", metavar="NAME|FILE.json",
+                   help="plan a network's conv kernels (alexnet, resnet50, ... or a ucudnn-network/1 file): with "
+                        "--from-table, every kernel of the network is looked up in the table (repeated layers "
+                        "included, no GPU); alone, they are benchmarked on this GPU first")
+    p.add_argument("--batch", type=int, help="with --network: mini-batch size (default: the table's, else the network's)")
+    p.add_argument("--dtype", default=None, choices=("float32", "float16", "bfloat16"),
+                   help="with --network (default: the table's, else float32)")
+    p.add_argument("--layout", default=None, choices=("NCHW", "NHWC"),
+                   help="with --network (default: the table's, else NCHW)")
+    p.add_argument("--save-table", metavar="T.json", help="with --network alone: also write the measured table here")
     p.add_argument("--policy", choices=("wr", "wd", "undivided"), default=None,
                    help="wr: per-kernel limit (default); wd: whole-network budget "
                         "(default when UCUDNN_TOTAL_WORKSPACE_SIZE is set); undivided: cuDNN alone")
@@ -44,8 +46,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     batch_policy = args.batch_policy or config.batch_policy()
-    table = _measure(args, batch_policy) if args.network else \
-        BenchmarkTable.merge([BenchmarkTable.load(t) for t in (args.tables or [DEFAULT_TABLE])])
+    if args.network and not args.tables:
+        table = _measure(args, batch_policy)
+    else:
+        table = BenchmarkTable.merge([BenchmarkTable.load(t) for t in (args.tables or [DEFAULT_TABLE])])
+        if args.network:
+            from ..network import load_network
+
+            table = load_network(args.network).table_from(table, args.batch, args.dtype, args.layout)
     total = args.total_workspace or config.total_workspace_size()
     policy = args.policy or ("wd" if args.total_workspace or config.total_workspace_size() else "wr")
     result = make_plan(table, policy,
@@ -90,7 +98,7 @@ def _measure(args: argparse.Namespace, batch_policy: str) -> BenchmarkTable:
     from ..measure import benchmark
     from ..network import load_network
 
-    kernels = load_network(args.network).kernels(args.batch, args.dtype, args.layout)
+    kernels = load_network(args.network).kernels(args.batch, args.dtype or "float32", args.layout or "NCHW")
     table = benchmark(kernels, batch_policy, progress=sys.stderr.isatty())
     if args.save_table:
         table.save(args.save_table)
