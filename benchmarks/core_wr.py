@@ -99,6 +99,8 @@ def main() -> None:
                     "(0: cuDNN Find's own time, as the seed does; 'all' benchmarks B sizes)")
     ap.add_argument("--exec-repeat", type=int, default=7)
     ap.add_argument("--torch", action="store_true")
+    ap.add_argument("--baseline-math", default=None, help="also plan undivided and WR on the table restricted to "
+                    "this cuDNN math type (e.g. DEFAULT: what a caller that never sets the math type gets)")
     ap.add_argument("--tables-out", default=None, help="also save each benchmark table here")
     ap.add_argument("--out", default="benchmarks/results")
     args = ap.parse_args()
@@ -137,6 +139,10 @@ def main() -> None:
         lim = parse_size(limit)
         plans.append((limit, "undivided", plan(base_table, "undivided", workspace_limit=lim)))
         plans += [(limit, f"wr-{pol}", plan(tables[pol], "wr", workspace_limit=lim, batch_policy=pol)) for pol in tables]
+        if args.baseline_math:
+            only = base_table.restricted([args.baseline_math])
+            plans.append((limit, f"undivided[{args.baseline_math}]", plan(only, "undivided", workspace_limit=lim)))
+            plans.append((limit, f"wr-powerOfTwo[{args.baseline_math}]", plan(only, "wr", workspace_limit=lim)))
     # Two passes over every plan (METHOD: time the same thing twice; a difference below that spread is noise).
     passes = [[execute_plan(pl, bufs, args.exec_repeat) for _, _, pl in plans] for _ in range(2)]
     rows = []
@@ -167,7 +173,8 @@ def main() -> None:
            "| limit/kernel | plan | predicted ms | measured ms | pass 1 / pass 2 ms | measured/predicted | speed-up vs undivided |\n"
            "|---|---|---:|---:|---:|---:|---:|\n")
     for r in rows:
-        und = next(x for x in rows if x["limit"] == r["limit"] and x["plan"] == "undivided")
+        base = "undivided" + (r["plan"][r["plan"].index("["):] if "[" in r["plan"] else "")
+        und = next(x for x in rows if x["limit"] == r["limit"] and x["plan"] == base)
         md += (f"| {r['limit']} | {r['plan']} | {r['predicted_ms']:.3f} | {r['measured_ms']:.3f} | "
                f"{r['measured_passes_ms'][0]:.2f} / {r['measured_passes_ms'][1]:.2f} | "
                f"{r['measured_ms'] / r['predicted_ms']:.3f} | {und['measured_ms'] / r['measured_ms']:.2f}x |\n")

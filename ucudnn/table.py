@@ -186,6 +186,13 @@ class BenchmarkTable:
                 return k
         raise KeyError(name)
 
+    def restricted(self, math_types: Iterable[str], numerics: str | None = None) -> "BenchmarkTable":
+        """The same table keeping only measurements under ``math_types`` (e.g. what a DEFAULT-math caller gets)."""
+        keep = set(math_types)
+        kernels = [KernelBench(k.name, k.op, k.problem, [m for m in k.measurements if m.math_type in keep],
+                               k.skipped, k.benchmark_seconds) for k in self.kernels]
+        return BenchmarkTable(self.device, self.cudnn_version, kernels, numerics or self.numerics, dict(self.extra))
+
     @staticmethod
     def merge(tables: Iterable["BenchmarkTable"]) -> "BenchmarkTable":
         """Concatenate tables of one device and cuDNN version (refuses to mix devices)."""

@@ -24,30 +24,32 @@ class LegacySource:
     def measure(self, op: str, problem: ConvProblem, ops: Operands, workspace: int,
                 settings: BenchSettings) -> tuple[list[Measurement], list[Skipped]]:
         mb = problem.n
-        allowed = num.allowed_math_types(settings.numerics, problem.dtype)
         det_only = num.deterministic_only(settings.numerics)
         h = handle()
-        d = descriptors(problem, num.descriptor_math_type(settings.numerics, problem.dtype))
-        a, b, out = d.operands(op)
-        try:
-            results = cudnn.find_algorithm_ex(h, op, a, ops.a, b, ops.b, d.conv, out, ops.out,
-                                              2 * cudnn.get_algorithm_max_count(h, op), workspace,
-                                              settings.max_workspace)
-        except CudnnError as e:
-            return [], [Skipped(mb, None, None, f"{e.call}: {e.status_name}")]
-        measured: list[Measurement] = []
+        results: list[cudnn.PerfResult] = []
         skipped: list[Skipped] = []
+        for desc_math in num.allowed_math_types(settings.numerics, problem.dtype):
+            d = descriptors(problem, desc_math)
+            a, b, out = d.operands(op)
+            try:
+                results += cudnn.find_algorithm_ex(h, op, a, ops.a, b, ops.b, d.conv, out, ops.out,
+                                                   2 * cudnn.get_algorithm_max_count(h, op), workspace,
+                                                   settings.max_workspace)
+            except CudnnError as e:
+                skipped.append(Skipped(mb, None, desc_math, f"{e.call}: {e.status_name}"))
+        allowed = set(num.allowed_math_types(settings.numerics, problem.dtype))
+        measured: list[Measurement] = []
         seen: set[tuple[int, str]] = set()
         for r in results:
             key = (r.algo, r.math_type)
             if key in seen:
                 continue
             seen.add(key)
+            if r.math_type not in allowed:
+                continue  # another numerics mode's configuration: not ours to record
             if r.status != 0:
                 skipped.append(Skipped(mb, r.algo, r.math_type, r.status_name))
                 continue
-            if r.math_type not in allowed:
-                continue  # another numerics mode's configuration: not ours to record
             if det_only and not r.deterministic:
                 skipped.append(Skipped(mb, r.algo, r.math_type, "non-deterministic"))
                 continue
