@@ -34,6 +34,7 @@ from .models import PlanRequest
 
 log = logging.getLogger("ucudnn.server")
 KEY_VERSION = 1  # bump when the meaning of a key changes: old plans are then simply not found
+RAW_BODY_MAX = 2048  # request bodies remembered verbatim (table_id requests; inline tables are larger)
 
 
 class UnknownId(InputError):
@@ -47,6 +48,7 @@ class PlanService:
         self.cache_size = cache_size
         self._cache: OrderedDict[str, bytes] = OrderedDict()  # plan id -> response body
         self._inflight: dict[str, asyncio.Future[bytes]] = {}
+        self._raw: OrderedDict[bytes, str] = OrderedDict()  # exact request body -> plan id
         self.pool = ThreadPoolExecutor(solver_threads, thread_name_prefix="ucudnn-plan")
 
     # -- the request ----------------------------------------------------------------
@@ -74,7 +76,21 @@ class PlanService:
         return {"service": KEY_VERSION, "table_id": table_id, "policy": req.policy, "batch_policy": batch_policy,
                 **sizes}
 
-    async def plan(self, req: PlanRequest) -> bytes:
+    def cached_for_body(self, raw: bytes) -> bytes | None:
+        """The answer to a request with exactly these body bytes, if it was answered before and is in memory.
+
+        Safe because a body's meaning never changes (the key is a pure function of it); only
+        ``table_id`` requests are remembered, so this never skips an inline table's write check.
+        """
+        pid = self._raw.get(raw)
+        if pid is None:
+            return None
+        body = self._cache_get(pid)
+        if body is not None:
+            self.metrics.plan_hits.labels("memory").inc()
+        return body
+
+    async def plan(self, req: PlanRequest, raw: bytes | None = None) -> bytes:
         """The response body for ``req``: from memory, the store, a running identical solve, or a new solve."""
         if (req.table is None) == (req.table_id is None):
             raise InputError("give exactly one of table_id (a stored table) and table (an inline table)", "table_id")
@@ -88,6 +104,10 @@ class PlanService:
             table_id = req.table_id
         key = self.key(req, table_id)
         pid = key_id(key)
+        if raw is not None and req.table is None and len(raw) <= RAW_BODY_MAX:
+            self._raw[raw] = pid
+            while len(self._raw) > self.cache_size:
+                self._raw.popitem(last=False)
         body = self._cache_get(pid)
         if body is not None:
             self.metrics.plan_hits.labels("memory").inc()

@@ -12,7 +12,7 @@ router = APIRouter(tags=["operations"])
 
 
 @router.get("/healthz", response_model=Health)
-def healthz(state: ServiceState = Depends(get_state)) -> Health:
+async def healthz(state: ServiceState = Depends(get_state)) -> Health:
     """Liveness plus what this server is: version, store dialect, whether benchmark jobs can run."""
     return Health(status="ok", version=__version__, store=state.store.engine.dialect.name, gpu=state.jobs.gpu_checked)
 
