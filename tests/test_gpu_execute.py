@@ -183,6 +183,7 @@ def test_api_plans_once_then_serves_from_the_cache(tmp_path, monkeypatch):
 
     monkeypatch.setenv("UCUDNN_DATABASE", str(tmp_path / "db.sqlite"))
     monkeypatch.setattr(api, "_store", None)
+    monkeypatch.setattr(api, "_store_failed", False)
     monkeypatch.setattr(api, "_executors", {})
     x = cp.random.default_rng(0).standard_normal((24, 8, 16, 16), dtype="float32")
     w = cp.random.default_rng(1).standard_normal((16, 8, 3, 3), dtype="float32")
@@ -200,3 +201,30 @@ def test_api_plans_once_then_serves_from_the_cache(tmp_path, monkeypatch):
     monkeypatch.setattr(api, "benchmark", lambda *a, **k: pytest.fail("benchmarked again"))
     y2 = ucudnn.conv2d_forward(x, w, padding=1, workspace_limit="1MiB", batch_policy="powerOfTwo")
     assert rel_err(y2.get(), y.get()) < 1e-6
+
+
+def test_network_plan_runs_every_kernel_in_its_own_arena_segment():
+    """WD: one arena, each kernel in its segment; results equal undivided cuDNN."""
+    import cupy as cp
+
+    from ucudnn.execute import NetworkExecutor
+    from ucudnn.measure import benchmark
+    from ucudnn.planner import plan
+    from ucudnn.problem import KernelSpec
+
+    problems = [ConvProblem(64, 16, 24, 24, 32, 3, 3, pad=(1, 1)), ConvProblem(64, 32, 12, 12, 32, 5, 5, pad=(2, 2))]
+    specs = [KernelSpec(f"l{i}/{op}", op, p) for i, p in enumerate(problems)
+             for op in ("forward", "backward_data", "backward_filter")]
+    table = benchmark(specs, "powerOfTwo", "strict", repeat=1)
+    wd = plan(table, "wd", total_workspace="8MiB", batch_policy="powerOfTwo")
+    assert wd.workspace_bytes <= 8 << 20
+    net = NetworkExecutor(wd)
+    segs = sorted(net.segments.values())
+    assert all(a[0] + a[1] <= b[0] for a, b in zip(segs, segs[1:])), "segments must not overlap"
+    for spec in specs:
+        x, w, dy = _tensors(spec.problem, seed=11)
+        a, b = {"forward": (x, w), "backward_data": (w, dy), "backward_filter": (x, dy)}[spec.op]
+        shape = {"forward": dy.shape, "backward_data": x.shape, "backward_filter": w.shape}[spec.op]
+        out = net(spec.name, a, b, cp.full(shape, cp.nan, dtype=x.dtype))
+        ref = _undivided(spec.problem, spec.op, a, b, cp.empty(shape, dtype=x.dtype))
+        assert rel_err(out.get(), ref.get()) < TOL["float32"], spec.name

@@ -13,6 +13,7 @@ processes skip straight to execution.
 from __future__ import annotations
 
 import threading
+import warnings
 from typing import Any
 
 from . import config, cudnn, numerics as num
@@ -30,15 +31,19 @@ from . import wr
 _lock = threading.Lock()
 _executors: dict[tuple, Executor] = {}
 _store: Store | None = None
+_store_failed = False
 
 
 def _get_store() -> Store | None:
-    global _store
-    if _store is None:
+    """The on-disk plan cache, or None (with a warning, once) if it cannot be opened."""
+    global _store, _store_failed
+    if _store is None and not _store_failed:
         try:
             _store = Store()
-        except Exception:  # an unwritable cache directory must not stop a convolution
-            return None
+        except Exception as e:  # noqa: BLE001 - an unusable cache must not stop a convolution
+            _store_failed = True
+            warnings.warn(f"ucudnn: plan cache unavailable ({e}); plans will be benchmarked in every process",
+                          RuntimeWarning, stacklevel=3)
     return _store
 
 

@@ -16,7 +16,7 @@ from typing import Any
 from . import cudnn
 from .errors import InputError, UcudnnError
 from .gpu import cupy, cupy_dtype, descriptors, handle
-from .plan import KernelPlan
+from .plan import KernelPlan, Plan
 from .sources import registry
 from .sources.base import Operands
 
@@ -53,8 +53,12 @@ class Executor:
         self.workspace_bytes = max((s.workspace_bytes for s in self.steps), default=0)
 
     def __call__(self, a: Any, b: Any, out: Any, *, alpha: float = 1.0, beta: float = 0.0,
-                 workspace: Any = None) -> Any:
-        """Run the plan: ``out = alpha * op(a, b) + beta * out`` with operands in cuDNN's order (see ROLES)."""
+                 workspace: Any = None, workspace_bytes: int | None = None) -> Any:
+        """Run the plan: ``out = alpha * op(a, b) + beta * out`` with operands in cuDNN's order (see ROLES).
+
+        ``workspace``: a CuPy array or MemoryPointer (default: allocated from CuPy's pool).
+        ``workspace_bytes``: how much of it this kernel may use (an arena segment), default all of it.
+        """
         p, op = self.plan.problem, self.plan.op
         shapes = {"x": p.x_shape(), "w": p.w_shape(), "y": p.y_shape()}
         dt = cupy_dtype(p.dtype)
@@ -66,7 +70,7 @@ class Executor:
                 raise InputError(f"{role} has dtype {arr.dtype}, the plan expects {p.dtype}", role)
             if not arr.flags.c_contiguous:
                 raise InputError(f"{role} must be C-contiguous ({p.layout})", role)
-        ws_ptr, ws_size = self._workspace(workspace)
+        ws_ptr, ws_size = self._workspace(workspace, workspace_bytes)
         per_sample = {r: math.prod(shapes[r][1:]) * dt.itemsize for r in ("x", "y")}
         ptr = {id(a): a.data.ptr, id(b): b.data.ptr, id(out): out.data.ptr}
         for i, s in enumerate(self.steps):
@@ -80,15 +84,51 @@ class Executor:
             src.run(op, p.with_batch(s.micro_batch), s.config, ops, ws_ptr, ws_size, alpha, step_beta)
         return out
 
-    def _workspace(self, workspace: Any) -> tuple[int, int]:
+    def _workspace(self, workspace: Any, limit: int | None) -> tuple[int, int]:
         if self.workspace_bytes == 0:
             return 0, 0
         if workspace is None:
-            cp = cupy()
-            self._own = cp.cuda.alloc(self.workspace_bytes)
+            self._own = cupy().cuda.alloc(self.workspace_bytes)  # CuPy's pool makes repeated calls cheap
             return self._own.ptr, self.workspace_bytes
-        size = workspace.nbytes if hasattr(workspace, "nbytes") else workspace.mem.size - (workspace.ptr - workspace.mem.ptr)
+        if hasattr(workspace, "data"):  # an array
+            ptr, size = workspace.data.ptr, workspace.nbytes
+        else:  # a MemoryPointer, possibly into the middle of an allocation
+            ptr, size = workspace.ptr, workspace.mem.size - (workspace.ptr - workspace.mem.ptr)
+        if limit is not None:
+            size = min(size, limit)
         if size < self.workspace_bytes:
-            raise UcudnnError(f"workspace of {size} bytes is smaller than the plan needs ({self.workspace_bytes})")
-        ptr = workspace.data.ptr if hasattr(workspace, "data") else workspace.ptr
+            raise UcudnnError(f"kernel {self.plan.name!r}: its workspace segment has {size} bytes, "
+                              f"cuDNN needs {self.workspace_bytes} for this plan")
         return ptr, size
+
+
+class NetworkExecutor:
+    """A whole-network plan (WD) with its workspace arena: one allocation, one segment per kernel.
+
+    Segments are laid end to end (``ucudnn.arena``), so kernels on different
+    streams never share workspace; sequential kernels simply use their own slice.
+    """
+
+    def __init__(self, plan: Plan):
+        from .arena import align_up
+
+        self.plan = plan
+        self.executors = {k.name: Executor(k) for k in plan.kernels}
+        offsets = [k.offset for k in plan.kernels]
+        if any(o is None for o in offsets):
+            from .arena import assign_offsets
+
+            offsets = assign_offsets([e.workspace_bytes for e in self.executors.values()])
+        self.segments = {k.name: (off, align_up(ex.workspace_bytes))
+                         for k, off, ex in zip(plan.kernels, offsets, self.executors.values())}
+        self.arena_bytes = max((o + s for o, s in self.segments.values()), default=0)
+        self.arena = cupy().cuda.alloc(max(self.arena_bytes, 1))
+
+    def __call__(self, kernel: str, a: Any, b: Any, out: Any, *, alpha: float = 1.0, beta: float = 0.0) -> Any:
+        """Run one kernel of the network plan in its arena segment, on CuPy's current stream."""
+        try:
+            ex = self.executors[kernel]
+        except KeyError:
+            raise InputError(f"no kernel {kernel!r} in this plan", "kernel") from None
+        off, size = self.segments[kernel]
+        return ex(a, b, out, alpha=alpha, beta=beta, workspace=self.arena + off, workspace_bytes=size)
