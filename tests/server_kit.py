@@ -16,11 +16,14 @@ import time
 import uuid
 from typing import Any, Iterator
 
+import httpx
 import pytest
 
 from ucudnn.table import FORMAT
 
 POSTGRES_URL = os.environ.get("UCUDNN_TEST_POSTGRES_URL")
+# One shared client: httpx.get/post build a client (and an SSL context) per call, ~50 ms each on a busy 2-core CI.
+WEB = httpx.Client(timeout=60)
 STORES = ["sqlite", pytest.param("postgres", marks=pytest.mark.skipif(
     not POSTGRES_URL, reason="UCUDNN_TEST_POSTGRES_URL is unset (.ci/run starts PostgreSQL and sets it)"))]
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from server_kit import ServerThread, make_server, server, store_url, synthetic_table  # noqa: F401 (fixtures)
+from server_kit import make_server, server, store_url, synthetic_table  # noqa: F401 (fixtures)
 from ucudnn.client import PlanClient, ServiceError, from_env
 from ucudnn.errors import GpuUnavailable, InfeasibleError, InputError
 from ucudnn.plan import Plan

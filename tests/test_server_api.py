@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from server_kit import http, make_server, server, store_url, synthetic_table  # noqa: F401 (fixtures)
+from server_kit import WEB, http, make_server, server, store_url, synthetic_table  # noqa: F401 (fixtures)
 from ucudnn import wr
 from ucudnn.planner import plan as local_plan
 from ucudnn.table import BenchmarkTable
@@ -115,11 +115,11 @@ def test_plans_survive_a_new_app_on_the_same_store(make_server, store_url):
     first = make_server()
     import httpx
 
-    tid = httpx.post(f"{first.url}/v1/tables", json=synthetic_table()).json()["id"]
-    plan = httpx.post(f"{first.url}/v1/plans", json={"table_id": tid, "workspace_limit": "16MiB"}).json()
+    tid = WEB.post(f"{first.url}/v1/tables", json=synthetic_table()).json()["id"]
+    plan = WEB.post(f"{first.url}/v1/plans", json={"table_id": tid, "workspace_limit": "16MiB"}).json()
     second = make_server()
-    assert httpx.get(f"{second.url}/v1/plans/{plan['id']}").json() == plan
-    again = httpx.post(f"{second.url}/v1/plans", json={"table_id": tid, "workspace_limit": "16MiB"})
+    assert WEB.get(f"{second.url}/v1/plans/{plan['id']}").json() == plan
+    again = WEB.post(f"{second.url}/v1/plans", json={"table_id": tid, "workspace_limit": "16MiB"})
     assert again.json() == plan
     assert _metric(httpx.Client(base_url=second.url), "ucudnn_plan_cache_misses_total", policy="wr") == 0
 

@@ -1,10 +1,9 @@
 """With UCUDNN_API_TOKEN set, writes need 'Authorization: Bearer <token>'; reads stay open."""
 from __future__ import annotations
 
-import httpx
 import pytest
 
-from server_kit import ServerThread, synthetic_table
+from server_kit import WEB, ServerThread, synthetic_table
 
 TOKEN = "s3cret-token"
 GOOD = {"Authorization": f"Bearer {TOKEN}"}
@@ -32,39 +31,43 @@ def serve(tmp_path, monkeypatch):
 @pytest.mark.parametrize("headers", BAD_HEADERS)
 def test_writes_without_the_right_token_are_401_and_store_nothing(serve, headers):
     url = serve()
-    r = httpx.post(f"{url}/v1/tables", json=synthetic_table(), headers=headers)
+    r = WEB.post(f"{url}/v1/tables", json=synthetic_table(), headers=headers)
     assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer"
     assert r.json()["field"] == "Authorization"
-    assert httpx.post(f"{url}/v1/jobs", json={"problems": [{"n": 1, "c": 1, "h": 3, "w": 3, "k": 1, "r": 3, "s": 3}]},
+    assert WEB.post(f"{url}/v1/jobs", json={"problems": [{"n": 1, "c": 1, "h": 3, "w": 3, "k": 1, "r": 3, "s": 3}]},
                       headers=headers).status_code == 401
-    assert httpx.post(f"{url}/v1/plans", json={"table": synthetic_table(), "workspace_limit": "1MiB"},
+    assert WEB.post(f"{url}/v1/plans", json={"table": synthetic_table(), "workspace_limit": "1MiB"},
                       headers=headers).status_code == 401
-    assert httpx.get(f"{url}/v1/tables").json() == []
+    bench = {"name": "f", "op": "forward", "problem": {"n": 1, "c": 1, "h": 3, "w": 3, "k": 1, "r": 3, "s": 3},
+             "measurements": []}
+    assert WEB.post(f"{url}/v1/kernel-benches", json={"key": {"device": "d", "cudnn_version": 1}, "bench": bench},
+                      headers=headers).status_code == 401
+    assert WEB.get(f"{url}/v1/tables").json() == []
 
 
 def test_writes_with_the_token_succeed_and_reads_need_none(serve):
     url = serve()
-    tid = httpx.post(f"{url}/v1/tables", json=synthetic_table(), headers=GOOD).json()["id"]
-    plan = httpx.post(f"{url}/v1/plans", json={"table_id": tid, "workspace_limit": "8MiB"}, headers=GOOD)
+    tid = WEB.post(f"{url}/v1/tables", json=synthetic_table(), headers=GOOD).json()["id"]
+    plan = WEB.post(f"{url}/v1/plans", json={"table_id": tid, "workspace_limit": "8MiB"}, headers=GOOD)
     assert plan.status_code == 200
-    assert httpx.get(f"{url}/v1/tables").status_code == 200
-    assert httpx.get(f"{url}/v1/plans/{plan.json()['id']}").status_code == 200
-    assert httpx.get(f"{url}/healthz").status_code == 200
+    assert WEB.get(f"{url}/v1/tables").status_code == 200
+    assert WEB.get(f"{url}/v1/plans/{plan.json()['id']}").status_code == 200
+    assert WEB.get(f"{url}/healthz").status_code == 200
 
 
 def test_plans_need_the_token_by_default(serve):
     url = serve()
-    tid = httpx.post(f"{url}/v1/tables", json=synthetic_table(), headers=GOOD).json()["id"]
-    assert httpx.post(f"{url}/v1/plans", json={"table_id": tid, "workspace_limit": "8MiB"}).status_code == 401
+    tid = WEB.post(f"{url}/v1/tables", json=synthetic_table(), headers=GOOD).json()["id"]
+    assert WEB.post(f"{url}/v1/plans", json={"table_id": tid, "workspace_limit": "8MiB"}).status_code == 401
 
 
 def test_open_plans_let_anyone_plan_stored_tables_but_not_store_inline_ones(serve):
     url = serve(open_plans=True)
-    tid = httpx.post(f"{url}/v1/tables", json=synthetic_table(), headers=GOOD).json()["id"]
-    assert httpx.post(f"{url}/v1/plans", json={"table_id": tid, "workspace_limit": "8MiB"}).status_code == 200
-    inline = httpx.post(f"{url}/v1/plans", json={"table": synthetic_table(seed=1), "workspace_limit": "8MiB"})
+    tid = WEB.post(f"{url}/v1/tables", json=synthetic_table(), headers=GOOD).json()["id"]
+    assert WEB.post(f"{url}/v1/plans", json={"table_id": tid, "workspace_limit": "8MiB"}).status_code == 200
+    inline = WEB.post(f"{url}/v1/plans", json={"table": synthetic_table(seed=1), "workspace_limit": "8MiB"})
     assert inline.status_code == 401
-    assert [t["id"] for t in httpx.get(f"{url}/v1/tables").json()] == [tid]
+    assert [t["id"] for t in WEB.get(f"{url}/v1/tables").json()] == [tid]
 
 
 def test_the_token_is_compared_in_constant_time():
@@ -76,5 +79,5 @@ def test_the_token_is_compared_in_constant_time():
 
 
 def test_the_openapi_document_declares_bearer_auth(serve):
-    schema = httpx.get(f"{serve()}/openapi.json").json()
+    schema = WEB.get(f"{serve()}/openapi.json").json()
     assert schema["components"]["securitySchemes"]["bearer"]["scheme"].lower() == "bearer"

@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 
-from server_kit import make_server, server, store_url, synthetic_table  # noqa: F401 (fixtures)
+from server_kit import WEB, make_server, server, store_url, synthetic_table  # noqa: F401 (fixtures)
 from ucudnn.store import Store
 from ucudnn.table import BenchmarkTable
 
@@ -33,11 +33,11 @@ def test_many_writers_lose_nothing_and_duplicate_nothing(server, store_url):
 
 
 def test_concurrent_plan_requests_for_many_keys_store_each_plan_once(server, store_url):
-    tid = httpx.post(f"{server.url}/v1/tables", json=synthetic_table()).json()["id"]
+    tid = WEB.post(f"{server.url}/v1/tables", json=synthetic_table()).json()["id"]
     limits = [f"{m}MiB" for m in (1, 2, 4, 8, 16, 32, 64, 128)]
 
     def ask(i):
-        return httpx.post(f"{server.url}/v1/plans", json={"table_id": tid, "workspace_limit": limits[i % 8]},
+        return WEB.post(f"{server.url}/v1/plans", json={"table_id": tid, "workspace_limit": limits[i % 8]},
                           timeout=60)
 
     with ThreadPoolExecutor(WRITERS) as pool:
@@ -59,13 +59,13 @@ def test_identical_concurrent_requests_compute_once(server, monkeypatch):
         return real(*a, **k)
 
     monkeypatch.setattr(planning, "make_plan", slow_counting_plan)
-    tid = httpx.post(f"{server.url}/v1/tables", json=synthetic_table()).json()["id"]
+    tid = WEB.post(f"{server.url}/v1/tables", json=synthetic_table()).json()["id"]
     body = {"table_id": tid, "policy": "wr", "workspace_limit": "8MiB"}
     barrier = threading.Barrier(20)
 
     def ask(_):
         barrier.wait(10)
-        return httpx.post(f"{server.url}/v1/plans", json=body, timeout=60)
+        return WEB.post(f"{server.url}/v1/plans", json=body, timeout=60)
 
     with ThreadPoolExecutor(20) as pool:
         answers = list(pool.map(ask, range(20)))

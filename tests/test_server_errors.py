@@ -167,8 +167,6 @@ def test_bad_table_queries_name_the_parameter(http, params, field):
 
 
 def test_bodies_over_the_limit_are_413(tmp_path):
-    import httpx
-
     from ucudnn.server.app import create_app
 
     with ServerThread(create_app(f"sqlite:///{tmp_path / 's.sqlite'}", api_token=None, max_body_bytes=64 << 10)) as srv:

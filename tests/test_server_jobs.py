@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import threading
 
-import httpx
 import pytest
 
-from server_kit import ServerThread, make_server, store_url, wait_until  # noqa: F401 (fixtures)
+from server_kit import WEB, ServerThread, make_server, store_url, wait_until  # noqa: F401 (fixtures)
 from ucudnn.problem import ConvProblem
 from ucudnn.table import BenchmarkTable, KernelBench, Measurement
 
@@ -40,7 +39,7 @@ class FakeBenchmark:
 
 def test_without_a_gpu_jobs_answer_503_with_the_reason(make_server):
     srv = make_server(gpu_reason=lambda: "no CUDA device is visible")
-    r = httpx.post(f"{srv.url}/v1/jobs", json={"problems": [CONV]})
+    r = WEB.post(f"{srv.url}/v1/jobs", json={"problems": [CONV]})
     assert r.status_code == 503
     assert "no CUDA device is visible" in r.json()["detail"]
 
@@ -51,9 +50,9 @@ def test_on_this_host_the_real_gpu_check_decides(make_server):
     if gpu_available():
         pytest.skip("this host has a GPU")
     srv = make_server(gpu_reason=None)  # the real ucudnn.gpu check
-    r = httpx.post(f"{srv.url}/v1/jobs", json={"problems": [CONV]})
+    r = WEB.post(f"{srv.url}/v1/jobs", json={"problems": [CONV]})
     assert r.status_code == 503 and r.json()["detail"]
-    assert httpx.get(f"{srv.url}/healthz").json()["gpu"] is False
+    assert WEB.get(f"{srv.url}/healthz").json()["gpu"] is False
 
 
 def test_a_job_reports_progress_and_lands_as_a_table(make_server):
@@ -61,34 +60,34 @@ def test_a_job_reports_progress_and_lands_as_a_table(make_server):
     bench.gate.clear()
     srv = make_server(benchmark=bench, gpu_reason=lambda: None)
     problems = [dict(CONV, name="a"), dict(CONV, name="b"), dict(CONV, name="c", k=64)]  # a and b: same conv
-    r = httpx.post(f"{srv.url}/v1/jobs", json={"problems": problems, "ops": ["forward", "backward_data"]})
+    r = WEB.post(f"{srv.url}/v1/jobs", json={"problems": problems, "ops": ["forward", "backward_data"]})
     assert r.status_code == 202, r.text
     job = r.json()
     assert job["status"] in ("queued", "running") and job["total"] == 4 and job["progress"] == 0
     bench.gate.set()
-    assert wait_until(lambda: httpx.get(f"{srv.url}/v1/jobs/{job['id']}").json()["status"] == "done")
-    done = httpx.get(f"{srv.url}/v1/jobs/{job['id']}").json()
+    assert wait_until(lambda: WEB.get(f"{srv.url}/v1/jobs/{job['id']}").json()["status"] == "done")
+    done = WEB.get(f"{srv.url}/v1/jobs/{job['id']}").json()
     assert done["progress"] == 1.0 and done["done"] == 4
     assert len(bench.calls) == 4  # repeated problems are measured once
-    table = BenchmarkTable.from_dict(httpx.get(f"{srv.url}/v1/tables/{done['table_id']}").json())
+    table = BenchmarkTable.from_dict(WEB.get(f"{srv.url}/v1/tables/{done['table_id']}").json())
     assert [k.name for k in table.kernels] == ["a/forward", "a/backward_data", "b/forward", "b/backward_data",
                                                "c/forward", "c/backward_data"]
     assert table.kernels[0].problem == ConvProblem.from_dict(CONV)
-    plan = httpx.post(f"{srv.url}/v1/plans", json={"table_id": done["table_id"], "workspace_limit": "1MiB"})
+    plan = WEB.post(f"{srv.url}/v1/plans", json={"table_id": done["table_id"], "workspace_limit": "1MiB"})
     assert plan.status_code == 200
 
 
 def test_a_failing_benchmark_fails_the_job_with_its_message(make_server):
     srv = make_server(benchmark=FakeBenchmark(fail=True), gpu_reason=lambda: None)
-    job = httpx.post(f"{srv.url}/v1/jobs", json={"problems": [CONV]}).json()
-    assert wait_until(lambda: httpx.get(f"{srv.url}/v1/jobs/{job['id']}").json()["status"] == "failed")
-    assert "simulated" in httpx.get(f"{srv.url}/v1/jobs/{job['id']}").json()["message"]
-    assert httpx.get(f"{srv.url}/healthz").status_code == 200
+    job = WEB.post(f"{srv.url}/v1/jobs", json={"problems": [CONV]}).json()
+    assert wait_until(lambda: WEB.get(f"{srv.url}/v1/jobs/{job['id']}").json()["status"] == "failed")
+    assert "simulated" in WEB.get(f"{srv.url}/v1/jobs/{job['id']}").json()["message"]
+    assert WEB.get(f"{srv.url}/healthz").status_code == 200
 
 
 def test_duplicate_problem_names_are_refused(make_server):
     srv = make_server(benchmark=FakeBenchmark(), gpu_reason=lambda: None)
-    r = httpx.post(f"{srv.url}/v1/jobs", json={"problems": [dict(CONV, name="x"), dict(CONV, name="x")]})
+    r = WEB.post(f"{srv.url}/v1/jobs", json={"problems": [dict(CONV, name="x"), dict(CONV, name="x")]})
     assert r.status_code == 422 and r.json()["field"] == "problems[1].name"
 
 
@@ -99,8 +98,8 @@ def test_a_job_interrupted_by_a_restart_is_reported_failed(tmp_path):
     bench = FakeBenchmark()
     bench.gate.clear()
     with ServerThread(create_app(url, api_token=None, benchmark=bench, gpu_reason=lambda: None)) as srv:
-        job = httpx.post(f"{srv.url}/v1/jobs", json={"problems": [CONV]}).json()
+        job = WEB.post(f"{srv.url}/v1/jobs", json={"problems": [CONV]}).json()
     with ServerThread(create_app(url, api_token=None, gpu_reason=lambda: None)) as srv:
-        status = httpx.get(f"{srv.url}/v1/jobs/{job['id']}").json()
+        status = WEB.get(f"{srv.url}/v1/jobs/{job['id']}").json()
     bench.gate.set()
     assert status["status"] == "failed" and "restarted" in status["message"]

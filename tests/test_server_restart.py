@@ -9,7 +9,7 @@ import sys
 import httpx
 import pytest
 
-from server_kit import free_port, store_url, synthetic_table, wait_until  # noqa: F401 (fixture)
+from server_kit import WEB, free_port, store_url, synthetic_table, wait_until  # noqa: F401 (fixture)
 
 
 def _serve(store: str, port: int, env: dict[str, str]) -> subprocess.Popen:
@@ -21,7 +21,7 @@ def _serve(store: str, port: int, env: dict[str, str]) -> subprocess.Popen:
         if proc.poll() is not None:
             return True
         try:
-            return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200
+            return WEB.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200
         except httpx.HTTPError:
             return False
 
@@ -46,20 +46,20 @@ def test_plans_survive_a_server_restart(store_url, monkeypatch):
     url = f"http://127.0.0.1:{port}"
     proc = _serve(store_url, port, env)
     try:
-        tid = httpx.post(f"{url}/v1/tables", json=synthetic_table()).json()["id"]
-        wr = httpx.post(f"{url}/v1/plans", json={"table_id": tid, "policy": "wr", "workspace_limit": "16MiB"}).json()
-        wd = httpx.post(f"{url}/v1/plans", json={"table_id": tid, "policy": "wd", "total_workspace": "64MiB"}).json()
+        tid = WEB.post(f"{url}/v1/tables", json=synthetic_table()).json()["id"]
+        wr = WEB.post(f"{url}/v1/plans", json={"table_id": tid, "policy": "wr", "workspace_limit": "16MiB"}).json()
+        wd = WEB.post(f"{url}/v1/plans", json={"table_id": tid, "policy": "wd", "total_workspace": "64MiB"}).json()
     finally:
         _stop(proc)
     assert proc.returncode in (0, -signal.SIGTERM)  # uvicorn re-raises SIGTERM after a graceful shutdown
     proc = _serve(store_url, port, env)
     try:
-        assert httpx.get(f"{url}/v1/plans/{wr['id']}").json() == wr
-        assert httpx.get(f"{url}/v1/plans/{wd['id']}").json() == wd
-        assert [t["id"] for t in httpx.get(f"{url}/v1/tables").json()] == [tid]
-        again = httpx.post(f"{url}/v1/plans", json={"table_id": tid, "policy": "wr", "workspace_limit": "16MiB"})
+        assert WEB.get(f"{url}/v1/plans/{wr['id']}").json() == wr
+        assert WEB.get(f"{url}/v1/plans/{wd['id']}").json() == wd
+        assert [t["id"] for t in WEB.get(f"{url}/v1/tables").json()] == [tid]
+        again = WEB.post(f"{url}/v1/plans", json={"table_id": tid, "policy": "wr", "workspace_limit": "16MiB"})
         assert again.json() == wr
-        metrics = httpx.get(f"{url}/metrics").text
+        metrics = WEB.get(f"{url}/metrics").text
         assert 'ucudnn_plan_cache_hits_total{layer="store"} 2.0' in metrics  # the two GETs
         assert "ucudnn_plan_cache_misses_total{" not in metrics  # nothing solved after the restart
     finally:
