@@ -17,7 +17,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Iterable
 
-from .errors import TableError
+from .errors import InputError, TableError
 from .problem import ConvProblem
 from .schemas import validate
 
@@ -131,7 +131,10 @@ class BenchmarkTable:
             if kd["name"] in names:
                 raise TableError(f"duplicate kernel name {kd['name']!r}", f"{where}.name")
             names.add(kd["name"])
-            problem = ConvProblem.from_dict(kd["problem"], f"{where}.problem")
+            try:
+                problem = ConvProblem.from_dict(kd["problem"], f"{where}.problem")
+            except InputError as e:
+                raise TableError(str(e).split(": ", 1)[-1], e.field) from None
             ms = []
             for j, md in enumerate(kd["measurements"]):
                 for key in ("time_ms",):
