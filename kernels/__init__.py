@@ -1,4 +1,16 @@
-"""ucudnn.kernels: ucudnn's own CUDA kernels (sources beside this file) and their launchers.
+"""ucudnn.kernels: ucudnn's own memory-bound CUDA kernels (sources beside this file) and their launchers.
 
-Installed as ``ucudnn.kernels``.
+Installed as ``ucudnn.kernels``.  Launchers take and return CuPy arrays and
+compile their kernels at first use (NVRTC, cached); importing this package
+needs no GPU and does not import CuPy.
+
+- :func:`transform_layout` -- NCHW / CHWN / NHWC, any pair (layout.py, layout.cu)
+- :func:`softmax_forward`, :func:`softmax_backward` -- fused, along any axis (softmax.py, softmax.cu)
+- :func:`pool2d_forward`, :func:`pool2d_backward` -- max / average, NCHW and CHWN, auto-tuned
+  thread coarsening (pooling.py, pooling.cu, autotune.py)
 """
+from .layout import transform_layout
+from .pooling import pool2d_backward, pool2d_forward
+from .softmax import softmax_backward, softmax_forward
+
+__all__ = ["transform_layout", "softmax_forward", "softmax_backward", "pool2d_forward", "pool2d_backward"]

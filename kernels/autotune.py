@@ -1,0 +1,109 @@
+"""Hill-climbing auto-tuner for thread coarsening, with its choice cached per shape and device.
+
+Seed 000 (V.A): "with an initial factor ..., the expansion factor continues to
+increase linearly if the performance improves; otherwise it stops, as further
+expansion leads to high register pressure".  :func:`hill_climb` does that in
+both output directions at once (coordinate steps of +1 from the start while
+the time drops) and measures each candidate once; it knows nothing of GPUs,
+so the CPU tests drive it with synthetic cost functions.
+
+Choices persist in a small JSON file beside ucudnn's cache database
+(``UCUDNN_DATABASE``'s folder, ``kernel_tuning.json``), keyed by device
+(name and compute capability) and by the kernel's full shape key; a later
+process on the same device reuses them without measuring.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import threading
+from pathlib import Path
+from typing import Callable, Iterable
+
+FORMAT = "ucudnn-kernel-tuning/1"
+_lock = threading.Lock()
+_memory: dict[tuple[str, str], dict] = {}
+
+
+def hill_climb(measure: Callable[[tuple[int, ...]], float], start: tuple[int, ...],
+               limits: Iterable[tuple[int, int]]) -> tuple[tuple[int, ...], dict[tuple[int, ...], float]]:
+    """The coarsening factors a hill climb from ``start`` settles on, and every time it measured.
+
+    ``measure(factors)`` returns a time (lower is better; ``inf`` marks a
+    candidate that cannot run).  From the current point, each direction is
+    stepped by +1 within ``limits`` (inclusive ``(lo, hi)`` per direction);
+    the best improving step is taken; the climb stops when no step improves.
+    """
+    limits = list(limits)
+    times: dict[tuple[int, ...], float] = {}
+
+    def timed(f: tuple[int, ...]) -> float:
+        if f not in times:
+            times[f] = float(measure(f))
+        return times[f]
+
+    current = tuple(start)
+    for f, (lo, hi) in zip(current, limits):
+        if not lo <= f <= hi:
+            raise ValueError(f"start {start} outside limits {limits}")
+    best = timed(current)
+    while True:
+        steps = [current[:i] + (current[i] + 1,) + current[i + 1:] for i in range(len(current))
+                 if current[i] + 1 <= limits[i][1]]
+        scored = [(timed(s), s) for s in steps]
+        if not scored or min(scored)[0] >= best:
+            return current, times
+        best, current = min(scored)
+
+
+def cache_path() -> Path:
+    """``kernel_tuning.json`` beside ucudnn's cache database (honours ``UCUDNN_DATABASE``)."""
+    from ucudnn.config import database_path
+
+    return database_path().parent / "kernel_tuning.json"
+
+
+def _read(path: Path) -> dict:
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {"format": FORMAT, "devices": {}}
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT or not isinstance(doc.get("devices"), dict):
+        return {"format": FORMAT, "devices": {}}  # another format: start afresh rather than fail
+    return doc
+
+
+def lookup(device: str, key: str) -> dict | None:
+    """The cached choice ``{"choice": [...], "time_ms": ..., "trials": {...}}`` or ``None``."""
+    entry = _memory.get((device, key))
+    if entry is None:
+        entry = _read(cache_path()).get("devices", {}).get(device, {}).get(key)
+        if entry is not None:
+            _memory[(device, key)] = entry
+    return entry
+
+
+def record(device: str, key: str, choice: tuple[int, ...], times: dict[tuple[int, ...], float]) -> dict:
+    """Remember ``choice`` for ``key`` on ``device`` in memory and in the JSON file (atomic replace)."""
+    finite = {",".join(map(str, f)): round(t, 6) for f, t in sorted(times.items()) if t != float("inf")}
+    entry = {"choice": list(choice), "time_ms": finite.get(",".join(map(str, choice))), "trials": finite}
+    with _lock:
+        _memory[(device, key)] = entry
+        path = cache_path()
+        doc = _read(path)
+        doc["devices"].setdefault(device, {})[key] = entry
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".kernel_tuning.")
+            with os.fdopen(fd, "w") as f:
+                json.dump(doc, f, indent=1, sort_keys=True)
+            os.replace(tmp, path)
+        except OSError:
+            pass  # a read-only cache folder costs a re-tune next process, nothing else
+    return entry
+
+
+def clear_memory() -> None:
+    """Forget in-process choices (tests; the file stays)."""
+    _memory.clear()

@@ -1,0 +1,74 @@
+// Shared device helpers for ucudnn's memory-bound kernels.
+//
+// No standard or CUDA headers on purpose: the same text compiles under NVRTC
+// (CuPy, at run time, where no CUDA include path is guaranteed) and under
+// nvcc (CI).  Half precision is therefore handled as raw 16-bit storage
+// (`half_t`) converted with PTX `cvt`; arithmetic always runs in float32.
+#pragma once
+
+struct __align__(2) half_t {
+    unsigned short bits;
+};
+
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(half_t v) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v.bits));
+    return f;
+}
+
+template <typename T> __device__ __forceinline__ T from_float(float f);
+template <> __device__ __forceinline__ float from_float<float>(float f) { return f; }
+template <> __device__ __forceinline__ half_t from_float<half_t>(float f) {
+    half_t h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h.bits) : "f"(f));
+    return h;
+}
+
+__device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
+
+// One aligned global access of BYTES bytes: the widest load/store the element
+// count allows (16 bytes is one LDG.128 / STG.128).
+template <int BYTES> struct RawWord;
+template <> struct RawWord<16> { typedef uint4 type; };
+template <> struct RawWord<8> { typedef uint2 type; };
+template <> struct RawWord<4> { typedef unsigned int type; };
+template <> struct RawWord<2> { typedef unsigned short type; };
+template <> struct RawWord<1> { typedef unsigned char type; };
+
+// V elements of T moved as one access.  Only ever indexed with compile-time
+// constants (unrolled loops), so it stays in registers.
+template <typename T, int V> struct Pack {
+    typedef typename RawWord<sizeof(T) * V>::type Raw;
+    union {
+        Raw raw;
+        T e[V];
+    };
+    __device__ __forceinline__ void load(const T* p) { raw = *reinterpret_cast<const Raw*>(p); }
+    __device__ __forceinline__ void store(T* p) const { *reinterpret_cast<Raw*>(p) = raw; }
+};
+
+// Streaming load (evict-first): data read once must not push reused data out of L2.
+template <typename T, int V> __device__ __forceinline__ void load_stream(Pack<T, V>& pk, const T* p) {
+    typedef typename Pack<T, V>::Raw Raw;
+    pk.raw = __ldcs(reinterpret_cast<const Raw*>(p));
+}
+
+template <int WIDTH> __device__ __forceinline__ float group_max(float v) {
+#pragma unroll
+    for (int o = WIDTH / 2; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+template <int WIDTH> __device__ __forceinline__ float group_sum(float v) {
+#pragma unroll
+    for (int o = WIDTH / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// exp(x - m) via ex2.  The difference is taken first: x - m is exact when x
+// is near m (Sterbenz), so rows of huge magnitude (1e30) keep full accuracy,
+// which folding m into an FMA would not.  x = -inf gives 0; m = -inf (a row
+// of only -inf) gives NaN, as NumPy does.
+#define UCUDNN_LOG2E 1.4426950408889634f
+__device__ __forceinline__ float exp_shifted(float x, float m) { return exp2f((x - m) * UCUDNN_LOG2E); }

@@ -1,0 +1,225 @@
+"""Layout transformation between NCHW, CHWN and NHWC (any pair) on CuPy arrays.
+
+    y = transform_layout(x, src="NCHW", dst="CHWN")
+
+``x`` has the shape of its layout (NCHW: ``(N, C, H, W)``, CHWN: ``(C, H, W, N)``,
+NHWC: ``(N, H, W, C)``); the result has the shape of ``dst``.  Any dtype of 1, 2,
+4 or 8 bytes works: the kernel moves bits.
+
+How (seed 000, IV.C): H and W are adjacent in every layout, so they merge
+into one spatial dimension S and each pair becomes one transpose
+``x[P][A][M][D] -> y[P][D][M][A]`` (:func:`reduce_pair`), run by one tiled
+kernel (``layout.cu``).  :func:`plan_transpose` (pure Python, no GPU) picks
+the tile, the vector widths and the bank-conflict padding; it is what the CPU
+tests check.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from math import prod
+from typing import Any
+
+from ucudnn.errors import InputError
+
+from . import _compile
+
+LAYOUTS = ("NCHW", "CHWN", "NHWC")
+SOURCE = "layout.cu"
+SMALL = 32  # a dimension under a warp's width is taken whole into a tile
+SMEM_LIMIT = 48 * 1024  # static shared memory per block
+_UINT = {1: "unsigned char", 2: "unsigned short", 4: "unsigned int", 8: "unsigned long long"}
+
+
+@dataclass(frozen=True)
+class Transpose:
+    """``x[P][A][M][D] -> y[P][D][M][A]``: the one operation every layout pair reduces to."""
+
+    p: int
+    a: int
+    m: int
+    d: int
+
+
+def _merged(layout: str) -> str:
+    return layout.replace("HW", "S")
+
+
+def reduce_pair(src: str, dst: str, shape: tuple[int, ...]) -> Transpose | None:
+    """The transpose that turns ``src`` (with ``shape``) into ``dst``; ``None`` when they are the same layout."""
+    _check_layout(src, "src")
+    _check_layout(dst, "dst")
+    if src == dst:
+        return None
+    size = dict(zip(src, shape))
+    size["S"] = size["H"] * size["W"]
+    s, t = _merged(src), _merged(dst)
+    n = len(s)
+    for i in range(n):
+        for j in range(i + 1, n + 1):
+            for k in range(j, n):
+                pp, a, m, d = s[:i], s[i:j], s[j:k], s[k:]
+                if pp + d + m + a == t:
+                    return Transpose(*(prod(size[c] for c in part) for part in (pp, a, m, d)))
+    raise AssertionError(f"no transpose form for {src}->{dst}")  # unreachable for the three layouts
+
+
+def _check_layout(layout: str, field: str) -> None:
+    if layout not in LAYOUTS:
+        raise InputError(f"unknown layout {layout!r}; use one of {', '.join(LAYOUTS)}", field)
+
+
+@dataclass(frozen=True)
+class TilePlan:
+    """One launch of ``layout_transpose``: tile TA x TM x TD, vector widths, padded row SD, threads NT."""
+
+    ta: int
+    tm: int
+    td: int
+    vi: int
+    vo: int
+    sd: int
+    nt: int
+    tiles_a: int
+    tiles_m: int
+    tiles_d: int
+    grid: int
+
+    def name_expr(self, itemsize: int) -> str:
+        t = _UINT[itemsize]
+        return f"layout_transpose<{t},{self.ta},{self.tm},{self.td},{self.vi},{self.vo},{self.sd},{self.nt}>"
+
+
+def _pow2_floor(v: int) -> int:
+    return 1 << (max(1, v).bit_length() - 1)
+
+
+def _pow2_ceil(v: int) -> int:
+    return 1 << (max(1, v) - 1).bit_length()
+
+
+def _vector(extent: int, tile: int, itemsize: int, ptr_align: int) -> int:
+    """Widest vector (<= 16 bytes) that divides the dimension and the tile and keeps every access aligned."""
+    v = 16 // itemsize
+    while v > 1 and (extent % v or tile % v or ptr_align % (v * itemsize)):
+        v //= 2
+    return max(v, 1)
+
+
+def bank_conflicts(ta: int, tm: int, td: int, vi: int, vo: int, sd: int, itemsize: int) -> int:
+    """Shared-memory wavefronts one warp needs for its first read and write of a tile (32 = conflict-free).
+
+    Counts, per element of a vector, the largest number of distinct 4-byte words
+    that the warp's lanes hit in one bank, for the store (x's order) and the
+    load (y's order) phase.
+    """
+    def cost(elements: list[list[int]]) -> int:
+        total = 0
+        for per_lane in zip(*elements):
+            banks: dict[int, set[int]] = {}
+            for off in per_lane:
+                word = off * itemsize // 4
+                banks.setdefault(word % 32, set()).add(word)
+            total += max(len(w) for w in banks.values())
+        return total
+
+    tile = ta * tm * td
+    ins, outs = [], []
+    for lane in range(32):
+        e = lane * vi
+        if e < tile:
+            a, m, d = e // (tm * td), (e // td) % tm, e % td
+            ins.append([(a * tm + m) * sd + d + k for k in range(vi)])
+        e = lane * vo
+        if e < tile:
+            d, m, a = e // (tm * ta), (e // ta) % tm, e % ta
+            outs.append([((a + k) * tm + m) * sd + d for k in range(vo)])
+    return cost(ins) + cost(outs)
+
+
+def _tile(t: Transpose, itemsize: int) -> tuple[int, int, int]:
+    elems = max(1024, 16384 // itemsize)  # 16 KiB of 4-byte data per tile, 8192 half-precision elements
+    elems = min(elems, 8192)
+    if t.a >= SMALL and t.d >= SMALL:
+        return 64, 1, elems // 64
+    if t.a < SMALL and t.d >= SMALL:  # small A (C=3): taken whole; output rows contiguous over (m, a)
+        if t.m == 1:
+            return t.a, 1, max(SMALL, min(_pow2_floor(elems // t.a), _pow2_ceil(t.d)))
+        td = min(64, _pow2_ceil(t.d))
+        return t.a, max(1, min(t.m, elems // (t.a * td))), td
+    if t.d < SMALL and t.a >= SMALL:  # small D: input rows contiguous over (m, d)
+        if t.m == 1:
+            return max(SMALL, min(_pow2_floor(elems // t.d), _pow2_ceil(t.a))), 1, t.d
+        return 64, max(1, min(t.m, elems // (64 * t.d))), t.d
+    return t.a, max(1, min(t.m, elems // (t.a * t.d))), t.d
+
+
+@lru_cache(maxsize=1024)
+def plan_transpose(t: Transpose, itemsize: int, in_align: int = 256, out_align: int = 256,
+                   tile: tuple[int, int, int] | None = None) -> TilePlan:
+    """Tile, vectors, padding and grid for ``t`` on elements of ``itemsize`` bytes.
+
+    ``in_align`` / ``out_align``: the largest power of two dividing the data
+    pointers (CuPy allocations are 256-byte aligned).  ``tile`` (TA, TM, TD)
+    overrides the tile choice (benchmarks compare tiles with it).
+    """
+    if itemsize not in _UINT:
+        raise InputError(f"element size {itemsize} bytes is not supported (1, 2, 4 or 8)", "x.dtype")
+    ta, tm, td = tile if tile is not None else _tile(t, itemsize)
+    vi = _vector(t.d, td, itemsize, in_align)
+    vo = _vector(t.a, ta, itemsize, out_align)
+    tile = ta * tm * td
+    nt = min(256, max(32, _pow2_ceil(-(-tile // max(vi, vo)))))
+    rows = ta * tm
+    candidates = [sd for sd in range(td, td + 33) if rows * sd * itemsize <= SMEM_LIMIT] or [td]
+    sd = min(candidates, key=lambda s: (bank_conflicts(ta, tm, td, vi, vo, s, itemsize), s))
+    tiles_a, tiles_m, tiles_d = -(-t.a // ta), -(-t.m // tm), -(-t.d // td)
+    grid = t.p * tiles_a * tiles_m * tiles_d
+    if grid >= 2**31 or max(t.a, t.m, t.d) >= 2**31:
+        raise InputError(f"tensor too large for one launch ({t})", "x")
+    return TilePlan(ta, tm, td, vi, vo, sd, nt, tiles_a, tiles_m, tiles_d, grid)
+
+
+def _align(ptr: int) -> int:
+    return ptr & -ptr if ptr else 256
+
+
+def output_shape(shape: tuple[int, ...], src: str, dst: str) -> tuple[int, ...]:
+    _check_layout(src, "src")
+    _check_layout(dst, "dst")
+    size = dict(zip(src, shape))
+    return tuple(size[c] for c in dst)
+
+
+def transform_layout(x: Any, src: str = "NCHW", dst: str = "NHWC", out: Any = None,
+                     tile: tuple[int, int, int] | None = None) -> Any:
+    """``x`` (a 4-D CuPy array in layout ``src``) rearranged into layout ``dst``; a new array unless ``out`` is given.
+
+    ``tile`` overrides the tile shape (TA, TM, TD) that :func:`plan_transpose` would choose.
+    """
+    _check_layout(src, "src")
+    _check_layout(dst, "dst")
+    x = _compile.as_cupy(x, "x")
+    if x.ndim != 4:
+        raise InputError(f"expected a 4-D array in {src} order, got shape {x.shape}", "x")
+    cp = _compile.cupy()
+    x = cp.ascontiguousarray(x)
+    shape = output_shape(x.shape, src, dst)
+    if out is None:
+        out = cp.empty(shape, dtype=x.dtype)
+    elif tuple(out.shape) != shape or out.dtype != x.dtype or not out.flags.c_contiguous:
+        raise InputError(f"expected a C-contiguous {x.dtype} array of shape {shape}", "out")
+    t = reduce_pair(src, dst, x.shape)
+    if t is None:
+        cp.copyto(out, x)
+        return out
+    if x.size == 0:
+        return out
+    plan = plan_transpose(t, x.dtype.itemsize, _align(x.data.ptr), _align(out.data.ptr), tile)
+    kernel = _compile.get_kernel(SOURCE, plan.name_expr(x.dtype.itemsize))
+    import numpy as np
+
+    i32 = np.int32
+    kernel((plan.grid,), (plan.nt,), (x, out, i32(t.a), i32(t.m), i32(t.d), i32(plan.tiles_a), i32(plan.tiles_m),
+                                      i32(plan.tiles_d)))
+    return out

@@ -1,0 +1,281 @@
+// 2-D pooling (max, average with or without the padding in the count), forward and backward,
+// for NCHW and CHWN (seed 000, V.A).
+//
+// Forward, thread coarsening: each thread computes an OP x OQ block of outputs and walks
+// the union of their windows once, so every input element it needs is read once and used
+// for all of its outputs from registers (the seed's register reuse; OP, OQ come from the
+// hill-climbing auto-tuner, autotune.py).
+//   pool_nchw_fwd  a block stages G whole (n, c) planes -- or one band of rows of a large
+//                  plane -- in shared memory with 16-byte coalesced loads, then computes
+//                  from there: NCHW's windows are strided along W, shared memory absorbs it.
+//   pool_chwn_fwd  straight from global memory: consecutive threads take consecutive n
+//                  (V of them per thread), so every window element is a coalesced load.
+// Backward gathers (one thread per input element, no atomics, deterministic): the
+// gradient of an input is the sum over the outputs whose windows cover it; for max, only
+// those whose argmax it is -- taken from the forward's indices, or recomputed from x.
+// Ties: the first maximum in window order (row-major) wins, in both directions.
+// MODE: 0 max, 1 average counting padding, 2 average over the in-bounds elements only.
+#include "common.cuh"
+
+template <int MODE> __device__ __forceinline__ float pool_init() { return MODE == 0 ? neg_inf() : 0.f; }
+
+template <int KH, int KW, int MODE>
+__device__ __forceinline__ float pool_divisor(int hs, int ws, int H, int W) {
+    if constexpr (MODE == 1) return (float)(KH * KW);
+    const int hc = min(hs + KH, H) - max(hs, 0), wc = min(ws + KW, W) - max(ws, 0);
+    return (float)(hc * wc);
+}
+
+// Fold one input value (at in-plane position pos, in bounds iff ok) into every output of the
+// OP x OQ block whose window holds patch position (ph, pw).  All conditions are compile-time.
+template <int KH, int KW, int SH, int SW, int OP, int OQ, int MODE, bool IDX>
+__device__ __forceinline__ void pool_fold(float (&acc)[OP][OQ], int (&arg)[OP][OQ], int ph, int pw, float v, bool ok,
+                                          int pos) {
+#pragma unroll
+    for (int op = 0; op < OP; ++op) {
+        if (ph - op * SH < 0 || ph - op * SH >= KH) continue;
+#pragma unroll
+        for (int oq = 0; oq < OQ; ++oq) {
+            if (pw - oq * SW < 0 || pw - oq * SW >= KW) continue;
+            if constexpr (MODE == 0) {
+                if (ok && (v > acc[op][oq] || arg[op][oq] < 0)) {
+                    acc[op][oq] = v;
+                    if constexpr (IDX) arg[op][oq] = pos;
+                    else arg[op][oq] = 0;
+                }
+            } else if (ok) {
+                acc[op][oq] += v;
+            }
+        }
+    }
+}
+
+template <typename T, int KH, int KW, int SH, int SW, int OP, int OQ, int MODE, bool IDX, int V, int NT>
+__global__ void __launch_bounds__(NT)
+pool_nchw_fwd(const T* __restrict__ x, T* __restrict__ y, int* __restrict__ idx, int H, int W, int P, int Q,
+              int padh, int padw, int G, int BP, int bands, int planes) {
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    constexpr int PH = (OP - 1) * SH + KH, PW = (OQ - 1) * SW + KW;
+    const int band = blockIdx.x % bands;
+    const long long g0 = (long long)(blockIdx.x / bands) * G;
+    const int gn = (int)min((long long)G, planes - g0);
+    const int p0 = band * BP, p1 = min(P, p0 + BP);
+    // Whole planes (bands == 1) or the input rows of this band of outputs: one contiguous chunk
+    // x[start, start + count), staged so that sh[k] = x[start + k].  sh is shifted by start % V
+    // elements, so global and shared addresses are 16-byte aligned together whatever W is.
+    const int hlo = bands == 1 ? 0 : max(0, p0 * SH - padh);
+    const int hhi = bands == 1 ? H : min(H, (p1 - 1) * SH - padh + KH);
+    const int rows = hhi - hlo;
+    const long long start = g0 * H * W + (long long)hlo * W;
+    const int count = gn * rows * W;
+    const int mis = (int)(start % V);
+    T* sh = reinterpret_cast<T*>(smem_raw) + mis;
+    const T* src = x + start;
+    const int head = min(count, (V - mis) % V);
+    const int nv = (count - head) / V;
+    if (threadIdx.x < head) sh[threadIdx.x] = src[threadIdx.x];
+    const int tail = head + nv * V;
+    if (threadIdx.x < count - tail) sh[tail + threadIdx.x] = src[tail + threadIdx.x];
+    constexpr int U = 16 / V > 4 ? 16 / V : 4;  // >= 64 bytes in flight per thread before the first store
+    for (int j0 = threadIdx.x; j0 < nv; j0 += U * NT) {
+        Pack<T, V> pk[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+            if (j0 + u * NT < nv) pk[u].load(src + head + (long long)(j0 + u * NT) * V);
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+            if (j0 + u * NT < nv) pk[u].store(sh + head + (j0 + u * NT) * V);
+    }
+    __syncthreads();
+
+    const int mtp = (p1 - p0 + OP - 1) / OP, mtq = (Q + OQ - 1) / OQ;
+    const int per_plane = mtp * mtq;
+    for (int t = threadIdx.x; t < gn * per_plane; t += NT) {
+        const int g = t / per_plane, r = t - g * per_plane;
+        const int mp = r / mtq, mq = r - mp * mtq;
+        const int ps = p0 + mp * OP, qs = mq * OQ;
+        const int hs = ps * SH - padh, ws = qs * SW - padw;
+        const T* plane = sh + (g * rows - hlo) * W;  // row h of plane g at plane + h * W, h in [hlo, hhi)
+        float acc[OP][OQ];
+        int arg[OP][OQ];
+#pragma unroll
+        for (int op = 0; op < OP; ++op)
+#pragma unroll
+            for (int oq = 0; oq < OQ; ++oq) acc[op][oq] = pool_init<MODE>(), arg[op][oq] = -1;
+        // The patch, row-major (the order that defines "first maximum"); fully unrolled, so
+        // every pool_fold condition is a constant and acc / arg stay in registers.
+#pragma unroll
+        for (int ph = 0; ph < PH; ++ph) {
+            const int h = hs + ph;
+            const bool hok = h >= hlo && h < hhi;
+#pragma unroll
+            for (int pw = 0; pw < PW; ++pw) {
+                const int w = ws + pw;
+                const bool ok = hok && w >= 0 && w < W;
+                const float v = ok ? to_float(plane[h * W + w]) : 0.f;
+                pool_fold<KH, KW, SH, SW, OP, OQ, MODE, IDX>(acc, arg, ph, pw, v, ok, h * W + w);
+            }
+        }
+        const long long obase = (g0 + g) * P * Q;
+#pragma unroll
+        for (int op = 0; op < OP; ++op)
+#pragma unroll
+            for (int oq = 0; oq < OQ; ++oq) {
+                const int p = ps + op, q = qs + oq;
+                if (p >= p1 || q >= Q) continue;
+                float v = acc[op][oq];
+                if constexpr (MODE != 0) v /= pool_divisor<KH, KW, MODE>(p * SH - padh, q * SW - padw, H, W);
+                y[obase + p * Q + q] = from_float<T>(v);
+                if constexpr (IDX) idx[obase + p * Q + q] = arg[op][oq];
+            }
+    }
+}
+
+template <typename T, int KH, int KW, int SH, int SW, int OP, int OQ, int MODE, bool IDX, int V, int NT>
+__global__ void __launch_bounds__(NT)
+pool_chwn_fwd(const T* __restrict__ x, T* __restrict__ y, int* __restrict__ idx, int C, int H, int W, int N, int P,
+              int Q, int padh, int padw, int mtp, int mtq) {
+    constexpr int PH = (OP - 1) * SH + KH, PW = (OQ - 1) * SW + KW;
+    const int nv = N / V;
+    const long long gid = (long long)blockIdx.x * NT + threadIdx.x;
+    const int j = (int)(gid % nv);
+    long long t = gid / nv;
+    const int mq = (int)(t % mtq);
+    t /= mtq;
+    const int mp = (int)(t % mtp);
+    const long long c = t / mtp;
+    if (c >= C) return;  // no barrier in this kernel
+    const int n0 = j * V, ps = mp * OP, qs = mq * OQ;
+    const int hs = ps * SH - padh, ws = qs * SW - padw;
+    const T* xc = x + c * H * W * (long long)N + n0;
+    float acc[V][OP][OQ];
+    int arg[V][OP][OQ];
+#pragma unroll
+    for (int k = 0; k < V; ++k)
+#pragma unroll
+        for (int op = 0; op < OP; ++op)
+#pragma unroll
+            for (int oq = 0; oq < OQ; ++oq) acc[k][op][oq] = pool_init<MODE>(), arg[k][op][oq] = -1;
+#pragma unroll
+    for (int ph = 0; ph < PH; ++ph) {
+        const int h = hs + ph;
+        const bool hok = h >= 0 && h < H;
+#pragma unroll
+        for (int pw = 0; pw < PW; ++pw) {
+            const int w = ws + pw;
+            const bool ok = hok && w >= 0 && w < W;
+            Pack<T, V> pk;
+            if (ok) pk.load(xc + ((long long)h * W + w) * N);
+            else pk.raw = {};
+#pragma unroll
+            for (int k = 0; k < V; ++k)
+                pool_fold<KH, KW, SH, SW, OP, OQ, MODE, IDX>(acc[k], arg[k], ph, pw, to_float(pk.e[k]), ok, h * W + w);
+        }
+    }
+#pragma unroll
+    for (int op = 0; op < OP; ++op)
+#pragma unroll
+        for (int oq = 0; oq < OQ; ++oq) {
+            const int p = ps + op, q = qs + oq;
+            if (p >= P || q >= Q) continue;
+            const float div = MODE == 0 ? 1.f : pool_divisor<KH, KW, MODE>(p * SH - padh, q * SW - padw, H, W);
+            Pack<T, V> out;
+#pragma unroll
+            for (int k = 0; k < V; ++k) out.e[k] = from_float<T>(MODE == 0 ? acc[k][op][oq] : acc[k][op][oq] / div);
+            const long long o = ((c * P + p) * Q + q) * N + n0;
+            out.store(y + o);
+            if constexpr (IDX) {
+#pragma unroll
+                for (int k = 0; k < V; ++k) idx[o + k] = arg[k][op][oq];
+            }
+        }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Backward.  SRC: 0 = argmax indices from the forward, 1 = recompute the argmax from x.
+template <typename T, int KH, int KW, int SH, int SW, int MODE, int SRC, bool CHWN>
+__global__ void __launch_bounds__(256)
+pool_bwd(const T* __restrict__ dy, const int* __restrict__ idx, const T* __restrict__ x, T* __restrict__ dx,
+         long long total, int H, int W, int N, int P, int Q, int padh, int padw) {
+    const long long e = (long long)blockIdx.x * 256 + threadIdx.x;
+    if (e >= total) return;
+    // NCHW: e = (plane, h, w); CHWN: e = (c, h, w, n).  ybase / xbase: offset of (p, q) = (0, 0).
+    int h, w;
+    long long ybase, xbase, ystep_q, xstep_w;
+    if constexpr (CHWN) {
+        const int n = (int)(e % N);
+        long long r = e / N;
+        w = (int)(r % W);
+        r /= W;
+        h = (int)(r % H);
+        const long long c = r / H;
+        ybase = c * P * Q * (long long)N + n;
+        xbase = c * H * W * (long long)N + n;
+        ystep_q = N;
+        xstep_w = N;
+    } else {
+        w = (int)(e % W);
+        const long long r = e / W;
+        h = (int)(r % H);
+        const long long plane = r / H;
+        ybase = plane * P * Q;
+        xbase = plane * H * W;
+        ystep_q = 1;
+        xstep_w = 1;
+    }
+    const int p_lo = h + padh < KH ? 0 : (h + padh - KH) / SH + 1, p_hi = min(P - 1, (h + padh) / SH);
+    const int q_lo = w + padw < KW ? 0 : (w + padw - KW) / SW + 1, q_hi = min(Q - 1, (w + padw) / SW);
+    const int me = h * W + w;
+    float acc = 0.f;
+    for (int p = p_lo; p <= p_hi; ++p) {
+        for (int q = q_lo; q <= q_hi; ++q) {
+            const long long yo = ybase + ((long long)p * Q + q) * ystep_q;
+            const float g = to_float(dy[yo]);
+            const int hs = p * SH - padh, ws = q * SW - padw;
+            if constexpr (MODE != 0) {
+                acc += g / pool_divisor<KH, KW, MODE>(hs, ws, H, W);
+            } else if constexpr (SRC == 0) {
+                if (idx[yo] == me) acc += g;
+            } else {
+                float best = neg_inf();
+                int at = -1;
+#pragma unroll
+                for (int kh = 0; kh < KH; ++kh)
+#pragma unroll
+                    for (int kw = 0; kw < KW; ++kw) {
+                        const int hh = hs + kh, ww = ws + kw;
+                        if (hh < 0 || hh >= H || ww < 0 || ww >= W) continue;
+                        const float v = to_float(x[xbase + ((long long)hh * W + ww) * xstep_w]);
+                        if (v > best || at < 0) best = v, at = hh * W + ww;
+                    }
+                if (at == me) acc += g;
+            }
+        }
+    }
+    const long long xo = xbase + (long long)me * xstep_w;
+    dx[xo] = from_float<T>(acc);
+}
+
+#ifdef UCUDNN_NVCC_CHECK
+template __global__ void pool_nchw_fwd<float, 3, 3, 2, 2, 1, 1, 0, false, 4, 256>(const float*, float*, int*, int, int,
+                                                                                 int, int, int, int, int, int, int,
+                                                                                 int);
+template __global__ void pool_nchw_fwd<float, 3, 3, 2, 2, 2, 2, 0, true, 4, 256>(const float*, float*, int*, int, int,
+                                                                                int, int, int, int, int, int, int,
+                                                                                int);
+template __global__ void pool_nchw_fwd<half_t, 2, 2, 2, 2, 1, 2, 2, false, 8, 256>(const half_t*, half_t*, int*, int,
+                                                                                  int, int, int, int, int, int, int,
+                                                                                  int, int);
+template __global__ void pool_chwn_fwd<float, 3, 3, 2, 2, 2, 2, 0, false, 4, 256>(const float*, float*, int*, int, int,
+                                                                                 int, int, int, int, int, int, int,
+                                                                                 int);
+template __global__ void pool_chwn_fwd<half_t, 3, 3, 2, 2, 1, 1, 1, true, 8, 256>(const half_t*, half_t*, int*, int,
+                                                                                  int, int, int, int, int, int, int,
+                                                                                  int, int);
+template __global__ void pool_bwd<float, 3, 3, 2, 2, 0, 0, false>(const float*, const int*, const float*, float*,
+                                                                 long long, int, int, int, int, int, int, int);
+template __global__ void pool_bwd<float, 3, 3, 2, 2, 0, 1, true>(const float*, const int*, const float*, float*,
+                                                                long long, int, int, int, int, int, int, int);
+template __global__ void pool_bwd<half_t, 2, 2, 2, 2, 2, 0, false>(const half_t*, const int*, const half_t*, half_t*,
+                                                                  long long, int, int, int, int, int, int, int);
+#endif

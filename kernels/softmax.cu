@@ -1,0 +1,365 @@
+// Fused, numerically stable softmax: forward y = exp(x - max) / sum, backward
+// dx = y * (dy - sum(y * dy)), each in ONE pass over memory (seed 000, V.B):
+// the row is loaded once into registers, reduced (warp shuffles, then shared
+// memory, then -- for long rows on Hopper -- distributed shared memory across
+// a thread-block cluster) and written once.
+//
+// Kernels (softmax.py picks one per shape):
+//   softmax_rows_warp     rows up to 32 vectors per lane; a group of LANES lanes per row
+//                         (LANES < 32 packs several short rows into one warp)
+//   softmax_rows_block    one block per row, VPT vectors per thread
+//   softmax_rows_cluster  a cluster of CL blocks per row (sm_90): each holds 1/CL of the
+//                         row, so several rows are in flight per SM even at L = 32768
+//   softmax_rows_stream   any length: two reads (the second mostly from L2)
+//   softmax_inner         softmax over the middle axis of x[O][L][I] (C of NCHW), i coalesced
+// Forward: a = x, b unused.  Backward: a = y, b = dy, out = dx.
+#include "common.cuh"
+
+template <typename T, int V>
+__device__ __forceinline__ void load_vec(float* dst, const T* p) {
+    Pack<T, V> pk;
+    pk.load(p);
+#pragma unroll
+    for (int k = 0; k < V; ++k) dst[k] = to_float(pk.e[k]);
+}
+
+template <typename T, int V>
+__device__ __forceinline__ void store_vec(T* p, const float* src) {
+    Pack<T, V> pk;
+#pragma unroll
+    for (int k = 0; k < V; ++k) pk.e[k] = from_float<T>(src[k]);
+    pk.store(p);
+}
+
+// ---------------------------------------------------------------------------------------------
+template <typename T, int LANES, int VPL, int V, int NT, bool BWD>
+__global__ void __launch_bounds__(NT)
+softmax_rows_warp(const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ out, long long R, int L) {
+    constexpr int E = VPL * V;
+    const int lane = threadIdx.x % LANES;
+    const long long row = (long long)blockIdx.x * (NT / LANES) + threadIdx.x / LANES;
+    const bool active = row < R;
+    const int nvec = L / V;
+    const long long base = row * (long long)L;
+    float va[E], vb[BWD ? E : 1];
+#pragma unroll
+    for (int i = 0; i < VPL; ++i) {
+        const int j = i * LANES + lane;
+        if (active && j < nvec) {
+            load_vec<T, V>(va + i * V, a + base + (long long)j * V);
+            if constexpr (BWD) load_vec<T, V>(vb + i * V, b + base + (long long)j * V);
+        } else {
+#pragma unroll
+            for (int k = 0; k < V; ++k) {
+                va[i * V + k] = BWD ? 0.f : neg_inf();
+                if constexpr (BWD) vb[i * V + k] = 0.f;
+            }
+        }
+    }
+    if constexpr (!BWD) {
+        float m = neg_inf();
+#pragma unroll
+        for (int e = 0; e < E; ++e) m = fmaxf(m, va[e]);
+        m = group_max<LANES>(m);
+        float s = 0.f;
+#pragma unroll
+        for (int e = 0; e < E; ++e) {  // padding slots hold -inf: exp gives 0
+            va[e] = exp_shifted(va[e], m);
+            s += va[e];
+        }
+        const float inv = 1.f / group_sum<LANES>(s);
+#pragma unroll
+        for (int e = 0; e < E; ++e) va[e] *= inv;
+    } else {
+        float dot = 0.f;
+#pragma unroll
+        for (int e = 0; e < E; ++e) dot = fmaf(va[e], vb[e], dot);
+        dot = group_sum<LANES>(dot);
+#pragma unroll
+        for (int e = 0; e < E; ++e) va[e] *= vb[e] - dot;
+    }
+#pragma unroll
+    for (int i = 0; i < VPL; ++i) {
+        const int j = i * LANES + lane;
+        if (active && j < nvec) store_vec<T, V>(out + base + (long long)j * V, va + i * V);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Block-wide reduction; every thread gets the result.  `red` holds one slot per warp.
+template <int NT, bool MAX>
+__device__ __forceinline__ float block_reduce(float v, float* red) {
+    constexpr int W = NT / 32;
+    v = MAX ? group_max<32>(v) : group_sum<32>(v);
+    if constexpr (W > 1) {
+        if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = v;
+        __syncthreads();
+        const int lane = threadIdx.x % 32;
+        v = lane < W ? red[lane] : (MAX ? neg_inf() : 0.f);
+        v = MAX ? group_max<32>(v) : group_sum<32>(v);
+    }
+    return v;
+}
+
+__device__ __forceinline__ unsigned int smem_addr(const void* p) {
+    unsigned int r;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(r) : "l"(p));
+    return r;
+}
+__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
+__device__ __forceinline__ unsigned int cluster_rank() {
+    unsigned int r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+// The value at `p` in the shared memory of the cluster's block `rank`.
+__device__ __forceinline__ float cluster_load(const float* p, unsigned int rank) {
+    unsigned int remote;
+    float v;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(smem_addr(p)), "r"(rank));
+    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
+    return v;
+}
+
+// Combine one value per block of the cluster (already block-reduced) into the cluster's result.
+template <int CL, bool MAX>
+__device__ __forceinline__ float cluster_reduce(float v, float* slot) {
+    if (threadIdx.x == 0) *slot = v;
+    cluster_arrive();
+    cluster_wait();
+    const int lane = threadIdx.x % 32;
+    float w = lane < CL ? cluster_load(slot, lane) : (MAX ? neg_inf() : 0.f);
+    return MAX ? group_max<32>(w) : group_sum<32>(w);
+}
+
+template <typename T, int NT, int VPT, int V, int CL, bool BWD>
+__device__ __forceinline__ void rows_block_body(const T* __restrict__ a, const T* __restrict__ b,
+                                                T* __restrict__ out, int L, long long row, int rank) {
+    constexpr int E = VPT * V;
+    __shared__ float red_a[NT / 32], red_b[NT / 32];
+    __shared__ float part[2];
+    const int nvec = L / V;
+    const long long base = row * (long long)L;
+    const int j0 = rank * NT * VPT;
+    float va[E], vb[BWD ? E : 1];
+#pragma unroll
+    for (int i = 0; i < VPT; ++i) {
+        const int j = j0 + i * NT + threadIdx.x;
+        if (j < nvec) {
+            load_vec<T, V>(va + i * V, a + base + (long long)j * V);
+            if constexpr (BWD) load_vec<T, V>(vb + i * V, b + base + (long long)j * V);
+        } else {
+#pragma unroll
+            for (int k = 0; k < V; ++k) {
+                va[i * V + k] = BWD ? 0.f : neg_inf();
+                if constexpr (BWD) vb[i * V + k] = 0.f;
+            }
+        }
+    }
+    if constexpr (!BWD) {
+        float m = neg_inf();
+#pragma unroll
+        for (int e = 0; e < E; ++e) m = fmaxf(m, va[e]);
+        m = block_reduce<NT, true>(m, red_a);
+        if constexpr (CL > 1) m = cluster_reduce<CL, true>(m, &part[0]);
+        float s = 0.f;
+#pragma unroll
+        for (int e = 0; e < E; ++e) {
+            va[e] = exp_shifted(va[e], m);
+            s += va[e];
+        }
+        s = block_reduce<NT, false>(s, red_b);
+        if constexpr (CL > 1) s = cluster_reduce<CL, false>(s, &part[1]);
+        const float inv = 1.f / s;
+#pragma unroll
+        for (int e = 0; e < E; ++e) va[e] *= inv;
+    } else {
+        float dot = 0.f;
+#pragma unroll
+        for (int e = 0; e < E; ++e) dot = fmaf(va[e], vb[e], dot);
+        dot = block_reduce<NT, false>(dot, red_a);
+        if constexpr (CL > 1) dot = cluster_reduce<CL, false>(dot, &part[0]);
+#pragma unroll
+        for (int e = 0; e < E; ++e) va[e] *= vb[e] - dot;
+    }
+    // Done reading the other blocks' shared memory: let them go once they have stored.
+    if constexpr (CL > 1) cluster_arrive();
+#pragma unroll
+    for (int i = 0; i < VPT; ++i) {
+        const int j = j0 + i * NT + threadIdx.x;
+        if (j < nvec) store_vec<T, V>(out + base + (long long)j * V, va + i * V);
+    }
+    if constexpr (CL > 1) cluster_wait();
+}
+
+template <typename T, int NT, int VPT, int V, bool BWD>
+__global__ void __launch_bounds__(NT)
+softmax_rows_block(const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ out, long long R, int L) {
+    rows_block_body<T, NT, VPT, V, 1, BWD>(a, b, out, L, blockIdx.x, 0);
+}
+
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+template <typename T, int NT, int VPT, int V, int CL, bool BWD>
+__global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(NT)
+softmax_rows_cluster(const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ out, long long R, int L) {
+    rows_block_body<T, NT, VPT, V, CL, BWD>(a, b, out, L, blockIdx.x / CL, (int)cluster_rank());
+}
+#endif
+
+// ---------------------------------------------------------------------------------------------
+// Any row length: pass 1 keeps a running (max, sum) per thread (online softmax), pass 2 re-reads.
+__device__ __forceinline__ void online_add(float& m, float& s, float x) {
+    if (x > m) {
+        s = s * exp_shifted(m, x) + 1.f;  // m = -inf: s = 0 * 0 + 1
+        m = x;
+    } else if (x != neg_inf()) {
+        s += exp_shifted(x, m);
+    }
+}
+
+template <typename T, int NT, int V, bool BWD>
+__global__ void __launch_bounds__(NT)
+softmax_rows_stream(const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ out, long long R, int L) {
+    __shared__ float red_a[NT / 32], red_b[NT / 32];
+    const int nvec = L / V;
+    const long long base = (long long)blockIdx.x * L;
+    float va[V], vb[V];
+    if constexpr (!BWD) {
+        float m = neg_inf(), s = 0.f;
+        for (int j = threadIdx.x; j < nvec; j += NT) {
+            load_vec<T, V>(va, a + base + (long long)j * V);
+#pragma unroll
+            for (int k = 0; k < V; ++k) online_add(m, s, va[k]);
+        }
+        const float M = block_reduce<NT, true>(m, red_a);
+        const float S = block_reduce<NT, false>(s == 0.f ? 0.f : s * exp_shifted(m, M), red_b);
+        const float inv = 1.f / S;
+        for (int j = threadIdx.x; j < nvec; j += NT) {
+            load_vec<T, V>(va, a + base + (long long)j * V);
+#pragma unroll
+            for (int k = 0; k < V; ++k) va[k] = exp_shifted(va[k], M) * inv;
+            store_vec<T, V>(out + base + (long long)j * V, va);
+        }
+    } else {
+        float dot = 0.f;
+        for (int j = threadIdx.x; j < nvec; j += NT) {
+            load_vec<T, V>(va, a + base + (long long)j * V);
+            load_vec<T, V>(vb, b + base + (long long)j * V);
+#pragma unroll
+            for (int k = 0; k < V; ++k) dot = fmaf(va[k], vb[k], dot);
+        }
+        dot = block_reduce<NT, false>(dot, red_a);
+        for (int j = threadIdx.x; j < nvec; j += NT) {
+            load_vec<T, V>(va, a + base + (long long)j * V);
+            load_vec<T, V>(vb, b + base + (long long)j * V);
+#pragma unroll
+            for (int k = 0; k < V; ++k) va[k] *= vb[k] - dot;
+            store_vec<T, V>(out + base + (long long)j * V, va);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Softmax over the middle axis of x[O][L][I] (the channels of NCHW: O = N, L = C, I = H*W).
+// A block of TX x TY threads takes TX consecutive positions i (coalesced) of one o; thread
+// (tx, ty) holds channels ty, ty + TY, ... (CPT of them in registers; CPT = 0 streams twice).
+template <int TX, int TY, bool MAX>
+__device__ __forceinline__ float column_reduce(float v, float (*red)[TX + 1]) {
+    const int tx = threadIdx.x % TX, ty = threadIdx.x / TX;
+    red[ty][tx] = v;
+    __syncthreads();
+    if (ty == 0) {
+        for (int k = 1; k < TY; ++k) v = MAX ? fmaxf(v, red[k][tx]) : v + red[k][tx];
+        red[0][tx] = v;
+    }
+    __syncthreads();
+    v = red[0][tx];
+    __syncthreads();  // red is reused by the next reduction
+    return v;
+}
+
+template <typename T, int TX, int TY, int CPT, bool BWD>
+__global__ void __launch_bounds__(TX * TY)
+softmax_inner(const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ out, int L, long long I,
+              long long tiles_i) {
+    __shared__ float red[TY][TX + 1];
+    const int tx = threadIdx.x % TX, ty = threadIdx.x / TX;
+    const long long o = blockIdx.x / tiles_i;
+    const long long i = (blockIdx.x % tiles_i) * TX + tx;
+    const bool active = i < I;
+    const long long base = o * L * I + i;  // element (o, c, i) at base + c * I
+    if constexpr (CPT > 0) {
+        float va[CPT], vb[BWD ? CPT : 1];
+#pragma unroll
+        for (int k = 0; k < CPT; ++k) {
+            const int c = ty + k * TY;
+            const bool ok = active && c < L;
+            va[k] = ok ? to_float(a[base + c * I]) : (BWD ? 0.f : neg_inf());
+            if constexpr (BWD) vb[k] = ok ? to_float(b[base + c * I]) : 0.f;
+        }
+        if constexpr (!BWD) {
+            float m = neg_inf();
+#pragma unroll
+            for (int k = 0; k < CPT; ++k) m = fmaxf(m, va[k]);
+            m = column_reduce<TX, TY, true>(m, red);
+            float s = 0.f;
+#pragma unroll
+            for (int k = 0; k < CPT; ++k) {
+                va[k] = exp_shifted(va[k], m);
+                s += va[k];
+            }
+            const float inv = 1.f / column_reduce<TX, TY, false>(s, red);
+#pragma unroll
+            for (int k = 0; k < CPT; ++k) va[k] *= inv;
+        } else {
+            float dot = 0.f;
+#pragma unroll
+            for (int k = 0; k < CPT; ++k) dot = fmaf(va[k], vb[k], dot);
+            dot = column_reduce<TX, TY, false>(dot, red);
+#pragma unroll
+            for (int k = 0; k < CPT; ++k) va[k] *= vb[k] - dot;
+        }
+#pragma unroll
+        for (int k = 0; k < CPT; ++k) {
+            const int c = ty + k * TY;
+            if (active && c < L) out[base + c * I] = from_float<T>(va[k]);
+        }
+    } else {
+        if constexpr (!BWD) {
+            float m = neg_inf(), s = 0.f;
+            for (int c = ty; c < L && active; c += TY) online_add(m, s, to_float(a[base + c * I]));
+            const float M = column_reduce<TX, TY, true>(m, red);
+            const float S = column_reduce<TX, TY, false>(s == 0.f ? 0.f : s * exp_shifted(m, M), red);
+            const float inv = 1.f / S;
+            for (int c = ty; c < L && active; c += TY)
+                out[base + c * I] = from_float<T>(exp_shifted(to_float(a[base + c * I]), M) * inv);
+        } else {
+            float dot = 0.f;
+            for (int c = ty; c < L && active; c += TY)
+                dot = fmaf(to_float(a[base + c * I]), to_float(b[base + c * I]), dot);
+            dot = column_reduce<TX, TY, false>(dot, red);
+            for (int c = ty; c < L && active; c += TY) {
+                const float y = to_float(a[base + c * I]);
+                out[base + c * I] = from_float<T>(y * (to_float(b[base + c * I]) - dot));
+            }
+        }
+    }
+}
+
+#ifdef UCUDNN_NVCC_CHECK
+template __global__ void softmax_rows_warp<float, 32, 8, 4, 256, false>(const float*, const float*, float*, long long, int);
+template __global__ void softmax_rows_warp<half_t, 8, 1, 2, 256, false>(const half_t*, const half_t*, half_t*, long long, int);
+template __global__ void softmax_rows_warp<float, 32, 8, 4, 256, true>(const float*, const float*, float*, long long, int);
+template __global__ void softmax_rows_block<float, 1024, 8, 4, false>(const float*, const float*, float*, long long, int);
+template __global__ void softmax_rows_block<half_t, 512, 4, 8, true>(const half_t*, const half_t*, half_t*, long long, int);
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+template __global__ void softmax_rows_cluster<float, 256, 8, 4, 4, false>(const float*, const float*, float*, long long, int);
+template __global__ void softmax_rows_cluster<half_t, 256, 4, 8, 4, true>(const half_t*, const half_t*, half_t*, long long, int);
+#endif
+template __global__ void softmax_rows_stream<float, 1024, 4, false>(const float*, const float*, float*, long long, int);
+template __global__ void softmax_rows_stream<half_t, 1024, 8, true>(const half_t*, const half_t*, half_t*, long long, int);
+template __global__ void softmax_inner<float, 32, 8, 4, false>(const float*, const float*, float*, int, long long, long long);
+template __global__ void softmax_inner<half_t, 32, 8, 0, true>(const half_t*, const half_t*, half_t*, int, long long, long long);
+template __global__ void softmax_inner<float, 32, 8, 0, false>(const float*, const float*, float*, int, long long, long long);
+#endif

@@ -1,0 +1,331 @@
+"""ucudnn's own kernels compute what NumPy computes (GPU; skipped without one).
+
+Every kernel, both dtypes, every layout, on awkward shapes: sizes that are not
+multiples of a tile, C = 3, rows of length 1, odd lengths that defeat vector
+accesses, -inf entries, huge magnitudes.  Inputs are fresh random numbers
+(never zeros); outputs are poisoned with NaN before each run, so an element
+the kernel forgets to write fails the comparison.
+"""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+DTYPES = ["float32", "float16"]
+
+
+@pytest.fixture
+def cp():
+    import cupy
+
+    return cupy
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng()
+
+
+def poisoned(cp, shape, dtype):
+    return cp.full(shape, np.nan, dtype=dtype)
+
+
+def close(got, ref, dtype, rtol=None, atol=None):
+    """float32: ~1e-6 relative; float16 outputs carry their own rounding (2**-11)."""
+    got = np.asarray(got, dtype=np.float64)
+    rtol = rtol if rtol is not None else (2e-6 if dtype == "float32" else 2e-3)
+    atol = atol if atol is not None else (1e-7 if dtype == "float32" else 2e-5)
+    np.testing.assert_allclose(got, ref, rtol=rtol, atol=atol, equal_nan=True)
+
+
+# --- layout -------------------------------------------------------------------------------------
+LAYOUT_SHAPES = [(5, 3, 7, 9), (64, 3, 11, 13), (33, 17, 5, 3), (2, 64, 8, 8), (1, 1, 1, 1), (70, 40, 3, 3),
+                 (3, 130, 1, 67)]
+
+
+@pytest.mark.parametrize("nchw", LAYOUT_SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("src,dst", list(itertools.permutations(["NCHW", "CHWN", "NHWC"], 2)))
+def test_layout_transform_is_numpys_transpose(cp, rng, src, dst, dtype, nchw):
+    from ucudnn.kernels import transform_layout
+    from ucudnn.kernels.layout import output_shape
+
+    x = rng.standard_normal(output_shape(nchw, "NCHW", src)).astype(dtype)
+    out = poisoned(cp, output_shape(nchw, "NCHW", dst), dtype)
+    y = transform_layout(cp.asarray(x), src, dst, out=out)
+    assert y is out
+    np.testing.assert_array_equal(cp.asnumpy(y), np.transpose(x, [src.index(c) for c in dst]))
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "float64"])
+def test_layout_transform_moves_any_element_size(cp, rng, dtype):
+    from ucudnn.kernels import transform_layout
+
+    x = (rng.standard_normal((9, 5, 6, 66)) * 100).astype(dtype)
+    y = transform_layout(cp.asarray(x), "NCHW", "NHWC")
+    np.testing.assert_array_equal(cp.asnumpy(y), x.transpose(0, 2, 3, 1))
+
+
+def test_layout_transform_of_a_misaligned_view_drops_to_narrow_accesses(cp, rng):
+    from ucudnn.kernels import transform_layout
+
+    flat = cp.asarray(rng.standard_normal(1 + 64 * 32 * 8 * 8).astype("float32"))
+    x = flat[1:].reshape(64, 32, 8, 8)  # data pointer 4 bytes past a 256-byte boundary
+    y = transform_layout(x, "NCHW", "CHWN")
+    np.testing.assert_array_equal(cp.asnumpy(y), cp.asnumpy(x).transpose(1, 2, 3, 0))
+
+
+def test_layout_transform_of_a_non_contiguous_input_and_same_layout(cp, rng):
+    from ucudnn.kernels import transform_layout
+
+    x = cp.asarray(rng.standard_normal((4, 6, 5, 8)).astype("float32"))[:, ::2]
+    np.testing.assert_array_equal(cp.asnumpy(transform_layout(x, "NCHW", "NHWC")), cp.asnumpy(x).transpose(0, 2, 3, 1))
+    same = transform_layout(x, "NCHW", "NCHW")
+    np.testing.assert_array_equal(cp.asnumpy(same), cp.asnumpy(x))
+
+
+def test_layout_transform_refuses_numpy_and_bad_out(cp):
+    from ucudnn.errors import InputError
+    from ucudnn.kernels import transform_layout
+
+    with pytest.raises(InputError, match="x"):
+        transform_layout(np.zeros((1, 2, 3, 4), "float32"), "NCHW", "NHWC")
+    with pytest.raises(InputError, match="out"):
+        transform_layout(cp.ones((1, 2, 3, 4), "float32"), "NCHW", "NHWC", out=cp.empty((1, 2, 3, 4), "float32"))
+
+
+# --- softmax ------------------------------------------------------------------------------------
+def softmax_ref(x, axis):
+    x = x.astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        e = np.exp(x - x.max(axis=axis, keepdims=True))
+        return e / e.sum(axis=axis, keepdims=True)
+
+
+def softmax_grad_ref(y, dy, axis):
+    y, dy = y.astype(np.float64), dy.astype(np.float64)
+    return y * (dy - (y * dy).sum(axis=axis, keepdims=True))
+
+
+ROW_CASES = [  # (rows, length, forced kernel or None)
+    (128, 10, None), (7, 1, None), (5, 3, None), (33, 1000, None), (3, 4097, None), (4, 33, None), (2, 2048, None),
+    (3, 10000, None), (2, 32768, None), (2, 70001, None), (65, 1000, "block"), (5, 777, "stream"),
+    (3, 12345, "block"), (9, 8192, "stream"),
+]
+
+
+def _forced_ok(kernel):
+    from ucudnn.kernels import _compile
+
+    return kernel != "cluster" or _compile.compute_capability() >= 90
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("rows,length,kernel", ROW_CASES)
+def test_softmax_rows_forward_and_backward_match_numpy(cp, rng, rows, length, kernel, dtype):
+    from ucudnn.kernels import softmax_backward, softmax_forward
+
+    x = (rng.standard_normal((rows, length)) * 4).astype(dtype)
+    y = softmax_forward(cp.asarray(x), out=poisoned(cp, x.shape, dtype), kernel=kernel)
+    close(cp.asnumpy(y), softmax_ref(x, -1), dtype)
+    yh = cp.asnumpy(y)
+    dy = rng.standard_normal(x.shape).astype(dtype)
+    dx = softmax_backward(y, cp.asarray(dy), out=poisoned(cp, x.shape, dtype), kernel=kernel)
+    close(cp.asnumpy(dx), softmax_grad_ref(yh, dy, -1), dtype, atol=1e-6 if dtype == "float32" else 1e-4)
+
+
+@pytest.mark.parametrize("kernel", ["warp", "block", "cluster", "stream"])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_softmax_is_stable_for_inf_entries_huge_magnitudes_and_unit_rows(cp, rng, kernel, dtype):
+    from ucudnn.kernels import softmax_forward
+
+    if not _forced_ok(kernel):
+        pytest.skip("clusters need sm_90")
+    big = 1e30 if dtype == "float32" else 6e4
+    length = 300 if kernel == "warp" else 5000
+    x = rng.standard_normal((6, length)) * 3
+    x[0] += big  # huge but equal-ish magnitudes: only differences matter
+    x[1] = -big + x[1]
+    x[2, ::3] = -np.inf  # -inf entries -> exactly 0
+    x[3] = -np.inf  # a row of only -inf -> NaN, as NumPy's formula
+    x = x.astype(dtype)
+    y = cp.asnumpy(softmax_forward(cp.asarray(x), out=poisoned(cp, x.shape, dtype), kernel=kernel))
+    ref = softmax_ref(x, -1)
+    close(y, ref, dtype)
+    assert np.all(y[2, ::3] == 0) and np.all(np.isnan(y[3])) and np.isfinite(y[[0, 1, 2, 4, 5]]).all()
+    ones = softmax_forward(cp.asarray(rng.standard_normal((9, 1)).astype(dtype)) * 1000)
+    assert np.all(cp.asnumpy(ones) == 1)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape,axis", [((2, 3, 5, 7), 1), ((4, 21, 16, 16), 1), ((2, 1000, 3, 3), 1),
+                                        ((3, 4, 5, 6), 0), ((3, 4, 5, 6), 2), ((6, 1, 4, 4), 1), ((5, 37), 0)])
+def test_softmax_over_channels_and_other_axes_matches_numpy(cp, rng, shape, axis, dtype):
+    from ucudnn.kernels import softmax_backward, softmax_forward
+
+    x = (rng.standard_normal(shape) * 4).astype(dtype)
+    x.reshape(-1)[::7] = -np.inf
+    y = softmax_forward(cp.asarray(x), axis=axis, out=poisoned(cp, shape, dtype))
+    close(cp.asnumpy(y), softmax_ref(x, axis), dtype)
+    dy = rng.standard_normal(shape).astype(dtype)
+    dx = softmax_backward(y, cp.asarray(dy), axis=axis, out=poisoned(cp, shape, dtype))
+    close(cp.asnumpy(dx), softmax_grad_ref(cp.asnumpy(y), dy, axis), dtype, atol=1e-6 if dtype == "float32" else 1e-4)
+
+
+def test_softmax_refuses_bad_input(cp):
+    from ucudnn.errors import InputError
+    from ucudnn.kernels import softmax_backward, softmax_forward
+
+    with pytest.raises(InputError, match="x.dtype"):
+        softmax_forward(cp.ones((2, 3), "float64"))
+    with pytest.raises(InputError, match="axis"):
+        softmax_forward(cp.ones((2, 3), "float32"), axis=2)
+    with pytest.raises(InputError, match="dy"):
+        softmax_backward(cp.ones((2, 3), "float32"), cp.ones((3, 2), "float32"))
+    with pytest.raises(InputError, match="kernel"):
+        softmax_forward(cp.ones((2, 3, 4), "float32"), axis=1, kernel="warp")
+
+
+# --- pooling ------------------------------------------------------------------------------------
+def pool_ref(x_nchw, k, s, p, mode, include_pad):
+    """(y, argmax h*W+w, divisor) in float64 for NCHW input; ties to the first max in row-major order."""
+    (kh, kw), (sh, sw), (ph, pw) = k, s, p
+    n, c, h, w = x_nchw.shape
+    P, Q = (h + 2 * ph - kh) // sh + 1, (w + 2 * pw - kw) // sw + 1
+    xf = x_nchw.astype(np.float64)
+    best = np.full((n, c, P, Q), -np.inf)
+    arg = np.full((n, c, P, Q), -1, dtype=np.int64)
+    total = np.zeros((n, c, P, Q))
+    count = np.zeros((P, Q))
+    for i in range(kh):
+        for j in range(kw):
+            hh = np.arange(P) * sh - ph + i
+            ww = np.arange(Q) * sw - pw + j
+            ok = (hh[:, None] >= 0) & (hh[:, None] < h) & (ww[None, :] >= 0) & (ww[None, :] < w)
+            v = xf[:, :, np.clip(hh, 0, h - 1)][:, :, :, np.clip(ww, 0, w - 1)]
+            take = ok & ((v > best) | (arg < 0))
+            best = np.where(take, v, best)
+            arg = np.where(take, hh[:, None] * w + ww[None, :], arg)
+            total += np.where(ok, v, 0)
+            count += ok
+    if mode == "max":
+        return best, arg, None
+    div = np.full((P, Q), kh * kw, dtype=np.float64) if include_pad else count
+    return total / div, None, div
+
+
+def pool_grad_ref(x_nchw, dy, k, s, p, mode, include_pad):
+    n, c, h, w = x_nchw.shape
+    _, arg, div = pool_ref(x_nchw, k, s, p, mode, include_pad)
+    dyf = dy.astype(np.float64)
+    dx = np.zeros((n, c, h * w))
+    if mode == "max":
+        for i, j in np.ndindex(n, c):
+            np.add.at(dx[i, j], arg[i, j].ravel(), dyf[i, j].ravel())
+        return dx.reshape(n, c, h, w)
+    (kh, kw), (sh, sw), (ph, pw) = k, s, p
+    dx = np.zeros((n, c, h + 2 * ph, w + 2 * pw))
+    g = dyf / div
+    for a in range(kh):
+        for b in range(kw):
+            dx[:, :, a:a + sh * g.shape[2]:sh, b:b + sw * g.shape[3]:sw] += g
+    return dx[:, :, ph:ph + h, pw:pw + w]
+
+
+def to_layout(a_nchw, layout):
+    return a_nchw if layout == "NCHW" else np.ascontiguousarray(a_nchw.transpose(1, 2, 3, 0))
+
+
+def from_layout(a, layout):
+    return a if layout == "NCHW" else a.transpose(3, 0, 1, 2)
+
+
+POOL_CASES = [  # (N, C, H, W, window, stride, pad)
+    (2, 3, 13, 13, 3, 2, 0), (3, 5, 12, 12, 2, 2, 0), (2, 4, 11, 9, 3, 1, 1), (1, 2, 55, 55, 3, 2, 0),
+    (1, 2, 100, 90, 3, 2, 1), (32, 3, 7, 7, (3, 2), (2, 1), (1, 0)), (8, 2, 5, 6, 5, 3, 2), (3, 1, 1, 1, 1, 1, 0),
+]
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "CHWN"])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", POOL_CASES, ids=lambda c: "-".join(map(str, c)))
+def test_max_pooling_values_indices_and_gradients_match_numpy(cp, rng, case, dtype, layout):
+    from ucudnn.kernels import pool2d_backward, pool2d_forward
+
+    n, c, h, w, k, s, p = case
+    k2, s2, p2 = [(v, v) if isinstance(v, int) else v for v in (k, s, p)]
+    x = (np.round(rng.standard_normal((n, c, h, w)) * 2) / 2).astype(dtype)  # steps of 0.5: many ties
+    ref, arg, _ = pool_ref(x, k2, s2, p2, "max", True)
+    xd = cp.asarray(to_layout(x, layout))
+    for coarsening in ([(1, 1), (2, 2), (1, 4)] if dtype == "float32" else [(3, 1)]):
+        out = poisoned(cp, to_layout(ref, layout).shape, dtype)
+        y, idx = pool2d_forward(xd, k, s, p, "max", layout, return_indices=True, out=out, coarsening=coarsening)
+        np.testing.assert_array_equal(from_layout(cp.asnumpy(y), layout).astype(np.float64), ref)
+        np.testing.assert_array_equal(from_layout(cp.asnumpy(idx), layout), arg)
+    dy = rng.standard_normal(ref.shape).astype(dtype)
+    dref = pool_grad_ref(x, dy, k2, s2, p2, "max", True)
+    dyd = cp.asarray(to_layout(dy, layout))
+    for indices in (idx, None):
+        dx = pool2d_backward(dyd, xd, k, s, p, "max", layout, indices=indices, out=poisoned(cp, xd.shape, dtype))
+        close(from_layout(cp.asnumpy(dx), layout), dref, dtype, atol=1e-6 if dtype == "float32" else 2e-3)
+
+
+@pytest.mark.parametrize("include_pad", [True, False])
+@pytest.mark.parametrize("layout", ["NCHW", "CHWN"])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", [POOL_CASES[i] for i in (0, 2, 5, 6)], ids=lambda c: "-".join(map(str, c)))
+def test_average_pooling_and_its_gradient_match_numpy(cp, rng, case, dtype, layout, include_pad):
+    from ucudnn.kernels import pool2d_backward, pool2d_forward
+
+    n, c, h, w, k, s, p = case
+    k2, s2, p2 = [(v, v) if isinstance(v, int) else v for v in (k, s, p)]
+    x = rng.standard_normal((n, c, h, w)).astype(dtype)
+    ref, _, _ = pool_ref(x, k2, s2, p2, "avg", include_pad)
+    xd = cp.asarray(to_layout(x, layout))
+    for coarsening in [(1, 1), (2, 3)] if include_pad else [(2, 1)]:
+        y = pool2d_forward(xd, k, s, p, "avg", layout, count_include_pad=include_pad, coarsening=coarsening,
+                           out=poisoned(cp, to_layout(ref, layout).shape, dtype))
+        close(from_layout(cp.asnumpy(y), layout), ref, dtype, atol=1e-6 if dtype == "float32" else 1e-3)
+    dy = rng.standard_normal(ref.shape).astype(dtype)
+    dx = pool2d_backward(cp.asarray(to_layout(dy, layout)), xd, k, s, p, "avg", layout,
+                         count_include_pad=include_pad, out=poisoned(cp, xd.shape, dtype))
+    close(from_layout(cp.asnumpy(dx), layout), pool_grad_ref(x, dy, k2, s2, p2, "avg", include_pad), dtype,
+          atol=1e-6 if dtype == "float32" else 2e-3)
+
+
+def test_pooling_tunes_once_per_shape_and_reuses_the_cached_choice(cp, rng, monkeypatch):
+    from ucudnn.kernels import autotune, pool2d_forward
+
+    autotune.clear_memory()
+    x = cp.asarray(rng.standard_normal((64, 16, 24, 24)).astype("float32"))
+    y = pool2d_forward(x, 3, 2, 0, "max", "NCHW")
+    ref, _, _ = pool_ref(cp.asnumpy(x), (3, 3), (2, 2), (0, 0), "max", True)
+    np.testing.assert_array_equal(cp.asnumpy(y), ref)
+    doc = autotune._read(autotune.cache_path())
+    (entries,) = doc["devices"].values()
+    (entry,) = entries.values()
+    assert all(1 <= f <= 4 for f in entry["choice"]) and entry["trials"]
+    autotune.clear_memory()  # a new process: the file answers, no second search
+    monkeypatch.setattr(autotune, "hill_climb", lambda *a, **k: pytest.fail("tuned twice"))
+    np.testing.assert_array_equal(cp.asnumpy(pool2d_forward(x, 3, 2, 0, "max", "NCHW")), ref)
+
+
+def test_pooling_refuses_bad_input(cp):
+    from ucudnn.errors import InputError
+    from ucudnn.kernels import pool2d_backward, pool2d_forward
+
+    x = cp.ones((2, 3, 8, 8), "float32")
+    with pytest.raises(InputError, match="mode"):
+        pool2d_forward(x, 2, 2, 0, mode="median")
+    with pytest.raises(InputError, match="return_indices"):
+        pool2d_forward(x, 2, 2, 0, mode="avg", return_indices=True)
+    with pytest.raises(InputError, match="coarsening"):
+        pool2d_forward(x, 2, 2, 0, coarsening=(5, 1))
+    with pytest.raises(InputError, match="dy"):
+        pool2d_backward(cp.ones((2, 3, 3, 3), "float32"), x, 2, 2, 0)
+    with pytest.raises(InputError, match="x.dtype"):
+        pool2d_forward(x.astype("float64"), 2, 2, 0)

@@ -1,0 +1,226 @@
+"""The kernels' launch planning and auto-tuning, which are pure Python (no GPU needed).
+
+What a launcher decides before it touches the GPU -- which transpose a layout
+pair is, which tile / vector width / kernel a shape gets, which coarsening the
+hill climb settles on and where it is remembered -- is specified here; the GPU
+tests (test_gpu_kernels.py) check that the kernels compute the right thing.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ucudnn.errors import InputError
+from ucudnn.kernels import autotune, layout, pooling, softmax
+
+LAYOUTS = layout.LAYOUTS
+
+
+def _transpose_by_reduction(x: np.ndarray, src: str, dst: str) -> np.ndarray:
+    """Apply reduce_pair's [P][A][M][D] -> [P][D][M][A] to a NumPy array."""
+    t = layout.reduce_pair(src, dst, x.shape)
+    y = x.reshape(t.p, t.a, t.m, t.d).transpose(0, 3, 2, 1)
+    return y.reshape(layout.output_shape(x.shape, src, dst))
+
+
+@pytest.mark.parametrize("src,dst", list(itertools.permutations(LAYOUTS, 2)))
+def test_every_layout_pair_is_one_transpose_of_merged_dimensions(src, dst):
+    rng = np.random.default_rng(0)
+    nchw = (5, 3, 4, 7)
+    x = rng.standard_normal(layout.output_shape(nchw, "NCHW", src))
+    expected = np.transpose(x, [src.index(c) for c in dst])
+    np.testing.assert_array_equal(_transpose_by_reduction(x, src, dst), expected)
+
+
+def test_same_layout_needs_no_transpose_and_unknown_layouts_are_refused():
+    assert layout.reduce_pair("NHWC", "NHWC", (1, 2, 3, 4)) is None
+    with pytest.raises(InputError, match="dst"):
+        layout.reduce_pair("NCHW", "NWHC", (1, 2, 3, 4))
+    with pytest.raises(InputError, match="src"):
+        layout.output_shape((1, 2, 3, 4), "HWCN", "NCHW")
+
+
+def test_large_transposes_use_square_tiles_and_16_byte_vectors():
+    t = layout.Transpose(1, 256, 1, 64 * 56 * 56)
+    p32 = layout.plan_transpose(t, 4)
+    assert (p32.ta, p32.td, p32.vi, p32.vo) == (64, 64, 4, 4)
+    p16 = layout.plan_transpose(t, 2)
+    assert (p16.vi, p16.vo) == (8, 8)
+
+
+def test_three_channels_are_taken_whole_so_both_sides_stay_coalesced():
+    nchw_to_nhwc = layout.reduce_pair("NCHW", "NHWC", (64, 3, 224, 224))
+    p = layout.plan_transpose(nchw_to_nhwc, 4)
+    assert p.ta == 3 and p.td >= 512 and p.vi == 4  # whole C, long contiguous runs of H*W
+    back = layout.plan_transpose(layout.reduce_pair("NHWC", "NCHW", (64, 224, 224, 3)), 4)
+    assert back.td == 3 and back.ta >= 512 and back.vo == 4
+
+
+def test_vectors_shrink_for_odd_extents_and_misaligned_pointers():
+    odd = layout.plan_transpose(layout.Transpose(1, 66, 1, 99), 4)
+    assert odd.vi == 1 and odd.vo == 2
+    misaligned = layout.plan_transpose(layout.Transpose(1, 64, 1, 64), 4, in_align=4, out_align=8)
+    assert misaligned.vi == 1 and misaligned.vo == 2
+
+
+def test_padding_removes_the_bank_conflicts_of_an_unpadded_tile():
+    p = layout.plan_transpose(layout.Transpose(1, 128, 1, 128), 4)
+    unpadded = layout.bank_conflicts(p.ta, p.tm, p.td, p.vi, p.vo, p.td, 4)
+    assert layout.bank_conflicts(p.ta, p.tm, p.td, p.vi, p.vo, p.sd, 4) < unpadded
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 5000), st.integers(1, 300), st.integers(1, 5000), st.sampled_from([1, 2, 4, 8]))
+def test_every_tile_plan_covers_the_tensor_and_fits_shared_memory(a, m, d, itemsize):
+    p = layout.plan_transpose(layout.Transpose(2, a, m, d), itemsize)
+    assert p.tiles_a * p.ta >= a and p.tiles_m * p.tm >= m and p.tiles_d * p.td >= d
+    assert p.grid == 2 * p.tiles_a * p.tiles_m * p.tiles_d
+    assert p.ta * p.tm * p.sd * itemsize <= layout.SMEM_LIMIT and p.sd >= p.td
+    assert d % p.vi == 0 and p.td % p.vi == 0 and a % p.vo == 0 and p.ta % p.vo == 0
+    assert p.vi * itemsize <= 16 and p.vo * itemsize <= 16
+
+
+# --- softmax --------------------------------------------------------------------------------
+@pytest.mark.parametrize("rows,length,kind", [
+    (128, 10, "warp"), (65536, 1000, "warp"), (128, 2000, "block"), (128, 10000, "cluster"),
+    (4096, 32768, "cluster"), (16, 1 << 20, "stream"),
+])
+def test_row_kernel_follows_the_row_length(rows, length, kind):
+    assert softmax.plan_rows(rows, length, "float32", cc=90).kind == kind
+
+
+def test_without_clusters_long_rows_take_a_whole_block_and_longer_ones_stream():
+    assert softmax.plan_rows(4096, 32768, "float32", cc=80).kind == "block"
+    assert softmax.plan_rows(16, 65536, "float32", cc=80).kind == "stream"
+    with pytest.raises(InputError, match="kernel"):
+        softmax.plan_rows(16, 32768, "float32", cc=80, kernel="cluster")
+
+
+def test_short_rows_share_a_warp():
+    launch = softmax.plan_rows(128, 10, "float32")
+    lanes = int(launch.name_expr.split("<")[1].split(",")[1])
+    assert lanes == 8 and launch.grid == 128 // (256 // 8)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 200000), st.sampled_from(["float32", "float16"]), st.booleans())
+def test_every_row_plan_holds_the_whole_row(length, dtype, backward):
+    launch = softmax.plan_rows(3, length, dtype, backward)
+    args = launch.name_expr.split("<")[1].rstrip(">").split(",")
+    if launch.kind == "warp":
+        lanes, vpl, v = map(int, args[1:4])
+        assert lanes * vpl * v >= length and vpl * v <= 64
+    elif launch.kind == "block":
+        nt, vpt, v = map(int, args[1:4])
+        assert nt * vpt * v >= length and nt == launch.block
+    elif launch.kind == "cluster":
+        nt, vpt, v, cl = map(int, args[1:5])
+        assert cl * nt * vpt * v >= length and launch.grid == 3 * cl and 2 <= cl <= 8
+
+
+def test_inner_axis_streams_only_when_it_does_not_fit_registers():
+    launch, tiles = softmax.plan_inner(64, 21, 128 * 128, "float32")
+    assert launch.name_expr.split(",")[3] != "0" and tiles == 128 * 128 // 32
+    stream, _ = softmax.plan_inner(8, 5000, 49, "float16")
+    assert stream.name_expr.split(",")[3] == "0"
+
+
+def test_unknown_row_kernel_is_refused():
+    with pytest.raises(InputError, match="kernel"):
+        softmax.plan_rows(4, 100, "float32", kernel="fast")
+
+
+# --- pooling --------------------------------------------------------------------------------
+def test_pooling_output_size_follows_cudnns_floor_rule():
+    g = pooling.geometry((128, 96, 55, 55), 3, 2, 0, "NCHW")
+    assert (g.p, g.q) == (27, 27)
+    chwn = pooling.geometry((96, 55, 55, 128), 3, 2, 1, "CHWN")
+    assert chwn.out_shape() == (96, 28, 28, 128) and chwn.n == 128
+
+
+@pytest.mark.parametrize("kwargs,field", [
+    (dict(window=0), "window"), (dict(stride=(1, 0)), "stride"), (dict(pad=3), "pad"),
+    (dict(window=(9, 9)), "window"), (dict(layout="NHWC"), "layout"), (dict(window="3"), "window"),
+])
+def test_bad_pooling_geometry_names_the_field(kwargs, field):
+    args = dict(window=3, stride=2, pad=0, layout="NCHW") | kwargs
+    with pytest.raises(InputError, match=field):
+        pooling.geometry((2, 3, 8, 8), args["window"], args["stride"], args["pad"], args["layout"])
+
+
+def test_small_nchw_planes_are_grouped_and_large_ones_banded():
+    small = pooling.plan_forward(pooling.geometry((512, 256, 13, 13), 3, 2, 0, "NCHW"), "float32", "max", True,
+                                 False, (1, 1))
+    groups = small.args[6]
+    assert groups > 1 and small.smem == groups * 13 * 13 * 4 + 16 <= pooling.SMEM_BUDGET + 16
+    big = pooling.plan_forward(pooling.geometry((4, 8, 224, 224), 3, 2, 1, "NCHW"), "float32", "max", True, False,
+                               (1, 1))
+    bp, bands = big.args[7], big.args[8]
+    assert bands > 1 and bp * bands >= 112 and big.smem <= pooling.SMEM_BUDGET + 16
+
+
+def test_chwn_threads_cover_every_coarsened_output_block():
+    g = pooling.geometry((64, 27, 27, 128), 3, 2, 0, "CHWN")
+    launch = pooling.plan_forward(g, "float32", "max", True, False, (2, 3))
+    mtp, mtq = launch.args[-2:]
+    assert (mtp, mtq) == (7, 5) and launch.grid * pooling.NT >= 64 * mtp * mtq * (128 // 4)
+
+
+# --- hill climbing and its cache ---------------------------------------------------------------
+def test_hill_climb_grows_each_factor_while_time_drops_then_stops():
+    cost = {(1, 1): 10, (2, 1): 8, (1, 2): 9, (3, 1): 7, (2, 2): 6, (3, 2): 6.5, (2, 3): 6.2, (4, 1): 9}
+    choice, times = autotune.hill_climb(lambda f: cost.get(f, 100), (1, 1), ((1, 4), (1, 4)))
+    assert choice == (2, 2)
+    assert (4, 4) not in times  # never explored past the optimum
+
+
+def test_hill_climb_keeps_the_start_when_no_step_helps_and_respects_limits():
+    choice, times = autotune.hill_climb(lambda f: sum(f), (1, 1), ((1, 4), (1, 4)))
+    assert choice == (1, 1) and set(times) == {(1, 1), (2, 1), (1, 2)}
+    choice, _ = autotune.hill_climb(lambda f: -sum(f), (1, 1), ((1, 2), (1, 3)))
+    assert choice == (2, 3)
+
+
+def test_unrunnable_candidates_are_never_chosen():
+    choice, _ = autotune.hill_climb(lambda f: float("inf") if f[0] > 1 else 5.0 - f[1], (1, 1), ((1, 4), (1, 4)))
+    assert choice == (1, 4)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.dictionaries(st.tuples(st.integers(1, 4), st.integers(1, 4)), st.floats(0.1, 100), min_size=16))
+def test_hill_climb_ends_at_a_local_minimum(cost):
+    choice, times = autotune.hill_climb(lambda f: cost[f], (1, 1), ((1, 4), (1, 4)))
+    for i in range(2):
+        step = tuple(v + (1 if j == i else 0) for j, v in enumerate(choice))
+        if step[i] <= 4:
+            assert cost[step] >= cost[choice]
+    assert set(times) >= {choice} and all(t == cost[f] for f, t in times.items())
+
+
+def test_tuned_choices_persist_per_device_and_shape(tmp_path):
+    autotune.clear_memory()
+    autotune.record("H100 sm_90", "pool a", (2, 1), {(1, 1): 2.0, (2, 1): 1.5, (3, 1): float("inf")})
+    autotune.record("H100 sm_90", "pool b", (1, 3), {(1, 3): 1.0})
+    autotune.record("A100 sm_80", "pool a", (1, 1), {(1, 1): 3.0})
+    autotune.clear_memory()  # a new process: only the file remains
+    assert autotune.lookup("H100 sm_90", "pool a")["choice"] == [2, 1]
+    assert autotune.lookup("A100 sm_80", "pool a")["choice"] == [1, 1]
+    assert autotune.lookup("H100 sm_90", "pool c") is None
+    doc = json.loads(autotune.cache_path().read_text())
+    assert doc["format"] == autotune.FORMAT
+    assert doc["devices"]["H100 sm_90"]["pool a"]["trials"] == {"1,1": 2.0, "2,1": 1.5}
+
+
+def test_a_corrupt_tuning_file_is_replaced_not_fatal():
+    autotune.clear_memory()
+    path = autotune.cache_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("{not json")
+    assert autotune.lookup("dev", "k") is None
+    autotune.record("dev", "k", (1, 1), {(1, 1): 1.0})
+    assert json.loads(path.read_text())["devices"]["dev"]["k"]["choice"] == [1, 1]
