@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import threading
 import time
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
@@ -35,6 +36,7 @@ from .models import PlanRequest
 log = logging.getLogger("ucudnn.server")
 KEY_VERSION = 1  # bump when the meaning of a key changes: old plans are then simply not found
 RAW_BODY_MAX = 2048  # request bodies remembered verbatim (table_id requests; inline tables are larger)
+TABLES_IN_MEMORY = 32  # parsed tables: loading one from the store re-validates it (~0.3 s for ResNet-50)
 
 
 class UnknownId(InputError):
@@ -49,6 +51,8 @@ class PlanService:
         self._cache: OrderedDict[str, bytes] = OrderedDict()  # plan id -> response body
         self._inflight: dict[str, asyncio.Future[bytes]] = {}
         self._raw: OrderedDict[bytes, str] = OrderedDict()  # exact request body -> plan id
+        self._tables: OrderedDict[str, BenchmarkTable] = OrderedDict()  # content id -> table (immutable by id)
+        self._tables_lock = threading.Lock()
         self.pool = ThreadPoolExecutor(solver_threads, thread_name_prefix="ucudnn-plan")
 
     # -- the request ----------------------------------------------------------------
@@ -141,11 +145,12 @@ class PlanService:
             self.metrics.plan_hits.labels("store").inc()
             return _response(pid, record[1] or table_id, record[0])
         if table is None:
-            table = self.store.get_table(table_id)
+            table = self._tables.get(table_id) or self.store.get_table(table_id)
             if table is None:
                 raise UnknownId(f"no table with id {table_id!r}; store it with POST /v1/tables first", "table_id")
         else:
             self.store.put_table(table)  # an inline table is stored as POST /v1/tables would
+        self.remember_table(table_id, table)
         self.metrics.plan_misses.labels(key["policy"]).inc()
         start = time.perf_counter()
         try:
@@ -167,6 +172,14 @@ class PlanService:
             self.metrics.solve_seconds.labels(key["policy"]).observe(time.perf_counter() - start)
         self.store.put_plan(key, plan, table_id)
         return _response(pid, table_id, text)
+
+    def remember_table(self, table_id: str, table: BenchmarkTable) -> None:
+        """Keep a parsed table for the next cold plan of it (called from solver threads and request threads)."""
+        with self._tables_lock:
+            self._tables[table_id] = table
+            self._tables.move_to_end(table_id)
+            while len(self._tables) > TABLES_IN_MEMORY:
+                self._tables.popitem(last=False)
 
     def _finished(self, pid: str, task: asyncio.Future[bytes]) -> None:
         self._inflight.pop(pid, None)

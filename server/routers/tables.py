@@ -23,7 +23,9 @@ def put_table(document: dict[str, Any] = Body(description="a ucudnn-benchmark-ta
               state: ServiceState = Depends(get_state)) -> TableCreated:
     """Store a benchmark table. Its id is a hash of its content: storing it again answers the same id."""
     table = BenchmarkTable.from_dict(document)
-    return TableCreated(id=state.store.put_table(table))
+    table_id = state.store.put_table(table)
+    state.plans.remember_table(table_id, table)  # its first plan need not parse it again
+    return TableCreated(id=table_id)
 
 
 @router.get("", response_model=list[TableSummary], responses=errors(422))
