@@ -38,9 +38,7 @@ def execute_plan(plan, bufs, repeat: int):
 
     times = {}
     for kp in plan.kernels:
-        b = bufs[kp.problem]
-        a, bb, out = {"forward": (b.x, b.w, b.out), "backward_data": (b.w, b.y, b.dx),
-                      "backward_filter": (b.x, b.y, b.dw)}[kp.op]
+        a, bb, out = bufs[kp.problem].arrays(kp.op)
         ex = Executor(kp)
         import cupy as cp
 

@@ -28,9 +28,7 @@ def execute_network(plan, bufs, repeat: int) -> dict[str, float]:
     net = NetworkExecutor(plan)
     times = {}
     for kp in plan.kernels:
-        b = bufs[kp.problem]
-        a, bb, out = {"forward": (b.x, b.w, b.out), "backward_data": (b.w, b.y, b.dx),
-                      "backward_filter": (b.x, b.y, b.dw)}[kp.op]
+        a, bb, out = bufs[kp.problem].arrays(kp.op)
         times[kp.name] = time_ms(lambda: net(kp.name, a, bb, out), repeat=repeat, warmup=2, min_sample_ms=1.0)
     return times
 

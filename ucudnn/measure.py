@@ -37,15 +37,15 @@ class Buffers:
         self.dx = cp.empty_like(self.x)
         self.out = cp.empty_like(self.y)
 
+    def arrays(self, op: str) -> tuple:
+        """(a, b, out) of ``op`` in cuDNN's operand order (see ucudnn.execute.ROLES)."""
+        return {"forward": (self.x, self.w, self.out), "backward_data": (self.w, self.y, self.dx),
+                "backward_filter": (self.x, self.y, self.dw)}[op]
+
     def operands(self, op: str, micro_batch: int) -> Operands:
         # a micro-batch is a prefix of each batched tensor: same base pointers, smaller descriptors
-        if op == "forward":
-            return Operands(self.x.data.ptr, self.w.data.ptr, self.out.data.ptr)
-        if op == "backward_data":
-            return Operands(self.w.data.ptr, self.y.data.ptr, self.dx.data.ptr)
-        if op == "backward_filter":
-            return Operands(self.x.data.ptr, self.y.data.ptr, self.dw.data.ptr)
-        raise ValueError(op)
+        a, b, out = self.arrays(op)
+        return Operands(a.data.ptr, b.data.ptr, out.data.ptr)
 
 
 def default_sources() -> list[AlgorithmSource]:

@@ -18,34 +18,16 @@ FORMAT = "ucudnn-plan/1"
 
 
 @dataclass(frozen=True)
-class MicroConfig:
-    """One micro-batch of a kernel's plan: the measured option it runs."""
+class MicroConfig(Measurement):
+    """One micro-batch of a kernel's plan: exactly the measured option it runs.
 
-    micro_batch: int
-    algo: int | str
-    math_type: str
-    time_ms: float
-    workspace_bytes: int
-    source: str = "legacy"
-    engine: Any = None
+    The same record as :class:`~ucudnn.table.Measurement` (same fields, same
+    JSON), so a plan says precisely which measurement each step came from.
+    """
 
     @classmethod
     def of(cls, m: Measurement) -> "MicroConfig":
-        return cls(m.micro_batch, m.algo, m.math_type, m.time_ms, m.workspace_bytes, m.source, m.engine)
-
-    def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"micro_batch": self.micro_batch, "algo": self.algo, "math_type": self.math_type,
-                             "time_ms": self.time_ms, "workspace_bytes": self.workspace_bytes}
-        if self.source != "legacy":
-            d["source"] = self.source
-        if self.engine is not None:
-            d["engine"] = self.engine
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "MicroConfig":
-        return cls(d["micro_batch"], d["algo"], d["math_type"], float(d["time_ms"]), int(d["workspace_bytes"]),
-                   d.get("source", "legacy"), d.get("engine"))
+        return cls(m.micro_batch, m.algo, m.math_type, m.time_ms, m.workspace_bytes, m.source, m.engine, m.extra)
 
 
 @dataclass

@@ -18,8 +18,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from .plan import Plan
-from .problem import ConvProblem
-from .table import BenchmarkTable, KernelBench, Measurement, Skipped
+from .table import BenchmarkTable, KernelBench
 
 
 class Base(DeclarativeBase):
@@ -214,10 +213,7 @@ class Store:
             if row is None:
                 return None
             d = json.loads(row.body)
-        return KernelBench(d["name"], d["op"], ConvProblem.from_dict(d["problem"]),
-                           [Measurement.from_dict(m) for m in d["measurements"]],
-                           [Skipped(s["micro_batch"], s.get("algo"), s.get("math_type"), s["reason"])
-                            for s in d.get("skipped", [])], d.get("benchmark_seconds"))
+        return KernelBench.from_dict(d)
 
     # -- benchmark jobs of the plan service ------------------------------------------
     def put_job(self, job_id: str, request: dict[str, Any], total: int) -> None:

@@ -83,6 +83,14 @@ class KernelBench:
     def micro_batches(self) -> list[int]:
         return sorted({m.micro_batch for m in self.measurements})
 
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "KernelBench":
+        """From already-validated JSON (see :meth:`BenchmarkTable.from_dict`, which validates)."""
+        return cls(d["name"], d["op"], ConvProblem.from_dict(d["problem"]),
+                   [Measurement.from_dict(m) for m in d["measurements"]],
+                   [Skipped(s["micro_batch"], s.get("algo"), s.get("math_type"), s["reason"]) for s in d.get("skipped", [])],
+                   d.get("benchmark_seconds"))
+
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"name": self.name, "op": self.op, "problem": self.problem.to_dict(),
                              "measurements": [m.to_dict() for m in self.measurements]}
@@ -135,17 +143,14 @@ class BenchmarkTable:
                 problem = ConvProblem.from_dict(kd["problem"], f"{where}.problem")
             except InputError as e:
                 raise TableError(str(e).split(": ", 1)[-1], e.field) from None
-            ms = []
             for j, md in enumerate(kd["measurements"]):
-                for key in ("time_ms",):
-                    if not math.isfinite(md[key]):
-                        raise TableError(f"must be a finite positive number, got {md[key]!r}", f"{where}.measurements[{j}].{key}")
+                if not math.isfinite(md["time_ms"]):
+                    raise TableError(f"must be a finite positive number, got {md['time_ms']!r}",
+                                     f"{where}.measurements[{j}].time_ms")
                 if md["micro_batch"] > problem.n:
                     raise TableError(f"micro-batch {md['micro_batch']} exceeds the mini-batch n={problem.n}",
                                      f"{where}.measurements[{j}].micro_batch")
-                ms.append(Measurement.from_dict(md))
-            skipped = [Skipped(s["micro_batch"], s.get("algo"), s.get("math_type"), s["reason"]) for s in kd.get("skipped", [])]
-            kernels.append(KernelBench(kd["name"], kd["op"], problem, ms, skipped, kd.get("benchmark_seconds")))
+            kernels.append(KernelBench.from_dict(kd))
         extra = {k: v for k, v in doc.items() if k not in ("format", "device", "cudnn_version", "numerics", "kernels")}
         return cls(doc["device"], doc["cudnn_version"], kernels, doc.get("numerics"), extra)
 
