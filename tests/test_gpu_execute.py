@@ -228,3 +228,33 @@ def test_network_plan_runs_every_kernel_in_its_own_arena_segment():
         out = net(spec.name, a, b, cp.full(shape, cp.nan, dtype=x.dtype))
         ref = _undivided(spec.problem, spec.op, a, b, cp.empty(shape, dtype=x.dtype))
         assert rel_err(out.get(), ref.get()) < TOL["float32"], spec.name
+
+
+def test_independent_kernels_run_concurrently_on_separate_streams_in_disjoint_segments():
+    """An inception block's branches: two kernels of one WD plan on two streams at once, both correct."""
+    import cupy as cp
+
+    from ucudnn.execute import NetworkExecutor
+    from ucudnn.measure import benchmark
+    from ucudnn.planner import plan
+    from ucudnn.problem import KernelSpec
+
+    p1 = ConvProblem(32, 64, 28, 28, 64, 3, 3, pad=(1, 1))
+    p2 = ConvProblem(32, 64, 28, 28, 32, 5, 5, pad=(2, 2))
+    specs = [KernelSpec("branch3x3/forward", "forward", p1), KernelSpec("branch5x5/forward", "forward", p2)]
+    net = NetworkExecutor(plan(benchmark(specs, "powerOfTwo", "strict", repeat=1), "wd",
+                               total_workspace="64MiB", batch_policy="powerOfTwo"))
+    inputs = {s.name: _tensors(s.problem, seed=21 + i) for i, s in enumerate(specs)}
+    outs = {s.name: cp.full(s.problem.y_shape(), cp.nan, dtype="float32") for s in specs}
+    streams = [cp.cuda.Stream(non_blocking=True) for _ in specs]
+    for _ in range(3):  # repeated, so the two streams really overlap in time
+        for s, stream in zip(specs, streams):
+            x, w, _ = inputs[s.name]
+            with stream:
+                net(s.name, x, w, outs[s.name])
+    for stream in streams:
+        stream.synchronize()
+    for s in specs:
+        x, w, _ = inputs[s.name]
+        ref = _undivided(s.problem, "forward", x, w, cp.empty(s.problem.y_shape(), dtype="float32"))
+        assert rel_err(outs[s.name].get(), ref.get()) < TOL["float32"], s.name
