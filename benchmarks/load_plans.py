@@ -232,6 +232,9 @@ def main() -> None:
            "cold_ms": {k: (round(v, 1) if isinstance(v, float) and "solver" not in k else v) for k, v in cold.items()},
            "load": results, "bar": {"rps": BAR_RPS, "p99_ms": BAR_P99_MS}}
     md = _report.md_header("Plan service under load", prov)
+    versions = ", ".join(f"{k} {prov[k]}" for k in ("python", "fastapi", "starlette", "uvicorn", "uvloop", "httptools",
+                                                     "pydantic", "sqlalchemy") if k in prov)
+    md += f"- versions: {versions}\n"
     md += (f"- server: `ucudnn serve` (uvicorn, SQLite store), one process; load: {prov['load_tool']}, "
            f"{args.clients} concurrent clients, closed loop, {args.seconds:g} s per scenario; {prov['cpus']} CPU cores "
            f"shared by server and load tool (and by anything else running: see load average)\n"
