@@ -18,8 +18,14 @@ from .problem import ConvProblem
 _tls = threading.local()
 
 
+_cupy: Any = None
+
+
 def cupy() -> Any:
-    """Import CuPy or raise :class:`GpuUnavailable` with the reason."""
+    """Import CuPy or raise :class:`GpuUnavailable` with the reason (checked once, then cached: it is on the hot path)."""
+    global _cupy
+    if _cupy is not None:
+        return _cupy
     try:
         import cupy as cp  # noqa: F401
     except Exception as e:  # ImportError, or CUDA libs missing
@@ -29,6 +35,7 @@ def cupy() -> Any:
             raise GpuUnavailable("no CUDA device is visible")
     except cp.cuda.runtime.CUDARuntimeError as e:
         raise GpuUnavailable(f"no usable CUDA device ({e})") from None
+    _cupy = cp
     return cp
 
 
