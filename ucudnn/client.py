@@ -30,7 +30,7 @@ from .errors import GpuUnavailable, InfeasibleError, InputError, UcudnnError
 from .plan import Plan
 from .problem import ConvProblem
 from .store import key_id
-from .table import BenchmarkTable, KernelBench, Measurement, Skipped
+from .table import BenchmarkTable, KernelBench
 
 log = logging.getLogger("ucudnn.client")
 
@@ -128,10 +128,7 @@ class PlanClient:
             if e.status_code == 404:
                 return None
             raise
-        return KernelBench(d["name"], d["op"], ConvProblem.from_dict(d["problem"]),
-                           [Measurement.from_dict(m) for m in d["measurements"]],
-                           [Skipped(s["micro_batch"], s.get("algo"), s.get("math_type"), s["reason"])
-                            for s in d.get("skipped", [])], d.get("benchmark_seconds"))
+        return KernelBench.from_dict(d)
 
     def put_kernel_bench(self, key: dict[str, Any], kb: KernelBench) -> str:
         """Share measurements under the library's cache key; returns the key's id."""
