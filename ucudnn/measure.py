@@ -52,12 +52,32 @@ def default_sources() -> list[AlgorithmSource]:
     return [LegacySource()]
 
 
+def resolve_sources(sources: Iterable[AlgorithmSource | str] | str | None) -> list[AlgorithmSource]:
+    """Sources from names (``"legacy,graph"``, ``["legacy", "graph"]``) or instances; None: the defaults.
+
+    Names resolve through :mod:`ucudnn.sources.registry`, so execution later
+    finds the very instance that measured (the graph source keeps its built plans).
+    """
+    from .sources import registry
+
+    if sources is None:
+        return default_sources()
+    if isinstance(sources, str):
+        sources = [s.strip() for s in sources.split(",") if s.strip()]
+    out = [registry.get(s) if isinstance(s, str) else s for s in sources]
+    if not out:
+        from .errors import InputError
+
+        raise InputError("name at least one algorithm source (legacy, graph)", "sources")
+    return out
+
+
 def benchmark(kernels: Sequence[KernelSpec], batch_policy: str = "powerOfTwo", numerics: str | None = None, *,
-              sources: Iterable[AlgorithmSource] | None = None, repeat: int = 5, warmup: int = 1,
+              sources: Iterable[AlgorithmSource | str] | str | None = None, repeat: int = 5, warmup: int = 1,
               max_workspace: int | None = None, progress: bool = False) -> BenchmarkTable:
     """Measure ``kernels`` on the current device; never raises for an algorithm that fails."""
     cp = cupy()
-    sources = list(sources or default_sources())
+    sources = resolve_sources(sources)
     dtypes = {k.problem.dtype for k in kernels}
     numerics = num.normalize(numerics, "float32" if "float32" in dtypes else next(iter(dtypes)))
     if max_workspace is None:
@@ -106,7 +126,8 @@ def benchmark(kernels: Sequence[KernelSpec], batch_policy: str = "powerOfTwo", n
     finally:
         bar.close()
     return BenchmarkTable(device_name(), cudnn.get_version(), out, numerics,
-                          {"batch_policy": batch_policy, "repeat": repeat, "cupy_version": cp.__version__})
+                          {"batch_policy": batch_policy, "repeat": repeat, "cupy_version": cp.__version__,
+                           "sources": [s.name for s in sources]})
 
 
 def _tag(m: Measurement, source: str) -> Measurement:

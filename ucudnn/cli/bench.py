@@ -51,6 +51,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-policy", default=None, help="all | powerOfTwo | undivided")
     p.add_argument("--repeat", type=int, default=5, help="timed runs per configuration, median kept (0: cuDNN Find's time)")
     p.add_argument("--max-workspace", default=None, help="largest workspace offered while benchmarking (default min(4GiB, free/4))")
+    p.add_argument("--sources", default="legacy", help="comma-separated algorithm sources: legacy (cudnnFind*), "
+                   "graph (cuDNN graph-API engines; needs ucudnn[graph]) (default: legacy)")
+    p.add_argument("--graph-top-k", type=int, default=None, help="graph source: time only the first K engine "
+                   "configurations (heuristic order) that build at each micro-batch size (default: all)")
     p.add_argument("-o", "--out", required=True, help="where to write the table (JSON)")
     p.set_defaults(func=run)
 
@@ -72,7 +76,9 @@ def run(args: argparse.Namespace) -> int:
         for i, text in enumerate(args.problem):
             prob = parse_problem(text, args.batch, args.dtype, args.layout)
             kernels += [KernelSpec(f"problem{i}/{op}", op, prob) for op in ops]
-    table = benchmark(kernels, args.batch_policy or config.batch_policy(), args.numerics, repeat=args.repeat,
+    sources = _sources(args.sources, args.graph_top_k)
+    table = benchmark(kernels, args.batch_policy or config.batch_policy(), args.numerics, sources=sources,
+                      repeat=args.repeat,
                       max_workspace=parse_size(args.max_workspace) if args.max_workspace else None,
                       progress=sys.stderr.isatty())
     table.save(args.out)
@@ -80,3 +86,24 @@ def run(args: argparse.Namespace) -> int:
     print(f"wrote {args.out}: {len(table.kernels)} kernels, {n} measurements on {table.device}, "
           f"cuDNN {table.cudnn_version}", file=sys.stderr)
     return 0
+
+
+def _sources(names: str, graph_top_k: int | None) -> list:
+    """``--sources`` names -> source instances (``--graph-top-k`` configures a graph source of its own)."""
+    from ..measure import resolve_sources
+
+    wanted = [n.strip() for n in names.split(",") if n.strip()]
+    if graph_top_k is not None:
+        if graph_top_k < 1:
+            raise InputError(f"must be a positive integer, got {graph_top_k}", "--graph-top-k")
+        if "graph" not in wanted:
+            raise InputError("only applies with --sources ...,graph", "--graph-top-k")
+    try:
+        sources = resolve_sources(wanted)
+    except InputError as e:
+        raise InputError(str(e).split(": ", 1)[-1], "--sources") from None
+    if graph_top_k is not None:
+        from ..sources.graph import GraphSource
+
+        sources = [GraphSource(top_k=graph_top_k) if s.name == "graph" else s for s in sources]
+    return sources

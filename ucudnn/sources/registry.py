@@ -1,23 +1,30 @@
 """Sources by name, so a plan's ``source`` field finds the code that runs it."""
 from __future__ import annotations
 
+import importlib
+
 from .base import AlgorithmSource
 
 _SOURCES: dict[str, AlgorithmSource] = {}
+# ucudnn's own sources, created on first use (the graph source needs the optional frontend only when it runs)
+_BUILTIN = {"legacy": ("ucudnn.sources.legacy", "LegacySource"), "graph": ("ucudnn.sources.graph", "GraphSource")}
 
 
 def register(source: AlgorithmSource) -> None:
     _SOURCES[source.name] = source
 
 
-def get(name: str) -> AlgorithmSource:
-    if not _SOURCES:
-        from .legacy import LegacySource
+def known() -> list[str]:
+    return sorted(set(_SOURCES) | set(_BUILTIN))
 
-        register(LegacySource())
+
+def get(name: str) -> AlgorithmSource:
+    if name not in _SOURCES and name in _BUILTIN:
+        module, cls = _BUILTIN[name]
+        register(getattr(importlib.import_module(module), cls)())
     try:
         return _SOURCES[name]
     except KeyError:
         from ..errors import InputError
 
-        raise InputError(f"unknown algorithm source {name!r}; known: {', '.join(sorted(_SOURCES))}", "source") from None
+        raise InputError(f"unknown algorithm source {name!r}; known: {', '.join(known())}", "source") from None
