@@ -129,7 +129,7 @@ def run_combo(args, net, dtype, layout, numerics, prov, out_dir, deadline):
     both = union(legacy, gtable)
     if args.tables_out:
         Path(args.tables_out).mkdir(parents=True, exist_ok=True)
-        both.save(Path(args.tables_out) / f"{tag}-legacy+graph-h100.json.gz")
+        both.save(Path(args.tables_out) / f"{tag}-legacy-graph-h100.json.gz")
 
     bufs = {}
     for k in kernels:
