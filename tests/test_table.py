@@ -87,3 +87,9 @@ def test_the_schema_file_is_itself_a_valid_json_schema():
     for name in ("ucudnn-benchmark-table/1", "ucudnn-plan/1", "ucudnn-network/1"):
         schema = load_schema(name)
         jsonschema.validators.validator_for(schema).check_schema(schema)
+
+
+def test_nan_and_infinity_anywhere_in_the_text_are_refused():
+    text = json.dumps(GOOD).replace('"my_note": "extra fields are fine"', '"my_note": NaN')
+    with pytest.raises(TableError, match="NaN"):
+        BenchmarkTable.loads(text)

@@ -150,6 +150,9 @@ class BenchmarkTable:
                 if md["micro_batch"] > problem.n:
                     raise TableError(f"micro-batch {md['micro_batch']} exceeds the mini-batch n={problem.n}",
                                      f"{where}.measurements[{j}].micro_batch")
+            bs = kd.get("benchmark_seconds")
+            if bs is not None and not math.isfinite(bs):
+                raise TableError(f"must be a finite number, got {bs!r}", f"{where}.benchmark_seconds")
             kernels.append(KernelBench.from_dict(kd))
         extra = {k: v for k, v in doc.items() if k not in ("format", "device", "cudnn_version", "numerics", "kernels")}
         return cls(doc["device"], doc["cudnn_version"], kernels, doc.get("numerics"), extra)
@@ -157,7 +160,7 @@ class BenchmarkTable:
     @classmethod
     def loads(cls, text: str | bytes) -> "BenchmarkTable":
         try:
-            doc = json.loads(text)
+            doc = json.loads(text, parse_constant=_refuse_constant)
         except json.JSONDecodeError as e:
             raise TableError(f"not valid JSON: {e}", "(document)") from None
         return cls.from_dict(doc)
@@ -213,6 +216,11 @@ class BenchmarkTable:
                                  f"with one of {first.device} / cuDNN {first.cudnn_version} / {first.numerics}", "device")
             kernels.extend(t.kernels)
         return BenchmarkTable(first.device, first.cudnn_version, kernels, first.numerics, dict(first.extra))
+
+
+def _refuse_constant(name: str) -> float:
+    # Python's json accepts NaN / Infinity, JSON does not: a table carrying them is malformed
+    raise TableError(f"{name} is not a JSON number", "(document)")
 
 
 def builtin_tables() -> list[str]:
