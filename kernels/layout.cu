@@ -16,14 +16,20 @@
 // The kernel moves raw bits: T is an unsigned integer of the element's size.
 #include "common.cuh"
 
-template <typename T, int TA, int TM, int TD, int VI, int VO, int SD, int NT>
+template <typename T, int TA, int TM, int TD, int VI, int VO, int SD, int NT, bool FI, bool FO>
 __global__ void __launch_bounds__(NT)
 layout_transpose(const T* __restrict__ x, T* __restrict__ y, int A, int M, int D, int tiles_a, int tiles_m,
                  int tiles_d) {
-    static_assert(TD % VI == 0 && TA % VO == 0, "vectors must not straddle tile rows");
+    // Vectors run along d (loads) and a (stores) -- or, with FI / FO, along the tile's flattened
+    // order on that side, which is contiguous in memory when the small dimension is taken whole
+    // (TD == D / TA == A): then C = 3 still moves 16 bytes per access.  layout.py guarantees that
+    // no vector crosses a jump in addresses and that every vector is aligned; a vector cut by the
+    // tensor's edge falls back to single elements.
+    static_assert(FI || TD % VI == 0, "vectors must not straddle tile rows");
+    static_assert(FO || TA % VO == 0, "vectors must not straddle tile rows");
     constexpr int TILE = TA * TM * TD;
-    constexpr int NVI = TILE / VI;
-    constexpr int NVO = TILE / VO;
+    constexpr int NVI = (TILE + VI - 1) / VI;
+    constexpr int NVO = (TILE + VO - 1) / VO;
     constexpr int IT_IN = (NVI + NT - 1) / NT;
     constexpr int IT_OUT = (NVO + NT - 1) / NT;
     __shared__ T sh[TA * TM * SD];
@@ -50,19 +56,38 @@ layout_transpose(const T* __restrict__ x, T* __restrict__ y, int A, int M, int D
         const int v = i * NT + threadIdx.x;
         const int e = v * VI;
         const int a = e / (TM * TD), m = (e / TD) % TM, d = e % TD;
-        if ((NVI % NT == 0 || v < NVI) && a < ra && m < rm && d < rd)
-            in[i].load(xb + a * x_a + (long long)m * D + d);
-        else
-            in[i].raw = {};
+        in[i].raw = {};
+        if constexpr (!FI) {
+            if ((NVI % NT == 0 || v < NVI) && a < ra && m < rm && d < rd) in[i].load(xb + a * x_a + (long long)m * D + d);
+        } else if (v < NVI) {
+            bool all = e + VI <= TILE;
+#pragma unroll
+            for (int k = 0; k < VI; ++k) {
+                const int f = e + k, ak = f / (TM * TD), mk = (f / TD) % TM, dk = f % TD;
+                all = all && ak < ra && mk < rm && dk < rd;
+            }
+            if (all) {
+                in[i].load(xb + a * x_a + (long long)m * D + d);
+            } else {
+#pragma unroll
+                for (int k = 0; k < VI; ++k) {
+                    const int f = e + k, ak = f / (TM * TD), mk = (f / TD) % TM, dk = f % TD;
+                    if (f < TILE && ak < ra && mk < rm && dk < rd) in[i].e[k] = xb[ak * x_a + (long long)mk * D + dk];
+                }
+            }
+        }
     }
 #pragma unroll
     for (int i = 0; i < IT_IN; ++i) {
         const int v = i * NT + threadIdx.x;
         const int e = v * VI;
-        const int a = e / (TM * TD), m = (e / TD) % TM, d = e % TD;
         if (NVI % NT == 0 || v < NVI) {
 #pragma unroll
-            for (int k = 0; k < VI; ++k) sh[(a * TM + m) * SD + d + k] = in[i].e[k];
+            for (int k = 0; k < VI; ++k) {
+                const int f = FI ? e + k : e;
+                const int a = f / (TM * TD), m = (f / TD) % TM, d = f % TD + (FI ? 0 : k);
+                if (!FI || f < TILE) sh[(a * TM + m) * SD + d] = in[i].e[k];
+            }
         }
     }
     __syncthreads();
@@ -71,27 +96,44 @@ layout_transpose(const T* __restrict__ x, T* __restrict__ y, int A, int M, int D
         const int v = i * NT + threadIdx.x;
         const int e = v * VO;
         const int d = e / (TM * TA), m = (e / TA) % TM, a = e % TA;
-        if ((NVO % NT == 0 || v < NVO) && d < rd && m < rm && a < ra) {
-            Pack<T, VO> out;
+        if constexpr (!FO) {
+            if ((NVO % NT == 0 || v < NVO) && d < rd && m < rm && a < ra) {
+                Pack<T, VO> out;
 #pragma unroll
-            for (int k = 0; k < VO; ++k) out.e[k] = sh[((a + k) * TM + m) * SD + d];
-            out.store(yb + d * y_d + (long long)m * A + a);
+                for (int k = 0; k < VO; ++k) out.e[k] = sh[((a + k) * TM + m) * SD + d];
+                out.store(yb + d * y_d + (long long)m * A + a);
+            }
+        } else if (v < NVO) {
+            Pack<T, VO> out;
+            bool all = e + VO <= TILE;
+#pragma unroll
+            for (int k = 0; k < VO; ++k) {
+                const int f = e + k, dk = f / (TM * TA), mk = (f / TA) % TM, ak = f % TA;
+                const bool ok = f < TILE && dk < rd && mk < rm && ak < ra;
+                all = all && ok;
+                out.e[k] = sh[ok ? (ak * TM + mk) * SD + dk : 0];
+            }
+            if (all) {
+                out.store(yb + d * y_d + (long long)m * A + a);
+            } else {
+#pragma unroll
+                for (int k = 0; k < VO; ++k) {
+                    const int f = e + k, dk = f / (TM * TA), mk = (f / TA) % TM, ak = f % TA;
+                    if (f < TILE && dk < rd && mk < rm && ak < ra) yb[dk * y_d + (long long)mk * A + ak] = out.e[k];
+                }
+            }
         }
     }
 }
 
 #ifdef UCUDNN_NVCC_CHECK
 // Representative instantiations so `nvcc --cubin` (CI, resource reports) generates code.
-template __global__ void layout_transpose<unsigned int, 64, 1, 64, 4, 4, 65, 256>(const unsigned int*, unsigned int*,
-                                                                                 int, int, int, int, int, int);
-template __global__ void layout_transpose<unsigned short, 64, 1, 128, 8, 8, 129, 256>(
-    const unsigned short*, unsigned short*, int, int, int, int, int, int);
-template __global__ void layout_transpose<unsigned int, 3, 1, 1024, 4, 1, 1035, 256>(const unsigned int*,
-                                                                                    unsigned int*, int, int, int,
-                                                                                    int, int, int);
-template __global__ void layout_transpose<unsigned int, 1024, 1, 3, 1, 4, 3, 256>(const unsigned int*, unsigned int*,
-                                                                                 int, int, int, int, int, int);
-template __global__ void layout_transpose<unsigned int, 3, 21, 64, 4, 1, 65, 256>(const unsigned int*,
-                                                                                 unsigned int*, int, int, int, int,
-                                                                                 int, int);
+#define UCUDNN_LAYOUT(T, ...) \
+    template __global__ void layout_transpose<T, __VA_ARGS__>(const T*, T*, int, int, int, int, int, int);
+UCUDNN_LAYOUT(unsigned int, 64, 1, 64, 4, 4, 65, 256, false, false)
+UCUDNN_LAYOUT(unsigned short, 64, 1, 128, 8, 8, 129, 256, false, false)
+UCUDNN_LAYOUT(unsigned int, 3, 1, 1024, 4, 4, 1035, 256, false, true)
+UCUDNN_LAYOUT(unsigned int, 1024, 1, 3, 4, 4, 3, 256, true, false)
+UCUDNN_LAYOUT(unsigned short, 3, 40, 64, 8, 8, 65, 256, false, true)
+UCUDNN_LAYOUT(unsigned short, 64, 16, 3, 8, 8, 3, 256, true, false)
 #endif

@@ -71,7 +71,11 @@ def _check_layout(layout: str, field: str) -> None:
 
 @dataclass(frozen=True)
 class TilePlan:
-    """One launch of ``layout_transpose``: tile TA x TM x TD, vector widths, padded row SD, threads NT."""
+    """One launch of ``layout_transpose``: tile TA x TM x TD, vector widths, padded row SD, threads NT.
+
+    ``fi`` / ``fo``: the loads / stores run their vectors along the tile's flattened order
+    (the small dimension taken whole makes it contiguous), not along d / a alone.
+    """
 
     ta: int
     tm: int
@@ -84,10 +88,13 @@ class TilePlan:
     tiles_m: int
     tiles_d: int
     grid: int
+    fi: bool = False
+    fo: bool = False
 
     def name_expr(self, itemsize: int) -> str:
         t = _UINT[itemsize]
-        return f"layout_transpose<{t},{self.ta},{self.tm},{self.td},{self.vi},{self.vo},{self.sd},{self.nt}>"
+        flags = f"{'true' if self.fi else 'false'},{'true' if self.fo else 'false'}"
+        return f"layout_transpose<{t},{self.ta},{self.tm},{self.td},{self.vi},{self.vo},{self.sd},{self.nt},{flags}>"
 
 
 def _pow2_floor(v: int) -> int:
@@ -104,6 +111,23 @@ def _vector(extent: int, tile: int, itemsize: int, ptr_align: int) -> int:
     while v > 1 and (extent % v or tile % v or ptr_align % (v * itemsize)):
         v //= 2
     return max(v, 1)
+
+
+def _flat_vector(outer: int, small: int, m: int, tile_outer: int, tm: int, itemsize: int, ptr_align: int) -> int:
+    """Widest vector along a tile side whose small dimension (``small``) is taken whole.
+
+    That side's rows ``(m, small)`` are contiguous, and all of the tile when it
+    spans every ``m`` (``tm == m``).  A vector must start aligned and must not
+    cross a jump in addresses: the strides it may straddle (``tm * small`` per
+    row, ``m * small`` per outer index) must be multiples of it.
+    """
+    v = 16 // itemsize
+    while v > 1:
+        steps = (outer * m * small, tile_outer * m * small) if tm == m else (m * small, tm * small)
+        if ptr_align % (v * itemsize) == 0 and all(st % v == 0 for st in steps):
+            break
+        v //= 2
+    return v
 
 
 def bank_conflicts(ta: int, tm: int, td: int, vi: int, vo: int, sd: int, itemsize: int) -> int:
@@ -126,32 +150,42 @@ def bank_conflicts(ta: int, tm: int, td: int, vi: int, vo: int, sd: int, itemsiz
     tile = ta * tm * td
     ins, outs = [], []
     for lane in range(32):
-        e = lane * vi
-        if e < tile:
-            a, m, d = e // (tm * td), (e // td) % tm, e % td
-            ins.append([(a * tm + m) * sd + d + k for k in range(vi)])
-        e = lane * vo
-        if e < tile:
-            d, m, a = e // (tm * ta), (e // ta) % tm, e % ta
-            outs.append([((a + k) * tm + m) * sd + d for k in range(vo)])
+        if lane * vi + vi <= tile:
+            fs = [lane * vi + k for k in range(vi)]
+            ins.append([((f // (tm * td)) * tm + (f // td) % tm) * sd + f % td for f in fs])
+        if lane * vo + vo <= tile:
+            fs = [lane * vo + k for k in range(vo)]
+            outs.append([((f % ta) * tm + (f // ta) % tm) * sd + f // (tm * ta) for f in fs])
     return cost(ins) + cost(outs)
 
 
+def _balanced(extent: int, target: int, quantum: int = 8) -> int:
+    """A tile length <= ``target`` that splits ``extent`` into equal tiles (rounded up to ``quantum``): 96 -> 48."""
+    n = max(1, -(-extent // target))
+    return min(target, -(-(-(-extent // n)) // quantum) * quantum)
+
+
+def _rows(m: int, budget: int) -> int:
+    """Tile extent along the middle dimension: as many as ``budget`` allows, a multiple of 8 (vector runs)."""
+    tm = max(1, min(m, budget))
+    return tm if tm == m or tm < 8 else tm // 8 * 8
+
+
 def _tile(t: Transpose, itemsize: int) -> tuple[int, int, int]:
-    elems = max(1024, 16384 // itemsize)  # 16 KiB of 4-byte data per tile, 8192 half-precision elements
-    elems = min(elems, 8192)
+    elems = min(8192, max(1024, 16384 // itemsize))  # 16 KiB of 4-byte data, 8192 half-precision elements
     if t.a >= SMALL and t.d >= SMALL:
-        return 64, 1, elems // 64
+        return _balanced(t.a, 64), 1, _balanced(t.d, elems // 64)
     if t.a < SMALL and t.d >= SMALL:  # small A (C=3): taken whole; output rows contiguous over (m, a)
         if t.m == 1:
             return t.a, 1, max(SMALL, min(_pow2_floor(elems // t.a), _pow2_ceil(t.d)))
-        td = min(64, _pow2_ceil(t.d))
-        return t.a, max(1, min(t.m, elems // (t.a * td))), td
+        td = _balanced(t.d, 64)
+        return t.a, _rows(t.m, elems // (t.a * td)), td
     if t.d < SMALL and t.a >= SMALL:  # small D: input rows contiguous over (m, d)
         if t.m == 1:
             return max(SMALL, min(_pow2_floor(elems // t.d), _pow2_ceil(t.a))), 1, t.d
-        return 64, max(1, min(t.m, elems // (64 * t.d))), t.d
-    return t.a, max(1, min(t.m, elems // (t.a * t.d))), t.d
+        ta = _balanced(t.a, 64)
+        return ta, _rows(t.m, elems // (ta * t.d)), t.d
+    return t.a, _rows(t.m, elems // (t.a * t.d)), t.d
 
 
 @lru_cache(maxsize=1024)
@@ -168,6 +202,13 @@ def plan_transpose(t: Transpose, itemsize: int, in_align: int = 256, out_align: 
     ta, tm, td = tile if tile is not None else _tile(t, itemsize)
     vi = _vector(t.d, td, itemsize, in_align)
     vo = _vector(t.a, ta, itemsize, out_align)
+    fi = fo = False
+    if td == t.d:
+        flat = _flat_vector(t.a, t.d, t.m, ta, tm, itemsize, in_align)
+        fi, vi = (True, flat) if flat > vi else (False, vi)
+    if ta == t.a:
+        flat = _flat_vector(t.d, t.a, t.m, td, tm, itemsize, out_align)
+        fo, vo = (True, flat) if flat > vo else (False, vo)
     tile = ta * tm * td
     nt = min(256, max(32, _pow2_ceil(-(-tile // max(vi, vo)))))
     rows = ta * tm
@@ -177,7 +218,7 @@ def plan_transpose(t: Transpose, itemsize: int, in_align: int = 256, out_align: 
     grid = t.p * tiles_a * tiles_m * tiles_d
     if grid >= 2**31 or max(t.a, t.m, t.d) >= 2**31:
         raise InputError(f"tensor too large for one launch ({t})", "x")
-    return TilePlan(ta, tm, td, vi, vo, sd, nt, tiles_a, tiles_m, tiles_d, grid)
+    return TilePlan(ta, tm, td, vi, vo, sd, nt, tiles_a, tiles_m, tiles_d, grid, fi, fo)
 
 
 def _align(ptr: int) -> int:

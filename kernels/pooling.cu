@@ -27,7 +27,8 @@ __device__ __forceinline__ float pool_divisor(int hs, int ws, int H, int W) {
 }
 
 // Fold one input value (at in-plane position pos, in bounds iff ok) into every output of the
-// OP x OQ block whose window holds patch position (ph, pw).  All conditions are compile-time.
+// OP x OQ block whose window holds patch position (ph, pw).  All conditions are compile-time
+// (ph, pw come from unrolled loops; ok is the constant true on the interior fast path).
 template <int KH, int KW, int SH, int SW, int OP, int OQ, int MODE, bool IDX>
 __device__ __forceinline__ void pool_fold(float (&acc)[OP][OQ], int (&arg)[OP][OQ], int ph, int pw, float v, bool ok,
                                           int pos) {
@@ -37,15 +38,58 @@ __device__ __forceinline__ void pool_fold(float (&acc)[OP][OQ], int (&arg)[OP][O
 #pragma unroll
         for (int oq = 0; oq < OQ; ++oq) {
             if (pw - oq * SW < 0 || pw - oq * SW >= KW) continue;
-            if constexpr (MODE == 0) {
-                if (ok && (v > acc[op][oq] || arg[op][oq] < 0)) {
+            if constexpr (MODE == 0 && !IDX) {
+                acc[op][oq] = fmaxf(acc[op][oq], ok ? v : neg_inf());  // NaN-ignoring, as cuDNN's default
+            } else if constexpr (MODE == 0) {
+                if (ok && (v > acc[op][oq] || arg[op][oq] < 0)) {  // the first maximum, even of -inf
                     acc[op][oq] = v;
-                    if constexpr (IDX) arg[op][oq] = pos;
-                    else arg[op][oq] = 0;
+                    arg[op][oq] = pos;
                 }
             } else if (ok) {
                 acc[op][oq] += v;
             }
+        }
+    }
+}
+
+// The patch of an OP x OQ output block, row-major (the order that defines "first maximum"), fully
+// unrolled so acc / arg stay in registers.  CHECK = false: the caller proved it lies inside.
+template <bool CHECK, typename T, int KH, int KW, int SH, int SW, int OP, int OQ, int MODE, bool IDX>
+__device__ __forceinline__ void nchw_patch(const T* plane, int hs, int ws, int hlo, int hhi, int W,
+                                           float (&acc)[OP][OQ], int (&arg)[OP][OQ]) {
+    constexpr int PH = (OP - 1) * SH + KH, PW = (OQ - 1) * SW + KW;
+#pragma unroll
+    for (int ph = 0; ph < PH; ++ph) {
+        const int h = hs + ph;
+        const bool hok = !CHECK || (h >= hlo && h < hhi);
+#pragma unroll
+        for (int pw = 0; pw < PW; ++pw) {
+            const int w = ws + pw;
+            const bool ok = hok && (!CHECK || (w >= 0 && w < W));
+            const float v = ok ? to_float(plane[h * W + w]) : 0.f;
+            pool_fold<KH, KW, SH, SW, OP, OQ, MODE, IDX>(acc, arg, ph, pw, v, ok, h * W + w);
+        }
+    }
+}
+
+template <bool CHECK, typename T, int KH, int KW, int SH, int SW, int OP, int OQ, int MODE, bool IDX, int V>
+__device__ __forceinline__ void chwn_patch(const T* xc, int hs, int ws, int H, int W, int N,
+                                           float (&acc)[V][OP][OQ], int (&arg)[V][OP][OQ]) {
+    constexpr int PH = (OP - 1) * SH + KH, PW = (OQ - 1) * SW + KW;
+#pragma unroll
+    for (int ph = 0; ph < PH; ++ph) {
+        const int h = hs + ph;
+        const bool hok = !CHECK || (h >= 0 && h < H);
+#pragma unroll
+        for (int pw = 0; pw < PW; ++pw) {
+            const int w = ws + pw;
+            const bool ok = hok && (!CHECK || (w >= 0 && w < W));
+            Pack<T, V> pk;
+            if (ok) pk.load(xc + ((long long)h * W + w) * N);
+            else pk.raw = {};
+#pragma unroll
+            for (int k = 0; k < V; ++k)
+                pool_fold<KH, KW, SH, SW, OP, OQ, MODE, IDX>(acc[k], arg[k], ph, pw, to_float(pk.e[k]), ok, h * W + w);
         }
     }
 }
@@ -90,9 +134,11 @@ pool_nchw_fwd(const T* __restrict__ x, T* __restrict__ y, int* __restrict__ idx,
 
     const int mtp = (p1 - p0 + OP - 1) / OP, mtq = (Q + OQ - 1) / OQ;
     const int per_plane = mtp * mtq;
-    for (int t = threadIdx.x; t < gn * per_plane; t += NT) {
-        const int g = t / per_plane, r = t - g * per_plane;
-        const int mp = r / mtq, mq = r - mp * mtq;
+    // Output block t = (g, mp, mq) advances by NT per iteration: divide once, then step.
+    int g = threadIdx.x / per_plane, mp = threadIdx.x % per_plane / mtq, mq = threadIdx.x % mtq;
+    const int dg = NT / per_plane, dmp = NT % per_plane / mtq, dmq = NT % per_plane % mtq;
+    for (; g < gn; mq += dmq, mp += dmp + (mq >= mtq), mq -= mq >= mtq ? mtq : 0, g += dg + (mp >= mtp),
+                   mp -= mp >= mtp ? mtp : 0) {
         const int ps = p0 + mp * OP, qs = mq * OQ;
         const int hs = ps * SH - padh, ws = qs * SW - padw;
         const T* plane = sh + (g * rows - hlo) * W;  // row h of plane g at plane + h * W, h in [hlo, hhi)
@@ -104,18 +150,10 @@ pool_nchw_fwd(const T* __restrict__ x, T* __restrict__ y, int* __restrict__ idx,
             for (int oq = 0; oq < OQ; ++oq) acc[op][oq] = pool_init<MODE>(), arg[op][oq] = -1;
         // The patch, row-major (the order that defines "first maximum"); fully unrolled, so
         // every pool_fold condition is a constant and acc / arg stay in registers.
-#pragma unroll
-        for (int ph = 0; ph < PH; ++ph) {
-            const int h = hs + ph;
-            const bool hok = h >= hlo && h < hhi;
-#pragma unroll
-            for (int pw = 0; pw < PW; ++pw) {
-                const int w = ws + pw;
-                const bool ok = hok && w >= 0 && w < W;
-                const float v = ok ? to_float(plane[h * W + w]) : 0.f;
-                pool_fold<KH, KW, SH, SW, OP, OQ, MODE, IDX>(acc, arg, ph, pw, v, ok, h * W + w);
-            }
-        }
+        if (hs >= hlo && hs + PH <= hhi && ws >= 0 && ws + PW <= W)  // interior: no bounds checks
+            nchw_patch<false, T, KH, KW, SH, SW, OP, OQ, MODE, IDX>(plane, hs, ws, hlo, hhi, W, acc, arg);
+        else
+            nchw_patch<true, T, KH, KW, SH, SW, OP, OQ, MODE, IDX>(plane, hs, ws, hlo, hhi, W, acc, arg);
         const long long obase = (g0 + g) * P * Q;
 #pragma unroll
         for (int op = 0; op < OP; ++op)
@@ -156,22 +194,10 @@ pool_chwn_fwd(const T* __restrict__ x, T* __restrict__ y, int* __restrict__ idx,
         for (int op = 0; op < OP; ++op)
 #pragma unroll
             for (int oq = 0; oq < OQ; ++oq) acc[k][op][oq] = pool_init<MODE>(), arg[k][op][oq] = -1;
-#pragma unroll
-    for (int ph = 0; ph < PH; ++ph) {
-        const int h = hs + ph;
-        const bool hok = h >= 0 && h < H;
-#pragma unroll
-        for (int pw = 0; pw < PW; ++pw) {
-            const int w = ws + pw;
-            const bool ok = hok && w >= 0 && w < W;
-            Pack<T, V> pk;
-            if (ok) pk.load(xc + ((long long)h * W + w) * N);
-            else pk.raw = {};
-#pragma unroll
-            for (int k = 0; k < V; ++k)
-                pool_fold<KH, KW, SH, SW, OP, OQ, MODE, IDX>(acc[k], arg[k], ph, pw, to_float(pk.e[k]), ok, h * W + w);
-        }
-    }
+    if (hs >= 0 && hs + PH <= H && ws >= 0 && ws + PW <= W)  // interior: no bounds checks
+        chwn_patch<false, T, KH, KW, SH, SW, OP, OQ, MODE, IDX, V>(xc, hs, ws, H, W, N, acc, arg);
+    else
+        chwn_patch<true, T, KH, KW, SH, SW, OP, OQ, MODE, IDX, V>(xc, hs, ws, H, W, N, acc, arg);
 #pragma unroll
     for (int op = 0; op < OP; ++op)
 #pragma unroll
@@ -196,27 +222,28 @@ pool_chwn_fwd(const T* __restrict__ x, T* __restrict__ y, int* __restrict__ idx,
 template <typename T, int KH, int KW, int SH, int SW, int MODE, int SRC, bool CHWN>
 __global__ void __launch_bounds__(256)
 pool_bwd(const T* __restrict__ dy, const int* __restrict__ idx, const T* __restrict__ x, T* __restrict__ dx,
-         long long total, int H, int W, int N, int P, int Q, int padh, int padw) {
-    const long long e = (long long)blockIdx.x * 256 + threadIdx.x;
+         int total, int H, int W, int N, int P, int Q, int padh, int padw) {
+    // 32-bit index arithmetic: pooling.py refuses tensors of 2**31 elements or more.
+    const int e = blockIdx.x * 256 + threadIdx.x;
     if (e >= total) return;
     // NCHW: e = (plane, h, w); CHWN: e = (c, h, w, n).  ybase / xbase: offset of (p, q) = (0, 0).
     int h, w;
     long long ybase, xbase, ystep_q, xstep_w;
     if constexpr (CHWN) {
-        const int n = (int)(e % N);
-        long long r = e / N;
-        w = (int)(r % W);
+        const int n = e % N;
+        int r = e / N;
+        w = r % W;
         r /= W;
-        h = (int)(r % H);
+        h = r % H;
         const long long c = r / H;
         ybase = c * P * Q * (long long)N + n;
         xbase = c * H * W * (long long)N + n;
         ystep_q = N;
         xstep_w = N;
     } else {
-        w = (int)(e % W);
-        const long long r = e / W;
-        h = (int)(r % H);
+        w = e % W;
+        const int r = e / W;
+        h = r % H;
         const long long plane = r / H;
         ybase = plane * P * Q;
         xbase = plane * H * W;
@@ -273,9 +300,9 @@ template __global__ void pool_chwn_fwd<half_t, 3, 3, 2, 2, 1, 1, 1, true, 8, 256
                                                                                   int, int, int, int, int, int, int,
                                                                                   int, int);
 template __global__ void pool_bwd<float, 3, 3, 2, 2, 0, 0, false>(const float*, const int*, const float*, float*,
-                                                                 long long, int, int, int, int, int, int, int);
+                                                                 int, int, int, int, int, int, int, int);
 template __global__ void pool_bwd<float, 3, 3, 2, 2, 0, 1, true>(const float*, const int*, const float*, float*,
-                                                                long long, int, int, int, int, int, int, int);
+                                                                int, int, int, int, int, int, int, int);
 template __global__ void pool_bwd<half_t, 2, 2, 2, 2, 2, 0, false>(const half_t*, const int*, const half_t*, half_t*,
-                                                                  long long, int, int, int, int, int, int, int);
+                                                                  int, int, int, int, int, int, int, int);
 #endif

@@ -30,7 +30,9 @@ DTYPES = {"float32": "float", "float16": "half_t"}
 LAYOUTS = ("NCHW", "CHWN")
 MODES = ("max", "avg")
 NT = 256
-SMEM_BUDGET = 24 * 1024  # per NCHW block: several blocks per SM keep loads in flight while others compute
+# Input elements an NCHW block stages (24 KiB of float32): several blocks per SM keep loads in flight
+# while others compute, and each block's compute phase stays short.
+SMEM_BUDGET_ELEMS = 6144
 SMEM_LIMIT = 48 * 1024
 COARSEN_LIMITS = ((1, 4), (1, 4))
 
@@ -128,13 +130,14 @@ def plan_forward(g: Pool2d, dtype: str, mode: str, include_pad: bool, with_indic
     v = _vector(16 // itemsize, itemsize, align)  # the kernel aligns its chunk itself: only the pointer matters
     planes = g.n * g.c
     plane_bytes = g.h * g.w * itemsize
-    if plane_bytes <= SMEM_BUDGET:
-        groups = max(1, min(SMEM_BUDGET // plane_bytes, planes // 1024))  # keep >= ~1024 blocks where possible
+    budget = SMEM_BUDGET_ELEMS * itemsize
+    if plane_bytes <= budget:
+        groups = max(1, min(budget // plane_bytes, planes // 1024))  # keep >= ~1024 blocks where possible
         bp, bands = g.p, 1
         smem = groups * plane_bytes
     else:
         groups = 1
-        rows = SMEM_BUDGET // (g.w * itemsize)
+        rows = budget // (g.w * itemsize)
         bp = max(1, (rows - g.kh) // g.sh + 1)
         bands = -(-g.p // bp)
         if bands == 1:
@@ -249,6 +252,6 @@ def pool2d_backward(dy: Any, x: Any, window: Any, stride: Any = None, pad: Any =
     total = x.size
     i32 = np.int32
     _compile.get_kernel(SOURCE, name)((-(-total // 256),), (256,), (
-        dy, indices if indices is not None else np.uint64(0), x, out, np.int64(total), i32(g.h), i32(g.w), i32(g.n),
+        dy, indices if indices is not None else np.uint64(0), x, out, i32(total), i32(g.h), i32(g.w), i32(g.n),
         i32(g.p), i32(g.q), i32(g.ph), i32(g.pw)))
     return out

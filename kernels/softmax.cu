@@ -262,86 +262,139 @@ softmax_rows_stream(const T* __restrict__ a, const T* __restrict__ b, T* __restr
 
 // ---------------------------------------------------------------------------------------------
 // Softmax over the middle axis of x[O][L][I] (the channels of NCHW: O = N, L = C, I = H*W).
-// A block of TX x TY threads takes TX consecutive positions i (coalesced) of one o; thread
-// (tx, ty) holds channels ty, ty + TY, ... (CPT of them in registers; CPT = 0 streams twice).
-template <int TX, int TY, bool MAX>
-__device__ __forceinline__ float column_reduce(float v, float (*red)[TX + 1]) {
+// A block of TX x TY threads takes TX * V consecutive positions i (coalesced, V per access) of
+// one o; thread (tx, ty) holds channels ty, ty + TY, ... (CPT of them in registers; CPT = 0
+// streams the column twice instead).
+template <int TX, int TY, int V, bool MAX>
+__device__ __forceinline__ void column_reduce(float (&v)[V], float (*red)[TX * V + 1]) {
     const int tx = threadIdx.x % TX, ty = threadIdx.x / TX;
-    red[ty][tx] = v;
+#pragma unroll
+    for (int k = 0; k < V; ++k) red[ty][tx * V + k] = v[k];
     __syncthreads();
     if (ty == 0) {
-        for (int k = 1; k < TY; ++k) v = MAX ? fmaxf(v, red[k][tx]) : v + red[k][tx];
-        red[0][tx] = v;
+        for (int r = 1; r < TY; ++r)
+#pragma unroll
+            for (int k = 0; k < V; ++k) v[k] = MAX ? fmaxf(v[k], red[r][tx * V + k]) : v[k] + red[r][tx * V + k];
+#pragma unroll
+        for (int k = 0; k < V; ++k) red[0][tx * V + k] = v[k];
     }
     __syncthreads();
-    v = red[0][tx];
+#pragma unroll
+    for (int k = 0; k < V; ++k) v[k] = red[0][tx * V + k];
     __syncthreads();  // red is reused by the next reduction
-    return v;
 }
 
-template <typename T, int TX, int TY, int CPT, bool BWD>
+template <typename T, int TX, int TY, int CPT, int V, bool BWD>
 __global__ void __launch_bounds__(TX * TY)
 softmax_inner(const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ out, int L, long long I,
               long long tiles_i) {
-    __shared__ float red[TY][TX + 1];
+    __shared__ float red[TY][TX * V + 1];
     const int tx = threadIdx.x % TX, ty = threadIdx.x / TX;
     const long long o = blockIdx.x / tiles_i;
-    const long long i = (blockIdx.x % tiles_i) * TX + tx;
-    const bool active = i < I;
+    const long long i = ((blockIdx.x % tiles_i) * TX + tx) * V;
+    const bool active = i < I;  // I % V == 0: a vector is all in or all out
     const long long base = o * L * I + i;  // element (o, c, i) at base + c * I
     if constexpr (CPT > 0) {
-        float va[CPT], vb[BWD ? CPT : 1];
+        float va[CPT][V], vb[BWD ? CPT : 1][V];
 #pragma unroll
         for (int k = 0; k < CPT; ++k) {
             const int c = ty + k * TY;
-            const bool ok = active && c < L;
-            va[k] = ok ? to_float(a[base + c * I]) : (BWD ? 0.f : neg_inf());
-            if constexpr (BWD) vb[k] = ok ? to_float(b[base + c * I]) : 0.f;
+            if (active && c < L) {
+                load_vec<T, V>(va[k], a + base + c * I);
+                if constexpr (BWD) load_vec<T, V>(vb[k], b + base + c * I);
+            } else {
+#pragma unroll
+                for (int j = 0; j < V; ++j) {
+                    va[k][j] = BWD ? 0.f : neg_inf();
+                    if constexpr (BWD) vb[k][j] = 0.f;
+                }
+            }
         }
         if constexpr (!BWD) {
-            float m = neg_inf();
+            float m[V], s[V];
 #pragma unroll
-            for (int k = 0; k < CPT; ++k) m = fmaxf(m, va[k]);
-            m = column_reduce<TX, TY, true>(m, red);
-            float s = 0.f;
+            for (int j = 0; j < V; ++j) {
+                m[j] = neg_inf();
 #pragma unroll
-            for (int k = 0; k < CPT; ++k) {
-                va[k] = exp_shifted(va[k], m);
-                s += va[k];
+                for (int k = 0; k < CPT; ++k) m[j] = fmaxf(m[j], va[k][j]);
             }
-            const float inv = 1.f / column_reduce<TX, TY, false>(s, red);
+            column_reduce<TX, TY, V, true>(m, red);
 #pragma unroll
-            for (int k = 0; k < CPT; ++k) va[k] *= inv;
+            for (int j = 0; j < V; ++j) {
+                s[j] = 0.f;
+#pragma unroll
+                for (int k = 0; k < CPT; ++k) {
+                    va[k][j] = exp_shifted(va[k][j], m[j]);
+                    s[j] += va[k][j];
+                }
+            }
+            column_reduce<TX, TY, V, false>(s, red);
+#pragma unroll
+            for (int j = 0; j < V; ++j) {
+                const float inv = 1.f / s[j];
+#pragma unroll
+                for (int k = 0; k < CPT; ++k) va[k][j] *= inv;
+            }
         } else {
-            float dot = 0.f;
+            float dot[V];
 #pragma unroll
-            for (int k = 0; k < CPT; ++k) dot = fmaf(va[k], vb[k], dot);
-            dot = column_reduce<TX, TY, false>(dot, red);
+            for (int j = 0; j < V; ++j) {
+                dot[j] = 0.f;
 #pragma unroll
-            for (int k = 0; k < CPT; ++k) va[k] *= vb[k] - dot;
+                for (int k = 0; k < CPT; ++k) dot[j] = fmaf(va[k][j], vb[k][j], dot[j]);
+            }
+            column_reduce<TX, TY, V, false>(dot, red);
+#pragma unroll
+            for (int k = 0; k < CPT; ++k)
+#pragma unroll
+                for (int j = 0; j < V; ++j) va[k][j] *= vb[k][j] - dot[j];
         }
 #pragma unroll
         for (int k = 0; k < CPT; ++k) {
             const int c = ty + k * TY;
-            if (active && c < L) out[base + c * I] = from_float<T>(va[k]);
+            if (active && c < L) store_vec<T, V>(out + base + c * I, va[k]);
         }
     } else {
+        float va[V], vb[V];
         if constexpr (!BWD) {
-            float m = neg_inf(), s = 0.f;
-            for (int c = ty; c < L && active; c += TY) online_add(m, s, to_float(a[base + c * I]));
-            const float M = column_reduce<TX, TY, true>(m, red);
-            const float S = column_reduce<TX, TY, false>(s == 0.f ? 0.f : s * exp_shifted(m, M), red);
-            const float inv = 1.f / S;
-            for (int c = ty; c < L && active; c += TY)
-                out[base + c * I] = from_float<T>(exp_shifted(to_float(a[base + c * I]), M) * inv);
-        } else {
-            float dot = 0.f;
-            for (int c = ty; c < L && active; c += TY)
-                dot = fmaf(to_float(a[base + c * I]), to_float(b[base + c * I]), dot);
-            dot = column_reduce<TX, TY, false>(dot, red);
+            float m[V], s[V];
+#pragma unroll
+            for (int j = 0; j < V; ++j) m[j] = neg_inf(), s[j] = 0.f;
             for (int c = ty; c < L && active; c += TY) {
-                const float y = to_float(a[base + c * I]);
-                out[base + c * I] = from_float<T>(y * (to_float(b[base + c * I]) - dot));
+                load_vec<T, V>(va, a + base + c * I);
+#pragma unroll
+                for (int j = 0; j < V; ++j) online_add(m[j], s[j], va[j]);
+            }
+            float M[V], S[V];
+#pragma unroll
+            for (int j = 0; j < V; ++j) M[j] = m[j];
+            column_reduce<TX, TY, V, true>(M, red);
+#pragma unroll
+            for (int j = 0; j < V; ++j) S[j] = s[j] == 0.f ? 0.f : s[j] * exp_shifted(m[j], M[j]);
+            column_reduce<TX, TY, V, false>(S, red);
+            for (int c = ty; c < L && active; c += TY) {
+                load_vec<T, V>(va, a + base + c * I);
+#pragma unroll
+                for (int j = 0; j < V; ++j) va[j] = exp_shifted(va[j], M[j]) / S[j];
+                store_vec<T, V>(out + base + c * I, va);
+            }
+        } else {
+            float dot[V];
+#pragma unroll
+            for (int j = 0; j < V; ++j) dot[j] = 0.f;
+            for (int c = ty; c < L && active; c += TY) {
+                load_vec<T, V>(va, a + base + c * I);
+                load_vec<T, V>(vb, b + base + c * I);
+#pragma unroll
+                for (int j = 0; j < V; ++j) dot[j] = fmaf(va[j], vb[j], dot[j]);
+            }
+            column_reduce<TX, TY, V, false>(dot, red);
+            for (int c = ty; c < L && active; c += TY) {
+                load_vec<T, V>(va, a + base + c * I);
+                load_vec<T, V>(vb, b + base + c * I);
+#pragma unroll
+                for (int j = 0; j < V; ++j) va[j] *= vb[j] - dot[j];
+                store_vec<T, V>(out + base + c * I, va);
             }
         }
     }
@@ -359,7 +412,8 @@ template __global__ void softmax_rows_cluster<half_t, 256, 4, 8, 4, true>(const 
 #endif
 template __global__ void softmax_rows_stream<float, 1024, 4, false>(const float*, const float*, float*, long long, int);
 template __global__ void softmax_rows_stream<half_t, 1024, 8, true>(const half_t*, const half_t*, half_t*, long long, int);
-template __global__ void softmax_inner<float, 32, 8, 4, false>(const float*, const float*, float*, int, long long, long long);
-template __global__ void softmax_inner<half_t, 32, 8, 0, true>(const half_t*, const half_t*, half_t*, int, long long, long long);
-template __global__ void softmax_inner<float, 32, 8, 0, false>(const float*, const float*, float*, int, long long, long long);
+template __global__ void softmax_inner<float, 32, 8, 4, 4, false>(const float*, const float*, float*, int, long long, long long);
+template __global__ void softmax_inner<half_t, 32, 8, 3, 8, true>(const half_t*, const half_t*, half_t*, int, long long, long long);
+template __global__ void softmax_inner<half_t, 32, 8, 0, 2, true>(const half_t*, const half_t*, half_t*, int, long long, long long);
+template __global__ void softmax_inner<float, 32, 8, 0, 1, false>(const float*, const float*, float*, int, long long, long long);
 #endif

@@ -29,7 +29,8 @@ SOURCE = "softmax.cu"
 DTYPES = {"float32": "float", "float16": "half_t"}
 ROW_KERNELS = ("warp", "block", "cluster", "stream")
 WARP_MAX_ELEMS = 32  # row elements per lane held in registers by the warp kernel
-BLOCK_MAX_VPT = 8  # vectors per thread held by the block / cluster kernels
+BLOCK_MAX_ELEMS = 32  # ... per thread by the block kernel (1024 threads: rows up to 32768)
+CLUSTER_MAX_ELEMS = 64  # ... per thread by the cluster kernel (8 x 256 threads: rows up to 131072)
 CLUSTER_MAX = 8  # portable cluster size
 CLUSTER_NT = 256
 
@@ -66,50 +67,59 @@ def plan_rows(rows: int, length: int, dtype: str, backward: bool = False, cc: in
     if kernel is None:
         if -(-nvec // 32) * v <= WARP_MAX_ELEMS:
             kernel = "warp"
-        elif nvec <= CLUSTER_NT * BLOCK_MAX_VPT or cc < 90:
-            kernel = "block" if nvec <= 1024 * BLOCK_MAX_VPT else "stream"
+        elif length <= 1024 * BLOCK_MAX_ELEMS:
+            kernel = "block"
+        elif cc >= 90 and length <= CLUSTER_MAX * CLUSTER_NT * CLUSTER_MAX_ELEMS:
+            kernel = "cluster"
         else:
-            kernel = "cluster" if nvec <= CLUSTER_MAX * CLUSTER_NT * BLOCK_MAX_VPT else "stream"
+            kernel = "stream"
     if kernel not in ROW_KERNELS:
         raise InputError(f"unknown row kernel {kernel!r}; use one of {', '.join(ROW_KERNELS)}", "kernel")
     if kernel == "warp":
         lanes = min(32, _pow2_ceil(nvec))
         vpl = -(-nvec // lanes)
-        if vpl * v > 64:
+        if vpl * v > 2 * WARP_MAX_ELEMS:
             raise InputError(f"rows of {length} are too long for the warp kernel", "kernel")
         nt = 256
         return Launch("warp", f"softmax_rows_warp<{t},{lanes},{vpl},{v},{nt},{bwd}>", -(-rows // (nt // lanes)), nt)
     if kernel == "block":
-        nt = min(1024, max(128, _pow2_ceil(-(-nvec // BLOCK_MAX_VPT))))
+        nt = min(1024, max(128, _pow2_ceil(-(-length // BLOCK_MAX_ELEMS))))
         vpt = -(-nvec // nt)
-        if vpt > 2 * BLOCK_MAX_VPT:
+        if vpt * v > BLOCK_MAX_ELEMS:
             raise InputError(f"rows of {length} are too long for the block kernel", "kernel")
         return Launch("block", f"softmax_rows_block<{t},{nt},{vpt},{v},{bwd}>", rows, nt)
     if kernel == "cluster":
         if cc < 90:
             raise InputError("the cluster kernel needs compute capability 9.0 or newer", "kernel")
-        cl = max(2, min(CLUSTER_MAX, _pow2_ceil(-(-nvec // (CLUSTER_NT * BLOCK_MAX_VPT)))))
+        cl = max(2, min(CLUSTER_MAX, _pow2_ceil(-(-length // (CLUSTER_NT * BLOCK_MAX_ELEMS)))))
         vpt = -(-nvec // (cl * CLUSTER_NT))
-        if vpt > 2 * BLOCK_MAX_VPT:
+        if vpt * v > CLUSTER_MAX_ELEMS:
             raise InputError(f"rows of {length} are too long for the cluster kernel", "kernel")
         return Launch("cluster", f"softmax_rows_cluster<{t},{CLUSTER_NT},{vpt},{v},{cl},{bwd}>", rows * cl,
                       CLUSTER_NT)
     return Launch("stream", f"softmax_rows_stream<{t},1024,{v},{bwd}>", rows, 1024)
 
 
-def plan_inner(outer: int, length: int, inner: int, dtype: str, backward: bool = False) -> tuple[Launch, int]:
+def plan_inner(outer: int, length: int, inner: int, dtype: str, backward: bool = False,
+               align: int = 256) -> tuple[Launch, int]:
     """The inner-axis kernel for ``[outer][length][inner]`` and its number of tiles along ``inner``."""
     t = DTYPES[dtype]
+    itemsize = 4 if dtype == "float32" else 2
     bwd = "true" if backward else "false"
-    tx = min(32, _pow2_ceil(inner))
-    ty = max(1, 256 // tx)
-    while ty * 16 < length and tx * ty < 1024:
-        ty *= 2
-    cpt = -(-length // ty)
-    if cpt > 16:
-        cpt = 0  # stream: two reads of the column
-    tiles = -(-inner // tx)
-    return Launch("inner", f"softmax_inner<{t},{tx},{ty},{cpt},{bwd}>", outer * tiles, tx * ty), tiles
+    v = _vector(inner, itemsize, align)
+    while True:
+        tx = min(32, _pow2_ceil(-(-inner // v)))
+        ty = max(1, 256 // tx)
+        while ty * 16 < length and tx * ty < 1024:
+            ty *= 2
+        cpt = -(-length // ty)
+        if cpt > 16:
+            cpt = 0  # stream: two reads of the column
+        if v == 1 or max(cpt, 1) * v <= 32:
+            break
+        v //= 2  # keep cpt * v values per thread in registers
+    tiles = -(-inner // (tx * v))
+    return Launch("inner", f"softmax_inner<{t},{tx},{ty},{cpt},{v},{bwd}>", outer * tiles, tx * ty), tiles
 
 
 def _prepare(x: Any, field: str) -> Any:
@@ -151,7 +161,8 @@ def _run(a: Any, b: Any, axis: int, out: Any, backward: bool, kernel: str | None
     else:
         if kernel is not None:
             raise InputError("kernel= chooses among the row kernels; this axis is not the last one", "kernel")
-        launch, tiles = plan_inner(outer, length, inner, dtype, backward)
+        align = min(p & -p if p else 256 for p in (a.data.ptr, bb.data.ptr, out.data.ptr))
+        launch, tiles = plan_inner(outer, length, inner, dtype, backward, align)
         args = (a, bb, out, np.int32(length), np.int64(inner), np.int64(tiles))
     _compile.get_kernel(SOURCE, launch.name_expr)((launch.grid,), (launch.block,), args)
     return out

@@ -44,7 +44,7 @@ def close(got, ref, dtype, rtol=None, atol=None):
 
 # --- layout -------------------------------------------------------------------------------------
 LAYOUT_SHAPES = [(5, 3, 7, 9), (64, 3, 11, 13), (33, 17, 5, 3), (2, 64, 8, 8), (1, 1, 1, 1), (70, 40, 3, 3),
-                 (3, 130, 1, 67)]
+                 (3, 130, 1, 67), (40, 3, 10, 10), (4, 3, 16, 20), (9, 96, 7, 7)]  # the last three: flat vectors
 
 
 @pytest.mark.parametrize("nchw", LAYOUT_SHAPES, ids=lambda s: "x".join(map(str, s)))

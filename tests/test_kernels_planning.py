@@ -81,14 +81,70 @@ def test_every_tile_plan_covers_the_tensor_and_fits_shared_memory(a, m, d, items
     assert p.tiles_a * p.ta >= a and p.tiles_m * p.tm >= m and p.tiles_d * p.td >= d
     assert p.grid == 2 * p.tiles_a * p.tiles_m * p.tiles_d
     assert p.ta * p.tm * p.sd * itemsize <= layout.SMEM_LIMIT and p.sd >= p.td
-    assert d % p.vi == 0 and p.td % p.vi == 0 and a % p.vo == 0 and p.ta % p.vo == 0
+    assert p.fi or (d % p.vi == 0 and p.td % p.vi == 0)
+    assert p.fo or (a % p.vo == 0 and p.ta % p.vo == 0)
     assert p.vi * itemsize <= 16 and p.vo * itemsize <= 16
+
+
+def emulate_transpose(x: np.ndarray, t: layout.Transpose, p: layout.TilePlan, itemsize: int) -> np.ndarray:
+    """layout.cu's index arithmetic in Python: every vector access must be contiguous and aligned."""
+    xf, y = x.reshape(-1), np.full(x.size, -1, dtype=x.dtype)
+    tile = p.ta * p.tm * p.td
+
+    def access(base: int, offsets: list[int], width: int) -> list[int]:
+        if len(offsets) == width and width > 1:  # one vector: contiguous, aligned to its size
+            assert offsets == list(range(offsets[0], offsets[0] + width)), offsets
+            assert (base + offsets[0]) % width == 0
+        return offsets
+
+    for blk in range(p.grid):
+        b, td = divmod(blk, p.tiles_d)
+        b, ta = divmod(b, p.tiles_a)
+        pp, tm = divmod(b, p.tiles_m)
+        a0, m0, d0 = ta * p.ta, tm * p.tm, td * p.td
+        ra, rm, rd = min(p.ta, t.a - a0), min(p.tm, t.m - m0), min(p.td, t.d - d0)
+        xb = ((pp * t.a + a0) * t.m + m0) * t.d + d0
+        yb = ((pp * t.d + d0) * t.m + m0) * t.a + a0
+        sh = {}
+        for e in range(0, tile, p.vi):
+            els = [(f // (p.tm * p.td), (f // p.td) % p.tm, f % p.td) for f in range(e, min(e + p.vi, tile))]
+            ok = [(a, m, d) for a, m, d in els if a < ra and m < rm and d < rd]
+            offs = access(xb, [a * t.m * t.d + m * t.d + d for a, m, d in ok], p.vi)
+            for (a, m, d), o in zip(ok, offs):
+                sh[a, m, d] = xf[xb + o]
+        for e in range(0, tile, p.vo):
+            els = [(f // (p.tm * p.ta), (f // p.ta) % p.tm, f % p.ta) for f in range(e, min(e + p.vo, tile))]
+            ok = [(d, m, a) for d, m, a in els if a < ra and m < rm and d < rd]
+            offs = access(yb, [d * t.m * t.a + m * t.a + a for d, m, a in ok], p.vo)
+            for (d, m, a), o in zip(ok, offs):
+                y[yb + o] = sh[a, m, d]
+    return y.reshape(t.p, t.d, t.m, t.a)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(list(itertools.permutations(LAYOUTS, 2))), st.integers(1, 70), st.sampled_from([1, 3, 4, 17]),
+       st.integers(1, 12), st.integers(1, 12), st.sampled_from([2, 4]))
+def test_tile_plans_move_every_element_once_with_contiguous_aligned_vectors(pair, n, c, h, w, itemsize):
+    src, dst = pair
+    x = np.arange(n * c * h * w, dtype=np.int64).reshape(layout.output_shape((n, c, h, w), "NCHW", src))
+    t = layout.reduce_pair(src, dst, x.shape)
+    p = layout.plan_transpose(t, itemsize)
+    y = emulate_transpose(x, t, p, itemsize)
+    expected = np.transpose(x, [src.index(ch) for ch in dst]).reshape(t.p, t.d, t.m, t.a)
+    np.testing.assert_array_equal(y, expected)
+
+
+def test_three_channels_move_in_16_byte_vectors_on_both_sides_of_every_pair():
+    for src, dst in [("NCHW", "NHWC"), ("NHWC", "NCHW"), ("CHWN", "NHWC"), ("NHWC", "CHWN")]:
+        t = layout.reduce_pair(src, dst, layout.output_shape((64, 3, 224, 224), "NCHW", src))
+        p = layout.plan_transpose(t, 2)
+        assert p.vi == 8 and p.vo == 8 and (p.fi or p.fo), (src, dst, p)
 
 
 # --- softmax --------------------------------------------------------------------------------
 @pytest.mark.parametrize("rows,length,kind", [
-    (128, 10, "warp"), (65536, 1000, "warp"), (128, 2000, "block"), (128, 10000, "cluster"),
-    (4096, 32768, "cluster"), (16, 1 << 20, "stream"),
+    (128, 10, "warp"), (65536, 1000, "warp"), (128, 2000, "block"), (128, 10000, "block"), (4096, 32768, "block"),
+    (16, 40000, "cluster"), (1024, 131072, "cluster"), (16, 1 << 20, "stream"),
 ])
 def test_row_kernel_follows_the_row_length(rows, length, kind):
     assert softmax.plan_rows(rows, length, "float32", cc=90).kind == kind
@@ -123,11 +179,19 @@ def test_every_row_plan_holds_the_whole_row(length, dtype, backward):
         assert cl * nt * vpt * v >= length and launch.grid == 3 * cl and 2 <= cl <= 8
 
 
-def test_inner_axis_streams_only_when_it_does_not_fit_registers():
+def _inner_args(launch):
+    tx, ty, cpt, v = map(int, launch.name_expr.split("<")[1].split(",")[1:5])
+    return tx, ty, cpt, v
+
+
+def test_inner_axis_is_read_in_16_byte_vectors_and_streams_only_when_registers_overflow():
     launch, tiles = softmax.plan_inner(64, 21, 128 * 128, "float32")
-    assert launch.name_expr.split(",")[3] != "0" and tiles == 128 * 128 // 32
-    stream, _ = softmax.plan_inner(8, 5000, 49, "float16")
-    assert stream.name_expr.split(",")[3] == "0"
+    tx, ty, cpt, v = _inner_args(launch)
+    assert (v, cpt) == (4, 3) and tiles == 128 * 128 // (tx * v) and launch.block == tx * ty
+    tx, ty, cpt, v = _inner_args(softmax.plan_inner(8, 5000, 49, "float16")[0])
+    assert cpt == 0 and v == 1  # odd inner extent: no vectors; 5000 channels: stream
+    tx, ty, cpt, v = _inner_args(softmax.plan_inner(2, 100, 1024, "float16")[0])
+    assert cpt * v <= 32 and cpt * ty >= 100 and v == 2
 
 
 def test_unknown_row_kernel_is_refused():
@@ -157,11 +221,11 @@ def test_small_nchw_planes_are_grouped_and_large_ones_banded():
     small = pooling.plan_forward(pooling.geometry((512, 256, 13, 13), 3, 2, 0, "NCHW"), "float32", "max", True,
                                  False, (1, 1))
     groups = small.args[6]
-    assert groups > 1 and small.smem == groups * 13 * 13 * 4 + 16 <= pooling.SMEM_BUDGET + 16
+    assert groups > 1 and small.smem == groups * 13 * 13 * 4 + 16 <= pooling.SMEM_BUDGET_ELEMS * 4 + 16
     big = pooling.plan_forward(pooling.geometry((4, 8, 224, 224), 3, 2, 1, "NCHW"), "float32", "max", True, False,
                                (1, 1))
     bp, bands = big.args[7], big.args[8]
-    assert bands > 1 and bp * bands >= 112 and big.smem <= pooling.SMEM_BUDGET + 16
+    assert bands > 1 and bp * bands >= 112 and big.smem <= pooling.SMEM_BUDGET_ELEMS * 4 + 16
 
 
 def test_chwn_threads_cover_every_coarsened_output_block():
