@@ -226,6 +226,8 @@ def main() -> None:
     ap.add_argument("--quick-margin", type=float, default=None)
     ap.add_argument("--torch", action="store_true")
     ap.add_argument("--budget-s", type=float, default=1e9, help="start no new combination after this many seconds")
+    ap.add_argument("--deadline-s", type=float, default=1e9, help="abandon a combination still benchmarking the "
+                    "graph source after this many seconds (its results are not written)")
     ap.add_argument("--tables-out", default=None)
     ap.add_argument("--out", default="benchmarks/results")
     args = ap.parse_args()
@@ -238,11 +240,11 @@ def main() -> None:
     except Exception as e:  # noqa: BLE001
         prov["cudnn_frontend"] = f"unavailable: {e}"
     start = time.perf_counter()
-    deadline = start + args.budget_s
+    budget, deadline = start + args.budget_s, start + args.deadline_s
     done = []
     for combo in args.combos.split(","):
         dtype, layout, numerics = combo.split(":")
-        if time.perf_counter() > deadline:
+        if time.perf_counter() > budget:
             print(f"== {combo}: not run (budget of {args.budget_s:.0f} s spent)", flush=True)
             continue
         try:
