@@ -21,17 +21,17 @@ from .errors import InputError
 from .execute import Executor
 from .gpu import cupy, device_name
 from .measure import benchmark
-from .plan import KernelPlan, MicroConfig
+from .plan import KernelPlan
 from .policy import normalize_policy
 from .problem import ConvProblem, KernelSpec
 from .store import Store
 from .units import parse_size
-from . import wr
 
 _lock = threading.Lock()
 _executors: dict[tuple, Executor] = {}
 _store: Store | None = None
 _store_failed = False
+_plans: dict[str, KernelPlan] = {}  # the lookup's in-process layer (plan key id -> plan)
 
 
 def _get_store() -> Store | None:
@@ -79,27 +79,14 @@ def _executor(problem: ConvProblem, op: str, workspace_limit: Any, batch_policy:
 
 
 def _plan_from_store_or_bench(problem: ConvProblem, op: str, limit: int, bp: str, nm: str) -> KernelPlan:
-    from .plan import Plan
+    """In-process, user cache, plan server, installed bundles, then benchmark here (see :mod:`ucudnn.lookup`)."""
+    from . import lookup
 
-    store = _get_store()
-    plan_key = _cache_key(problem, op, nm, bp, limit)
-    if store is not None:
-        hit = store.find_plan(plan_key)
-        if hit is not None:
-            return hit[1].kernels[0]
-    bench_key = _cache_key(problem, op, nm, bp)
-    kb = store.get_kernel_bench(bench_key) if store is not None else None
-    if kb is None:
-        table = benchmark([KernelSpec(f"{op}", op, problem)], bp, nm)
-        kb = table.kernels[0]
-        if store is not None:
-            store.put_kernel_bench(bench_key, kb)
-    configs = [MicroConfig.of(m) for m in wr.plan_kernel(kb, limit, bp)]
-    kp = KernelPlan(kb.name, op, problem, configs)
-    if store is not None:
-        store.put_plan(plan_key, Plan("wr", bp, [kp], plan_key["device"], plan_key["cudnn_version"],
-                                      workspace_limit=limit, numerics=nm))
-    return kp
+    return lookup.kernel_plan(
+        _cache_key(problem, op, nm, bp, limit), _cache_key(problem, op, nm, bp),
+        benchmark=lambda: benchmark([KernelSpec(f"{op}", op, problem)], bp, nm).kernels[0],
+        memory=_plans, store=_get_store(), server=lookup.server_from_env(),
+        bundles=lookup.installed_bundles()).plan
 
 
 def _layout_of(x: Any, layout: str | None) -> str:

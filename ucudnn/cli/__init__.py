@@ -11,7 +11,7 @@ import sys
 from ..errors import CudnnError, CudnnNotFound, GpuUnavailable, InfeasibleError, InputError, UcudnnError
 
 # One line per subcommand module; each defines ``register(subparsers)``.
-SUBCOMMANDS = ("plan", "bench", "serve", "plot")
+SUBCOMMANDS = ("plan", "bench", "serve", "plot", "precompute", "bundle")
 
 
 def build_parser() -> argparse.ArgumentParser:
