@@ -1,0 +1,219 @@
+"""The library's plan lookup: in-process, user cache, plan server, installed bundles, then a local benchmark.
+
+Fakes stand in for each layer (they record what was asked); the last tests
+use real bundles made by ``ucudnn precompute`` and go through ``ucudnn.api``
+with the GPU parts (device name, cuDNN version, benchmark) replaced.
+"""
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from ucudnn import lookup
+from ucudnn.plan import Plan
+from ucudnn.store import key_id
+from ucudnn.table import BenchmarkTable
+
+H100, CUDNN = "NVIDIA H100 80GB HBM3", 91900
+A100 = "NVIDIA A100-SXM4-80GB"
+ALEXNET = "builtin:alexnet-b256-float32-NCHW-h100"
+LIMIT = 64 << 20
+
+
+@pytest.fixture(scope="module")
+def kb():
+    return BenchmarkTable.load(ALEXNET).kernel("conv2/forward")
+
+
+def keys(kb, device=H100, cudnn=CUDNN):
+    bench = {"device": device, "cudnn_version": cudnn, "problem": kb.problem.to_dict(), "op": kb.op,
+             "numerics": "strict", "batch_policy": "powerOfTwo"}
+    return {**bench, "workspace_limit": LIMIT}, bench
+
+
+class Layer:
+    """A store-like fake: answers the kernel bench (and plans) it holds, records every call."""
+
+    def __init__(self, name, log, kb=None, targets=((H100, CUDNN),), fail=False):
+        self.name, self.log, self.kb, self.held, self.fail = name, log, kb, set(targets), fail
+        self.plans: dict[str, Plan] = {}
+        self.benches: dict[str, object] = {}
+
+    def _ask(self, what):
+        self.log.append(f"{self.name}.{what}")
+        if self.fail:
+            raise ConnectionError(f"{self.name} is down")
+
+    def find_plan(self, key):
+        self._ask("find_plan")
+        pid = key_id(key)
+        return (pid, self.plans[pid]) if pid in self.plans else None
+
+    def get_kernel_bench(self, key):
+        self._ask("get_kernel_bench")
+        return self.benches.get(key_id(key), self.kb)
+
+    def put_kernel_bench(self, key, kb):
+        self.log.append(f"{self.name}.put_kernel_bench")
+        self.benches[key_id(key)] = kb
+
+    def put_plan(self, key, plan, table_id=None):
+        self.log.append(f"{self.name}.put_plan")
+        self.plans[key_id(key)] = plan
+
+    def targets(self):
+        self._ask("targets")
+        return self.held
+
+    def close(self):
+        pass
+
+
+def run(kb, *, memory=None, store=None, server=None, bundles=(), device=H100, bench_log=None):
+    plan_key, bench_key = keys(kb, device)
+    opened = {b.name: b for b in bundles}
+
+    def benchmark():
+        if bench_log is not None:
+            bench_log.append("benchmark")
+        return kb
+
+    return lookup.kernel_plan(plan_key, bench_key, benchmark=benchmark, memory=memory, store=store, server=server,
+                              bundles=list(opened), open_bundle=lambda name: opened[name])
+
+
+LAYERS = ["memory", "store", "server", "bundle", "benchmark"]
+
+
+@pytest.mark.parametrize("first", LAYERS)
+def test_the_first_layer_that_has_the_kernel_answers_and_later_ones_are_not_asked(kb, first):
+    log: list[str] = []
+    has = LAYERS[LAYERS.index(first):]
+    memory = {}
+    if "memory" in has:
+        memory[key_id(keys(kb)[0])] = lookup._wr(kb, keys(kb)[0])
+    store = Layer("store", log, kb if "store" in has else None)
+    server = Layer("server", log, kb if "server" in has else None)
+    bundle = Layer("bundle", log, kb if "bundle" in has else None)
+    found = run(kb, memory=memory, store=store, server=server, bundles=[bundle], bench_log=log)
+    assert found.layer.split(":")[0] == first
+    asked = [entry.split(".")[0] for entry in log if ".put_" not in entry]
+    assert all(LAYERS.index(a) <= LAYERS.index(first) for a in asked), log
+    assert found.plan.configs == lookup._wr(kb, keys(kb)[0]).configs
+
+
+def test_what_a_later_layer_finds_is_kept_in_the_user_cache(kb):
+    log: list[str] = []
+    store = Layer("store", log)
+    server = Layer("server", log, kb)
+    assert run(kb, memory={}, store=store, server=server).layer == "server"
+    assert "store.put_kernel_bench" in log and "store.put_plan" in log
+    log.clear()
+    assert run(kb, memory={}, store=store, server=server).layer == "store"
+    assert not any(e.startswith("server.") for e in log)
+
+
+def test_a_local_benchmark_is_shared_with_the_plan_server(kb):
+    log: list[str] = []
+    found = run(kb, store=Layer("store", log), server=Layer("server", log), bench_log=log)
+    assert found.layer == "benchmark" and "server.put_kernel_bench" in log
+
+
+@pytest.mark.parametrize("held", [[(A100, 90100)], [(H100, 90100)], []],
+                         ids=["another-device", "another-cudnn", "empty"])
+def test_a_bundle_for_another_device_or_cudnn_is_skipped_with_a_logged_reason(kb, held, caplog):
+    log: list[str] = []
+    stranger = Layer("stranger.bundle", log, kb, targets=held)
+    with caplog.at_level(logging.INFO, logger="ucudnn.lookup"):
+        found = run(kb, store=Layer("store", log), bundles=[stranger], bench_log=log)
+    assert found.layer == "benchmark" and "benchmark" in log
+    assert "stranger.bundle.get_kernel_bench" not in log  # its measurements were never read
+    [reason] = found.skipped
+    assert "bundle stranger.bundle skipped" in reason and f"not for this {H100} / cuDNN {CUDNN}" in reason
+    assert reason in caplog.text
+
+
+def test_a_plan_in_a_bundle_labelled_for_another_device_is_not_used(kb, caplog):
+    """Even under the right key, a stored plan that says it is for another GPU is refused."""
+    log: list[str] = []
+    plan_key, _ = keys(kb)
+    odd = Layer("odd.bundle", log)
+    odd.plans[key_id(plan_key)] = Plan("wr", "powerOfTwo", [lookup._wr(kb, plan_key)], A100, CUDNN,
+                                       workspace_limit=LIMIT)
+    found = run(kb, bundles=[odd], bench_log=log)
+    assert found.layer == "benchmark" and any("is for NVIDIA A100" in r for r in found.skipped)
+
+
+def test_unreachable_server_and_broken_bundles_cost_a_benchmark_not_the_call(kb):
+    log: list[str] = []
+    broken = Layer("broken.bundle", log, kb, fail=True)
+    good = Layer("good.bundle", log, kb)
+    found = run(kb, store=Layer("store", log), server=Layer("server", log, kb, fail=True), bundles=[broken, good])
+    assert found.layer == "bundle:good.bundle"
+    assert any("plan server unavailable" in r for r in found.skipped)
+    assert any("broken.bundle unreadable" in r for r in found.skipped)
+
+
+def test_a_bundle_that_cannot_be_opened_is_skipped(kb, tmp_path):
+    (tmp_path / "junk.bundle").write_bytes(b"junk" * 1000)
+    found = lookup.kernel_plan(*keys(kb), benchmark=lambda: kb, bundles=[tmp_path / "junk.bundle"])
+    assert found.layer == "benchmark" and "is not a ucudnn bundle" in found.skipped[0]
+
+
+# -- real bundles through ucudnn.api --------------------------------------------------------------------------
+@pytest.fixture
+def h100_bundle(tmp_path_factory):
+    from ucudnn.cli import main
+
+    path = tmp_path_factory.mktemp("bundles") / "h100.bundle"
+    assert main(["precompute", "--from-table", ALEXNET, "--workspace-limits", "64MiB", "--out", str(path),
+                 "--no-progress"]) == 0
+    return path
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch, kb):
+    """ucudnn.api on a pretend GPU: the device name and cuDNN version are set per test; benchmarks are counted."""
+    import ucudnn.api as api
+
+    calls: list[str] = []
+
+    def benchmark(kernels, bp, nm):
+        calls.append(kernels[0].op)
+        return BenchmarkTable(api.device_name(), api.cudnn.get_version(), [kb], nm)
+
+    monkeypatch.setattr(api, "benchmark", benchmark)
+    monkeypatch.setattr(api, "_store", None)
+    monkeypatch.setattr(api, "_plans", {})
+    monkeypatch.setattr(api.cudnn, "get_version", lambda: CUDNN)
+
+    def on(device):
+        monkeypatch.setattr(api, "device_name", lambda: device)
+        return api
+
+    on.calls = calls
+    return on
+
+
+def test_the_library_plans_from_an_installed_bundle_without_benchmarking(h100_bundle, fake_gpu, monkeypatch, kb):
+    monkeypatch.setenv("UCUDNN_BUNDLE_PATH", str(h100_bundle))
+    api = fake_gpu(H100)
+    kp = api._plan_from_store_or_bench(kb.problem, kb.op, LIMIT, "powerOfTwo", "strict")
+    assert fake_gpu.calls == []
+    assert kp.configs == lookup._wr(kb, keys(kb)[0]).configs
+    # now in the user cache: found there with the bundle gone
+    monkeypatch.delenv("UCUDNN_BUNDLE_PATH")
+    monkeypatch.setattr(api, "_plans", {})
+    assert api._plan_from_store_or_bench(kb.problem, kb.op, LIMIT, "powerOfTwo", "strict").configs == kp.configs
+    assert fake_gpu.calls == []
+
+
+def test_the_library_refuses_a_bundle_of_another_device(h100_bundle, fake_gpu, monkeypatch, kb, caplog):
+    monkeypatch.setenv("UCUDNN_BUNDLE_PATH", str(h100_bundle))
+    api = fake_gpu(A100)
+    with caplog.at_level(logging.INFO, logger="ucudnn.lookup"):
+        api._plan_from_store_or_bench(kb.problem, kb.op, LIMIT, "powerOfTwo", "strict")
+    assert fake_gpu.calls == ["forward"]  # measured here instead
+    assert f"bundle {h100_bundle} skipped: it holds plans for {H100} / cuDNN {CUDNN}, not for this {A100}" \
+        in caplog.text
