@@ -41,7 +41,6 @@ from . import numerics as num
 from .engines import Engine, GpuSource, PlanTask, ReplaySource, Target, Unit, UnitOutcome, dispatch
 from .engines.sources import UnitSource
 from .errors import InputError
-from .plan import Plan
 from .policy import normalize_policy
 from .problem import DTYPES, LAYOUTS, OPS
 from .schemas import validate
@@ -50,6 +49,7 @@ from .table import BenchmarkTable, KernelBench
 from .units import parse_size
 
 SCHEMA = "precompute-job.schema.json"
+PLAN_TASK_SIZE = 6  # (table, limit) plans per CPU task
 PLAN_KEY_VERSION = 1  # ucudnn.server.planning.KEY_VERSION: plans are stored under the service's key
 
 
@@ -347,8 +347,9 @@ def run_job(spec: JobSpec, engine: Engine, store: Store, *, source: UnitSource |
             table_reports.append(rep)
             wanted = [(p, s) for p, s in sizes if store.find_plan(plan_key(tid, p, spec.batch_policy, s)) is None]
             rep["plans_already_stored"] = len(sizes) - len(wanted)
-            if wanted:
-                tasks.append(PlanTask(tid, table.to_dict(), wanted, spec.batch_policy))
+            # small tasks, WR and WD mixed, so CPUs share the work evenly (a WD solve costs ~10 WR plans)
+            chunks = max(1, -(-len(wanted) // PLAN_TASK_SIZE))
+            tasks += [PlanTask(tid, table, wanted[i::chunks], spec.batch_policy) for i in range(chunks) if wanted[i::chunks]]
 
         t_plan = time.perf_counter()
         plans_stored, plan_failures = [], []
@@ -358,7 +359,7 @@ def run_job(spec: JobSpec, engine: Engine, store: Store, *, source: UnitSource |
                 entry = {"table_id": task.table_id, "policy": policy,
                          ("total_workspace" if policy == "wd" else "workspace_limit"): size}
                 if "plan" in ans:
-                    plan = Plan.from_dict(ans["plan"])
+                    plan = ans["plan"]
                     pid = store.put_plan(plan_key(task.table_id, policy, spec.batch_policy, size), plan, task.table_id)
                     plans_stored.append({**entry, "id": pid, "total_time_ms": round(plan.total_time_ms, 6)})
                 else:

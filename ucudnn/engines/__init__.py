@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Protocol, Sequence
 
+from ..table import BenchmarkTable
 from .base import Target, Unit, UnitError, UnitOutcome, UnitResult
 from .sources import GpuSource, ReplaySource, UnitSource
 
@@ -43,29 +44,28 @@ class PlanTask:
     """Plan one stored table under several (policy, size) requests: a CPU task."""
 
     table_id: str
-    table: dict[str, Any]                   # ucudnn-benchmark-table/1
+    table: BenchmarkTable                    # as an object: no re-validation in every worker
     requests: list[tuple[str, int]]          # ("wr", workspace_limit) | ("wd", total_workspace)
     batch_policy: str
 
 
 def plan_task(task: PlanTask) -> list[dict[str, Any]]:
-    """Run in a worker: one answer per request, ``{"plan": ucudnn-plan/1}`` or ``{"error", "min_workspace"}``.
+    """Run in a worker: one answer per request, ``{"plan": Plan}`` or ``{"error", "min_workspace"}``.
 
     Infeasible limits are answers, not failures: the report names the
     smallest limit that works, as ``ucudnn plan`` does.
     """
     from ..errors import InfeasibleError, UcudnnError
     from ..planner import plan
-    from ..table import BenchmarkTable
 
-    table = BenchmarkTable.from_dict(task.table)
+    table = task.table
     out: list[dict[str, Any]] = []
     for policy, size in task.requests:
         t0 = time.perf_counter()
         try:
             p = plan(table, policy, workspace_limit=size if policy != "wd" else None,
                      total_workspace=size if policy == "wd" else None, batch_policy=task.batch_policy)
-            out.append({"plan": p.to_dict(), "seconds": time.perf_counter() - t0})
+            out.append({"plan": p, "seconds": time.perf_counter() - t0})
         except InfeasibleError as e:
             out.append({"error": str(e), "infeasible": True, "min_workspace": e.min_workspace})
         except UcudnnError as e:
