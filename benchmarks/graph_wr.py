@@ -188,7 +188,8 @@ def run_combo(args, net, dtype, layout, numerics, prov, out_dir, deadline):
            f"(heuristics {graph.stats['heuristics_s']:.1f} s, plan builds {graph.stats['build_s']:.1f} s, "
            f"note probes {graph.stats['probe_s']:.1f} s, timing {graph.stats['time_s']:.1f} s; "
            f"{int(graph.stats['configs_built'])} configurations built"
-           + (f", top-k {args.graph_top_k}" if args.graph_top_k else "") + ")\n\n"
+           + (f", top-k {args.graph_top_k}" if args.graph_top_k else "")
+           + (f", quick margin {args.quick_margin}" if args.quick_margin else "") + ")\n\n"
            "| plan | predicted ms | measured ms | pass 1 / pass 2 ms | graph micro-batches | vs PyTorch |\n"
            "|---|---:|---:|---:|---:|---:|\n")
     for r in rows:
@@ -212,6 +213,40 @@ def run_combo(args, net, dtype, layout, numerics, prov, out_dir, deadline):
     return doc
 
 
+def summarize(results: str) -> None:
+    """One table of every graph_wr_*.json under ``results``: the issue's bar (WR legacy+graph vs PyTorch)."""
+    import json
+
+    docs = [json.loads(p.read_text()) for p in sorted(Path(results).glob("graph_wr_*.json"))
+            if p.name != "graph_wr_summary.json"]
+    rows = []
+    for d in docs:
+        plans = {r["plan"]: r["measured_ms"] for r in d["rows"]}
+        gs = d["graph_source"]
+        rows.append({"network": d["network"], "batch": d["batch"], "dtype": d["dtype"], "layout": d["layout"],
+                     "numerics": d["numerics"], "limit": d["limit"], "torch_ms": d["torch_total_ms"],
+                     "plans_ms": plans, "benchmark_seconds": d["benchmark_seconds"],
+                     "pruning": {"top_k": gs["top_k"], "quick_margin": gs["quick_margin"]},
+                     "date": d["provenance"]["date"], "device": d["provenance"].get("device")})
+    md = ("# Graph-API engines: summary of graph_wr results\n\n"
+          "Measured totals (ms, sum over a network's distinct conv kernels x 3 ops; each row from one run, side by "
+          "side). Bar: WR legacy+graph at 64 MiB per kernel faster than PyTorch (cudnn.benchmark, unbounded "
+          "workspace, same numerics).\n\n"
+          "| network | dtype | layout | numerics | undivided legacy | WR legacy | WR legacy+graph | PyTorch | "
+          "WR legacy+graph vs PyTorch | benchmarking s (legacy + graph) | graph pruning |\n"
+          "|---|---|---|---|---:|---:|---:|---:|---:|---:|---|\n")
+    for r in rows:
+        p, t = r["plans_ms"], r["torch_ms"]
+        prune = ", ".join(x for x in (f"top-{r['pruning']['top_k']}" if r["pruning"]["top_k"] else "",
+                                      f"quick margin {r['pruning']['quick_margin']}" if r["pruning"]["quick_margin"]
+                                      else "") if x) or "none"
+        md += (f"| {r['network']} b{r['batch']} | {r['dtype']} | {r['layout']} | {r['numerics']} | "
+               f"{p['undivided legacy']:.2f} | {p['WR legacy']:.2f} | {p['WR legacy+graph']:.2f} | "
+               f"{t:.2f} | {t / p['WR legacy+graph']:.2f}x | "
+               f"{r['benchmark_seconds']['legacy']:.0f} + {r['benchmark_seconds']['graph']:.0f} | {prune} |\n")
+    write(results, "graph_wr_summary", {"rows": rows}, md)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--network", default="alexnet")
@@ -230,7 +265,11 @@ def main() -> None:
                     "graph source after this many seconds (its results are not written)")
     ap.add_argument("--tables-out", default=None)
     ap.add_argument("--out", default="benchmarks/results")
+    ap.add_argument("--summary", action="store_true", help="only summarize the graph_wr_*.json under --out (no GPU)")
     args = ap.parse_args()
+    if args.summary:
+        summarize(args.out)
+        return
 
     prov = provenance()
     try:
