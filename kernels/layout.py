@@ -160,9 +160,14 @@ def bank_conflicts(ta: int, tm: int, td: int, vi: int, vo: int, sd: int, itemsiz
 
 
 def _balanced(extent: int, target: int, quantum: int = 8) -> int:
-    """A tile length <= ``target`` that splits ``extent`` into equal tiles (rounded up to ``quantum``): 96 -> 48."""
-    n = max(1, -(-extent // target))
-    return min(target, -(-(-(-extent // n)) // quantum) * quantum)
+    """A tile length in [3/4 target, target] (a multiple of ``quantum``) wasting least of ``extent``'s last tile.
+
+    96 -> 48 (two full tiles, not a full and a half-empty one of 64), 784 -> 56; ties go to the longer tile.
+    """
+    if extent <= target:
+        return -(-extent // quantum) * quantum
+    sizes = range(target, max(quantum, target * 3 // 4) - 1, -quantum)
+    return min(sizes, key=lambda t: (-(-extent // t) * t - extent, -t))
 
 
 def _rows(m: int, budget: int) -> int:

@@ -17,7 +17,27 @@
 // MODE: 0 max, 1 average counting padding, 2 average over the in-bounds elements only.
 #include "common.cuh"
 
-template <int MODE> __device__ __forceinline__ float pool_init() { return MODE == 0 ? neg_inf() : 0.f; }
+// Accumulator type: float, except max pooling of half precision without indices in NCHW, which
+// compares the raw halves (max.f16, exact, NaN-ignoring like fmaxf) and so skips a conversion per
+// window element -- in that kernel the conversions, not the bytes, set the pace.
+template <bool B, typename A, typename C> struct Pick { typedef A type; };
+template <typename A, typename C> struct Pick<false, A, C> { typedef C type; };
+#define UCUDNN_HALF_NEG_INF ((unsigned short)0xFC00)
+
+__device__ __forceinline__ unsigned short hmax(unsigned short a, unsigned short b) {
+    unsigned short r;
+    asm("max.f16 %0, %1, %2;" : "=h"(r) : "h"(a), "h"(b));
+    return r;
+}
+
+template <int MODE, typename Acc> __device__ __forceinline__ Acc pool_init() {
+    if constexpr (sizeof(Acc) == 2) return UCUDNN_HALF_NEG_INF;
+    else return MODE == 0 ? neg_inf() : 0.f;
+}
+template <typename Acc, typename T> __device__ __forceinline__ Acc pool_value(T v) {
+    if constexpr (sizeof(Acc) == 2) return v.bits;  // only with T = half_t
+    else return to_float(v);
+}
 
 template <int KH, int KW, int MODE>
 __device__ __forceinline__ float pool_divisor(int hs, int ws, int H, int W) {
@@ -29,8 +49,8 @@ __device__ __forceinline__ float pool_divisor(int hs, int ws, int H, int W) {
 // Fold one input value (at in-plane position pos, in bounds iff ok) into every output of the
 // OP x OQ block whose window holds patch position (ph, pw).  All conditions are compile-time
 // (ph, pw come from unrolled loops; ok is the constant true on the interior fast path).
-template <int KH, int KW, int SH, int SW, int OP, int OQ, int MODE, bool IDX>
-__device__ __forceinline__ void pool_fold(float (&acc)[OP][OQ], int (&arg)[OP][OQ], int ph, int pw, float v, bool ok,
+template <int KH, int KW, int SH, int SW, int OP, int OQ, int MODE, bool IDX, typename Acc>
+__device__ __forceinline__ void pool_fold(Acc (&acc)[OP][OQ], int (&arg)[OP][OQ], int ph, int pw, Acc v, bool ok,
                                           int pos) {
 #pragma unroll
     for (int op = 0; op < OP; ++op) {
@@ -38,7 +58,9 @@ __device__ __forceinline__ void pool_fold(float (&acc)[OP][OQ], int (&arg)[OP][O
 #pragma unroll
         for (int oq = 0; oq < OQ; ++oq) {
             if (pw - oq * SW < 0 || pw - oq * SW >= KW) continue;
-            if constexpr (MODE == 0 && !IDX) {
+            if constexpr (sizeof(Acc) == 2) {
+                acc[op][oq] = hmax(acc[op][oq], ok ? v : UCUDNN_HALF_NEG_INF);
+            } else if constexpr (MODE == 0 && !IDX) {
                 acc[op][oq] = fmaxf(acc[op][oq], ok ? v : neg_inf());  // NaN-ignoring, as cuDNN's default
             } else if constexpr (MODE == 0) {
                 if (ok && (v > acc[op][oq] || arg[op][oq] < 0)) {  // the first maximum, even of -inf
@@ -54,9 +76,9 @@ __device__ __forceinline__ void pool_fold(float (&acc)[OP][OQ], int (&arg)[OP][O
 
 // The patch of an OP x OQ output block, row-major (the order that defines "first maximum"), fully
 // unrolled so acc / arg stay in registers.  CHECK = false: the caller proved it lies inside.
-template <bool CHECK, typename T, int KH, int KW, int SH, int SW, int OP, int OQ, int MODE, bool IDX>
+template <bool CHECK, typename T, int KH, int KW, int SH, int SW, int OP, int OQ, int MODE, bool IDX, typename Acc>
 __device__ __forceinline__ void nchw_patch(const T* plane, int hs, int ws, int hlo, int hhi, int W,
-                                           float (&acc)[OP][OQ], int (&arg)[OP][OQ]) {
+                                           Acc (&acc)[OP][OQ], int (&arg)[OP][OQ]) {
     constexpr int PH = (OP - 1) * SH + KH, PW = (OQ - 1) * SW + KW;
 #pragma unroll
     for (int ph = 0; ph < PH; ++ph) {
@@ -66,8 +88,8 @@ __device__ __forceinline__ void nchw_patch(const T* plane, int hs, int ws, int h
         for (int pw = 0; pw < PW; ++pw) {
             const int w = ws + pw;
             const bool ok = hok && (!CHECK || (w >= 0 && w < W));
-            const float v = ok ? to_float(plane[h * W + w]) : 0.f;
-            pool_fold<KH, KW, SH, SW, OP, OQ, MODE, IDX>(acc, arg, ph, pw, v, ok, h * W + w);
+            const Acc v = ok ? pool_value<Acc>(plane[h * W + w]) : Acc(0);
+            pool_fold<KH, KW, SH, SW, OP, OQ, MODE, IDX, Acc>(acc, arg, ph, pw, v, ok, h * W + w);
         }
     }
 }
@@ -89,7 +111,8 @@ __device__ __forceinline__ void chwn_patch(const T* xc, int hs, int ws, int H, i
             else pk.raw = {};
 #pragma unroll
             for (int k = 0; k < V; ++k)
-                pool_fold<KH, KW, SH, SW, OP, OQ, MODE, IDX>(acc[k], arg[k], ph, pw, to_float(pk.e[k]), ok, h * W + w);
+                pool_fold<KH, KW, SH, SW, OP, OQ, MODE, IDX, float>(acc[k], arg[k], ph, pw, to_float(pk.e[k]), ok,
+                                                                   h * W + w);
         }
     }
 }
@@ -142,18 +165,19 @@ pool_nchw_fwd(const T* __restrict__ x, T* __restrict__ y, int* __restrict__ idx,
         const int ps = p0 + mp * OP, qs = mq * OQ;
         const int hs = ps * SH - padh, ws = qs * SW - padw;
         const T* plane = sh + (g * rows - hlo) * W;  // row h of plane g at plane + h * W, h in [hlo, hhi)
-        float acc[OP][OQ];
+        typedef typename Pick<sizeof(T) == 2 && MODE == 0 && !IDX, unsigned short, float>::type Acc;
+        Acc acc[OP][OQ];
         int arg[OP][OQ];
 #pragma unroll
         for (int op = 0; op < OP; ++op)
 #pragma unroll
-            for (int oq = 0; oq < OQ; ++oq) acc[op][oq] = pool_init<MODE>(), arg[op][oq] = -1;
+            for (int oq = 0; oq < OQ; ++oq) acc[op][oq] = pool_init<MODE, Acc>(), arg[op][oq] = -1;
         // The patch, row-major (the order that defines "first maximum"); fully unrolled, so
         // every pool_fold condition is a constant and acc / arg stay in registers.
         if (hs >= hlo && hs + PH <= hhi && ws >= 0 && ws + PW <= W)  // interior: no bounds checks
-            nchw_patch<false, T, KH, KW, SH, SW, OP, OQ, MODE, IDX>(plane, hs, ws, hlo, hhi, W, acc, arg);
+            nchw_patch<false, T, KH, KW, SH, SW, OP, OQ, MODE, IDX, Acc>(plane, hs, ws, hlo, hhi, W, acc, arg);
         else
-            nchw_patch<true, T, KH, KW, SH, SW, OP, OQ, MODE, IDX>(plane, hs, ws, hlo, hhi, W, acc, arg);
+            nchw_patch<true, T, KH, KW, SH, SW, OP, OQ, MODE, IDX, Acc>(plane, hs, ws, hlo, hhi, W, acc, arg);
         const long long obase = (g0 + g) * P * Q;
 #pragma unroll
         for (int op = 0; op < OP; ++op)
@@ -161,9 +185,13 @@ pool_nchw_fwd(const T* __restrict__ x, T* __restrict__ y, int* __restrict__ idx,
             for (int oq = 0; oq < OQ; ++oq) {
                 const int p = ps + op, q = qs + oq;
                 if (p >= p1 || q >= Q) continue;
-                float v = acc[op][oq];
-                if constexpr (MODE != 0) v /= pool_divisor<KH, KW, MODE>(p * SH - padh, q * SW - padw, H, W);
-                y[obase + p * Q + q] = from_float<T>(v);
+                if constexpr (sizeof(Acc) == 2) {
+                    y[obase + p * Q + q] = T{acc[op][oq]};
+                } else {
+                    float v = acc[op][oq];
+                    if constexpr (MODE != 0) v /= pool_divisor<KH, KW, MODE>(p * SH - padh, q * SW - padw, H, W);
+                    y[obase + p * Q + q] = from_float<T>(v);
+                }
                 if constexpr (IDX) idx[obase + p * Q + q] = arg[op][oq];
             }
     }
@@ -193,7 +221,7 @@ pool_chwn_fwd(const T* __restrict__ x, T* __restrict__ y, int* __restrict__ idx,
 #pragma unroll
         for (int op = 0; op < OP; ++op)
 #pragma unroll
-            for (int oq = 0; oq < OQ; ++oq) acc[k][op][oq] = pool_init<MODE>(), arg[k][op][oq] = -1;
+            for (int oq = 0; oq < OQ; ++oq) acc[k][op][oq] = pool_init<MODE, float>(), arg[k][op][oq] = -1;
     if (hs >= 0 && hs + PH <= H && ws >= 0 && ws + PW <= W)  // interior: no bounds checks
         chwn_patch<false, T, KH, KW, SH, SW, OP, OQ, MODE, IDX, V>(xc, hs, ws, H, W, N, acc, arg);
     else
@@ -290,6 +318,9 @@ template __global__ void pool_nchw_fwd<float, 3, 3, 2, 2, 1, 1, 0, false, 4, 256
 template __global__ void pool_nchw_fwd<float, 3, 3, 2, 2, 2, 2, 0, true, 4, 256>(const float*, float*, int*, int, int,
                                                                                 int, int, int, int, int, int, int,
                                                                                 int);
+template __global__ void pool_nchw_fwd<half_t, 3, 3, 2, 2, 2, 2, 0, false, 8, 256>(const half_t*, half_t*, int*, int,
+                                                                                  int, int, int, int, int, int, int,
+                                                                                  int, int);
 template __global__ void pool_nchw_fwd<half_t, 2, 2, 2, 2, 1, 2, 2, false, 8, 256>(const half_t*, half_t*, int*, int,
                                                                                   int, int, int, int, int, int, int,
                                                                                   int, int);

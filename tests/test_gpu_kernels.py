@@ -266,6 +266,9 @@ def test_max_pooling_values_indices_and_gradients_match_numpy(cp, rng, case, dty
         y, idx = pool2d_forward(xd, k, s, p, "max", layout, return_indices=True, out=out, coarsening=coarsening)
         np.testing.assert_array_equal(from_layout(cp.asnumpy(y), layout).astype(np.float64), ref)
         np.testing.assert_array_equal(from_layout(cp.asnumpy(idx), layout), arg)
+        plain = pool2d_forward(xd, k, s, p, "max", layout, coarsening=coarsening,  # no indices: another path
+                               out=poisoned(cp, to_layout(ref, layout).shape, dtype))
+        np.testing.assert_array_equal(from_layout(cp.asnumpy(plain), layout).astype(np.float64), ref)
     dy = rng.standard_normal(ref.shape).astype(dtype)
     dref = pool_grad_ref(x, dy, k2, s2, p2, "max", True)
     dyd = cp.asarray(to_layout(dy, layout))

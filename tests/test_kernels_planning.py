@@ -53,6 +53,12 @@ def test_large_transposes_use_square_tiles_and_16_byte_vectors():
     assert (p16.vi, p16.vo) == (8, 8)
 
 
+def test_tiles_split_a_dimension_evenly_rather_than_leave_a_half_empty_last_tile():
+    p = layout.plan_transpose(layout.Transpose(128, 3025, 1, 96), 4)  # NHWC -> NCHW of 128x96x55x55
+    assert p.td == 48 and p.tiles_d == 2
+    assert layout.plan_transpose(layout.Transpose(256, 512, 1, 784), 4).td == 56  # 28x28: 14 full tiles
+
+
 def test_three_channels_are_taken_whole_so_both_sides_stay_coalesced():
     nchw_to_nhwc = layout.reduce_pair("NCHW", "NHWC", (64, 3, 224, 224))
     p = layout.plan_transpose(nchw_to_nhwc, 4)
