@@ -10,6 +10,16 @@ planning 100 (table, limit) combinations in under 10 s on a 2-core machine.
     # here, once: the wheel set the GPU machine needs (Ray without its Java jars, PuLP with Linux x86-64 CBC only)
     python benchmarks/precompute_scaling.py prepare-wheels --out .whl-ray
 
+On nvidia-h200-x2 (one `run` call, carry [".whl-ray"] made by prepare-wheels; about 6-7 minutes):
+
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+        .whl-ray/*.whl && export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 || exit;
+    python3 benchmarks/precompute_scaling.py gpu --configs ray:2:0,ray:1:0,local:2:0,local:1:0,ray:2:5 \
+        --deadline-s 330 --out $OUT
+
+(repeat 0 trusts cuDNN Find's own timing, as the issue's reference numbers did, so all four engine/GPU configs
+fit one call; the last config measures the library's default repeat 5 for GPU-seconds per network.)
+
 A config ``ENGINE:GPUS:REPEAT`` runs the whole job (worker start, every unit, tables, WR + WD plans) in a new
 store and is timed end to end.  With Ray, one Ray instance serves every Ray config (as a cluster's would);
 its start is reported apart.  Configs that would not finish before ``--deadline-s`` (estimated from the GPU
@@ -100,6 +110,9 @@ def cmd_gpu(args: argparse.Namespace) -> int:
     for eng, gpus, rep in configs:
         elapsed = time.perf_counter() - t_start
         est = gpu_s_by_repeat.get(rep)
+        if est is None and gpu_s_by_repeat:  # a new repeat count: assume each timed run costs a Find's worth
+            known = min(gpu_s_by_repeat, key=lambda r: abs(r - rep))
+            est = gpu_s_by_repeat[known] * (1 + rep) / (1 + known)
         if est is not None and elapsed + est / gpus * 1.15 + 15 > args.deadline_s:
             skipped.append({"config": f"{eng}:{gpus}:{rep}", "reason": f"would end after the deadline "
                             f"({elapsed:.0f} s + ~{est / gpus:.0f} s > {args.deadline_s:.0f} s)"})
