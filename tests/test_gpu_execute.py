@@ -185,6 +185,7 @@ def test_api_plans_once_then_serves_from_the_cache(tmp_path, monkeypatch):
     monkeypatch.setattr(api, "_store", None)
     monkeypatch.setattr(api, "_store_failed", False)
     monkeypatch.setattr(api, "_executors", {})
+    monkeypatch.setattr(api, "_plans", {})
     x = cp.random.default_rng(0).standard_normal((24, 8, 16, 16), dtype="float32")
     w = cp.random.default_rng(1).standard_normal((16, 8, 3, 3), dtype="float32")
     y = ucudnn.conv2d_forward(x, w, padding=1, workspace_limit="1MiB", batch_policy="powerOfTwo")
@@ -196,8 +197,9 @@ def test_api_plans_once_then_serves_from_the_cache(tmp_path, monkeypatch):
     dw = ucudnn.conv2d_backward_filter(x, y, w.shape, padding=1, workspace_limit="1MiB")
     dx = ucudnn.conv2d_backward_data(w, y, x.shape, padding=1, workspace_limit="1MiB")
     assert dw.shape == w.shape and dx.shape == x.shape
-    # a new process (fresh in-process cache) finds the plan on disk and does not benchmark
+    # a new process (fresh in-process caches) finds the plan on disk and does not benchmark
     monkeypatch.setattr(api, "_executors", {})
+    monkeypatch.setattr(api, "_plans", {})
     monkeypatch.setattr(api, "benchmark", lambda *a, **k: pytest.fail("benchmarked again"))
     y2 = ucudnn.conv2d_forward(x, w, padding=1, workspace_limit="1MiB", batch_policy="powerOfTwo")
     assert rel_err(y2.get(), y.get()) < 1e-6
