@@ -44,6 +44,7 @@ from typing import Callable, Iterable, Sequence, TypeVar
 
 import numpy as np
 
+from .plan import division_summary
 from .policy import micro_batch_sizes
 from .table import BenchmarkTable, KernelBench, Measurement
 
@@ -69,13 +70,7 @@ class Configuration:
         return sum(m.micro_batch for m in self.micro)
 
     def summary(self) -> str:
-        """``128x2 a4/FMA`` style: micro-batch x count, algorithm / math type."""
-        counts: dict[tuple, int] = {}
-        for m in self.micro:
-            key = (m.micro_batch, m.algo, m.math_type)
-            counts[key] = counts.get(key, 0) + 1
-        return " + ".join(f"{mb}x{n} a{algo}/{math_}" if n > 1 else f"{mb} a{algo}/{math_}"
-                          for (mb, algo, math_), n in counts.items())
+        return division_summary(self.micro)
 
 
 def pareto(items: Iterable[T], time: Callable[[T], float], workspace: Callable[[T], int]) -> list[T]:

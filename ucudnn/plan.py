@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterable
 
 from .problem import ConvProblem
 from .table import Measurement
@@ -28,6 +28,13 @@ class MicroConfig(Measurement):
     @classmethod
     def of(cls, m: Measurement) -> "MicroConfig":
         return cls(m.micro_batch, m.algo, m.math_type, m.time_ms, m.workspace_bytes, m.source, m.engine, m.extra)
+
+
+def division_summary(configs: Iterable[Measurement]) -> str:
+    """``128x2 a1/FMA + 64 a0/FMA``: micro-batch x count, algorithm / math type, in order of appearance."""
+    counts = Counter((c.micro_batch, c.algo, c.math_type) for c in configs)
+    return " + ".join(f"{mb}x{n} a{algo}/{math}" if n > 1 else f"{mb} a{algo}/{math}"
+                      for (mb, algo, math), n in counts.items())
 
 
 @dataclass
@@ -58,10 +65,7 @@ class KernelPlan:
         return sum(c.micro_batch for c in self.configs)
 
     def summary(self) -> str:
-        """``128x2 algo1/FMA`` style description of the division."""
-        counts = Counter((c.micro_batch, c.algo, c.math_type) for c in self.configs)
-        return " + ".join(f"{mb}x{n} a{algo}/{math}" if n > 1 else f"{mb} a{algo}/{math}"
-                          for (mb, algo, math), n in counts.items())
+        return division_summary(self.configs)
 
     def to_dict(self) -> dict[str, Any]:
         d = {"name": self.name, "op": self.op, "problem": self.problem.to_dict(),
