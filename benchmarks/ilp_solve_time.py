@@ -31,7 +31,7 @@ from _report import md_header, provenance, write  # noqa: E402
 from ucudnn.network import load_network  # noqa: E402
 from ucudnn.pareto import desirable_sets  # noqa: E402
 from ucudnn.policy import micro_batch_sizes  # noqa: E402
-from ucudnn.problem import ConvProblem, KernelSpec  # noqa: E402
+from ucudnn.problem import KernelSpec  # noqa: E402
 from ucudnn.table import BenchmarkTable, KernelBench, Measurement  # noqa: E402
 from ucudnn.units import format_size, parse_size  # noqa: E402
 from ucudnn.wd import plan_wd  # noqa: E402

@@ -12,7 +12,7 @@ from __future__ import annotations
 from .errors import InfeasibleError, InputError
 from .plan import KernelPlan, MicroConfig, Plan
 from .policy import normalize_policy
-from .table import BenchmarkTable, KernelBench
+from .table import BenchmarkTable
 from .units import format_size, parse_size
 from . import wr
 
