@@ -57,7 +57,7 @@ def _cache_key(problem: ConvProblem, op: str, numerics: str, batch_policy: str, 
 
 def get_plan(problem: ConvProblem, op: str, *, workspace_limit: int | str | None = None,
              batch_policy: str | None = None, numerics: str | None = None) -> KernelPlan:
-    """The WR plan for one kernel: from the store, else benchmark now (GPU) and store both."""
+    """The WR plan for one kernel, from the first layer that has it (see :mod:`ucudnn.lookup`), else benchmarked now."""
     return _executor(problem, op, workspace_limit, batch_policy, numerics).plan
 
 
