@@ -250,6 +250,36 @@ def test_infeasible_limits_are_reported_with_the_smallest_limit_that_works(tmp_p
     assert summary["plans"]["stored"] == 1 and summary["ok"]
 
 
+def test_a_complete_table_is_planned_while_the_gpus_measure_the_rest(tmp_path, recorded):
+    """Planning overlaps measuring: only the last table's plans wait for the GPUs to finish."""
+    import threading
+
+    class Watching(InlineEngine):
+        def __init__(self, source):
+            super().__init__(source)
+            self.planning = threading.Event()
+            self.overlapped: bool | None = None
+
+        def submit(self, worker, unit):
+            if self.overlapped is None:  # first unit of the second job: AlexNet's plans must already be under way
+                self.overlapped = self.planning.wait(timeout=10)
+            return super().submit(worker, unit)
+
+        def plan(self, tasks):
+            self.planning.set()
+            yield from super().plan(tasks)
+
+    store = Store(tmp_path / "s.sqlite")
+    run_job(spec_for(tables=[ALEXNET], workspace_limits=[8 << 20]), InlineEngine(ReplaySource(recorded)), store,
+            source=ReplaySource(recorded))  # AlexNet's units are now stored
+    engine = Watching(ReplaySource(recorded))
+    spec = spec_for(tables=[ALEXNET, RESNET], workspace_limits=[64 << 20])
+    summary = run_job(spec, engine, store, source=ReplaySource(recorded))
+    assert engine.overlapped is True
+    assert summary["seconds"]["tables_planned_while_measuring"] >= 1
+    assert summary["plans"]["stored"] == 2 and [t["status"] for t in summary["tables"]] == ["stored"] * 2
+
+
 def test_plans_are_stored_under_the_plan_service_key(tmp_path, recorded):
     """A plan service on the same store answers precomputed plans without planning."""
     from fastapi.testclient import TestClient

@@ -18,10 +18,12 @@ limits (WR) and whole-network budgets (WD).  It runs in three steps:
 2. **Measurement** on an engine's workers (:mod:`ucudnn.engines`: local
    processes or Ray actors, one per GPU), longest units first, retried on
    failure, each stored the moment it arrives.
-3. **Tables and plans.**  Each request whose units are all measured becomes a
-   benchmark table (a request with a failed unit is reported incomplete and
-   stores no table: nothing partial looks complete), planned with WR under
-   every limit and WD under every budget, as CPU tasks.  Plans are stored
+3. **Tables and plans.**  Each request becomes a benchmark table the moment
+   its last unit is measured, and is planned with WR under every limit and
+   WD under every budget as CPU tasks while the GPUs measure the other
+   requests: only the last request's planning follows the measurement.  A
+   request with a failed unit is reported incomplete and stores no table
+   (nothing partial looks complete).  Plans are stored
    under the plan service's own key (table id, policy, sizes), so a service
    on the same store, or one that imported the bundle, answers them at once.
 
@@ -35,6 +37,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Sequence
 
 from . import numerics as num
@@ -308,67 +311,100 @@ def run_job(spec: JobSpec, engine: Engine, store: Store, *, source: UnitSource |
         todo_n, skip_n = totals.get(u.target, (0, 0))
         totals[u.target] = (todo_n + (u.id not in benches), skip_n + (u.id in benches))
 
-    # 2. measurement: each unit is stored the moment it arrives (a killed job keeps it)
+    # 2. measurement, and 3. tables and plans as soon as a request's units are all in: planning (CPU)
+    # overlaps the GPUs measuring the other requests, so only the last request's plans follow the measurement.
+    sizes = [("wr", s) for s in spec.workspace_limits] + [("wd", s) for s in spec.total_workspaces]
+    waiting = [{u.id for _, u in r.kernels} - set(benches) for r in requests]
+    needed_by: dict[str, list[int]] = {}
+    for i, left in enumerate(waiting):
+        for uid in left:
+            needed_by.setdefault(uid, []).append(i)
+    stored: list[dict[str, Any] | None] = [None] * len(requests)  # per request, once its table is stored
+    tasks: list[PlanTask] = []
+    planner = ThreadPoolExecutor(1, thread_name_prefix="ucudnn-plan")  # feeds the engine's CPU planning
+    planning: list[Future] = []
+
+    def plan_all(batch: list[PlanTask]) -> list[tuple[PlanTask, list[dict[str, Any]]]]:
+        out = []
+        for task, answers in engine.plan(batch):
+            out.append((task, answers))
+            progress.planned(len(task.requests))
+        return out
+
+    def ready(i: int) -> None:
+        """Request ``i`` has every unit: store its table and start planning it."""
+        r = requests[i]
+        table = BenchmarkTable(r.target.device, r.target.cudnn_version,
+                               [KernelBench(name, u.op, u.problem, benches[u.id].measurements,
+                                            benches[u.id].skipped, benches[u.id].benchmark_seconds)
+                                for name, u in r.kernels], r.numerics, dict(r.extra))
+        tid = store.put_table(table)
+        wanted = [(p, s) for p, s in sizes if store.find_plan(plan_key(tid, p, spec.batch_policy, s)) is None]
+        stored[i] = {"status": "stored", "id": tid, "plans_already_stored": len(sizes) - len(wanted)}
+        # small tasks, WR and WD mixed, so CPUs share the work evenly (a WD solve costs ~10 WR plans)
+        chunks = max(1, -(-len(wanted) // PLAN_TASK_SIZE))
+        mine = [PlanTask(tid, table, wanted[j::chunks], spec.batch_policy) for j in range(chunks) if wanted[j::chunks]]
+        if mine:
+            tasks.extend(mine)
+            planning.append(planner.submit(plan_all, mine))
+
     def on_outcome(o: UnitOutcome) -> None:
         if o.status == "measured" and o.bench is not None:
             store.put_kernel_bench(o.unit.key(), o.bench)
             benches[o.unit.id] = o.bench
+            for i in needed_by.pop(o.unit.id, []):
+                waiting[i].discard(o.unit.id)
+                if not waiting[i]:
+                    ready(i)
         progress.advance(o)
 
     progress.start(totals)
+    progress.planning(len(requests) * len(sizes))
     t_measure = time.perf_counter()
     try:
+        for i, left in enumerate(waiting):
+            if not left:  # everything already stored: plan it while the GPUs measure the rest
+                ready(i)
         outcomes = dispatch(engine, workers, todo, max_retries=spec.max_retries, on_outcome=on_outcome)
         measure_s = time.perf_counter() - t_measure
+        planned_early = sum(f.done() for f in planning)
         engine.release()
-
-        # 3. tables of complete requests, then plans
-        table_reports, tasks = [], []
-        sizes = [("wr", s) for s in spec.workspace_limits] + [("wd", s) for s in spec.total_workspaces]
-        by_id = {o.unit.id: o for o in outcomes}
-        for r in requests:
-            missing = [name for name, u in r.kernels if u.id not in benches]
-            distinct = {u.id for _, u in r.kernels}
-            rep: dict[str, Any] = {"name": r.name, **r.target.to_dict(), "numerics": r.numerics,
-                                   "kernels": len(r.kernels), "units": len(distinct),
-                                   "gpu_seconds": round(sum(by_id[i].seconds for i in distinct if i in by_id), 3),
-                                   "recorded_benchmark_seconds": round(sum(
-                                       benches[i].benchmark_seconds or 0 for i in distinct if i in benches), 3)}
-            if missing:
-                rep.update(status="incomplete", missing_kernels=missing[:10], missing_count=len(missing))
-                table_reports.append(rep)
-                continue
-            table = BenchmarkTable(r.target.device, r.target.cudnn_version,
-                                   [KernelBench(name, u.op, u.problem, benches[u.id].measurements,
-                                                benches[u.id].skipped, benches[u.id].benchmark_seconds)
-                                    for name, u in r.kernels], r.numerics, dict(r.extra))
-            tid = store.put_table(table)
-            rep.update(status="stored", id=tid)
-            table_reports.append(rep)
-            wanted = [(p, s) for p, s in sizes if store.find_plan(plan_key(tid, p, spec.batch_policy, s)) is None]
-            rep["plans_already_stored"] = len(sizes) - len(wanted)
-            # small tasks, WR and WD mixed, so CPUs share the work evenly (a WD solve costs ~10 WR plans)
-            chunks = max(1, -(-len(wanted) // PLAN_TASK_SIZE))
-            tasks += [PlanTask(tid, table, wanted[i::chunks], spec.batch_policy) for i in range(chunks) if wanted[i::chunks]]
 
         t_plan = time.perf_counter()
         plans_stored, plan_failures = [], []
-        progress.planning(sum(len(t.requests) for t in tasks))
-        for task, answers in engine.plan(tasks):
-            for (policy, size), ans in zip(task.requests, answers):
-                entry = {"table_id": task.table_id, "policy": policy,
-                         ("total_workspace" if policy == "wd" else "workspace_limit"): size}
-                if "plan" in ans:
-                    plan = ans["plan"]
-                    pid = store.put_plan(plan_key(task.table_id, policy, spec.batch_policy, size), plan, task.table_id)
-                    plans_stored.append({**entry, "id": pid, "total_time_ms": round(plan.total_time_ms, 6)})
-                else:
-                    plan_failures.append({**entry, "error": ans["error"], "infeasible": ans.get("infeasible", False),
-                                          "min_workspace": ans.get("min_workspace")})
-            progress.planned(len(task.requests))
+        for fut in planning:
+            for task, answers in fut.result():
+                for (policy, size), ans in zip(task.requests, answers):
+                    entry = {"table_id": task.table_id, "policy": policy,
+                             ("total_workspace" if policy == "wd" else "workspace_limit"): size}
+                    if "plan" in ans:
+                        plan = ans["plan"]
+                        pid = store.put_plan(plan_key(task.table_id, policy, spec.batch_policy, size), plan,
+                                             task.table_id)
+                        plans_stored.append({**entry, "id": pid, "total_time_ms": round(plan.total_time_ms, 6)})
+                    else:
+                        plan_failures.append({**entry, "error": ans["error"], "infeasible": ans.get("infeasible", False),
+                                              "min_workspace": ans.get("min_workspace")})
         plan_s = time.perf_counter() - t_plan
     finally:
+        planner.shutdown(wait=True, cancel_futures=True)
         progress.stop()
+
+    by_id = {o.unit.id: o for o in outcomes}
+    table_reports: list[dict[str, Any]] = []
+    for r, done in zip(requests, stored):
+        distinct = {u.id for _, u in r.kernels}
+        rep: dict[str, Any] = {"name": r.name, **r.target.to_dict(), "numerics": r.numerics,
+                               "kernels": len(r.kernels), "units": len(distinct),
+                               "gpu_seconds": round(sum(by_id[i].seconds for i in distinct if i in by_id), 3),
+                               "recorded_benchmark_seconds": round(sum(
+                                   benches[i].benchmark_seconds or 0 for i in distinct if i in benches), 3)}
+        if done is None:  # a unit failed: no table, nothing partial looks complete
+            missing = [name for name, u in r.kernels if u.id not in benches]
+            rep.update(status="incomplete", missing_kernels=missing[:10], missing_count=len(missing))
+        else:
+            rep.update(done)
+        table_reports.append(rep)
 
     measured = [o for o in outcomes if o.status == "measured"]
     failed = [o for o in outcomes if o.status == "failed"]
@@ -402,7 +438,8 @@ def run_job(spec: JobSpec, engine: Engine, store: Store, *, source: UnitSource |
                   "stored": len(plans_stored), "already_stored": sum(r.get("plans_already_stored", 0)
                                                                      for r in table_reports),
                   "failed": plan_failures, "new": plans_stored},
-        "seconds": {"startup": round(startup_s, 3), "measure": round(measure_s, 3), "plan": round(plan_s, 3),
+        "seconds": {"startup": round(startup_s, 3), "measure": round(measure_s, 3), "plan": round(plan_s, 3),  # after measuring
+                    "tables_planned_while_measuring": planned_early,
                     "total": round(time.perf_counter() - t_start, 3)},
         "ok": not failed and not any(not f["infeasible"] for f in plan_failures),
     }
