@@ -17,6 +17,7 @@ cuDNN's (max |difference| in the JSON).
 
     python benchmarks/memory_kernels.py --out benchmarks/results
     python benchmarks/memory_kernels.py --sections softmax --quick --out /tmp/r
+    python benchmarks/memory_kernels.py --sections variants --out /tmp/r   # the alternatives behind the defaults
 """
 from __future__ import annotations
 
@@ -399,6 +400,101 @@ def bench_pooling(copy_GBps: float, quick: bool) -> None:
                 cp.get_default_memory_pool().free_all_blocks()
 
 
+def bench_variants(copy_GBps: float, quick: bool) -> None:
+    """Alternatives behind the defaults, side by side (how the defaults were chosen): layout tiles and
+    kernels, NCHW pooling with / without the pipelined kernel, chunk sizes and coarsening, row softmax
+    with the row kept as float32 values or as loaded."""
+    layouts = [  # (NCHW shape, direction, dtype, [(tile or None, kernel or None), ...])
+        ((128, 96, 55, 55), "NHWC>NCHW", "float32", [(None, "tile"), (None, "rows")]),
+        ((128, 96, 55, 55), "NHWC>NCHW", "float16", [(None, "tile"), (None, "rows")]),
+        ((256, 64, 112, 112), "NHWC>CHWN", "float16", [(None, None), ((128, 1, 64), None), ((64, 2, 64), None),
+                                                        ((128, 1, 32), None), ((256, 1, 32), None)]),
+        ((128, 96, 55, 55), "NCHW>CHWN", "float32", [(None, None), ((64, 1, 64), None), ((128, 1, 32), None),
+                                                      ((128, 1, 64), None), ((32, 1, 128), None)]),
+        ((256, 512, 28, 28), "NCHW>NHWC", "float32", [(None, None), ((64, 1, 112), None), ((128, 1, 56), None),
+                                                       ((32, 1, 128), None)]),
+        ((256, 512, 28, 28), "NHWC>NCHW", "float32", [(None, None), ((112, 1, 64), None), ((56, 1, 128), None),
+                                                       ((64, 1, 64), None)]),
+        ((256, 64, 112, 112), "NCHW>CHWN", "float32", [(None, None), ((128, 1, 64), None), ((256, 1, 32), None),
+                                                        ((64, 1, 128), None)]),
+        ((256, 64, 112, 112), "NHWC>NCHW", "float32", [(None, None), ((128, 1, 64), None), ((64, 1, 32), None)]),
+    ]
+    for nchw, d, dtype, options in layouts:
+        src, dst = d.split(">")
+        shape = klayout.output_shape(nchw, "NCHW", src)
+        tensor = math.prod(shape) * np.dtype(dtype).itemsize
+        sets = n_sets(2 * tensor)
+        xs = [cp.random.standard_normal(shape, dtype=np.float32).astype(dtype) for _ in range(sets)]
+        ys = [cp.empty(klayout.output_shape(shape, src, dst), dtype=dtype) for _ in range(sets)]
+        ref = cp.ascontiguousarray(xs[0].transpose([src.index(ch) for ch in dst]))
+        for tile, kern in options:
+            if out_of_time():
+                return
+            t = klayout.reduce_pair(src, dst, shape)
+            plan = klayout.plan_transpose(t, np.dtype(dtype).itemsize, tile=tile, kernel=kern)
+            impl = {"ours": lambda i, tile=tile, kern=kern: (
+                lambda: transform_layout(xs[i], src, dst, out=ys[i], tile=tile, kernel=kern))}
+            row = {"op": "layout-variant", "case": f"{'x'.join(map(str, nchw))} {d} {plan.kind} "
+                   f"{plan.ta}x{plan.tm}x{plan.td}", "dtype": dtype, "bytes": 2 * tensor, "plan": repr(plan)}
+            row.update(measure(impl, sets, 2 * tensor, copy_GBps))
+            ys[0].fill(0)
+            transform_layout(xs[0], src, dst, out=ys[0], tile=tile, kernel=kern)
+            row["equal"] = bool(cp.array_equal(ys[0], ref))
+            record(row)
+        xs = ys = ref = None
+        cp.get_default_memory_pool().free_all_blocks()
+
+    pools = [(name, n, c, hw, k, s) for name, n, c, hw, k, s in POOL_LAYERS if name in ("PL5", "PL6", "PL8")]
+    for name, n, c, hw, k, s in pools:
+        n *= max(1, round(256 * MiB / (n * c * hw * hw * 4)))
+        for dtype, mode in (("float16", "max"), ("float32", "max"), ("float32", "avg")):
+            g = kpool.geometry((n, c, hw, hw), k, s, 0, "NCHW")
+            item = np.dtype(dtype).itemsize
+            nbytes = (math.prod(g.in_shape()) + math.prod(g.out_shape())) * item
+            sets = n_sets(nbytes)
+            xs = [cp.random.standard_normal(g.in_shape(), dtype=np.float32).astype(dtype) for _ in range(sets)]
+            ys = [cp.empty(g.out_shape(), dtype=dtype) for _ in range(sets)]
+            ref = pool2d_forward(xs[0], k, s, 0, mode, "NCHW", coarsening=(1, 1), pipeline=False)
+            configs = [(False, None), (True, None), (True, 12288 * item // 2)]
+            if dtype == "float16":
+                configs.append((True, 12288 * item))
+            coars = [(1, 1), (2, 2), (1, 2), (2, 1)] if dtype == "float16" else [(1, 1), (2, 2)]
+            for pipe, stage in configs:
+                for f in coars:
+                    if out_of_time():
+                        return
+                    impl = {"ours": lambda i, pipe=pipe, stage=stage, f=f: (
+                        lambda: pool2d_forward(xs[i], k, s, 0, mode, "NCHW", out=ys[i], coarsening=f, pipeline=pipe,
+                                               stage_bytes=stage))}
+                    row = {"op": "pool-variant", "case": f"{name} N={n} {mode} pipe={int(pipe)} stage={stage} "
+                           f"coarsen={f[0]}x{f[1]}", "dtype": dtype, "bytes": nbytes}
+                    row.update(measure(impl, sets, nbytes, copy_GBps))
+                    ys[0].fill(0)
+                    pool2d_forward(xs[0], k, s, 0, mode, "NCHW", out=ys[0], coarsening=f, pipeline=pipe,
+                                   stage_bytes=stage)
+                    row["max_abs_diff_vs_unpipelined"] = float(cp.abs(ys[0].astype(cp.float32)
+                                                                      - ref.astype(cp.float32)).max())
+                    record(row)
+            xs = ys = ref = None
+            cp.get_default_memory_pool().free_all_blocks()
+
+    for shape, dtype in (((1024, 131072), "float16"), ((1024, 131072), "float32")):
+        tensor = math.prod(shape) * np.dtype(dtype).itemsize
+        sets = n_sets(2 * tensor)
+        xs = [(cp.random.standard_normal(shape, dtype=np.float32) * 3).astype(dtype) for _ in range(sets)]
+        ys = [cp.empty(shape, dtype=dtype) for _ in range(sets)]
+        for kern in ("cluster", "cluster_raw"):
+            if out_of_time():
+                return
+            impl = {"ours": lambda i, kern=kern: (lambda: softmax_forward(xs[i], out=ys[i], kernel=kern))}
+            row = {"op": "softmax-variant", "case": f"{shape[0]}x{shape[1]} {kern}", "dtype": dtype,
+                   "bytes": 2 * tensor}
+            row.update(measure(impl, sets, 2 * tensor, copy_GBps))
+            record(row)
+        xs = ys = None
+        cp.get_default_memory_pool().free_all_blocks()
+
+
 # --- bars and report ------------------------------------------------------------------------
 def bar_of(row: dict) -> float | None:
     op = row["op"]
@@ -480,7 +576,7 @@ def clean(obj: Any) -> Any:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="benchmarks/results")
-    ap.add_argument("--sections", default="layout,softmax,pooling")
+    ap.add_argument("--sections", default="layout,softmax,pooling", help="any of layout, softmax, pooling, variants")
     ap.add_argument("--quick", action="store_true", help="a few shapes per section (a smoke run)")
     ap.add_argument("--budget-s", type=float, default=0, help="skip the remaining cases after this many seconds")
     args = ap.parse_args()
@@ -494,7 +590,8 @@ def main() -> None:
                                         for r in copy["runs"]), flush=True)
     for section in args.sections.split(","):
         t0 = time.perf_counter()
-        {"layout": bench_layout, "softmax": bench_softmax, "pooling": bench_pooling}[section](copy["GBps"], args.quick)
+        {"layout": bench_layout, "softmax": bench_softmax, "pooling": bench_pooling,
+         "variants": bench_variants}[section](copy["GBps"], args.quick)
         print(f"[{section} took {time.perf_counter() - t0:.0f} s]", flush=True)
         partial = Path(args.out) / "memory_kernels.partial.json"
         partial.parent.mkdir(parents=True, exist_ok=True)

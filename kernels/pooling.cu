@@ -117,51 +117,86 @@ __device__ __forceinline__ void chwn_patch(const T* xc, int hs, int ws, int H, i
     }
 }
 
-template <typename T, int KH, int KW, int SH, int SW, int OP, int OQ, int MODE, bool IDX, int V, int NT>
-__global__ void __launch_bounds__(NT)
-pool_nchw_fwd(const T* __restrict__ x, T* __restrict__ y, int* __restrict__ idx, int H, int W, int P, int Q,
-              int padh, int padw, int G, int BP, int bands, int planes) {
-    extern __shared__ __align__(16) unsigned char smem_raw[];
-    constexpr int PH = (OP - 1) * SH + KH, PW = (OQ - 1) * SW + KW;
-    const int band = blockIdx.x % bands;
-    const long long g0 = (long long)(blockIdx.x / bands) * G;
-    const int gn = (int)min((long long)G, planes - g0);
-    const int p0 = band * BP, p1 = min(P, p0 + BP);
-    // Whole planes (bands == 1) or the input rows of this band of outputs: one contiguous chunk
-    // x[start, start + count), staged so that sh[k] = x[start + k].  sh is shifted by start % V
-    // elements, so global and shared addresses are 16-byte aligned together whatever W is.
-    const int hlo = bands == 1 ? 0 : max(0, p0 * SH - padh);
-    const int hhi = bands == 1 ? H : min(H, (p1 - 1) * SH - padh + KH);
-    const int rows = hhi - hlo;
-    const long long start = g0 * H * W + (long long)hlo * W;
-    const int count = gn * rows * W;
-    const int mis = (int)(start % V);
-    T* sh = reinterpret_cast<T*>(smem_raw) + mis;
-    const T* src = x + start;
-    const int head = min(count, (V - mis) % V);
-    const int nv = (count - head) / V;
-    if (threadIdx.x < head) sh[threadIdx.x] = src[threadIdx.x];
-    const int tail = head + nv * V;
-    if (threadIdx.x < count - tail) sh[tail + threadIdx.x] = src[tail + threadIdx.x];
-    constexpr int U = 16 / V > 4 ? 16 / V : 4;  // >= 64 bytes in flight per thread before the first store
-    for (int j0 = threadIdx.x; j0 < nv; j0 += U * NT) {
-        Pack<T, V> pk[U];
-#pragma unroll
-        for (int u = 0; u < U; ++u)
-            if (j0 + u * NT < nv) pk[u].load(src + head + (long long)(j0 + u * NT) * V);
-#pragma unroll
-        for (int u = 0; u < U; ++u)
-            if (j0 + u * NT < nv) pk[u].store(sh + head + (j0 + u * NT) * V);
-    }
-    __syncthreads();
+// cp.async (sm_80+): a 16-byte global -> shared copy that completes in the background, so a block
+// can fetch its next chunk while it computes on the current one.
+__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
+    unsigned long long g;
+    asm("cvta.to.global.u64 %0, %1;" : "=l"(g) : "l"(src));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_addr(dst)), "l"(g) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait_one() { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
 
+// One chunk of the NCHW forward: gn whole planes from plane g0 (bands == 1), or the input rows
+// [hlo, hhi) of output rows [p0, p1) of plane g0.  Its input is x[start, start + count).
+struct PoolChunk {
+    long long g0, start;
+    int gn, p0, p1, hlo, hhi, count;
+};
+
+template <int KH, int SH>
+__device__ __forceinline__ PoolChunk pool_chunk(int c, int H, int W, int P, int padh, int G, int BP, int bands,
+                                                int planes) {
+    PoolChunk k;
+    const int band = c % bands;
+    k.g0 = (long long)(c / bands) * G;
+    k.gn = (int)min((long long)G, planes - k.g0);
+    k.p0 = band * BP;
+    k.p1 = min(P, k.p0 + BP);
+    k.hlo = bands == 1 ? 0 : max(0, k.p0 * SH - padh);
+    k.hhi = bands == 1 ? H : min(H, (k.p1 - 1) * SH - padh + KH);
+    k.start = k.g0 * H * W + (long long)k.hlo * W;
+    k.count = k.gn * (k.hhi - k.hlo) * W;
+    return k;
+}
+
+// Copies chunk k into buf so that sh[i] = x[start + i] with sh = buf + start % V: global and shared
+// addresses are 16-byte aligned together whatever W is.  The aligned middle goes in V-element
+// vectors -- cp.async when PIPE (it lands while the block computes), else loads issued U deep before
+// the first store; the few elements before and after it travel as scalars through `edge`, a
+// register that the caller stores once the chunk is due (edge_at says where; -1: none).
+template <typename T, int V, int NT, bool PIPE>
+__device__ __forceinline__ void pool_stage(const T* __restrict__ x, T* buf, const PoolChunk& k, T& edge,
+                                           int& edge_at) {
+    const int mis = (int)(k.start % V);
+    T* sh = buf + mis;
+    const T* src = x + k.start;
+    const int head = min(k.count, (V - mis) % V);
+    const int nv = (k.count - head) / V;
+    const int tail = head + nv * V;
+    edge_at = -1;
+    if (threadIdx.x < head) edge_at = mis + threadIdx.x;
+    else if (threadIdx.x < head + (k.count - tail)) edge_at = mis + tail + threadIdx.x - head;
+    if (edge_at >= 0) edge = x[k.start + edge_at - mis];
+    if constexpr (PIPE) {
+        for (int j = threadIdx.x; j < nv; j += NT) cp_async16(sh + head + j * V, src + head + (long long)j * V);
+    } else {
+        constexpr int U = 16 / V > 4 ? 16 / V : 4;  // >= 64 bytes in flight per thread before the first store
+        for (int j0 = threadIdx.x; j0 < nv; j0 += U * NT) {
+            Pack<T, V> pk[U];
+#pragma unroll
+            for (int u = 0; u < U; ++u)
+                if (j0 + u * NT < nv) pk[u].load(src + head + (long long)(j0 + u * NT) * V);
+#pragma unroll
+            for (int u = 0; u < U; ++u)
+                if (j0 + u * NT < nv) pk[u].store(sh + head + (j0 + u * NT) * V);
+        }
+    }
+}
+
+// The pooling of one staged chunk: OP x OQ output blocks strided over the block's threads.
+template <typename T, int KH, int KW, int SH, int SW, int OP, int OQ, int MODE, bool IDX, int NT>
+__device__ __forceinline__ void pool_compute(const T* sh, const PoolChunk& k, T* __restrict__ y,
+                                             int* __restrict__ idx, int H, int W, int P, int Q, int padh, int padw) {
+    constexpr int PH = (OP - 1) * SH + KH, PW = (OQ - 1) * SW + KW;
+    const int rows = k.hhi - k.hlo, hlo = k.hlo, hhi = k.hhi, p0 = k.p0, p1 = k.p1;
     const int mtp = (p1 - p0 + OP - 1) / OP, mtq = (Q + OQ - 1) / OQ;
     const int per_plane = mtp * mtq;
     // Output block t = (g, mp, mq) advances by NT per iteration: divide once, then step.
     int g = threadIdx.x / per_plane, mp = threadIdx.x % per_plane / mtq, mq = threadIdx.x % mtq;
     const int dg = NT / per_plane, dmp = NT % per_plane / mtq, dmq = NT % per_plane % mtq;
-    for (; g < gn; mq += dmq, mp += dmp + (mq >= mtq), mq -= mq >= mtq ? mtq : 0, g += dg + (mp >= mtp),
-                   mp -= mp >= mtp ? mtp : 0) {
+    for (; g < k.gn; mq += dmq, mp += dmp + (mq >= mtq), mq -= mq >= mtq ? mtq : 0, g += dg + (mp >= mtp),
+                     mp -= mp >= mtp ? mtp : 0) {
         const int ps = p0 + mp * OP, qs = mq * OQ;
         const int hs = ps * SH - padh, ws = qs * SW - padw;
         const T* plane = sh + (g * rows - hlo) * W;  // row h of plane g at plane + h * W, h in [hlo, hhi)
@@ -178,7 +213,7 @@ pool_nchw_fwd(const T* __restrict__ x, T* __restrict__ y, int* __restrict__ idx,
             nchw_patch<false, T, KH, KW, SH, SW, OP, OQ, MODE, IDX, Acc>(plane, hs, ws, hlo, hhi, W, acc, arg);
         else
             nchw_patch<true, T, KH, KW, SH, SW, OP, OQ, MODE, IDX, Acc>(plane, hs, ws, hlo, hhi, W, acc, arg);
-        const long long obase = (g0 + g) * P * Q;
+        const long long obase = (k.g0 + g) * P * Q;
 #pragma unroll
         for (int op = 0; op < OP; ++op)
 #pragma unroll
@@ -194,6 +229,52 @@ pool_nchw_fwd(const T* __restrict__ x, T* __restrict__ y, int* __restrict__ idx,
                 }
                 if constexpr (IDX) idx[obase + p * Q + q] = arg[op][oq];
             }
+    }
+}
+
+// A block handles chunks [blockIdx.x * PER, ...) one after another.  PIPE: two shared-memory buffers;
+// the next chunk's cp.async copies are in flight while the block pools the current one (the compute
+// phase no longer stalls the loads).  Otherwise (PER == 1): stage, barrier, compute.
+template <typename T, int KH, int KW, int SH, int SW, int OP, int OQ, int MODE, bool IDX, int V, int NT, bool PIPE>
+__global__ void __launch_bounds__(NT)
+pool_nchw_fwd(const T* __restrict__ x, T* __restrict__ y, int* __restrict__ idx, int H, int W, int P, int Q,
+              int padh, int padw, int G, int BP, int bands, int planes, int chunks, int per, int stage) {
+    static_assert(!PIPE || V * sizeof(T) == 16, "cp.async copies 16-byte vectors");
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    T* const buf0 = reinterpret_cast<T*>(smem_raw);
+    const int c0 = blockIdx.x * per, c1 = min(chunks, c0 + per);
+    T edge = T{};
+    int edge_at;
+    PoolChunk k = pool_chunk<KH, SH>(c0, H, W, P, padh, G, BP, bands, planes);
+    pool_stage<T, V, NT, PIPE>(x, buf0, k, edge, edge_at);
+    if constexpr (PIPE) cp_async_commit();
+    for (int c = c0, b = 0; c < c1; ++c, b ^= 1) {
+        if (!PIPE && c > c0) {  // one buffer: restage once everyone is done with the last chunk
+            __syncthreads();
+            k = pool_chunk<KH, SH>(c, H, W, P, padh, G, BP, bands, planes);
+            pool_stage<T, V, NT, PIPE>(x, buf0, k, edge, edge_at);
+            b = 0;
+        }
+        T* const cur = buf0 + b * stage;
+        T edge_cur = edge;
+        const int edge_at_cur = edge_at;
+        PoolChunk next;
+        if constexpr (PIPE) {
+            if (c + 1 < c1) {
+                next = pool_chunk<KH, SH>(c + 1, H, W, P, padh, G, BP, bands, planes);
+                pool_stage<T, V, NT, PIPE>(x, buf0 + (b ^ 1) * stage, next, edge, edge_at);
+            }
+            cp_async_commit();  // possibly empty: one group per iteration keeps wait_group 1 exact
+            cp_async_wait_one();
+        }
+        if (edge_at_cur >= 0) cur[edge_at_cur] = edge_cur;
+        __syncthreads();
+        pool_compute<T, KH, KW, SH, SW, OP, OQ, MODE, IDX, NT>(cur + (int)(k.start % V), k, y, idx, H, W, P, Q, padh,
+                                                              padw);
+        if constexpr (PIPE) {
+            __syncthreads();  // everyone is done with cur before the iteration after next refills it
+            k = next;
+        }
     }
 }
 
@@ -312,18 +393,14 @@ pool_bwd(const T* __restrict__ dy, const int* __restrict__ idx, const T* __restr
 }
 
 #ifdef UCUDNN_NVCC_CHECK
-template __global__ void pool_nchw_fwd<float, 3, 3, 2, 2, 1, 1, 0, false, 4, 256>(const float*, float*, int*, int, int,
-                                                                                 int, int, int, int, int, int, int,
-                                                                                 int);
-template __global__ void pool_nchw_fwd<float, 3, 3, 2, 2, 2, 2, 0, true, 4, 256>(const float*, float*, int*, int, int,
-                                                                                int, int, int, int, int, int, int,
-                                                                                int);
-template __global__ void pool_nchw_fwd<half_t, 3, 3, 2, 2, 2, 2, 0, false, 8, 256>(const half_t*, half_t*, int*, int,
-                                                                                  int, int, int, int, int, int, int,
-                                                                                  int, int);
-template __global__ void pool_nchw_fwd<half_t, 2, 2, 2, 2, 1, 2, 2, false, 8, 256>(const half_t*, half_t*, int*, int,
-                                                                                  int, int, int, int, int, int, int,
-                                                                                  int, int);
+#define UCUDNN_POOL_NCHW(T, ...)                                                                                     \
+    template __global__ void pool_nchw_fwd<T, __VA_ARGS__>(const T*, T*, int*, int, int, int, int, int, int, int, int, \
+                                                           int, int, int, int, int);
+UCUDNN_POOL_NCHW(float, 3, 3, 2, 2, 1, 1, 0, false, 4, 256, false)
+UCUDNN_POOL_NCHW(float, 3, 3, 2, 2, 2, 2, 0, true, 4, 256, true)
+UCUDNN_POOL_NCHW(half_t, 3, 3, 2, 2, 2, 2, 0, false, 8, 256, true)
+UCUDNN_POOL_NCHW(half_t, 3, 3, 2, 2, 2, 2, 0, false, 8, 256, false)
+UCUDNN_POOL_NCHW(half_t, 2, 2, 2, 2, 1, 2, 2, false, 8, 256, true)
 template __global__ void pool_chwn_fwd<float, 3, 3, 2, 2, 2, 2, 0, false, 4, 256>(const float*, float*, int*, int, int,
                                                                                  int, int, int, int, int, int, int,
                                                                                  int);

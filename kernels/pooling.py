@@ -14,11 +14,15 @@ in-bounds count otherwise.  Max indices are int32 ``h * W + w`` within the
 Each forward thread computes OP x OQ outputs (thread coarsening).  The
 factors come from ``coarsening=`` if given, else from the tuning cache for
 this shape and device, else -- with ``tune=True``, the default -- from a
-hill-climbing search run on this call's own input (autotune.py) and cached.
+hill-climbing search run on this call's own input (autotune.py) and cached;
+the search also decides whether the NCHW kernel pipelines its chunks
+(cp.async into double-buffered shared memory).  Each candidate is timed over
+a batch of back-to-back launches (``ucudnn.timing.time_ms`` with
+``min_sample_ms``), so host launch latency does not sway the choice.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ucudnn.errors import InputError
@@ -35,6 +39,8 @@ NT = 256
 SMEM_BUDGET_ELEMS = 6144
 SMEM_LIMIT = 48 * 1024
 COARSEN_LIMITS = ((1, 4), (1, 4))
+PIPELINE_MIN_CC = 80  # cp.async
+TUNE_SAMPLE_MS = 1.0  # each auto-tuner sample times this much back-to-back work
 
 
 def _pair(v: Any, field: str) -> tuple[int, int]:
@@ -106,15 +112,28 @@ def _vector(extent: int, itemsize: int, align: int) -> int:
 
 @dataclass(frozen=True)
 class PoolLaunch:
+    """One forward launch.  ``pipelined`` (NCHW): a block pools ``per`` chunks in turn, fetching the next one
+    (cp.async, double-buffered shared memory) while it computes the current one; see :func:`spread`."""
+
     name_expr: str
     grid: int
     smem: int
     args: tuple  # launch-shape integers after (x, y, idx)
+    pipelined: bool = False
+    chunks: int = 0
 
 
 def plan_forward(g: Pool2d, dtype: str, mode: str, include_pad: bool, with_indices: bool,
-                 coarsening: tuple[int, int], align: int = 256) -> PoolLaunch:
-    """Kernel instantiation, grid, dynamic shared memory and integer arguments of one forward launch."""
+                 coarsening: tuple[int, int], align: int = 256, pipeline: bool = True,
+                 stage_bytes: int | None = None) -> PoolLaunch:
+    """Kernel instantiation, grid, dynamic shared memory and integer arguments of one forward launch.
+
+    NCHW: the input is cut into chunks (whole planes, or bands of rows of a large plane) of at most
+    ``stage_bytes`` (default ``SMEM_BUDGET_ELEMS`` elements, or half of ``SMEM_LIMIT`` when pipelined).
+    ``pipeline`` (needs sm_80's cp.async) double-buffers them -- two chunks of shared memory per
+    block -- unless one chunk would not fit in half of ``SMEM_LIMIT``; the plan has one chunk per
+    block until :func:`spread` gives each block its share of a resident grid.
+    """
     t = DTYPES[dtype]
     itemsize = 4 if dtype == "float32" else 2
     op, oq = coarsening
@@ -130,11 +149,14 @@ def plan_forward(g: Pool2d, dtype: str, mode: str, include_pad: bool, with_indic
     v = _vector(16 // itemsize, itemsize, align)  # the kernel aligns its chunk itself: only the pointer matters
     planes = g.n * g.c
     plane_bytes = g.h * g.w * itemsize
-    budget = SMEM_BUDGET_ELEMS * itemsize
+    if pipeline:  # two buffers: each chunk at most half the limit (measured: 24 KiB chunks beat 12 KiB for fp16)
+        budget = min(stage_bytes if stage_bytes is not None else SMEM_LIMIT, SMEM_LIMIT // 2 - 16)
+    else:
+        budget = stage_bytes if stage_bytes is not None else SMEM_BUDGET_ELEMS * itemsize
     if plane_bytes <= budget:
-        groups = max(1, min(budget // plane_bytes, planes // 1024))  # keep >= ~1024 blocks where possible
+        groups = max(1, min(budget // plane_bytes, planes // 1024))  # keep >= ~1024 chunks where possible
         bp, bands = g.p, 1
-        smem = groups * plane_bytes
+        chunk = groups * plane_bytes
     else:
         groups = 1
         rows = budget // (g.w * itemsize)
@@ -142,54 +164,117 @@ def plan_forward(g: Pool2d, dtype: str, mode: str, include_pad: bool, with_indic
         bands = -(-g.p // bp)
         if bands == 1:
             bp, bands = g.p, 1
-        smem = (g.h if bands == 1 else min(g.h, (bp - 1) * g.sh + g.kh)) * g.w * itemsize
-        if smem + 16 > SMEM_LIMIT:
+        chunk = (g.h if bands == 1 else min(g.h, (bp - 1) * g.sh + g.kh)) * g.w * itemsize
+        if chunk + 16 > SMEM_LIMIT:
             raise InputError(f"rows of {g.w} elements are too wide for the NCHW pooling kernel", "x")
-    grid = -(-planes // groups) * bands
-    smem += v * itemsize  # room for the alignment shift
-    return PoolLaunch(f"pool_nchw_fwd<{head},{v},{NT}>", grid, smem,
-                      (g.h, g.w, g.p, g.q, g.ph, g.pw, groups, bp, bands, planes))
+    pipeline = pipeline and v * itemsize == 16 and 2 * (chunk + 16) <= SMEM_LIMIT  # cp.async moves 16 bytes
+    stage = -(-(chunk // itemsize + v) // v) * v  # elements per buffer: the chunk and its alignment shift
+    chunks = -(-planes // groups) * bands
+    smem = (2 if pipeline else 1) * stage * itemsize
+    return PoolLaunch(f"pool_nchw_fwd<{head},{v},{NT},{'true' if pipeline else 'false'}>", chunks, smem,
+                      (g.h, g.w, g.p, g.q, g.ph, g.pw, groups, bp, bands, planes, chunks, 1, stage), pipeline, chunks)
+
+
+def spread(launch: PoolLaunch, resident: int) -> PoolLaunch:
+    """``launch`` with its chunks dealt out to at most ``resident`` blocks (those the device runs at once).
+
+    Only a pipelined launch gains from several chunks per block (each block's next fetch overlaps its
+    compute); one grid wave also leaves no tail of late blocks.
+    """
+    if not launch.pipelined or resident < 1:
+        return launch
+    per = max(1, -(-launch.chunks // resident))
+    args = launch.args[:11] + (per,) + launch.args[12:]
+    return replace(launch, grid=-(-launch.chunks // per), args=args)
+
+
+def resident_blocks(kernel: Any, threads: int, smem: int) -> int:
+    """Blocks of ``kernel`` the current device keeps resident at once (threads, registers, shared memory).
+
+    Deliberately conservative: a grid that assumed one block too many per SM would run a second,
+    nearly empty wave.
+    """
+    cp = _compile.cupy()
+    attrs = cp.cuda.Device().attributes
+    sms = attrs["MultiProcessorCount"]
+    try:
+        regs = max(1, int(kernel.num_regs))
+        static = int(kernel.shared_size_bytes)
+    except Exception:  # noqa: BLE001 - an older CuPy: assume a register-heavy kernel
+        regs, static = 64, 0
+    warps = -(-threads // 32)
+    by_threads = attrs["MaxThreadsPerMultiProcessor"] // threads
+    by_regs = (attrs["MaxRegistersPerMultiprocessor"] // (-(-regs // 8) * 8 * 32)) // warps
+    per_block_smem = smem + static + 1024  # the runtime reserves 1 KiB per block
+    by_smem = attrs["MaxSharedMemoryPerMultiprocessor"] // per_block_smem
+    return sms * max(1, min(by_threads, by_regs, by_smem, 32))
 
 
 def tuning_key(g: Pool2d, dtype: str, mode: str, include_pad: bool, with_indices: bool) -> str:
-    return (f"pool2d_forward {g.layout} {dtype} n{g.n} c{g.c} h{g.h} w{g.w} k{g.kh}x{g.kw} s{g.sh}x{g.sw} "
+    # "/2": choices made for the kernels before the pipelined NCHW forward (and by single-launch timing) are stale.
+    return (f"pool2d_forward/2 {g.layout} {dtype} n{g.n} c{g.c} h{g.h} w{g.w} k{g.kh}x{g.kw} s{g.sh}x{g.sw} "
             f"p{g.ph}x{g.pw} {mode}{'' if mode == 'max' else ('+pad' if include_pad else '-pad')}"
             f"{' idx' if with_indices and mode == 'max' else ''}")
+
+
+_resident: dict[tuple[int, str, int], int] = {}
 
 
 def _launch(cp: Any, launch: PoolLaunch, x: Any, y: Any, idx: Any) -> None:
     import numpy as np
 
     kernel = _compile.get_kernel(SOURCE, launch.name_expr)
+    if launch.pipelined:
+        key = (cp.cuda.Device().id, launch.name_expr, launch.smem)
+        if key not in _resident:
+            _resident[key] = resident_blocks(kernel, NT, launch.smem)
+        launch = spread(launch, _resident[key])
     ints = tuple(np.int32(a) for a in launch.args)
     kernel((launch.grid,), (NT,), (x, y, idx if idx is not None else np.uint64(0)) + ints, shared_mem=launch.smem)
 
 
 def _coarsening(cp: Any, g: Pool2d, x: Any, y: Any, idx: Any, dtype: str, mode: str, include_pad: bool,
-                align: int, tune: bool) -> tuple[int, int]:
+                align: int, tune: bool) -> tuple[int, int, int]:
+    """(OP, OQ, pipelined) for this shape on this device: cached, else hill-climbed and cached.
+
+    The NCHW kernel's pipelining is a third coordinate of the climb (0 or 1; fixed at 0 where the
+    device or the shape cannot pipeline): which of the two wins depends on the layer (measured on the
+    H100: within 5% either way for float32, up to 15% for pipelining float16).
+    """
     with_indices = idx is not None
     key = tuning_key(g, dtype, mode, include_pad, with_indices)
     device = _compile.device_key()
     cached = autotune.lookup(device, key)
-    if cached is not None:
+    if cached is not None and len(cached["choice"]) == 3:
         return tuple(cached["choice"])  # type: ignore[return-value]
+    can_pipe = _compile.compute_capability() >= PIPELINE_MIN_CC and g.layout == "NCHW" and plan_forward(
+        g, dtype, mode, include_pad, with_indices, (1, 1), align, True).pipelined
     if not tune:
-        return (1, 1)
+        return (1, 1, int(can_pipe))
     from ucudnn.timing import time_ms
 
     def measure(f: tuple[int, ...]) -> float:
-        plan = plan_forward(g, dtype, mode, include_pad, with_indices, f, align)  # type: ignore[arg-type]
-        return time_ms(lambda: _launch(cp, plan, x, y, idx), repeat=7, warmup=2)
+        plan = plan_forward(g, dtype, mode, include_pad, with_indices, f[:2], align, bool(f[2]))  # type: ignore
+        # A batch of back-to-back launches per sample (>= TUNE_SAMPLE_MS): a single launch between two
+        # events also times the host's launch latency, which made choices flip between runs.
+        return time_ms(lambda: _launch(cp, plan, x, y, idx), repeat=7, warmup=2, min_sample_ms=TUNE_SAMPLE_MS)
 
-    choice, times = autotune.hill_climb(measure, (1, 1), COARSEN_LIMITS)
+    limits = COARSEN_LIMITS + ((0, 1 if can_pipe else 0),)
+    choice, times = autotune.hill_climb(measure, (1, 1, 0), limits)
     autotune.record(device, key, choice, times)
     return choice  # type: ignore[return-value]
 
 
 def pool2d_forward(x: Any, window: Any, stride: Any = None, pad: Any = 0, mode: str = "max", layout: str = "NCHW",
                    count_include_pad: bool = True, return_indices: bool = False, out: Any = None,
-                   coarsening: tuple[int, int] | None = None, tune: bool = True) -> Any:
-    """Pooled ``x``; with ``return_indices`` (max only) also the int32 argmax of every output."""
+                   coarsening: tuple[int, int] | None = None, tune: bool = True, pipeline: bool | None = None,
+                   stage_bytes: int | None = None) -> Any:
+    """Pooled ``x``; with ``return_indices`` (max only) also the int32 argmax of every output.
+
+    ``pipeline`` / ``stage_bytes`` (NCHW; benchmarks and tests compare variants with them): force the
+    double-buffered kernel on or off (default: the auto-tuner's choice, or on where the device has
+    cp.async when ``coarsening`` is given), and set the bytes per staged chunk.
+    """
     if mode not in MODES:
         raise InputError(f"unknown mode {mode!r}; use one of {', '.join(MODES)}", "mode")
     if return_indices and mode != "max":
@@ -213,8 +298,14 @@ def pool2d_forward(x: Any, window: Any, stride: Any = None, pad: Any = 0, mode: 
     idx = cp.empty(g.out_shape(), dtype=cp.int32) if return_indices else None
     align = min(p & -p if p else 256 for p in (x.data.ptr, out.data.ptr))
     if coarsening is None:
-        coarsening = _coarsening(cp, g, x, out, idx, dtype, mode, count_include_pad, align, tune)
-    _launch(cp, plan_forward(g, dtype, mode, count_include_pad, return_indices, coarsening, align), x, out, idx)
+        *factors, tuned_pipe = _coarsening(cp, g, x, out, idx, dtype, mode, count_include_pad, align, tune)
+        coarsening = (factors[0], factors[1])
+        if pipeline is None:
+            pipeline = bool(tuned_pipe)
+    if pipeline is None:
+        pipeline = _compile.compute_capability() >= PIPELINE_MIN_CC
+    _launch(cp, plan_forward(g, dtype, mode, count_include_pad, return_indices, coarsening, align, pipeline,
+                             stage_bytes), x, out, idx)
     return (out, idx) if return_indices else out
 
 

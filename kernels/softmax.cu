@@ -101,11 +101,6 @@ __device__ __forceinline__ float block_reduce(float v, float* red) {
     return v;
 }
 
-__device__ __forceinline__ unsigned int smem_addr(const void* p) {
-    unsigned int r;
-    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(r) : "l"(p));
-    return r;
-}
 __device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
 __device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
 __device__ __forceinline__ unsigned int cluster_rank() {
@@ -131,6 +126,56 @@ __device__ __forceinline__ float cluster_reduce(float v, float* slot) {
     const int lane = threadIdx.x % 32;
     float w = lane < CL ? cluster_load(slot, lane) : (MAX ? neg_inf() : 0.f);
     return MAX ? group_max<32>(w) : group_sum<32>(w);
+}
+
+// Forward only, the row kept in registers as loaded (RAW): half precision takes half the registers
+// of float32 values, so more blocks fit per SM (more bytes in flight), at the price of computing
+// each exponential twice (sum, then store).
+template <typename T, int NT, int VPT, int V, int CL>
+__device__ __forceinline__ void rows_block_body_raw(const T* __restrict__ a, T* __restrict__ out, int L,
+                                                    long long row, int rank) {
+    __shared__ float red_a[NT / 32], red_b[NT / 32];
+    __shared__ float part[2];
+    const int nvec = L / V;
+    const long long base = row * (long long)L;
+    const int j0 = rank * NT * VPT;
+    Pack<T, V> raw[VPT];
+#pragma unroll
+    for (int i = 0; i < VPT; ++i) {
+        const int j = j0 + i * NT + threadIdx.x;
+        if (j < nvec) raw[i].load(a + base + (long long)j * V);
+    }
+    float m = neg_inf();
+#pragma unroll
+    for (int i = 0; i < VPT; ++i)
+        if (j0 + i * NT + (int)threadIdx.x < nvec) {
+#pragma unroll
+            for (int k = 0; k < V; ++k) m = fmaxf(m, to_float(raw[i].e[k]));
+        }
+    m = block_reduce<NT, true>(m, red_a);
+    if constexpr (CL > 1) m = cluster_reduce<CL, true>(m, &part[0]);
+    float s = 0.f;
+#pragma unroll
+    for (int i = 0; i < VPT; ++i)
+        if (j0 + i * NT + (int)threadIdx.x < nvec) {
+#pragma unroll
+            for (int k = 0; k < V; ++k) s += exp_shifted(to_float(raw[i].e[k]), m);
+        }
+    s = block_reduce<NT, false>(s, red_b);
+    if constexpr (CL > 1) s = cluster_reduce<CL, false>(s, &part[1]);
+    const float inv = 1.f / s;
+    if constexpr (CL > 1) cluster_arrive();
+#pragma unroll
+    for (int i = 0; i < VPT; ++i) {
+        const int j = j0 + i * NT + threadIdx.x;
+        if (j < nvec) {
+            Pack<T, V> pk;
+#pragma unroll
+            for (int k = 0; k < V; ++k) pk.e[k] = from_float<T>(exp_shifted(to_float(raw[i].e[k]), m) * inv);
+            pk.store(out + base + (long long)j * V);
+        }
+    }
+    if constexpr (CL > 1) cluster_wait();
 }
 
 template <typename T, int NT, int VPT, int V, int CL, bool BWD>
@@ -200,10 +245,11 @@ softmax_rows_block(const T* __restrict__ a, const T* __restrict__ b, T* __restri
 }
 
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
-template <typename T, int NT, int VPT, int V, int CL, bool BWD>
+template <typename T, int NT, int VPT, int V, int CL, bool BWD, bool RAW = false>
 __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(NT)
 softmax_rows_cluster(const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ out, long long R, int L) {
-    rows_block_body<T, NT, VPT, V, CL, BWD>(a, b, out, L, blockIdx.x / CL, (int)cluster_rank());
+    if constexpr (RAW && !BWD) rows_block_body_raw<T, NT, VPT, V, CL>(a, out, L, blockIdx.x / CL, (int)cluster_rank());
+    else rows_block_body<T, NT, VPT, V, CL, BWD>(a, b, out, L, blockIdx.x / CL, (int)cluster_rank());
 }
 #endif
 
@@ -409,6 +455,8 @@ template __global__ void softmax_rows_block<half_t, 512, 4, 8, true>(const half_
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
 template __global__ void softmax_rows_cluster<float, 256, 8, 4, 4, false>(const float*, const float*, float*, long long, int);
 template __global__ void softmax_rows_cluster<half_t, 256, 4, 8, 4, true>(const half_t*, const half_t*, half_t*, long long, int);
+template __global__ void softmax_rows_cluster<half_t, 256, 8, 8, 8, false, true>(const half_t*, const half_t*, half_t*, long long, int);
+template __global__ void softmax_rows_cluster<half_t, 256, 8, 8, 8, false>(const half_t*, const half_t*, half_t*, long long, int);
 #endif
 template __global__ void softmax_rows_stream<float, 1024, 4, false>(const float*, const float*, float*, long long, int);
 template __global__ void softmax_rows_stream<half_t, 1024, 8, true>(const half_t*, const half_t*, half_t*, long long, int);

@@ -44,7 +44,8 @@ def close(got, ref, dtype, rtol=None, atol=None):
 
 # --- layout -------------------------------------------------------------------------------------
 LAYOUT_SHAPES = [(5, 3, 7, 9), (64, 3, 11, 13), (33, 17, 5, 3), (2, 64, 8, 8), (1, 1, 1, 1), (70, 40, 3, 3),
-                 (3, 130, 1, 67), (40, 3, 10, 10), (4, 3, 16, 20), (9, 96, 7, 7)]  # the last three: flat vectors
+                 (3, 130, 1, 67), (40, 3, 10, 10), (4, 3, 16, 20), (9, 96, 7, 7),  # the last three: flat vectors
+                 (40, 48, 3, 5)]  # NHWC <-> CHWN: tiles of several m
 
 
 @pytest.mark.parametrize("nchw", LAYOUT_SHAPES, ids=lambda s: "x".join(map(str, s)))
@@ -68,6 +69,19 @@ def test_layout_transform_moves_any_element_size(cp, rng, dtype):
     x = (rng.standard_normal((9, 5, 6, 66)) * 100).astype(dtype)
     y = transform_layout(cp.asarray(x), "NCHW", "NHWC")
     np.testing.assert_array_equal(cp.asnumpy(y), x.transpose(0, 2, 3, 1))
+
+
+@pytest.mark.parametrize("kernel", ["tile", "rows"])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "uint8", "float64"])
+@pytest.mark.parametrize("nhwc", [(1, 3, 11, 33), (3, 5, 7, 40), (2, 11, 11, 96), (2, 1, 67, 130), (4, 9, 9, 64)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_odd_length_output_rows_transpose_exactly_with_either_kernel(cp, rng, nhwc, dtype, kernel):
+    from ucudnn.kernels import transform_layout
+
+    x = (rng.standard_normal(nhwc) * 100).astype(dtype)
+    out = cp.full((nhwc[0], nhwc[3], nhwc[1], nhwc[2]), 7, dtype=dtype)  # 7: never a value of x at these odds
+    y = transform_layout(cp.asarray(x), "NHWC", "NCHW", out=out, kernel=kernel)
+    np.testing.assert_array_equal(cp.asnumpy(y), x.transpose(0, 3, 1, 2))
 
 
 def test_layout_transform_of_a_misaligned_view_drops_to_narrow_accesses(cp, rng):
@@ -114,14 +128,15 @@ def softmax_grad_ref(y, dy, axis):
 ROW_CASES = [  # (rows, length, forced kernel or None)
     (128, 10, None), (7, 1, None), (5, 3, None), (33, 1000, None), (3, 4097, None), (4, 33, None), (2, 2048, None),
     (3, 10000, None), (2, 32768, None), (2, 70001, None), (65, 1000, "block"), (5, 777, "stream"),
-    (3, 12345, "block"), (9, 8192, "stream"),
+    (3, 12345, "block"), (9, 8192, "stream"), (2, 70001, "cluster_raw"), (3, 40000, "cluster_raw"),
+    (5, 131072, "cluster_raw"),
 ]
 
 
 def _forced_ok(kernel):
     from ucudnn.kernels import _compile
 
-    return kernel != "cluster" or _compile.compute_capability() >= 90
+    return not (kernel or "").startswith("cluster") or _compile.compute_capability() >= 90
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -138,7 +153,7 @@ def test_softmax_rows_forward_and_backward_match_numpy(cp, rng, rows, length, ke
     close(cp.asnumpy(dx), softmax_grad_ref(yh, dy, -1), dtype, atol=1e-6 if dtype == "float32" else 1e-4)
 
 
-@pytest.mark.parametrize("kernel", ["warp", "block", "cluster", "stream"])
+@pytest.mark.parametrize("kernel", ["warp", "block", "cluster", "cluster_raw", "stream"])
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_softmax_is_stable_for_inf_entries_huge_magnitudes_and_unit_rows(cp, rng, kernel, dtype):
     from ucudnn.kernels import softmax_forward
@@ -300,6 +315,33 @@ def test_average_pooling_and_its_gradient_match_numpy(cp, rng, case, dtype, layo
           atol=1e-6 if dtype == "float32" else 2e-3)
 
 
+@pytest.mark.parametrize("pipeline", [True, False])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape,k,s,p,stage", [
+    ((64, 64, 24, 24), 3, 2, 0, 2304),  # one plane per chunk, several chunks per block
+    ((8, 16, 61, 59), 3, 2, 1, 2000),  # bands of rows, odd rows: every chunk starts at another alignment
+    ((5, 7, 13, 13), (3, 2), (2, 1), (1, 0), None),
+])
+def test_nchw_pooling_with_staged_chunks_matches_numpy(cp, rng, shape, k, s, p, stage, dtype, pipeline):
+    from ucudnn.kernels import pool2d_forward
+
+    k2, s2, p2 = [(v, v) if isinstance(v, int) else v for v in (k, s, p)]
+    x = (np.round(rng.standard_normal(shape) * 2) / 2).astype(dtype)
+    ref, arg, _ = pool_ref(x, k2, s2, p2, "max", True)
+    xd = cp.asarray(x)
+    for coarsening in [(1, 1), (2, 3)]:
+        y, idx = pool2d_forward(xd, k, s, p, "max", "NCHW", return_indices=True, coarsening=coarsening,
+                                pipeline=pipeline, stage_bytes=stage, out=poisoned(cp, ref.shape, dtype))
+        np.testing.assert_array_equal(cp.asnumpy(y).astype(np.float64), ref)
+        np.testing.assert_array_equal(cp.asnumpy(idx), arg)
+        plain = pool2d_forward(xd, k, s, p, "max", "NCHW", coarsening=coarsening, pipeline=pipeline,
+                               stage_bytes=stage, out=poisoned(cp, ref.shape, dtype))
+        np.testing.assert_array_equal(cp.asnumpy(plain).astype(np.float64), ref)
+    avg = pool2d_forward(xd, k, s, p, "avg", "NCHW", count_include_pad=False, coarsening=(2, 2), pipeline=pipeline,
+                         stage_bytes=stage, out=poisoned(cp, ref.shape, dtype))
+    close(cp.asnumpy(avg), pool_ref(x, k2, s2, p2, "avg", False)[0], dtype, atol=1e-6 if dtype == "float32" else 1e-3)
+
+
 def test_pooling_tunes_once_per_shape_and_reuses_the_cached_choice(cp, rng, monkeypatch):
     from ucudnn.kernels import autotune, pool2d_forward
 
@@ -311,7 +353,8 @@ def test_pooling_tunes_once_per_shape_and_reuses_the_cached_choice(cp, rng, monk
     doc = autotune._read(autotune.cache_path())
     (entries,) = doc["devices"].values()
     (entry,) = entries.values()
-    assert all(1 <= f <= 4 for f in entry["choice"]) and entry["trials"]
+    op, oq, pipelined = entry["choice"]  # coarsening, and whether the NCHW kernel pipelines its chunks
+    assert 1 <= op <= 4 and 1 <= oq <= 4 and pipelined in (0, 1) and entry["trials"]
     autotune.clear_memory()  # a new process: the file answers, no second search
     monkeypatch.setattr(autotune, "hill_climb", lambda *a, **k: pytest.fail("tuned twice"))
     np.testing.assert_array_equal(cp.asnumpy(pool2d_forward(x, 3, 2, 0, "max", "NCHW")), ref)

@@ -45,12 +45,24 @@ def test_same_layout_needs_no_transpose_and_unknown_layouts_are_refused():
         layout.output_shape((1, 2, 3, 4), "HWCN", "NCHW")
 
 
-def test_large_transposes_use_square_tiles_and_16_byte_vectors():
+def test_large_transposes_use_wide_tiles_and_16_byte_vectors():
     t = layout.Transpose(1, 256, 1, 64 * 56 * 56)
     p32 = layout.plan_transpose(t, 4)
-    assert (p32.ta, p32.td, p32.vi, p32.vo) == (64, 64, 4, 4)
+    assert (p32.ta, p32.td, p32.vi, p32.vo) == (128, 64, 4, 4)  # 512-byte output rows
     p16 = layout.plan_transpose(t, 2)
-    assert (p16.vi, p16.vo) == (8, 8)
+    assert (p16.vi, p16.vo) == (8, 8) and p16.ta * p16.td == 8192
+    # CV6 NCHW -> CHWN: 290400 is 4537.5 tiles of 64; half a tile of waste beats 192-byte rows of 48
+    assert layout.plan_transpose(layout.Transpose(1, 128, 1, 96 * 55 * 55), 4).td == 64
+
+
+def test_a_small_square_tile_takes_several_middle_rows():
+    p = layout.plan_transpose(layout.reduce_pair("NHWC", "CHWN", (256, 112, 112, 64)), 2)  # 64 x 64 halves
+    assert (p.ta, p.tm, p.td) == (64, 2, 64)
+    x = np.arange(3 * 40 * 5 * 48, dtype=np.int64).reshape(40, 3, 5, 48)  # NHWC -> CHWN, m = 15 > 1
+    t = layout.reduce_pair("NHWC", "CHWN", x.shape)
+    q = layout.plan_transpose(t, 2)
+    assert q.tm > 1
+    np.testing.assert_array_equal(emulate_transpose(x, t, q, 2), np.transpose(x, (3, 1, 2, 0)).reshape(1, 48, 15, 40))
 
 
 def test_tiles_split_a_dimension_evenly_rather_than_leave_a_half_empty_last_tile():
@@ -68,10 +80,31 @@ def test_three_channels_are_taken_whole_so_both_sides_stay_coalesced():
 
 
 def test_vectors_shrink_for_odd_extents_and_misaligned_pointers():
-    odd = layout.plan_transpose(layout.Transpose(1, 66, 1, 99), 4)
+    odd = layout.plan_transpose(layout.Transpose(1, 66, 1, 99), 4, kernel="tile")
     assert odd.vi == 1 and odd.vo == 2
     misaligned = layout.plan_transpose(layout.Transpose(1, 64, 1, 64), 4, in_align=4, out_align=8)
     assert misaligned.vi == 1 and misaligned.vo == 2
+
+
+def test_odd_length_output_rows_go_to_the_rows_kernel_with_full_vectors():
+    # NHWC -> NCHW of 128x96x55x55: y's rows hold H*W = 3025 elements, so the tile kernel could only store
+    # single floats; the rows kernel cuts y at aligned offsets and stores 16 bytes at a time.
+    t = layout.reduce_pair("NHWC", "NCHW", (128, 55, 55, 96))
+    p = layout.plan_transpose(t, 4)
+    assert p.kind == "rows" and p.vo == 4 and p.vi == 4 and p.ta % (8 * p.vo) == 0
+    assert p.tiles_a * p.ta >= t.a and p.tiles_d * p.td >= t.d and p.grid == t.p * p.tiles_a * p.tiles_d
+    assert (p.ta + p.vo - 1) * p.sd * 4 <= layout.SMEM_LIMIT
+    assert layout.rows_bank_conflicts(p.ta, p.td, p.vi, p.vo, p.sd, 4) <= layout.rows_bank_conflicts(
+        p.ta, p.td, p.vi, p.vo, p.td, 4)
+    assert layout.plan_transpose(layout.reduce_pair("NHWC", "NCHW", (128, 56, 56, 96)), 4).kind == "tile"
+    assert layout.plan_transpose(t, 4, out_align=4).kind == "tile"  # a misaligned output keeps the tile kernel
+    assert layout.plan_transpose(t, 4, kernel="tile").kind == "tile"
+
+
+@pytest.mark.parametrize("kernel,shape", [("rows", (2, 8, 8, 64)), ("fast", (2, 5, 7, 64))])
+def test_a_layout_kernel_that_cannot_take_the_shape_is_refused(kernel, shape):
+    with pytest.raises(InputError, match="kernel"):
+        layout.plan_transpose(layout.reduce_pair("NHWC", "NCHW", shape), 4, kernel=kernel)
 
 
 def test_padding_removes_the_bank_conflicts_of_an_unpadded_tile():
@@ -86,9 +119,10 @@ def test_every_tile_plan_covers_the_tensor_and_fits_shared_memory(a, m, d, items
     p = layout.plan_transpose(layout.Transpose(2, a, m, d), itemsize)
     assert p.tiles_a * p.ta >= a and p.tiles_m * p.tm >= m and p.tiles_d * p.td >= d
     assert p.grid == 2 * p.tiles_a * p.tiles_m * p.tiles_d
-    assert p.ta * p.tm * p.sd * itemsize <= layout.SMEM_LIMIT and p.sd >= p.td
+    staged_rows = p.ta + p.vo - 1 if p.kind == "rows" else p.ta * p.tm
+    assert staged_rows * p.sd * itemsize <= layout.SMEM_LIMIT and p.sd >= p.td
     assert p.fi or (d % p.vi == 0 and p.td % p.vi == 0)
-    assert p.fo or (a % p.vo == 0 and p.ta % p.vo == 0)
+    assert p.fo or p.kind == "rows" or (a % p.vo == 0 and p.ta % p.vo == 0)
     assert p.vi * itemsize <= 16 and p.vo * itemsize <= 16
 
 
@@ -127,6 +161,66 @@ def emulate_transpose(x: np.ndarray, t: layout.Transpose, p: layout.TilePlan, it
     return y.reshape(t.p, t.d, t.m, t.a)
 
 
+def emulate_rows(x: np.ndarray, t: layout.Transpose, p: layout.TilePlan) -> np.ndarray:
+    """layout_rows_aligned's index arithmetic in Python (m == 1): each element written once, every
+    store one aligned vector except the tensor's last ``size % vo`` elements."""
+    xf = x.reshape(-1)
+    y, written = np.full(x.size, -1, dtype=x.dtype), np.zeros(x.size, dtype=np.int64)
+    vo, la, nv, rows = p.vo, p.ta + p.vo - 1, p.ta // p.vo, t.p * t.d
+    for blk in range(p.grid):
+        b, td = divmod(blk, p.tiles_d)
+        pp, ta = divmod(b, p.tiles_a)
+        a0, d0 = ta * p.ta, td * p.td
+        rd = min(p.td, t.d - d0)
+        sh = {}
+        for v in range(la * (p.td // p.vi)):
+            ra, dv = divmod(v, p.td // p.vi)
+            a, dv = a0 - (vo - 1) + ra, dv * p.vi
+            if 0 <= a < t.a and dv < rd:
+                base = (pp * t.a + a) * t.d + d0 + dv
+                assert base % p.vi == 0
+                for k in range(p.vi):
+                    sh[ra, dv + k] = xf[base + k]
+        a1 = min(a0 + p.ta, t.a)
+        for v in range(p.td * nv):
+            k, dd = v % 8 + 8 * (v // (8 * p.td)), (v // 8) % p.td
+            if dd >= rd:
+                continue
+            r = pp * t.d + d0 + dd
+            lo, hi = (r * t.a + a0) // vo * vo, (r * t.a + a1) // vo * vo
+            f = lo + k * vo
+            if f >= hi:
+                continue
+            assert f % vo == 0 and f + vo <= hi
+            for e in range(vo):
+                a = f + e - r * t.a
+                if a >= 0:
+                    y[f + e] = sh[a - a0 + vo - 1, dd]
+                else:  # the end of row r - 1, read from x
+                    q = r - 1
+                    y[f + e] = xf[((q // t.d) * t.a + a + t.a) * t.d + q % t.d]
+                written[f + e] += 1
+        if pp == t.p - 1 and ta == p.tiles_a - 1 and td == p.tiles_d - 1:
+            for f in range(rows * t.a // vo * vo, rows * t.a):
+                y[f] = sh[f - (rows - 1) * t.a - a0 + vo - 1, t.d - 1 - d0]
+                written[f] += 1
+    assert (written == 1).all()
+    return y.reshape(t.p, t.d, t.m, t.a)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 4), st.sampled_from([32, 33, 40, 96, 130]), st.integers(1, 13), st.integers(1, 13),
+       st.sampled_from([1, 2, 4, 8]))
+def test_rows_plans_move_every_element_once_with_aligned_vector_stores(n, c, h, w, itemsize):
+    x = np.arange(n * c * h * w, dtype=np.int64).reshape(n, h, w, c)
+    t = layout.reduce_pair("NHWC", "NCHW", x.shape)
+    if t.a < layout.SMALL or t.a % (16 // itemsize) == 0:
+        return  # not a case for the rows kernel
+    p = layout.plan_transpose(t, itemsize)
+    assert p.kind == "rows"
+    np.testing.assert_array_equal(emulate_rows(x, t, p), np.transpose(x, (0, 3, 1, 2)).reshape(t.p, t.d, t.m, t.a))
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.sampled_from(list(itertools.permutations(LAYOUTS, 2))), st.integers(1, 70), st.sampled_from([1, 3, 4, 17]),
        st.integers(1, 12), st.integers(1, 12), st.sampled_from([2, 4]))
@@ -135,7 +229,7 @@ def test_tile_plans_move_every_element_once_with_contiguous_aligned_vectors(pair
     x = np.arange(n * c * h * w, dtype=np.int64).reshape(layout.output_shape((n, c, h, w), "NCHW", src))
     t = layout.reduce_pair(src, dst, x.shape)
     p = layout.plan_transpose(t, itemsize)
-    y = emulate_transpose(x, t, p, itemsize)
+    y = emulate_rows(x, t, p) if p.kind == "rows" else emulate_transpose(x, t, p, itemsize)
     expected = np.transpose(x, [src.index(ch) for ch in dst]).reshape(t.p, t.d, t.m, t.a)
     np.testing.assert_array_equal(y, expected)
 
@@ -200,6 +294,14 @@ def test_inner_axis_is_read_in_16_byte_vectors_and_streams_only_when_registers_o
     assert cpt * v <= 32 and cpt * ty >= 100 and v == 2
 
 
+def test_the_raw_cluster_kernel_is_the_cluster_kernel_keeping_the_row_as_loaded():
+    plain = softmax.plan_rows(1024, 131072, "float16", kernel="cluster")
+    raw = softmax.plan_rows(1024, 131072, "float16", kernel="cluster_raw")
+    assert raw.name_expr == plain.name_expr[:-1] + ",true>" and (raw.grid, raw.block) == (plain.grid, plain.block)
+    backward = softmax.plan_rows(1024, 131072, "float16", backward=True, kernel="cluster_raw")
+    assert backward.name_expr.endswith(",true>") and not backward.name_expr.endswith("true,true>")
+
+
 def test_unknown_row_kernel_is_refused():
     with pytest.raises(InputError, match="kernel"):
         softmax.plan_rows(4, 100, "float32", kernel="fast")
@@ -224,14 +326,37 @@ def test_bad_pooling_geometry_names_the_field(kwargs, field):
 
 
 def test_small_nchw_planes_are_grouped_and_large_ones_banded():
-    small = pooling.plan_forward(pooling.geometry((512, 256, 13, 13), 3, 2, 0, "NCHW"), "float32", "max", True,
-                                 False, (1, 1))
+    g = pooling.geometry((512, 256, 13, 13), 3, 2, 0, "NCHW")
+    small = pooling.plan_forward(g, "float32", "max", True, False, (1, 1), pipeline=False)
     groups = small.args[6]
     assert groups > 1 and small.smem == groups * 13 * 13 * 4 + 16 <= pooling.SMEM_BUDGET_ELEMS * 4 + 16
     big = pooling.plan_forward(pooling.geometry((4, 8, 224, 224), 3, 2, 1, "NCHW"), "float32", "max", True, False,
-                               (1, 1))
+                               (1, 1), pipeline=False)
     bp, bands = big.args[7], big.args[8]
     assert bands > 1 and bp * bands >= 112 and big.smem <= pooling.SMEM_BUDGET_ELEMS * 4 + 16
+
+
+@pytest.mark.parametrize("shape,dtype", [((512, 256, 13, 13), "float32"), ((4, 8, 224, 224), "float16"),
+                                         ((256, 96, 55, 55), "float16"), ((3, 2, 7, 1500), "float32")])
+def test_pipelined_nchw_plans_double_buffer_within_the_shared_memory_limit(shape, dtype):
+    g = pooling.geometry(shape, 3, 2, 0, "NCHW")
+    launch = pooling.plan_forward(g, dtype, "max", True, False, (2, 2))
+    *_, groups, bp, bands, planes, chunks, per, stage = launch.args
+    assert launch.pipelined and launch.smem == 2 * stage * (4 if dtype == "float32" else 2) <= pooling.SMEM_LIMIT
+    assert chunks == launch.chunks == -(-planes // groups) * bands and bp * bands >= g.p and per == 1
+    for resident in (1, 7, 132 * 4, 10**9):
+        spread = pooling.spread(launch, resident)
+        per = spread.args[11]
+        assert spread.grid <= max(resident, 1) and spread.grid * per >= chunks > (spread.grid - 1) * per
+
+
+def test_nchw_plans_fall_back_to_one_buffer_where_cp_async_cannot_serve():
+    g = pooling.geometry((2, 3, 40, 40), 3, 2, 0, "NCHW")
+    assert not pooling.plan_forward(g, "float32", "max", True, False, (1, 1), align=8).pipelined  # 8-byte vectors
+    wide = pooling.geometry((1, 1, 5, 4000), 3, 2, 0, "NCHW")  # three rows fit 48 KiB, not half of it
+    assert not pooling.plan_forward(wide, "float32", "max", True, False, (1, 1)).pipelined
+    unpiped = pooling.plan_forward(g, "float32", "max", True, False, (1, 1), pipeline=False)
+    assert pooling.spread(unpiped, 4) == unpiped
 
 
 def test_chwn_threads_cover_every_coarsened_output_block():
