@@ -219,6 +219,7 @@ def summarize(results: str) -> None:
 
     docs = [json.loads(p.read_text()) for p in sorted(Path(results).glob("graph_wr_*.json"))
             if p.name != "graph_wr_summary.json"]
+    docs = [d for d in docs if "network" in d and "torch_total_ms" in d]   # one combination each (not diagnoses)
     rows = []
     for d in docs:
         plans = {r["plan"]: r["measured_ms"] for r in d["rows"]}
