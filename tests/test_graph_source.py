@@ -501,3 +501,31 @@ def test_tensor_layout_gives_graph_api_dims_with_layout_strides():
     assert lay["w"] == ([4, 3, 3, 3], [27, 1, 9, 3])
     q = ConvProblem(2, 4, 5, 7, 4, 3, 3, groups=2)
     assert G.tensor_layout(q)["w"] == ([4, 2, 3, 3], [18, 9, 3, 1])
+
+
+# --- a table recorded on an H100 (benchmarks/graph_wr.py --tables-out) ----------------------------------
+RECORDED = __import__("pathlib").Path(__file__).parent / "fixtures" / "alexnet-b256-float32-NHWC-strict-legacy-graph-h100.json.gz"
+
+
+def test_a_recorded_strict_fp32_table_holds_only_fma_graph_engines_with_rebuildable_identities():
+    t = BenchmarkTable.load(RECORDED)
+    graph = [m for k in t.kernels for m in k.measurements if m.source == "graph"]
+    assert t.numerics == "strict" and graph
+    for m in graph:
+        ident = G.EngineIdentity.from_json(m.engine)
+        assert ident.tag == G.EngineIdentity.parse_tag(m.algo).tag   # the tag and the identity name one plan
+        assert m.math_type == "FMA"                                   # strict fp32: no TF32 tensor-core engine
+        assert "TENSOR_CORE" not in m.extra.get("notes", [])
+
+
+def test_wr_at_64mib_on_a_recorded_table_stays_within_the_limit_and_beats_legacy_alone():
+    from ucudnn.planner import plan
+
+    t = BenchmarkTable.load(RECORDED)
+    legacy_only = BenchmarkTable(t.device, t.cudnn_version, [
+        KernelBench(k.name, k.op, k.problem, [m for m in k.measurements if m.source == "legacy"], k.skipped,
+                    k.benchmark_seconds) for k in t.kernels], t.numerics, dict(t.extra))
+    both = plan(t, "wr", workspace_limit=64 << 20)
+    assert all(k.workspace_bytes <= 64 << 20 and k.batch == 256 for k in both.kernels)
+    assert any(c.source == "graph" for k in both.kernels for c in k.configs)
+    assert both.total_time_ms < plan(legacy_only, "wr", workspace_limit=64 << 20).total_time_ms
