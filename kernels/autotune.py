@@ -3,7 +3,8 @@
 Seed 000 (V.A): "with an initial factor ..., the expansion factor continues to
 increase linearly if the performance improves; otherwise it stops, as further
 expansion leads to high register pressure".  :func:`hill_climb` does that in
-both output directions at once (coordinate steps of +1 from the start while
+both output directions at once (coordinate steps of +1 -- or +1 and +2, where
+a neighbour can be worse than the factor after it -- from the start while
 the time drops) and measures each candidate once; it knows nothing of GPUs,
 so the CPU tests drive it with synthetic cost functions.
 
@@ -27,15 +28,21 @@ _memory: dict[tuple[str, str], dict] = {}
 
 
 def hill_climb(measure: Callable[[tuple[int, ...]], float], start: tuple[int, ...],
-               limits: Iterable[tuple[int, int]]) -> tuple[tuple[int, ...], dict[tuple[int, ...], float]]:
+               limits: Iterable[tuple[int, int]],
+               steps: Iterable[tuple[int, ...]] | None = None) -> tuple[tuple[int, ...], dict[tuple[int, ...], float]]:
     """The coarsening factors a hill climb from ``start`` settles on, and every time it measured.
 
     ``measure(factors)`` returns a time (lower is better; ``inf`` marks a
     candidate that cannot run).  From the current point, each direction is
-    stepped by +1 within ``limits`` (inclusive ``(lo, hi)`` per direction);
+    stepped by +1 within ``limits`` (inclusive ``(lo, hi)`` per direction) --
+    or by each of ``steps[i]`` (e.g. ``(1, 2)``: a step may also skip one
+    factor, for a cost that is not monotone between neighbours);
     the best improving step is taken; the climb stops when no step improves.
     """
     limits = list(limits)
+    strides = [tuple(s) for s in steps] if steps is not None else [(1,)] * len(limits)
+    if len(strides) != len(limits):
+        raise ValueError(f"steps {steps} do not match limits {limits}")
     times: dict[tuple[int, ...], float] = {}
 
     def timed(f: tuple[int, ...]) -> float:
@@ -49,9 +56,9 @@ def hill_climb(measure: Callable[[tuple[int, ...]], float], start: tuple[int, ..
             raise ValueError(f"start {start} outside limits {limits}")
     best = timed(current)
     while True:
-        steps = [current[:i] + (current[i] + 1,) + current[i + 1:] for i in range(len(current))
-                 if current[i] + 1 <= limits[i][1]]
-        scored = [(timed(s), s) for s in steps]
+        moves = [current[:i] + (current[i] + d,) + current[i + 1:] for i in range(len(current)) for d in strides[i]
+                 if current[i] + d <= limits[i][1]]
+        scored = [(timed(s), s) for s in moves]
         if not scored or min(scored)[0] >= best:
             return current, times
         best, current = min(scored)

@@ -223,4 +223,6 @@ UCUDNN_LAYOUT(unsigned short, 64, 16, 3, 8, 8, 3, 256, true, false)
     template __global__ void layout_rows_aligned<T, __VA_ARGS__>(const T*, T*, int, int, int, int, int);
 UCUDNN_LAYOUT_ROWS(unsigned int, 64, 48, 4, 4, 49, 256)
 UCUDNN_LAYOUT_ROWS(unsigned short, 64, 64, 8, 8, 66, 256)
+UCUDNN_LAYOUT_ROWS(unsigned int, 64, 96, 4, 4, 97, 256)
+UCUDNN_LAYOUT_ROWS(unsigned int, 128, 48, 4, 4, 49, 256)
 #endif

@@ -224,11 +224,19 @@ def rows_bank_conflicts(ta: int, td: int, vi: int, vo: int, sd: int, itemsize: i
     return cost(ins) + cost(outs)
 
 
-def _plan_rows(t: Transpose, itemsize: int, in_align: int) -> TilePlan:
-    """``layout_rows_aligned`` for ``t`` (m == 1): full 16-byte stores although y's rows are odd-length."""
+def _plan_rows(t: Transpose, itemsize: int, in_align: int, tile: tuple[int, int, int] | None = None) -> TilePlan:
+    """``layout_rows_aligned`` for ``t`` (m == 1): full 16-byte stores although y's rows are odd-length.
+
+    ``tile`` (TA, 1, TD) overrides the tile: TA a multiple of 8 vectors (the store pattern), the staged
+    TA + VO - 1 rows of TD elements within the shared-memory limit.
+    """
     vo = 16 // itemsize
-    ta = max(64, 8 * vo)
-    td = _balanced(t.d, 64)
+    # float32: 128 along a (measured on the H100, 128x96x55x55: 87.5% of copy vs 85.3% at 64; 64x96: 80%).
+    ta, td = (128 if itemsize == 4 else max(64, 8 * vo), _balanced(t.d, 64)) if tile is None else (tile[0], tile[2])
+    if tile is not None and (tile[1] != 1 or ta < 8 * vo or ta % (8 * vo) or td < 1
+                             or (ta + vo - 1) * td * itemsize > SMEM_LIMIT):
+        raise InputError(f"the rows kernel takes tiles (TA, 1, TD) with TA a multiple of {8 * vo}, got {tile}",
+                         "tile")
     vi = _vector(t.d, td, itemsize, in_align)
     la = ta + vo - 1
     candidates = [sd for sd in range(td, td + 33) if la * sd * itemsize <= SMEM_LIMIT] or [td]
@@ -266,7 +274,7 @@ def plan_transpose(t: Transpose, itemsize: int, in_align: int = 256, out_align: 
         raise InputError(f"the rows kernel needs m == 1, a, d >= {SMALL} and rows not a multiple of 16 bytes",
                          "kernel")
     if kernel == "rows" or (kernel is None and tile is None and _rows_apply(t, itemsize, out_align)):
-        return _plan_rows(t, itemsize, in_align)
+        return _plan_rows(t, itemsize, in_align, tile if kernel == "rows" else None)
     ta, tm, td = tile if tile is not None else _tile(t, itemsize)
     vi = _vector(t.d, td, itemsize, in_align)
     vo = _vector(t.a, ta, itemsize, out_align)

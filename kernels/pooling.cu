@@ -75,19 +75,25 @@ __device__ __forceinline__ void pool_fold(Acc (&acc)[OP][OQ], int (&arg)[OP][OQ]
 }
 
 // The patch of an OP x OQ output block, row-major (the order that defines "first maximum"), fully
-// unrolled so acc / arg stay in registers.  CHECK = false: the caller proved it lies inside.
-template <bool CHECK, typename T, int KH, int KW, int SH, int SW, int OP, int OQ, int MODE, bool IDX, typename Acc>
+// unrolled so acc / arg stay in registers.  CHECK = 0: the caller proved it lies inside; 1: every
+// element is bounds-checked; 2 (max without indices only): positions outside the staged rows
+// [hlo, hhi) x [0, W) are clamped onto its edge -- no predicates, no selects.  Exact for max: a
+// valid output whose window reaches past an edge also holds the edge element the clamp reads (pad <
+// window, and the floor rule keeps every window's start inside), and repeating an element of the
+// window does not change its maximum; the outputs of a block past P or Q are never stored.
+template <int CHECK, typename T, int KH, int KW, int SH, int SW, int OP, int OQ, int MODE, bool IDX, typename Acc>
 __device__ __forceinline__ void nchw_patch(const T* plane, int hs, int ws, int hlo, int hhi, int W,
                                            Acc (&acc)[OP][OQ], int (&arg)[OP][OQ]) {
+    static_assert(CHECK != 2 || (MODE == 0 && !IDX), "clamping is exact for max without indices only");
     constexpr int PH = (OP - 1) * SH + KH, PW = (OQ - 1) * SW + KW;
 #pragma unroll
     for (int ph = 0; ph < PH; ++ph) {
-        const int h = hs + ph;
-        const bool hok = !CHECK || (h >= hlo && h < hhi);
+        const int h = CHECK == 2 ? min(max(hs + ph, hlo), hhi - 1) : hs + ph;
+        const bool hok = CHECK != 1 || (h >= hlo && h < hhi);
 #pragma unroll
         for (int pw = 0; pw < PW; ++pw) {
-            const int w = ws + pw;
-            const bool ok = hok && (!CHECK || (w >= 0 && w < W));
+            const int w = CHECK == 2 ? min(max(ws + pw, 0), W - 1) : ws + pw;
+            const bool ok = hok && (CHECK != 1 || (w >= 0 && w < W));
             const Acc v = ok ? pool_value<Acc>(plane[h * W + w]) : Acc(0);
             pool_fold<KH, KW, SH, SW, OP, OQ, MODE, IDX, Acc>(acc, arg, ph, pw, v, ok, h * W + w);
         }
@@ -209,10 +215,17 @@ __device__ __forceinline__ void pool_compute(const T* sh, const PoolChunk& k, T*
             for (int oq = 0; oq < OQ; ++oq) acc[op][oq] = pool_init<MODE, Acc>(), arg[op][oq] = -1;
         // The patch, row-major (the order that defines "first maximum"); fully unrolled, so
         // every pool_fold condition is a constant and acc / arg stay in registers.
-        if (hs >= hlo && hs + PH <= hhi && ws >= 0 && ws + PW <= W)  // interior: no bounds checks
-            nchw_patch<false, T, KH, KW, SH, SW, OP, OQ, MODE, IDX, Acc>(plane, hs, ws, hlo, hhi, W, acc, arg);
+        // A block past the edge (padding, or the last of a row of Q % OQ outputs) shares its warp with
+        // interior ones: max without indices clamps (CHECK 2), nearly the interior path's cost, and takes
+        // that path for the whole warp when any lane needs it -- one path per warp, not both in turn
+        // (float16 PL6, 13 x 13 outputs in 1 x 3 blocks: a lane of every fifth block on the edge).
+        bool inside = hs >= hlo && hs + PH <= hhi && ws >= 0 && ws + PW <= W;
+        if constexpr (MODE == 0 && !IDX) inside = __all_sync(__activemask(), inside);
+        if (inside)  // interior: no bounds checks
+            nchw_patch<0, T, KH, KW, SH, SW, OP, OQ, MODE, IDX, Acc>(plane, hs, ws, hlo, hhi, W, acc, arg);
         else
-            nchw_patch<true, T, KH, KW, SH, SW, OP, OQ, MODE, IDX, Acc>(plane, hs, ws, hlo, hhi, W, acc, arg);
+            nchw_patch<MODE == 0 && !IDX ? 2 : 1, T, KH, KW, SH, SW, OP, OQ, MODE, IDX, Acc>(plane, hs, ws, hlo, hhi,
+                                                                                           W, acc, arg);
         const long long obase = (k.g0 + g) * P * Q;
 #pragma unroll
         for (int op = 0; op < OP; ++op)
@@ -400,6 +413,9 @@ UCUDNN_POOL_NCHW(float, 3, 3, 2, 2, 1, 1, 0, false, 4, 256, false)
 UCUDNN_POOL_NCHW(float, 3, 3, 2, 2, 2, 2, 0, true, 4, 256, true)
 UCUDNN_POOL_NCHW(half_t, 3, 3, 2, 2, 2, 2, 0, false, 8, 256, true)
 UCUDNN_POOL_NCHW(half_t, 3, 3, 2, 2, 2, 2, 0, false, 8, 256, false)
+UCUDNN_POOL_NCHW(half_t, 3, 3, 2, 2, 1, 1, 0, false, 8, 256, false)
+UCUDNN_POOL_NCHW(half_t, 3, 3, 2, 2, 1, 3, 0, false, 8, 256, false)
+UCUDNN_POOL_NCHW(float, 3, 3, 2, 2, 1, 3, 0, false, 4, 256, false)
 UCUDNN_POOL_NCHW(half_t, 2, 2, 2, 2, 1, 2, 2, false, 8, 256, true)
 template __global__ void pool_chwn_fwd<float, 3, 3, 2, 2, 2, 2, 0, false, 4, 256>(const float*, float*, int*, int, int,
                                                                                  int, int, int, int, int, int, int,

@@ -131,7 +131,10 @@ __device__ __forceinline__ float cluster_reduce(float v, float* slot) {
 // Forward only, the row kept in registers as loaded (RAW): half precision takes half the registers
 // of float32 values, so more blocks fit per SM (more bytes in flight), at the price of computing
 // each exponential twice (sum, then store).
-template <typename T, int NT, int VPT, int V, int CL>
+// CS: streaming cache hints (ld.global.cs / st.global.cs, evict-first): every byte is touched once.
+// Half precision in 16-byte vectors takes its maximum on packed pairs (max.f16x2, NaN-ignoring like
+// fmaxf, exact): half the instructions of converting every element first.
+template <typename T, int NT, int VPT, int V, int CL, bool CS>
 __device__ __forceinline__ void rows_block_body_raw(const T* __restrict__ a, T* __restrict__ out, int L,
                                                     long long row, int rank) {
     __shared__ float red_a[NT / 32], red_b[NT / 32];
@@ -143,15 +146,30 @@ __device__ __forceinline__ void rows_block_body_raw(const T* __restrict__ a, T* 
 #pragma unroll
     for (int i = 0; i < VPT; ++i) {
         const int j = j0 + i * NT + threadIdx.x;
-        if (j < nvec) raw[i].load(a + base + (long long)j * V);
+        if (j < nvec) {
+            if constexpr (CS) load_stream(raw[i], a + base + (long long)j * V);
+            else raw[i].load(a + base + (long long)j * V);
+        }
     }
     float m = neg_inf();
+    if constexpr (sizeof(T) == 2 && V == 8) {
+        unsigned int mm = 0xFC00FC00u;  // (-inf, -inf)
 #pragma unroll
-    for (int i = 0; i < VPT; ++i)
-        if (j0 + i * NT + (int)threadIdx.x < nvec) {
+        for (int i = 0; i < VPT; ++i)
+            if (j0 + i * NT + (int)threadIdx.x < nvec) {
+                const unsigned int w[4] = {raw[i].raw.x, raw[i].raw.y, raw[i].raw.z, raw[i].raw.w};
 #pragma unroll
-            for (int k = 0; k < V; ++k) m = fmaxf(m, to_float(raw[i].e[k]));
-        }
+                for (int k = 0; k < 4; ++k) asm("max.f16x2 %0, %0, %1;" : "+r"(mm) : "r"(w[k]));
+            }
+        m = fmaxf(to_float(half_t{(unsigned short)(mm & 0xFFFFu)}), to_float(half_t{(unsigned short)(mm >> 16)}));
+    } else {
+#pragma unroll
+        for (int i = 0; i < VPT; ++i)
+            if (j0 + i * NT + (int)threadIdx.x < nvec) {
+#pragma unroll
+                for (int k = 0; k < V; ++k) m = fmaxf(m, to_float(raw[i].e[k]));
+            }
+    }
     m = block_reduce<NT, true>(m, red_a);
     if constexpr (CL > 1) m = cluster_reduce<CL, true>(m, &part[0]);
     float s = 0.f;
@@ -172,7 +190,8 @@ __device__ __forceinline__ void rows_block_body_raw(const T* __restrict__ a, T* 
             Pack<T, V> pk;
 #pragma unroll
             for (int k = 0; k < V; ++k) pk.e[k] = from_float<T>(exp_shifted(to_float(raw[i].e[k]), m) * inv);
-            pk.store(out + base + (long long)j * V);
+            if constexpr (CS) __stcs(reinterpret_cast<typename Pack<T, V>::Raw*>(out + base + (long long)j * V), pk.raw);
+            else pk.store(out + base + (long long)j * V);
         }
     }
     if constexpr (CL > 1) cluster_wait();
@@ -245,10 +264,12 @@ softmax_rows_block(const T* __restrict__ a, const T* __restrict__ b, T* __restri
 }
 
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
-template <typename T, int NT, int VPT, int V, int CL, bool BWD, bool RAW = false>
-__global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(NT)
+// RAW half precision: at most 51 registers, so five 256-thread blocks fit per SM (the reason for RAW).
+template <typename T, int NT, int VPT, int V, int CL, bool BWD, bool RAW = false, bool CS = false>
+__global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(NT, RAW && sizeof(T) == 2 && NT == 256 ? 5 : 0)
 softmax_rows_cluster(const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ out, long long R, int L) {
-    if constexpr (RAW && !BWD) rows_block_body_raw<T, NT, VPT, V, CL>(a, out, L, blockIdx.x / CL, (int)cluster_rank());
+    if constexpr (RAW && !BWD)
+        rows_block_body_raw<T, NT, VPT, V, CL, CS>(a, out, L, blockIdx.x / CL, (int)cluster_rank());
     else rows_block_body<T, NT, VPT, V, CL, BWD>(a, b, out, L, blockIdx.x / CL, (int)cluster_rank());
 }
 #endif
@@ -456,6 +477,8 @@ template __global__ void softmax_rows_block<half_t, 512, 4, 8, true>(const half_
 template __global__ void softmax_rows_cluster<float, 256, 8, 4, 4, false>(const float*, const float*, float*, long long, int);
 template __global__ void softmax_rows_cluster<half_t, 256, 4, 8, 4, true>(const half_t*, const half_t*, half_t*, long long, int);
 template __global__ void softmax_rows_cluster<half_t, 256, 8, 8, 8, false, true>(const half_t*, const half_t*, half_t*, long long, int);
+template __global__ void softmax_rows_cluster<half_t, 256, 8, 8, 8, false, true, true>(const half_t*, const half_t*, half_t*, long long, int);
+template __global__ void softmax_rows_cluster<float, 256, 16, 4, 8, false, true, true>(const float*, const float*, float*, long long, int);
 template __global__ void softmax_rows_cluster<half_t, 256, 8, 8, 8, false>(const half_t*, const half_t*, half_t*, long long, int);
 #endif
 template __global__ void softmax_rows_stream<float, 1024, 4, false>(const float*, const float*, float*, long long, int);

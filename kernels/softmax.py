@@ -34,6 +34,8 @@ BLOCK_MAX_ELEMS = 32  # ... per thread by the block kernel (1024 threads: rows u
 CLUSTER_MAX_ELEMS = 64  # ... per thread by the cluster kernel (8 x 256 threads: rows up to 131072)
 CLUSTER_MAX = 8  # portable cluster size
 CLUSTER_NT = 256
+# cluster_raw: streaming cache hints (evict-first loads and stores; every byte is touched once).
+RAW_STREAM_HINTS = False
 
 
 @dataclass(frozen=True)
@@ -98,7 +100,8 @@ def plan_rows(rows: int, length: int, dtype: str, backward: bool = False, cc: in
         vpt = -(-nvec // (cl * CLUSTER_NT))
         if vpt * v > CLUSTER_MAX_ELEMS:
             raise InputError(f"rows of {length} are too long for the cluster kernel", "kernel")
-        raw = ",true" if kernel == "cluster_raw" and not backward else ""
+        raw = (f",true,{'true' if RAW_STREAM_HINTS else 'false'}" if kernel == "cluster_raw" and not backward
+               else "")
         return Launch(kernel, f"softmax_rows_cluster<{t},{CLUSTER_NT},{vpt},{v},{cl},{bwd}{raw}>", rows * cl,
                       CLUSTER_NT)
     return Launch("stream", f"softmax_rows_stream<{t},1024,{v},{bwd}>", rows, 1024)
