@@ -127,6 +127,24 @@ def run_combo(args, net, dtype, layout, numerics, prov, out_dir, deadline):
     t_graph = time.perf_counter() - t0
     print(f"   graph table {t_graph:.1f} s; stats {graph.stats}", flush=True)
     both = union(legacy, gtable)
+    gstats = dict(graph.stats)  # the relayout source below may run the same graph instance again
+    t_relayout, relayed = None, None
+    if args.relayout:  # the same kernels run in the other layout through ucudnn's transform kernels
+        from ucudnn.sources.relayout import RelayoutSource
+
+        inner = [graph if n == "graph" else n for n in args.relayout.split(",")]
+        relayout = RelayoutSource(inner)
+        registry.register(relayout)
+        t0 = time.perf_counter()
+        rtabs = []
+        for k in kernels:
+            if time.perf_counter() > deadline:
+                raise TimeoutError("deadline reached while benchmarking the relayout source")
+            rtabs.append(benchmark([k], args.batch_policy, numerics, sources=[relayout], repeat=args.repeat))
+        cp.cuda.runtime.deviceSynchronize()
+        t_relayout = time.perf_counter() - t0
+        relayed = union(both, BenchmarkTable.merge(rtabs))
+        print(f"   relayout ({args.relayout}) table {t_relayout:.1f} s", flush=True)
     if args.tables_out:
         Path(args.tables_out).mkdir(parents=True, exist_ok=True)
         both.save(Path(args.tables_out) / f"{tag}-legacy-graph-h100.json.gz")
@@ -140,15 +158,20 @@ def run_combo(args, net, dtype, layout, numerics, prov, out_dir, deadline):
              ("WR legacy", plan(legacy, "wr", workspace_limit=lim, batch_policy=args.batch_policy)),
              ("undivided legacy+graph", plan(both, "undivided", workspace_limit=lim)),
              ("WR legacy+graph", plan(both, "wr", workspace_limit=lim, batch_policy=args.batch_policy))]
+    if relayed is not None:
+        plans.append((f"WR legacy+graph+relayout({args.relayout})",
+                      plan(relayed, "wr", workspace_limit=lim, batch_policy=args.batch_policy)))
     passes = [[execute_plan(pl, bufs, args.exec_repeat) for _, pl in plans] for _ in range(2)]
     rows = []
     for i, (name, pl) in enumerate(plans):
         per_pass = [sum(p[i].values()) for p in passes]
         measured = {k: min(p[i][k] for p in passes) for k in passes[0][i]}
-        graph_share = sum(c.source == "graph" for kp in pl.kernels for c in kp.configs)
+        graph_share = sum(c.source == "graph" or (c.extra.get("via") or {}).get("source") == "graph"
+                          for kp in pl.kernels for c in kp.configs)
+        relayout_share = sum(c.source == "relayout" for kp in pl.kernels for c in kp.configs)
         rows.append({"plan": name, "predicted_ms": pl.total_time_ms, "measured_ms": sum(measured.values()),
                      "measured_passes_ms": per_pass, "workspace_bytes": pl.workspace_bytes,
-                     "graph_micro_batches": graph_share,
+                     "graph_micro_batches": graph_share, "relayout_micro_batches": relayout_share,
                      "micro_batches": sum(len(kp.configs) for kp in pl.kernels),
                      "kernels": {kp.name: {"predicted_ms": kp.time_ms, "measured_ms": measured[kp.name],
                                            "division": " + ".join(f"{c.micro_batch} {c.source}:{c.algo}/{c.math_type}"
@@ -179,17 +202,18 @@ def run_combo(args, net, dtype, layout, numerics, prov, out_dir, deadline):
     doc = {"provenance": prov, "network": net, "batch": args.batch, "dtype": dtype, "layout": layout,
            "numerics": numerics, "kernels": len(kernels), "limit": args.limit, "batch_policy": args.batch_policy,
            "graph_source": {"modes": list(graph.modes), "top_k": args.graph_top_k, "quick_margin": args.quick_margin,
-                            "stats": graph.stats, "config_seconds": full_graph_cost},
-           "benchmark_seconds": {"legacy": t_legacy, "graph": t_graph},
+                            "stats": gstats, "config_seconds": full_graph_cost},
+           "benchmark_seconds": {"legacy": t_legacy, "graph": t_graph, "relayout": t_relayout},
            "rows": rows, "torch_total_ms": torch_ms, "torch_kernels_ms": tt, "pruning": study}
     title = f"WR legacy+graph vs legacy vs PyTorch, {tag}, {len(kernels)} kernels, {args.limit} per kernel"
     md = md_header(title, prov)
     md += (f"\nBenchmarking time: legacy {t_legacy:.1f} s, graph {t_graph:.1f} s "
-           f"(heuristics {graph.stats['heuristics_s']:.1f} s, plan builds {graph.stats['build_s']:.1f} s, "
-           f"note probes {graph.stats['probe_s']:.1f} s, timing {graph.stats['time_s']:.1f} s; "
-           f"{int(graph.stats['configs_built'])} configurations built"
+           f"(heuristics {gstats['heuristics_s']:.1f} s, plan builds {gstats['build_s']:.1f} s, "
+           f"note probes {gstats['probe_s']:.1f} s, timing {gstats['time_s']:.1f} s; "
+           f"{int(gstats['configs_built'])} configurations built"
            + (f", top-k {args.graph_top_k}" if args.graph_top_k else "")
-           + (f", quick margin {args.quick_margin}" if args.quick_margin else "") + ")\n\n"
+           + (f", quick margin {args.quick_margin}" if args.quick_margin else "") + ")"
+           + (f"; relayout ({args.relayout}) {t_relayout:.1f} s" if t_relayout is not None else "") + "\n\n"
            "| plan | predicted ms | measured ms | pass 1 / pass 2 ms | graph micro-batches | vs PyTorch |\n"
            "|---|---:|---:|---:|---:|---:|\n")
     for r in rows:
@@ -234,17 +258,22 @@ def summarize(results: str) -> None:
           "side). Bar: WR legacy+graph at 64 MiB per kernel faster than PyTorch (cudnn.benchmark, unbounded "
           "workspace, same numerics).\n\n"
           "| network | dtype | layout | numerics | undivided legacy | WR legacy | WR legacy+graph | PyTorch | "
-          "WR legacy+graph vs PyTorch | benchmarking s (legacy + graph) | graph pruning |\n"
-          "|---|---|---|---|---:|---:|---:|---:|---:|---:|---|\n")
+          "WR legacy+graph vs PyTorch | WR + relayout (sources) | vs PyTorch | benchmarking s (legacy + graph "
+          "[+ relayout]) | graph pruning |\n"
+          "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
     for r in rows:
         p, t = r["plans_ms"], r["torch_ms"]
+        rk = next((k for k in p if k.startswith("WR legacy+graph+relayout")), None)
         prune = ", ".join(x for x in (f"top-{r['pruning']['top_k']}" if r["pruning"]["top_k"] else "",
                                       f"quick margin {r['pruning']['quick_margin']}" if r["pruning"]["quick_margin"]
                                       else "") if x) or "none"
         md += (f"| {r['network']} b{r['batch']} | {r['dtype']} | {r['layout']} | {r['numerics']} | "
                f"{p['undivided legacy']:.2f} | {p['WR legacy']:.2f} | {p['WR legacy+graph']:.2f} | "
                f"{t:.2f} | {t / p['WR legacy+graph']:.2f}x | "
-               f"{r['benchmark_seconds']['legacy']:.0f} + {r['benchmark_seconds']['graph']:.0f} | {prune} |\n")
+               + (f"{p[rk]:.2f} ({rk.split('(')[1].rstrip(')')}) | {t / p[rk]:.2f}x | " if rk else "- | - | ")
+               + f"{r['benchmark_seconds']['legacy']:.0f} + {r['benchmark_seconds']['graph']:.0f}"
+               + (f" + {r['benchmark_seconds']['relayout']:.0f}" if r['benchmark_seconds'].get('relayout') else "")
+               + f" | {prune} |\n")
     write(results, "graph_wr_summary", {"rows": rows}, md)
 
 
@@ -260,6 +289,8 @@ def main() -> None:
     ap.add_argument("--exec-repeat", type=int, default=7)
     ap.add_argument("--graph-top-k", type=int, default=None)
     ap.add_argument("--quick-margin", type=float, default=None)
+    ap.add_argument("--relayout", default=None, help="also measure these sources (e.g. legacy or legacy,graph) run "
+                    "in the other layout through ucudnn's transform kernels, and plan with them")
     ap.add_argument("--torch", action="store_true")
     ap.add_argument("--budget-s", type=float, default=1e9, help="start no new combination after this many seconds")
     ap.add_argument("--deadline-s", type=float, default=1e9, help="abandon a combination still benchmarking the "

@@ -32,7 +32,7 @@ def rel_err(a, b) -> float:
     return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
 
 
-def _micro_plan(problem, op, sizes, pick="fastest"):
+def _micro_plan(problem, op, sizes, pick="fastest", source=None):
     """A plan that runs ``sizes`` (in order) with the fastest measured configuration at each size."""
     import cupy as cp
 
@@ -41,17 +41,25 @@ def _micro_plan(problem, op, sizes, pick="fastest"):
     from ucudnn.sources.base import BenchSettings
     from ucudnn.sources.legacy import LegacySource
 
+    source = source or LegacySource()
+
     settings = BenchSettings("strict" if problem.dtype == "float32" else "default", repeat=1, warmup=0,
                              max_workspace=256 << 20)
     buf = Buffers(problem)
     ws = cp.cuda.alloc(settings.max_workspace)
     configs = []
     for mb in sizes:
-        ms, _ = LegacySource().measure(op, problem.with_batch(mb), buf.operands(op, mb), ws.ptr, settings)
+        ms, _ = source.measure(op, problem.with_batch(mb), buf.operands(op, mb), ws.ptr, settings)
         assert ms, f"no algorithm measured for {op} at micro-batch {mb}"
         m = min(ms, key=lambda m: m.time_ms) if pick == "fastest" else max(ms, key=lambda m: m.workspace_bytes)
-        configs.append(MicroConfig.of(m))
+        configs.append(MicroConfig.of(m if m.source == source.name else _tagged(m, source.name)))
     return KernelPlan(f"test/{op}", op, problem, configs)
+
+
+def _tagged(m, name):
+    from ucudnn.table import Measurement
+
+    return Measurement(m.micro_batch, m.algo, m.math_type, m.time_ms, m.workspace_bytes, name, m.engine, m.extra)
 
 
 def _undivided(problem, op, a, b, out, alpha=1.0, beta=0.0):
@@ -260,3 +268,57 @@ def test_independent_kernels_run_concurrently_on_separate_streams_in_disjoint_se
         x, w, _ = inputs[s.name]
         ref = _undivided(s.problem, "forward", x, w, cp.empty(s.problem.y_shape(), dtype="float32"))
         assert rel_err(outs[s.name].get(), ref.get()) < TOL["float32"], s.name
+
+
+# -- relayout: a kernel run in the other layout through ucudnn's transform kernels ---------------------------
+RELAYOUT_CASES = ["nhwc-float32", "nhwc-float16", "nchw-float16", "odd-batch-255", "groups"]
+
+
+@pytest.mark.parametrize("name", RELAYOUT_CASES)
+@pytest.mark.parametrize("op", ["forward", "backward_data", "backward_filter"])
+def test_relayout_execution_matches_undivided_cudnn_in_the_callers_layout(name, op):
+    import cupy as cp
+
+    from ucudnn.execute import Executor
+    from ucudnn.sources.relayout import RelayoutSource
+
+    problem, sizes = CASES[name]
+    plan = _micro_plan(problem, op, sizes, source=RelayoutSource(["legacy"]))
+    assert all(c.source == "relayout" and c.extra["via"]["layout"] != problem.layout for c in plan.configs)
+    x, w, dy = _tensors(problem, seed=11)
+    a, b = {"forward": (x, w), "backward_data": (w, dy), "backward_filter": (x, dy)}[op]
+    shape = {"forward": dy.shape, "backward_data": x.shape, "backward_filter": w.shape}[op]
+    out = cp.full(shape, cp.nan, dtype=x.dtype)
+    ex = Executor(plan)
+    ws = cp.cuda.alloc(max(ex.workspace_bytes, 1))  # exactly what the plan says: the transforms live inside it
+    ex(a, b, out, workspace=ws, workspace_bytes=ex.workspace_bytes)
+    ref = _undivided(problem, op, a, b, cp.empty(shape, dtype=x.dtype))
+    assert not cp.isnan(out).any()
+    assert rel_err(out.get(), ref.get()) < TOL[problem.dtype]
+
+
+def test_relayout_backward_filter_accumulates_with_callers_alpha_beta():
+    import cupy as cp
+
+    from ucudnn.execute import Executor
+    from ucudnn.sources.relayout import RelayoutSource
+
+    problem, sizes = CASES["nhwc-float32"]
+    plan = _micro_plan(problem, "backward_filter", sizes, source=RelayoutSource(["legacy"]))
+    x, w, dy = _tensors(problem, seed=5)
+    dw0 = cp.random.default_rng(6).standard_normal(w.shape, dtype="float32")
+    out = dw0.copy()
+    Executor(plan)(x, dy, out, alpha=0.5, beta=2.0)
+    ref = _undivided(problem, "backward_filter", x, dy, dw0.copy(), alpha=0.5, beta=2.0)
+    assert rel_err(out.get(), ref.get()) < TOL["float32"]
+
+
+def test_relayout_workspace_counts_the_transformed_operands():
+    from ucudnn.sources.relayout import RelayoutSource, other_layout, segments
+
+    problem, sizes = CASES["nhwc-float16"]
+    plan = _micro_plan(problem, "forward", sizes, source=RelayoutSource(["legacy"]))
+    for c in plan.configs:
+        extra = sum(segments("forward", other_layout(problem.with_batch(c.micro_batch)), 2))
+        assert c.workspace_bytes >= extra
+        assert c.time_ms > c.extra["via"]["inner_time_ms"]

@@ -55,6 +55,9 @@ def default_sources() -> list[AlgorithmSource]:
 def resolve_sources(sources: Iterable[AlgorithmSource | str] | str | None) -> list[AlgorithmSource]:
     """Sources from names (``"legacy,graph"``, ``["legacy", "graph"]``) or instances; None: the defaults.
 
+    ``relayout`` by name wraps the other sources named (``"legacy,graph,relayout"``: both, and both again
+    run in the other layout through ucudnn's transform kernels; alone it wraps legacy).
+
     Names resolve through :mod:`ucudnn.sources.registry`, so execution later
     finds the very instance that measured (the graph source keeps its built plans).
     """
@@ -64,7 +67,14 @@ def resolve_sources(sources: Iterable[AlgorithmSource | str] | str | None) -> li
         return default_sources()
     if isinstance(sources, str):
         sources = [s.strip() for s in sources.split(",") if s.strip()]
-    out = [registry.get(s) if isinstance(s, str) else s for s in sources]
+    sources = list(sources)
+    out = [registry.get(s) if isinstance(s, str) and s != "relayout" else s for s in sources]
+    if "relayout" in sources:  # by name: the other sources named, run in the other layout (legacy alone if none)
+        from .sources.relayout import RelayoutSource
+
+        relayout = RelayoutSource([s for s in out if s != "relayout"] or ["legacy"])
+        registry.register(relayout)
+        out = [relayout if s == "relayout" else s for s in out]
     if not out:
         from .errors import InputError
 

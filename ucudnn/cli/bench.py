@@ -52,7 +52,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--repeat", type=int, default=5, help="timed runs per configuration, median kept (0: cuDNN Find's time)")
     p.add_argument("--max-workspace", default=None, help="largest workspace offered while benchmarking (default min(4GiB, free/4))")
     p.add_argument("--sources", default="legacy", help="comma-separated algorithm sources: legacy (cudnnFind*), "
-                   "graph (cuDNN graph-API engines; needs ucudnn[graph]) (default: legacy)")
+                   "graph (cuDNN graph-API engines; needs ucudnn[graph]), relayout (the other sources named, run in the "
+                   "other layout through ucudnn's transform kernels) (default: legacy)")
     p.add_argument("--graph-top-k", type=int, default=None, help="graph source: time only the first K engine "
                    "configurations (heuristic order) that build at each micro-batch size (default: all)")
     p.add_argument("-o", "--out", required=True, help="where to write the table (JSON)")
@@ -98,12 +99,13 @@ def _sources(names: str, graph_top_k: int | None) -> list:
             raise InputError(f"must be a positive integer, got {graph_top_k}", "--graph-top-k")
         if "graph" not in wanted:
             raise InputError("only applies with --sources ...,graph", "--graph-top-k")
+        # registered before resolving, so a relayout source wraps this very instance
+        from ..sources import registry
+        from ..sources.graph import GraphSource
+
+        registry.register(GraphSource(top_k=graph_top_k))
     try:
         sources = resolve_sources(wanted)
     except InputError as e:
         raise InputError(str(e).split(": ", 1)[-1], "--sources") from None
-    if graph_top_k is not None:
-        from ..sources.graph import GraphSource
-
-        sources = [GraphSource(top_k=graph_top_k) if s.name == "graph" else s for s in sources]
     return sources

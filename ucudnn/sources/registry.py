@@ -7,7 +7,8 @@ from .base import AlgorithmSource
 
 _SOURCES: dict[str, AlgorithmSource] = {}
 # ucudnn's own sources, created on first use (the graph source needs the optional frontend only when it runs)
-_BUILTIN = {"legacy": ("ucudnn.sources.legacy", "LegacySource"), "graph": ("ucudnn.sources.graph", "GraphSource")}
+_BUILTIN = {"legacy": ("ucudnn.sources.legacy", "LegacySource"), "graph": ("ucudnn.sources.graph", "GraphSource"),
+            "relayout": ("ucudnn.sources.relayout", "RelayoutSource")}
 
 
 def register(source: AlgorithmSource) -> None:

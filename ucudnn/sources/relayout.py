@@ -1,0 +1,157 @@
+"""ucudnn's own layout kernels as an algorithm source: a kernel run in the other layout (NCHW <-> NHWC).
+
+Why: cuDNN's fastest configurations depend on the layout, and a network's
+tensors come in one.  Measured on an H100 (``benchmarks/results/graph_wr_*``):
+FP32 strict AlexNet reaches 24.5 ms per step in NCHW (the FFT algorithms
+exist for NCHW only) but 48.5 ms in NHWC; FP16 reaches 6.3 ms in NHWC but
+9.6 ms in NCHW.  Moving a tensor between layouts costs only its bytes at copy
+bandwidth (``ucudnn.kernels.layout``, ~90-98% of it on large tensors), so a
+kernel can be cheaper run in the other layout than in its own.
+
+A relayout configuration, at one micro-batch: transform the micro-batch's
+inputs (and, with ``beta != 0``, the output) into the other layout inside the
+workspace, run an inner source's configuration on them, and transform the
+result back.  Its workspace is the three transformed operands (each 256-byte
+aligned) plus the inner configuration's own; its time is the inner
+configuration's measured time plus the transforms' time measured at that
+micro-batch.  To the planner it is one more (micro-batch, time, workspace)
+row, so WR picks it only where it wins.  The measurement says what it wraps
+under ``via`` (layout, inner source, inner time, transform time), and keeps
+the inner ``algo``, ``math_type`` and ``engine`` from which the inner
+configuration is rebuilt at execution.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+from ..arena import align_up
+from ..problem import ConvProblem
+from ..table import Measurement, Skipped
+from ..timing import time_ms
+from .base import AlgorithmSource, BenchSettings, Operands
+
+OTHER = {"NCHW": "NHWC", "NHWC": "NCHW"}
+ROLES = {"forward": ("x", "w", "y"), "backward_data": ("w", "y", "x"), "backward_filter": ("x", "y", "w")}
+
+
+def other_layout(problem: ConvProblem) -> ConvProblem:
+    """The same convolution with its tensors in the other layout."""
+    from dataclasses import replace
+
+    return replace(problem, layout=OTHER[problem.layout])
+
+
+def operand_shapes(op: str, problem: ConvProblem) -> tuple[tuple[int, ...], ...]:
+    """Shapes of (a, b, out) of ``op`` in ``problem``'s layout (filters as K x C/g x R x S in that order)."""
+    shapes = {"x": problem.x_shape(), "w": problem.w_shape(), "y": problem.y_shape()}
+    return tuple(shapes[r] for r in ROLES[op])
+
+
+def segments(op: str, problem: ConvProblem, itemsize: int) -> list[int]:
+    """Aligned bytes of the transformed (a, b, out) at ``problem.n``: the workspace a relayout adds."""
+    return [align_up(math.prod(s) * itemsize) for s in operand_shapes(op, problem)]
+
+
+class RelayoutSource:
+    """Configurations of ``inner`` sources run in the other layout through ucudnn's transform kernels."""
+
+    name = "relayout"
+
+    def __init__(self, inner: Sequence[AlgorithmSource | str] = ("legacy",)):
+        from . import registry
+
+        self.inner = [registry.get(s) if isinstance(s, str) else s for s in inner]
+        if any(s.name == self.name for s in self.inner):
+            raise ValueError("a relayout source cannot wrap itself")
+
+    # -- measuring ---------------------------------------------------------------------------
+    def measure(self, op: str, problem: ConvProblem, ops: Operands, workspace: int,
+                settings: BenchSettings) -> tuple[list[Measurement], list[Skipped]]:
+        from ..gpu import cupy, cupy_dtype
+
+        mb = problem.n
+        if problem.layout not in OTHER:
+            return [], [Skipped(mb, None, None, f"relayout: no other layout for {problem.layout}")]
+        cp = cupy()
+        p2 = other_layout(problem)
+        dt = cupy_dtype(problem.dtype)
+        src = [_view(ptr, shape, dt) for ptr, shape in zip((ops.a, ops.b, ops.out), operand_shapes(op, problem))]
+        try:
+            dst = [cp.empty(shape, dtype=dt) for shape in operand_shapes(op, p2)]
+        except cp.cuda.memory.OutOfMemoryError as e:
+            return [], [Skipped(mb, None, None, f"relayout: out of memory for the transformed operands: {e}")]
+        into = problem.layout, p2.layout
+
+        def transforms() -> None:
+            _transform(src[0], dst[0], *into)
+            _transform(src[1], dst[1], *into)
+            if op == "backward_filter":   # accumulating micro-batches bring the output in as well
+                _transform(src[2], dst[2], *into)
+            _transform(dst[2], src[2], *reversed(into))
+
+        t_transform = time_ms(transforms, repeat=max(1, settings.repeat), warmup=1,
+                              min_sample_ms=settings.min_sample_ms)
+        extra_ws = sum(segments(op, p2, dt.itemsize))
+        inner_ops = Operands(dst[0].data.ptr, dst[1].data.ptr, dst[2].data.ptr)
+        measured: list[Measurement] = []
+        skipped: list[Skipped] = []
+        for inner in self.inner:
+            ms, sk = inner.measure(op, p2, inner_ops, workspace, settings)
+            skipped += [Skipped(s.micro_batch, s.algo, s.math_type, f"relayout via {p2.layout} {inner.name}: {s.reason}")
+                        for s in sk]
+            for m in ms:
+                via = {"layout": p2.layout, "source": inner.name, "inner_time_ms": round(m.time_ms, 6),
+                       "transform_ms": round(t_transform, 6)}
+                measured.append(Measurement(mb, m.algo, m.math_type, m.time_ms + t_transform,
+                                            m.workspace_bytes + extra_ws, self.name, m.engine,
+                                            {**m.extra, "via": via}))
+        return measured, skipped
+
+    # -- running -----------------------------------------------------------------------------
+    def run(self, op: str, problem: ConvProblem, config: Measurement, ops: Operands, workspace: int,
+            workspace_bytes: int, alpha: float, beta: float) -> None:
+        from ..errors import UcudnnError
+        from ..gpu import cupy_dtype
+        from . import registry
+
+        via = config.extra.get("via") or {}
+        p2 = other_layout(problem)
+        if via.get("layout", p2.layout) != p2.layout:
+            raise UcudnnError(f"relayout configuration runs via {via.get('layout')}, not {p2.layout}")
+        dt = cupy_dtype(problem.dtype)
+        segs = segments(op, p2, dt.itemsize)
+        inner_ws = workspace_bytes - sum(segs)
+        if inner_ws < 0:
+            raise UcudnnError(f"relayout needs {sum(segs)} bytes of workspace for the transformed operands, "
+                              f"got {workspace_bytes}")
+        src = [_view(ptr, shape, dt) for ptr, shape in zip((ops.a, ops.b, ops.out), operand_shapes(op, problem))]
+        offs = [workspace, workspace + segs[0], workspace + segs[0] + segs[1]]
+        dst = [_view(ptr, shape, dt) for ptr, shape in zip(offs, operand_shapes(op, p2))]
+        _transform(src[0], dst[0], problem.layout, p2.layout)
+        _transform(src[1], dst[1], problem.layout, p2.layout)
+        if beta != 0.0:
+            _transform(src[2], dst[2], problem.layout, p2.layout)
+        inner = registry.get(via.get("source", "legacy"))
+        inner_cfg = Measurement(config.micro_batch, config.algo, config.math_type, config.time_ms,
+                                max(0, config.workspace_bytes - sum(segs)), inner.name, config.engine,
+                                {k: v for k, v in config.extra.items() if k != "via"})
+        inner.run(op, p2, inner_cfg, Operands(*(d.data.ptr for d in dst)), workspace + sum(segs), inner_ws,
+                  alpha, beta)
+        _transform(dst[2], src[2], p2.layout, problem.layout)
+
+
+def _view(ptr: int, shape: tuple[int, ...], dtype: Any) -> Any:
+    """A CuPy array over device memory ucudnn does not own (a caller's tensor or a workspace slice)."""
+    from ..gpu import cupy
+
+    cp = cupy()
+    nbytes = math.prod(shape) * dtype.itemsize
+    mem = cp.cuda.UnownedMemory(ptr, max(nbytes, 1), None)
+    return cp.ndarray(shape, dtype=dtype, memptr=cp.cuda.MemoryPointer(mem, 0))
+
+
+def _transform(src: Any, dst: Any, src_layout: str, dst_layout: str) -> None:
+    from ucudnn.kernels.layout import transform_layout
+
+    transform_layout(src, src_layout, dst_layout, out=dst)
