@@ -321,4 +321,5 @@ def test_relayout_workspace_counts_the_transformed_operands():
     for c in plan.configs:
         extra = sum(segments("forward", other_layout(problem.with_batch(c.micro_batch)), 2))
         assert c.workspace_bytes >= extra
-        assert c.time_ms > c.extra["via"]["inner_time_ms"]
+        via = c.extra["via"]  # timed as one step; the parts are kept for the record
+        assert c.time_ms > via["transform_ms"] and via["sum_of_parts_ms"] > via["inner_time_ms"]
