@@ -321,7 +321,8 @@ def run_job(spec: JobSpec, engine: Engine, store: Store, *, source: UnitSource |
             needed_by.setdefault(uid, []).append(i)
     stored: list[dict[str, Any] | None] = [None] * len(requests)  # per request, once its table is stored
     tasks: list[PlanTask] = []
-    planner = ThreadPoolExecutor(1, thread_name_prefix="ucudnn-plan")  # feeds the engine's CPU planning
+    # feeds the engine's CPU planning; an engine that schedules tasks itself (Ray) takes several tables at once
+    planner = ThreadPoolExecutor(getattr(engine, "plan_concurrency", 1), thread_name_prefix="ucudnn-plan")
     planning: list[Future] = []
 
     def plan_all(batch: list[PlanTask]) -> list[tuple[PlanTask, list[dict[str, Any]]]]:

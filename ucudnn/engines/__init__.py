@@ -75,6 +75,7 @@ def plan_task(task: PlanTask) -> list[dict[str, Any]]:
 
 class Engine(Protocol):
     name: str
+    plan_concurrency: int  # how many plan() calls may run at once (each from its own thread)
 
     def start(self, source: UnitSource) -> list[Worker]:
         """Start workers for ``source``; each has probed its targets."""

@@ -63,6 +63,7 @@ def local_gpu_ids(workers: int | None = None) -> list[int]:
 
 class LocalEngine:
     name = "local"
+    plan_concurrency = 1  # one table at a time: plan() already spreads a table's tasks over a process pool
 
     def __init__(self, workers: int | None = None, gpu_models: Sequence[str] | None = None):
         self.max_workers = workers

@@ -79,6 +79,7 @@ def gpus_by_type(nodes: list[dict[str, Any]]) -> Counter:
 
 class RayEngine:
     name = "ray"
+    plan_concurrency = 8  # tables whose plan tasks may be submitted at once: Ray queues them on its CPUs
 
     def __init__(self, address: str | None = None, workers: int | None = None,
                  gpu_models: Sequence[str] | None = None):
