@@ -10,7 +10,7 @@ from ucudnn.errors import UcudnnError
 from ucudnn.planner import plan
 from ucudnn.problem import ConvProblem
 from ucudnn.sources.base import Operands
-from ucudnn.sources.relayout import RelayoutSource, operand_shapes, other_layout, segments
+from ucudnn.sources.relayout import RelayoutSource, other_layout, segments
 from ucudnn.table import BenchmarkTable, KernelBench, Measurement
 
 P = ConvProblem(64, 3, 227, 227, 96, 11, 11, stride=(4, 4), dtype="float16")  # AlexNet conv1, NCHW
@@ -24,9 +24,9 @@ def test_the_other_layout_swaps_nchw_and_nhwc_and_keeps_the_convolution():
 
 def test_operand_shapes_follow_cudnns_order_in_the_problems_layout():
     q = other_layout(P)
-    assert operand_shapes("forward", P) == (P.x_shape(), P.w_shape(), P.y_shape())
-    assert operand_shapes("backward_data", q) == ((96, 11, 11, 3), q.y_shape(), q.x_shape())
-    assert operand_shapes("backward_filter", q) == (q.x_shape(), q.y_shape(), (96, 11, 11, 3))
+    assert P.operand_shapes("forward") == (P.x_shape(), P.w_shape(), P.y_shape())
+    assert q.operand_shapes("backward_data") == ((96, 11, 11, 3), q.y_shape(), q.x_shape())
+    assert q.operand_shapes("backward_filter") == (q.x_shape(), q.y_shape(), (96, 11, 11, 3))
 
 
 def test_the_workspace_added_is_the_three_transformed_operands_each_aligned():

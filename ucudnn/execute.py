@@ -17,11 +17,10 @@ from . import cudnn
 from .errors import InputError, UcudnnError
 from .gpu import cupy, cupy_dtype, descriptors, handle
 from .plan import KernelPlan, Plan
+from .problem import ROLES
 from .sources import registry
 from .sources.base import Operands
 
-# operand roles per op: (a, b, out) -> which tensor each is
-ROLES = {"forward": ("x", "w", "y"), "backward_data": ("w", "y", "x"), "backward_filter": ("x", "y", "w")}
 
 
 @dataclass
@@ -60,18 +59,16 @@ class Executor:
         ``workspace_bytes``: how much of it this kernel may use (an arena segment), default all of it.
         """
         p, op = self.plan.problem, self.plan.op
-        shapes = {"x": p.x_shape(), "w": p.w_shape(), "y": p.y_shape()}
         dt = cupy_dtype(p.dtype)
-        for name, arr in zip(("a", "b", "out"), (a, b, out)):
-            role = ROLES[op][("a", "b", "out").index(name)]
-            if tuple(arr.shape) != shapes[role]:
-                raise InputError(f"{role} has shape {tuple(arr.shape)}, the plan expects {shapes[role]}", role)
+        for role, arr in zip(ROLES[op], (a, b, out)):
+            if tuple(arr.shape) != p.shape(role):
+                raise InputError(f"{role} has shape {tuple(arr.shape)}, the plan expects {p.shape(role)}", role)
             if arr.dtype != dt:
                 raise InputError(f"{role} has dtype {arr.dtype}, the plan expects {p.dtype}", role)
             if not arr.flags.c_contiguous:
                 raise InputError(f"{role} must be C-contiguous ({p.layout})", role)
         ws_ptr, ws_size = self._workspace(workspace, workspace_bytes)
-        per_sample = {r: math.prod(shapes[r][1:]) * dt.itemsize for r in ("x", "y")}
+        per_sample = {r: math.prod(p.shape(r)[1:]) * dt.itemsize for r in ("x", "y")}
         ptr = {id(a): a.data.ptr, id(b): b.data.ptr, id(out): out.data.ptr}
         for i, s in enumerate(self.steps):
             def at(arr: Any, role: str) -> int:

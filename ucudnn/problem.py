@@ -19,6 +19,9 @@ OPS: tuple[str, ...] = ("forward", "backward_data", "backward_filter")
 DTYPES: tuple[str, ...] = ("float32", "float16", "bfloat16")
 LAYOUTS: tuple[str, ...] = ("NCHW", "NHWC")
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+#: (a, b, out) operand roles of each op, in cuDNN's argument order: x input, w filter, y output (or their gradients)
+ROLES: dict[str, tuple[str, str, str]] = {"forward": ("x", "w", "y"), "backward_data": ("w", "y", "x"),
+                                          "backward_filter": ("x", "y", "w")}
 
 
 def _pair(value: Any, field: str) -> tuple[int, int]:
@@ -103,6 +106,14 @@ class ConvProblem:
     def w_shape(self) -> tuple[int, int, int, int]:
         cg = self.c // self.groups
         return (self.k, cg, self.r, self.s) if self.layout == "NCHW" else (self.k, self.r, self.s, cg)
+
+    def shape(self, role: str) -> tuple[int, int, int, int]:
+        """The shape of operand ``role`` (``x``, ``w`` or ``y``) in this problem's layout."""
+        return {"x": self.x_shape, "w": self.w_shape, "y": self.y_shape}[role]()
+
+    def operand_shapes(self, op: str) -> tuple[tuple[int, int, int, int], ...]:
+        """Shapes of ``op``'s (a, b, out) operands, in cuDNN's order (see ROLES)."""
+        return tuple(self.shape(r) for r in ROLES[op])
 
     def flops(self, n: int | None = None) -> int:
         """Multiply-adds x 2 of one op (all three ops do the same arithmetic)."""

@@ -69,7 +69,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from .. import numerics as num
 from ..errors import CudnnError, InputError, UcudnnError
-from ..problem import ConvProblem
+from ..problem import ROLES, ConvProblem
 from ..table import Measurement, Skipped
 from .base import BenchSettings, Operands
 
@@ -215,8 +215,6 @@ def tensor_layout(problem: ConvProblem) -> dict[str, tuple[list[int], list[int]]
             "y": ([p.n, p.k, p.p, p.q], strides(p.n, p.k, p.p, p.q))}
 
 
-#: (a, b, out) operand roles per op, in cuDNN's argument order (as ucudnn.execute.ROLES).
-ROLES = {"forward": ("x", "w", "y"), "backward_data": ("w", "y", "x"), "backward_filter": ("x", "y", "w")}
 
 
 def classify_failure(message: str) -> str:
@@ -698,8 +696,7 @@ def _bytes(role: str, problem: ConvProblem) -> int:
 
     from ..problem import DTYPE_BYTES
 
-    shape = {"x": problem.x_shape(), "w": problem.w_shape(), "y": problem.y_shape()}[role]
-    return prod(shape) * DTYPE_BYTES[problem.dtype]
+    return prod(problem.shape(role)) * DTYPE_BYTES[problem.dtype]
 
 
 @lru_cache(maxsize=1024)

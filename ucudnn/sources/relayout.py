@@ -26,6 +26,7 @@ configuration is rebuilt at execution.
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 from typing import Any, Sequence
 
 from ..arena import align_up
@@ -35,25 +36,19 @@ from ..timing import time_ms
 from .base import AlgorithmSource, BenchSettings, Operands
 
 OTHER = {"NCHW": "NHWC", "NHWC": "NCHW"}
-ROLES = {"forward": ("x", "w", "y"), "backward_data": ("w", "y", "x"), "backward_filter": ("x", "y", "w")}
 
 
+@lru_cache(maxsize=1024)
 def other_layout(problem: ConvProblem) -> ConvProblem:
-    """The same convolution with its tensors in the other layout."""
+    """The same convolution with its tensors in the other layout (cached: every executed step asks)."""
     from dataclasses import replace
 
     return replace(problem, layout=OTHER[problem.layout])
 
 
-def operand_shapes(op: str, problem: ConvProblem) -> tuple[tuple[int, ...], ...]:
-    """Shapes of (a, b, out) of ``op`` in ``problem``'s layout (filters as K x C/g x R x S in that order)."""
-    shapes = {"x": problem.x_shape(), "w": problem.w_shape(), "y": problem.y_shape()}
-    return tuple(shapes[r] for r in ROLES[op])
-
-
 def segments(op: str, problem: ConvProblem, itemsize: int) -> list[int]:
     """Aligned bytes of the transformed (a, b, out) at ``problem.n``: the workspace a relayout adds."""
-    return [align_up(math.prod(s) * itemsize) for s in operand_shapes(op, problem)]
+    return [align_up(math.prod(s) * itemsize) for s in problem.operand_shapes(op)]
 
 
 class RelayoutSource:
@@ -79,9 +74,9 @@ class RelayoutSource:
         cp = cupy()
         p2 = other_layout(problem)
         dt = cupy_dtype(problem.dtype)
-        src = [_view(ptr, shape, dt) for ptr, shape in zip((ops.a, ops.b, ops.out), operand_shapes(op, problem))]
+        src = [_view(ptr, shape, dt) for ptr, shape in zip((ops.a, ops.b, ops.out), problem.operand_shapes(op))]
         try:
-            dst = [cp.empty(shape, dtype=dt) for shape in operand_shapes(op, p2)]
+            dst = [cp.empty(shape, dtype=dt) for shape in p2.operand_shapes(op)]
         except cp.cuda.memory.OutOfMemoryError as e:
             return [], [Skipped(mb, None, None, f"relayout: out of memory for the transformed operands: {e}")]
         into = problem.layout, p2.layout
@@ -140,9 +135,9 @@ class RelayoutSource:
         if inner_ws < 0:
             raise UcudnnError(f"relayout needs {sum(segs)} bytes of workspace for the transformed operands, "
                               f"got {workspace_bytes}")
-        src = [_view(ptr, shape, dt) for ptr, shape in zip((ops.a, ops.b, ops.out), operand_shapes(op, problem))]
+        src = [_view(ptr, shape, dt) for ptr, shape in zip((ops.a, ops.b, ops.out), problem.operand_shapes(op))]
         offs = [workspace, workspace + segs[0], workspace + segs[0] + segs[1]]
-        dst = [_view(ptr, shape, dt) for ptr, shape in zip(offs, operand_shapes(op, p2))]
+        dst = [_view(ptr, shape, dt) for ptr, shape in zip(offs, p2.operand_shapes(op))]
         _transform(src[0], dst[0], problem.layout, p2.layout)
         _transform(src[1], dst[1], problem.layout, p2.layout)
         if beta != 0.0:
