@@ -133,6 +133,21 @@ def _flat_vector(outer: int, small: int, m: int, tile_outer: int, tm: int, items
     return v
 
 
+def _wavefronts(elements: list[list[int]], itemsize: int) -> int:
+    """Shared-memory wavefronts of one warp access: ``elements[lane][k]`` is lane's k-th element offset.
+
+    Per vector element k, the largest number of distinct 4-byte words the lanes hit in one bank.
+    """
+    total = 0
+    for per_lane in zip(*elements):
+        banks: dict[int, set[int]] = {}
+        for off in per_lane:
+            word = off * itemsize // 4
+            banks.setdefault(word % 32, set()).add(word)
+        total += max(len(w) for w in banks.values())
+    return total
+
+
 def bank_conflicts(ta: int, tm: int, td: int, vi: int, vo: int, sd: int, itemsize: int) -> int:
     """Shared-memory wavefronts one warp needs for its first read and write of a tile (32 = conflict-free).
 
@@ -140,16 +155,6 @@ def bank_conflicts(ta: int, tm: int, td: int, vi: int, vo: int, sd: int, itemsiz
     that the warp's lanes hit in one bank, for the store (x's order) and the
     load (y's order) phase.
     """
-    def cost(elements: list[list[int]]) -> int:
-        total = 0
-        for per_lane in zip(*elements):
-            banks: dict[int, set[int]] = {}
-            for off in per_lane:
-                word = off * itemsize // 4
-                banks.setdefault(word % 32, set()).add(word)
-            total += max(len(w) for w in banks.values())
-        return total
-
     tile = ta * tm * td
     ins, outs = [], []
     for lane in range(32):
@@ -159,7 +164,7 @@ def bank_conflicts(ta: int, tm: int, td: int, vi: int, vo: int, sd: int, itemsiz
         if lane * vo + vo <= tile:
             fs = [lane * vo + k for k in range(vo)]
             outs.append([((f % ta) * tm + (f // ta) % tm) * sd + f // (tm * ta) for f in fs])
-    return cost(ins) + cost(outs)
+    return _wavefronts(ins, itemsize) + _wavefronts(outs, itemsize)
 
 
 def _balanced(extent: int, target: int, quantum: int = 8) -> int:
@@ -208,20 +213,10 @@ KERNELS = ("tile", "rows")
 
 def rows_bank_conflicts(ta: int, td: int, vi: int, vo: int, sd: int, itemsize: int) -> int:
     """Shared-memory wavefronts of one warp's first staging store and first gather in ``layout_rows_aligned``."""
-    def cost(elements: list[list[int]]) -> int:
-        total = 0
-        for per_lane in zip(*elements):
-            banks: dict[int, set[int]] = {}
-            for off in per_lane:
-                word = off * itemsize // 4
-                banks.setdefault(word % 32, set()).add(word)
-            total += max(len(w) for w in banks.values())
-        return total
-
     ndv = td // vi
     ins = [[(v // ndv) * sd + (v % ndv) * vi + k for k in range(vi)] for v in range(32)]
     outs = [[((v % 8) * vo + e) * sd + (v // 8) % td for e in range(vo)] for v in range(32)]
-    return cost(ins) + cost(outs)
+    return _wavefronts(ins, itemsize) + _wavefronts(outs, itemsize)
 
 
 def _plan_rows(t: Transpose, itemsize: int, in_align: int, tile: tuple[int, int, int] | None = None) -> TilePlan:
