@@ -106,21 +106,33 @@ def _tensors(p: ConvProblem, seed: int):
     return x, w, dy
 
 
-@pytest.mark.parametrize("op", ["forward", "backward_data", "backward_filter"])
-def test_split_execution_matches_undivided_cudnn(case, op):
+def _run_and_reference(plan, seed: int, exact_workspace: bool = False):
+    """(the plan's output, undivided cuDNN's) on random tensors; the output starts as NaN (every element must be
+    written).  ``exact_workspace``: give the executor exactly the workspace the plan says, no more."""
     import cupy as cp
 
     from ucudnn.execute import Executor
 
+    problem, op = plan.problem, plan.op
+    x, w, dy = _tensors(problem, seed=seed)
+    a, b = {"forward": (x, w), "backward_data": (w, dy), "backward_filter": (x, dy)}[op]
+    out = cp.full(problem.operand_shapes(op)[2], cp.nan, dtype=x.dtype)
+    ex = Executor(plan)
+    if exact_workspace:
+        ex(a, b, out, workspace=cp.cuda.alloc(max(ex.workspace_bytes, 1)), workspace_bytes=ex.workspace_bytes)
+    else:
+        ex(a, b, out)
+    return out, _undivided(problem, op, a, b, cp.empty_like(out))
+
+
+@pytest.mark.parametrize("op", ["forward", "backward_data", "backward_filter"])
+def test_split_execution_matches_undivided_cudnn(case, op):
+    import cupy as cp
+
     problem, sizes = case
     plan = _micro_plan(problem, op, sizes)
     assert [c.micro_batch for c in plan.configs] == sizes
-    x, w, dy = _tensors(problem, seed=hash((problem, op)) % 1000)
-    a, b = {"forward": (x, w), "backward_data": (w, dy), "backward_filter": (x, dy)}[op]
-    shape = {"forward": dy.shape, "backward_data": x.shape, "backward_filter": w.shape}[op]
-    out = cp.full(shape, cp.nan, dtype=x.dtype)  # poison: every element must be written
-    Executor(plan)(a, b, out)
-    ref = _undivided(problem, op, a, b, cp.empty(shape, dtype=x.dtype))
+    out, ref = _run_and_reference(plan, seed=hash((problem, op)) % 1000)
     assert not cp.isnan(out).any()
     assert rel_err(out.get(), ref.get()) < TOL[problem.dtype]
 
@@ -282,20 +294,12 @@ RELAYOUT_CASES = ["nhwc-float32", "nhwc-float16", "nchw-float16", "odd-batch-255
 def test_relayout_execution_matches_undivided_cudnn_in_the_callers_layout(name, op):
     import cupy as cp
 
-    from ucudnn.execute import Executor
     from ucudnn.sources.relayout import RelayoutSource
 
     problem, sizes = CASES[name]
     plan = _micro_plan(problem, op, sizes, source=RelayoutSource(["legacy"]))
     assert all(c.source == "relayout" and c.extra["via"]["layout"] != problem.layout for c in plan.configs)
-    x, w, dy = _tensors(problem, seed=11)
-    a, b = {"forward": (x, w), "backward_data": (w, dy), "backward_filter": (x, dy)}[op]
-    shape = {"forward": dy.shape, "backward_data": x.shape, "backward_filter": w.shape}[op]
-    out = cp.full(shape, cp.nan, dtype=x.dtype)
-    ex = Executor(plan)
-    ws = cp.cuda.alloc(max(ex.workspace_bytes, 1))  # exactly what the plan says: the transforms live inside it
-    ex(a, b, out, workspace=ws, workspace_bytes=ex.workspace_bytes)
-    ref = _undivided(problem, op, a, b, cp.empty(shape, dtype=x.dtype))
+    out, ref = _run_and_reference(plan, seed=11, exact_workspace=True)  # the transforms live inside it
     assert not cp.isnan(out).any()
     assert rel_err(out.get(), ref.get()) < TOL[problem.dtype]
 

@@ -15,7 +15,7 @@ from ucudnn.problem import ConvProblem
 
 pytestmark = pytest.mark.gpu
 
-from test_gpu_execute import _conv_ref_nchw, _tensors, _undivided, rel_err  # noqa: E402
+from test_gpu_execute import _conv_ref_nchw, _run_and_reference, _tensors, _undivided, rel_err  # noqa: E402
 
 
 def _frontend_or_skip():
@@ -69,17 +69,10 @@ def case(request):
 def test_graph_plan_execution_matches_undivided_cudnn(case, op):
     import cupy as cp
 
-    from ucudnn.execute import Executor
-
     problem, sizes, numerics = case
     plan, _ = _graph_plan(problem, op, sizes, numerics)
     assert all(c.source == "graph" for c in plan.configs)
-    x, w, dy = _tensors(problem, seed=hash((problem, op)) % 1000)
-    a, b = {"forward": (x, w), "backward_data": (w, dy), "backward_filter": (x, dy)}[op]
-    shape = {"forward": dy.shape, "backward_data": x.shape, "backward_filter": w.shape}[op]
-    out = cp.full(shape, cp.nan, dtype=x.dtype)  # poison: every element must be written
-    Executor(plan)(a, b, out)
-    ref = _undivided(problem, op, a, b, cp.empty(shape, dtype=x.dtype))
+    out, ref = _run_and_reference(plan, seed=hash((problem, op)) % 1000)
     assert not cp.isnan(out).any()
     tol = TOL["float16"] if problem.dtype == "float16" else TOL[numerics]
     assert rel_err(out.get(), ref.get()) < tol
@@ -88,19 +81,10 @@ def test_graph_plan_execution_matches_undivided_cudnn(case, op):
 @pytest.mark.parametrize("op", ["forward", "backward_data", "backward_filter"])
 def test_graph_plan_with_the_slowest_engines_too(op):
     """Another engine per size (the slowest measured): engines differ in how they index and accumulate."""
-    import cupy as cp
-
-    from ucudnn.execute import Executor
-
     _frontend_or_skip()
     problem, sizes, numerics = CASES["odd-batch-nchw"]
     plan, _ = _graph_plan(problem, op, sizes, numerics, pick=max)
-    x, w, dy = _tensors(problem, seed=11)
-    a, b = {"forward": (x, w), "backward_data": (w, dy), "backward_filter": (x, dy)}[op]
-    shape = {"forward": dy.shape, "backward_data": x.shape, "backward_filter": w.shape}[op]
-    out = cp.full(shape, cp.nan, dtype=x.dtype)
-    Executor(plan)(a, b, out)
-    ref = _undivided(problem, op, a, b, cp.empty(shape, dtype=x.dtype))
+    out, ref = _run_and_reference(plan, seed=11)
     assert rel_err(out.get(), ref.get()) < TOL[numerics]
 
 
