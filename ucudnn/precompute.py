@@ -342,6 +342,7 @@ def run_job(spec: JobSpec, engine: Engine, store: Store, *, source: UnitSource |
         tid = store.put_table(table)
         wanted = [(p, s) for p, s in sizes if store.find_plan(plan_key(tid, p, spec.batch_policy, s)) is None]
         stored[i] = {"status": "stored", "id": tid, "plans_already_stored": len(sizes) - len(wanted)}
+        progress.planned(len(sizes) - len(wanted))  # the bar counts every requested plan; these are done
         # small tasks, WR and WD mixed, so CPUs share the work evenly (a WD solve costs ~10 WR plans)
         chunks = max(1, -(-len(wanted) // PLAN_TASK_SIZE))
         mine = [PlanTask(tid, table, wanted[j::chunks], spec.batch_policy) for j in range(chunks) if wanted[j::chunks]]
