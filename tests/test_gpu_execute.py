@@ -272,6 +272,7 @@ def test_independent_kernels_run_concurrently_on_separate_streams_in_disjoint_se
     inputs = {s.name: _tensors(s.problem, seed=21 + i) for i, s in enumerate(specs)}
     outs = {s.name: cp.full(s.problem.y_shape(), cp.nan, dtype="float32") for s in specs}
     streams = [cp.cuda.Stream(non_blocking=True) for _ in specs]
+    cp.cuda.Device().synchronize()  # inputs and NaN poison were written on the null stream, which these skip
     for _ in range(3):  # repeated, so the two streams really overlap in time
         for s, stream in zip(specs, streams):
             x, w, _ = inputs[s.name]

@@ -37,14 +37,47 @@ def test_the_workspace_added_is_the_three_transformed_operands_each_aligned():
     assert all(s % 256 == 0 for s in segments("backward_data", other_layout(P), 4))
 
 
-def test_run_refuses_a_workspace_too_small_for_the_transformed_operands():
-    cfg = Measurement(64, 1, "DEFAULT", 1.0, 0, "relayout", None, {"via": {"layout": "NHWC", "source": "legacy"}})
+class _Inner:
+    """An inner source that records what the relayout hands it (no GPU)."""
+
+    name = "inner-fake"
+
+    def __init__(self):
+        self.prepared = []
+
+    def prepare(self, op, problem, config):
+        self.prepared.append((op, problem, config))
+        return lambda *call: None
+
+
+@pytest.fixture
+def inner(monkeypatch):
+    from ucudnn.sources import registry
+
+    fake = _Inner()
+    monkeypatch.setitem(registry._SOURCES, fake.name, fake)
+    return fake
+
+
+def test_preparing_prepares_the_inner_configuration_in_the_other_layout_without_the_moved_bytes(inner):
+    moved = sum(segments("forward", other_layout(P), 2))
+    cfg = Measurement(64, 1, "DEFAULT", 1.0, moved + 4096, "relayout", None,
+                      {"via": {"layout": "NHWC", "source": inner.name}, "deterministic": True})
+    RelayoutSource().prepare("forward", P, cfg)
+    [(op, problem, inner_cfg)] = inner.prepared
+    assert (op, problem) == ("forward", other_layout(P))
+    assert (inner_cfg.source, inner_cfg.algo, inner_cfg.workspace_bytes) == (inner.name, 1, 4096)
+    assert "via" not in inner_cfg.extra and inner_cfg.extra["deterministic"] is True
+
+
+def test_run_refuses_a_workspace_too_small_for_the_transformed_operands(inner):
+    cfg = Measurement(64, 1, "DEFAULT", 1.0, 0, "relayout", None, {"via": {"layout": "NHWC", "source": inner.name}})
     with pytest.raises(UcudnnError, match="workspace for the transformed operands"):
         RelayoutSource().run("forward", P, cfg, Operands(0, 0, 0), 0, 1 << 20, 1.0, 0.0)
 
 
-def test_run_refuses_a_configuration_measured_via_another_layout():
-    cfg = Measurement(64, 1, "DEFAULT", 1.0, 0, "relayout", None, {"via": {"layout": "NCHW", "source": "legacy"}})
+def test_run_refuses_a_configuration_measured_via_another_layout(inner):
+    cfg = Measurement(64, 1, "DEFAULT", 1.0, 0, "relayout", None, {"via": {"layout": "NCHW", "source": inner.name}})
     with pytest.raises(UcudnnError, match="via NCHW"):
         RelayoutSource().run("forward", P, cfg, Operands(0, 0, 0), 0, 1 << 30, 1.0, 0.0)
 

@@ -85,6 +85,8 @@ def _candidates() -> list[str]:
 def load() -> ctypes.CDLL:
     """Load libcudnn once; raise :class:`CudnnNotFound` listing where it looked."""
     global _lib, _lib_path
+    if _lib is not None:   # every call goes through here: no lock once loaded
+        return _lib
     with _lock:
         if _lib is not None:
             return _lib

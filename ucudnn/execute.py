@@ -19,8 +19,7 @@ from .gpu import cupy, cupy_dtype, descriptors, handle
 from .plan import KernelPlan, Plan
 from .problem import ROLES
 from .sources import registry
-from .sources.base import Operands
-
+from .sources.base import Launch, Operands
 
 
 @dataclass
@@ -29,27 +28,41 @@ class _Step:
     offset: int            # first sample of this micro-batch
     config: Any            # MicroConfig
     workspace_bytes: int   # what cuDNN says this step needs now
+    launch: Launch         # the configuration prepared by its source
+    shifts: tuple[int, int, int]   # bytes from the start of (a, b, out) to this micro-batch's slice
 
 
 class Executor:
-    """A kernel plan made ready to run: descriptors built, workspace needs checked once."""
+    """A kernel plan made ready to run: every step prepared by its source, workspace needs checked once.
+
+    Construction does the per-configuration work (descriptors, graph-API plan
+    builds), so a call is only pointer arithmetic and one launcher per
+    micro-batch: create an Executor once per plan and device, call it often.
+    """
 
     def __init__(self, plan: KernelPlan):
         if plan.batch != plan.problem.n:
             raise InputError(f"micro-batches sum to {plan.batch}, not the mini-batch {plan.problem.n}", "micro_batches")
         self.plan = plan
+        p, op = plan.problem, plan.op
+        self._dtype = cupy_dtype(p.dtype)
+        self._expect = [(role, p.shape(role)) for role in ROLES[op]]
+        per_sample = {r: math.prod(p.shape(r)[1:]) * self._dtype.itemsize for r in ("x", "y")}
         self.steps: list[_Step] = []
         off = 0
         for cfg in plan.configs:
+            sub = p.with_batch(cfg.micro_batch)
             need = cfg.workspace_bytes
             if cfg.source == "legacy":
-                sub = plan.problem.with_batch(cfg.micro_batch)
                 d = descriptors(sub, cfg.math_type)
-                a, b, out = d.operands(plan.op)
-                need = max(need, cudnn.get_workspace_size(handle(), plan.op, a, b, d.conv, out, int(cfg.algo)))
-            self.steps.append(_Step(cfg.micro_batch, off, cfg, need))
+                a, b, out = d.operands(op)
+                need = max(need, cudnn.get_workspace_size(handle(), op, a, b, d.conv, out, int(cfg.algo)))
+            launch = registry.get(cfg.source).prepare(op, sub, cfg)
+            shifts = tuple(off * per_sample.get(role, 0) for role in ROLES[op])
+            self.steps.append(_Step(cfg.micro_batch, off, cfg, need, launch, shifts))  # type: ignore[arg-type]
             off += cfg.micro_batch
         self.workspace_bytes = max((s.workspace_bytes for s in self.steps), default=0)
+        self._accumulates = op == "backward_filter"
 
     def __call__(self, a: Any, b: Any, out: Any, *, alpha: float = 1.0, beta: float = 0.0,
                  workspace: Any = None, workspace_bytes: int | None = None) -> Any:
@@ -58,27 +71,20 @@ class Executor:
         ``workspace``: a CuPy array or MemoryPointer (default: allocated from CuPy's pool).
         ``workspace_bytes``: how much of it this kernel may use (an arena segment), default all of it.
         """
-        p, op = self.plan.problem, self.plan.op
-        dt = cupy_dtype(p.dtype)
-        for role, arr in zip(ROLES[op], (a, b, out)):
-            if tuple(arr.shape) != p.shape(role):
-                raise InputError(f"{role} has shape {tuple(arr.shape)}, the plan expects {p.shape(role)}", role)
-            if arr.dtype != dt:
-                raise InputError(f"{role} has dtype {arr.dtype}, the plan expects {p.dtype}", role)
+        for (role, shape), arr in zip(self._expect, (a, b, out)):
+            if arr.shape != shape:
+                raise InputError(f"{role} has shape {tuple(arr.shape)}, the plan expects {shape}", role)
+            if arr.dtype != self._dtype:
+                raise InputError(f"{role} has dtype {arr.dtype}, the plan expects {self.plan.problem.dtype}", role)
             if not arr.flags.c_contiguous:
-                raise InputError(f"{role} must be C-contiguous ({p.layout})", role)
+                raise InputError(f"{role} must be C-contiguous ({self.plan.problem.layout})", role)
         ws_ptr, ws_size = self._workspace(workspace, workspace_bytes)
-        per_sample = {r: math.prod(p.shape(r)[1:]) * dt.itemsize for r in ("x", "y")}
-        ptr = {id(a): a.data.ptr, id(b): b.data.ptr, id(out): out.data.ptr}
+        pa, pb, po = a.data.ptr, b.data.ptr, out.data.ptr
         for i, s in enumerate(self.steps):
-            def at(arr: Any, role: str) -> int:
-                return ptr[id(arr)] + (s.offset * per_sample[role] if role in per_sample else 0)
-
-            ra, rb, ro = ROLES[op]
-            ops = Operands(at(a, ra), at(b, rb), at(out, ro))
-            step_beta = beta if (op != "backward_filter" or i == 0) else 1.0
-            src = registry.get(s.config.source)
-            src.run(op, p.with_batch(s.micro_batch), s.config, ops, ws_ptr, ws_size, alpha, step_beta)
+            sa, sb, so = s.shifts
+            # backward filter sums over micro-batches: the caller's beta applies once, then accumulate
+            step_beta = 1.0 if (self._accumulates and i) else beta
+            s.launch(Operands(pa + sa, pb + sb, po + so), ws_ptr, ws_size, alpha, step_beta)
         return out
 
     def _workspace(self, workspace: Any, limit: int | None) -> tuple[int, int]:

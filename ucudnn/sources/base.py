@@ -3,11 +3,19 @@
 A source turns (op, problem at one micro-batch size) into measured
 micro-configurations, and runs one of them.  The planner never sees sources:
 to it, every measurement is just (micro-batch, time, workspace).
+
+Running is split in two because a micro-batched plan calls the same
+configuration many times: :meth:`AlgorithmSource.prepare` resolves once what
+never changes between calls (descriptors, the built engine plan, the inner
+configuration of a relayout) and returns a :data:`Launch` that only takes the
+call's pointers and scalars.  On small kernels the host's per-call work
+competes with the GPU's (ResNet-50 fp16 kernels take 20-60 us), so the
+executor prepares every step once and measurement times the same launchers.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Callable, Protocol
 
 from ..problem import ConvProblem
 from ..table import Measurement, Skipped
@@ -31,6 +39,11 @@ class BenchSettings:
     min_sample_ms: float = 1.0     # back-to-back calls per timing sample (see ucudnn.timing)
 
 
+#: One configuration made ready to run: ``launch(ops, workspace, workspace_bytes, alpha, beta)`` computes
+#: out = alpha * op(a, b) + beta * out on CuPy's current stream.
+Launch = Callable[[Operands, int, int, float, float], None]
+
+
 class AlgorithmSource(Protocol):
     name: str
 
@@ -39,7 +52,22 @@ class AlgorithmSource(Protocol):
         """Measure every configuration at ``problem.n`` (the micro-batch size)."""
         ...
 
+    def prepare(self, op: str, problem: ConvProblem, config: Measurement) -> Launch:
+        """``config`` at ``problem.n`` made ready to run on the current device (see module doc)."""
+        ...
+
     def run(self, op: str, problem: ConvProblem, config: Measurement, ops: Operands, workspace: int,
             workspace_bytes: int, alpha: float, beta: float) -> None:
-        """Run ``config`` once: out = alpha * op(a, b) + beta * out."""
+        """Run ``config`` once, unprepared: out = alpha * op(a, b) + beta * out."""
         ...
+
+
+class Prepared:
+    """``run`` for sources that implement ``prepare``: one call through the same launcher execution uses."""
+
+    def prepare(self, op: str, problem: ConvProblem, config: Measurement) -> Launch:
+        raise NotImplementedError
+
+    def run(self, op: str, problem: ConvProblem, config: Measurement, ops: Operands, workspace: int,
+            workspace_bytes: int, alpha: float, beta: float) -> None:
+        self.prepare(op, problem, config)(ops, workspace, workspace_bytes, alpha, beta)

@@ -71,7 +71,7 @@ from .. import numerics as num
 from ..errors import CudnnError, InputError, UcudnnError
 from ..problem import ROLES, ConvProblem
 from ..table import Measurement, Skipped
-from .base import BenchSettings, Operands
+from .base import BenchSettings, Launch, Operands, Prepared
 
 #: Heuristic modes asked for, in this order (their lists are concatenated; duplicates are measured once).
 HEUR_MODES: tuple[str, ...] = ("A", "B", "FALLBACK")
@@ -292,7 +292,7 @@ class _Built:
     engine_bytes: int
 
 
-class GraphSource:
+class GraphSource(Prepared):
     """Graph-API engine configurations (see module doc).
 
     ``top_k`` / ``quick_margin``: pruning (module doc); ``runtime_compiled``:
@@ -324,7 +324,6 @@ class GraphSource:
         self._timer = timer
         self._blend_fn = blend
         self._plans: dict[tuple, _Built] = {}
-        self._idents: dict[int, tuple[Any, EngineIdentity]] = {}
         self._notes: dict[tuple, frozenset[str] | None] = {}
         self._accumulate_ms: dict[ConvProblem, float] = {}
         self._lock = threading.RLock()
@@ -522,7 +521,8 @@ class GraphSource:
 
     def _runner(self, op: str, problem: ConvProblem, cfg: Measurement, ops: Operands, workspace: int,
                 ws: int, beta: float) -> Callable[[], None]:
-        return lambda: self.run(op, problem, cfg, ops, workspace, ws, 1.0, beta)
+        launch = self.prepare(op, problem, cfg)
+        return lambda: launch(ops, workspace, ws, 1.0, beta)
 
     def _engine_notes(self, op: str, problem: ConvProblem, g: Any, numerics: str, engine_ids: list[int],
                       count: int) -> dict[int, frozenset[str] | None]:
@@ -616,32 +616,37 @@ class GraphSource:
                          f"{ident.tag} is not among the heuristics' configurations for {op} at n={problem.n} "
                          "(a table from another cuDNN version or device?)")
 
-    def run(self, op: str, problem: ConvProblem, config: Any, ops: Operands, workspace: int,
-            workspace_bytes: int, alpha: float, beta: float) -> None:
-        """out = alpha * op(a, b) + beta * out with the configuration's engine (module doc: scratch, staging).
+    def prepare(self, op: str, problem: ConvProblem, config: Any) -> Launch:
+        """The configuration's engine plan, built (or found built) now; the launcher executes it.
 
         The common case (aligned operands, alpha 1, beta 0) is kept short: on
-        small kernels the host's per-call work competes with the GPU's.
+        small kernels the host's per-call work competes with the GPU's.  A
+        launcher called on another device than it was prepared on finds (or
+        builds) that device's plan.
         """
-        spec = config.engine if config.engine is not None else config.algo
-        hit = self._idents.get(id(spec))
-        if hit is not None and hit[0] is spec:   # the same object as last time: parsed already
-            ident = hit[1]
-        else:
-            ident = EngineIdentity.from_json(spec)
-            if len(self._idents) > 1 << 16:
-                self._idents.clear()
-            self._idents[id(spec)] = (spec, ident)   # keeps spec alive, so its id is not reused
-        built = self._plans.get((self._device(), op, problem, ident)) or self.plan_for(op, problem, ident)
-        a, b, out = ops.a, ops.b, ops.out
-        if alpha == 1.0 and beta == 0.0 and not (a % ALIGNMENT or b % ALIGNMENT or out % ALIGNMENT):
-            if workspace_bytes < built.engine_bytes:
-                raise UcudnnError(f"graph engine {ident.tag} needs {built.engine_bytes} bytes of workspace, "
-                                  f"got {workspace_bytes}")
-            self._execute(built, a, b, out, workspace)
-            return
+        ident = EngineIdentity.from_json(config.engine if config.engine is not None else config.algo)
+        device = self._device()
+        built = self.plan_for(op, problem, ident)
+        device_now = self._device
+
+        def launch(ops: Operands, workspace: int, workspace_bytes: int, alpha: float, beta: float) -> None:
+            plan = built if device_now() == device else self.plan_for(op, problem, ident)
+            if alpha == 1.0 and beta == 0.0 and not (ops.a | ops.b | ops.out) % ALIGNMENT:
+                if workspace_bytes < plan.engine_bytes:
+                    raise UcudnnError(f"graph engine {ident.tag} needs {plan.engine_bytes} bytes of workspace, "
+                                      f"got {workspace_bytes}")
+                self._execute(plan, ops.a, ops.b, ops.out, workspace)
+            else:
+                self._run_staged(op, problem, ident, plan, ops, workspace, workspace_bytes, alpha, beta)
+
+        return launch
+
+    def _run_staged(self, op: str, problem: ConvProblem, ident: EngineIdentity, built: _Built, ops: Operands,
+                    workspace: int, workspace_bytes: int, alpha: float, beta: float) -> None:
+        """Misaligned operands or a blend (module doc: scratch, staging)."""
         from ..arena import align_up
 
+        a, b = ops.a, ops.b
         temps: list[Any] = []
         if a % ALIGNMENT or b % ALIGNMENT:
             a = self._staged(a, _bytes(ROLES[op][0], problem), temps)
@@ -655,7 +660,7 @@ class GraphSource:
                                   f"got {workspace_bytes}")
             scratch = self._temp(out_bytes, temps)
         self._execute(built, a, b, scratch, workspace)
-        self._blend(op, problem, scratch, out, alpha, beta)
+        self._blend(op, problem, scratch, ops.out, alpha, beta)
 
     def _execute(self, built: _Built, a: int, b: int, out: int, workspace: int) -> None:
         try:

@@ -15,10 +15,10 @@ from ..gpu import descriptors, handle
 from ..problem import ConvProblem
 from ..table import Measurement, Skipped
 from ..timing import time_ms
-from .base import BenchSettings, Operands
+from .base import BenchSettings, Launch, Operands, Prepared
 
 
-class LegacySource:
+class LegacySource(Prepared):
     name = "legacy"
 
     def measure(self, op: str, problem: ConvProblem, ops: Operands, workspace: int,
@@ -61,9 +61,9 @@ class LegacySource:
                                  extra={"deterministic": r.deterministic})
             if settings.repeat > 0:
                 try:
-                    t = time_ms(lambda: self.run(op, problem, config, ops, workspace, r.workspace_bytes, 1.0, 0.0),
-                                repeat=settings.repeat, warmup=settings.warmup,
-                                min_sample_ms=settings.min_sample_ms)
+                    launch = self.prepare(op, problem, config)
+                    t = time_ms(lambda: launch(ops, workspace, r.workspace_bytes, 1.0, 0.0), repeat=settings.repeat,
+                                warmup=settings.warmup, min_sample_ms=settings.min_sample_ms)
                 except CudnnError as e:
                     skipped.append(Skipped(mb, r.algo, r.math_type, f"{e.call}: {e.status_name}"))
                     continue
@@ -72,9 +72,14 @@ class LegacySource:
             measured.append(config)
         return measured, skipped
 
-    def run(self, op: str, problem: ConvProblem, config: Measurement, ops: Operands, workspace: int,
-            workspace_bytes: int, alpha: float, beta: float) -> None:
-        d = descriptors(problem, config.math_type)
+    def prepare(self, op: str, problem: ConvProblem, config: Measurement) -> Launch:
+        d = descriptors(problem, config.math_type)   # held by the launcher: it outlives the descriptor cache
         a, b, out = d.operands(op)
-        cudnn.convolution(handle(), op, alpha, a, ops.a, b, ops.b, d.conv, int(config.algo), workspace,
-                          workspace_bytes, beta, out, ops.out)
+        conv, algo = d.conv, int(config.algo)
+        call = cudnn.convolution
+
+        def launch(ops: Operands, workspace: int, workspace_bytes: int, alpha: float, beta: float) -> None:
+            call(handle(), op, alpha, a, ops.a, b, ops.b, conv, algo, workspace, workspace_bytes, beta, out, ops.out)
+
+        launch.descriptors = d  # type: ignore[attr-defined]
+        return launch

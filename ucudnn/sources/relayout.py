@@ -33,7 +33,7 @@ from ..arena import align_up
 from ..problem import ConvProblem
 from ..table import Measurement, Skipped
 from ..timing import time_ms
-from .base import AlgorithmSource, BenchSettings, Operands
+from .base import AlgorithmSource, BenchSettings, Launch, Operands, Prepared
 
 OTHER = {"NCHW": "NHWC", "NHWC": "NCHW"}
 
@@ -51,7 +51,7 @@ def segments(op: str, problem: ConvProblem, itemsize: int) -> list[int]:
     return [align_up(math.prod(s) * itemsize) for s in problem.operand_shapes(op)]
 
 
-class RelayoutSource:
+class RelayoutSource(Prepared):
     """Configurations of ``inner`` sources run in the other layout through ucudnn's transform kernels."""
 
     name = "relayout"
@@ -111,7 +111,8 @@ class RelayoutSource:
                     # timed as execution runs it (transforms, inner call and the host work between them, back to
                     # back): the sum of separately timed parts under-predicted small micro-batches by up to 1.7x
                     beta = 1.0 if op == "backward_filter" else 0.0
-                    t = time_ms(lambda: self.run(op, problem, cfg, ops, workspace, cfg.workspace_bytes, 1.0, beta),
+                    launch = self.prepare(op, problem, cfg)
+                    t = time_ms(lambda: launch(ops, workspace, cfg.workspace_bytes, 1.0, beta),
                                 repeat=settings.repeat, warmup=1, min_sample_ms=settings.min_sample_ms)
                     cfg = Measurement(mb, m.algo, m.math_type, t, cfg.workspace_bytes, self.name, m.engine,
                                       {**m.extra, "via": {**via, "sum_of_parts_ms": round(m.time_ms + t_transform, 6)}})
@@ -119,8 +120,7 @@ class RelayoutSource:
         return measured, skipped
 
     # -- running -----------------------------------------------------------------------------
-    def run(self, op: str, problem: ConvProblem, config: Measurement, ops: Operands, workspace: int,
-            workspace_bytes: int, alpha: float, beta: float) -> None:
+    def prepare(self, op: str, problem: ConvProblem, config: Measurement) -> Launch:
         from ..errors import UcudnnError
         from ..gpu import cupy_dtype
         from . import registry
@@ -131,24 +131,30 @@ class RelayoutSource:
             raise UcudnnError(f"relayout configuration runs via {via.get('layout')}, not {p2.layout}")
         dt = cupy_dtype(problem.dtype)
         segs = segments(op, p2, dt.itemsize)
-        inner_ws = workspace_bytes - sum(segs)
-        if inner_ws < 0:
-            raise UcudnnError(f"relayout needs {sum(segs)} bytes of workspace for the transformed operands, "
-                              f"got {workspace_bytes}")
-        src = [_view(ptr, shape, dt) for ptr, shape in zip((ops.a, ops.b, ops.out), problem.operand_shapes(op))]
-        offs = [workspace, workspace + segs[0], workspace + segs[0] + segs[1]]
-        dst = [_view(ptr, shape, dt) for ptr, shape in zip(offs, p2.operand_shapes(op))]
-        _transform(src[0], dst[0], problem.layout, p2.layout)
-        _transform(src[1], dst[1], problem.layout, p2.layout)
-        if beta != 0.0:
-            _transform(src[2], dst[2], problem.layout, p2.layout)
+        moved = sum(segs)
         inner = registry.get(via.get("source", "legacy"))
         inner_cfg = Measurement(config.micro_batch, config.algo, config.math_type, config.time_ms,
-                                max(0, config.workspace_bytes - sum(segs)), inner.name, config.engine,
+                                max(0, config.workspace_bytes - moved), inner.name, config.engine,
                                 {k: v for k, v in config.extra.items() if k != "via"})
-        inner.run(op, p2, inner_cfg, Operands(*(d.data.ptr for d in dst)), workspace + sum(segs), inner_ws,
-                  alpha, beta)
-        _transform(dst[2], src[2], p2.layout, problem.layout)
+        inner_launch = inner.prepare(op, p2, inner_cfg)
+        shapes, shapes2 = problem.operand_shapes(op), p2.operand_shapes(op)
+        into = problem.layout, p2.layout
+
+        def launch(ops: Operands, workspace: int, workspace_bytes: int, alpha: float, beta: float) -> None:
+            if workspace_bytes < moved:
+                raise UcudnnError(f"relayout needs {moved} bytes of workspace for the transformed operands, "
+                                  f"got {workspace_bytes}")
+            src = [_view(ptr, shape, dt) for ptr, shape in zip((ops.a, ops.b, ops.out), shapes)]
+            offs = (workspace, workspace + segs[0], workspace + segs[0] + segs[1])
+            dst = [_view(ptr, shape, dt) for ptr, shape in zip(offs, shapes2)]
+            _transform(src[0], dst[0], *into)
+            _transform(src[1], dst[1], *into)
+            if beta != 0.0:
+                _transform(src[2], dst[2], *into)
+            inner_launch(Operands(*offs), workspace + moved, workspace_bytes - moved, alpha, beta)
+            _transform(dst[2], src[2], *reversed(into))
+
+        return launch
 
 
 def _view(ptr: int, shape: tuple[int, ...], dtype: Any) -> Any:

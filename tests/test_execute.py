@@ -1,0 +1,121 @@
+"""The executor's bookkeeping without a GPU: which slice, workspace and beta each micro-batch gets.
+
+A recording source stands in for cuDNN; numerical results against undivided
+cuDNN are in test_gpu_execute.py and test_gpu_graph.py (GPU).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ucudnn.errors import InputError, UcudnnError
+from ucudnn.execute import Executor
+from ucudnn.plan import KernelPlan, MicroConfig
+from ucudnn.problem import ConvProblem
+
+P = ConvProblem(10, 3, 8, 8, 4, 3, 3, pad=(1, 1))          # NCHW float32: x 3*8*8, y 4*8*8 floats a sample
+X_SAMPLE, Y_SAMPLE = 3 * 8 * 8 * 4, 4 * 8 * 8 * 4
+
+
+class _Recorder:
+    """A source that records preparations and launches instead of running anything."""
+
+    name = "recorder"
+
+    def __init__(self):
+        self.prepared: list[tuple] = []
+        self.calls: list[tuple] = []
+
+    def prepare(self, op, problem, config):
+        self.prepared.append((op, problem.n, config.algo))
+        return lambda ops, ws, ws_bytes, alpha, beta: self.calls.append(
+            (config.algo, ops.a, ops.b, ops.out, ws, ws_bytes, alpha, beta))
+
+
+class _Array:
+    """Just what the executor reads of a CuPy array: shape, dtype, contiguity, device pointer."""
+
+    def __init__(self, shape, ptr, dtype="float32", contiguous=True):
+        self.shape, self.dtype = tuple(shape), np.dtype(dtype)
+        self.flags = type("F", (), {"c_contiguous": contiguous})()
+        self.data = type("D", (), {"ptr": ptr})()
+        self.nbytes = int(np.prod(shape)) * self.dtype.itemsize
+
+
+@pytest.fixture
+def recorder(monkeypatch):
+    from ucudnn.sources import registry
+
+    rec = _Recorder()
+    monkeypatch.setitem(registry._SOURCES, rec.name, rec)
+    return rec
+
+
+def _plan(op, sizes, ws=1024):
+    return KernelPlan("k", op, P, [MicroConfig(n, f"c{i}", "DEFAULT", 1.0, ws, "recorder") for i, n in enumerate(sizes)])
+
+
+def _operands(op):
+    shapes = {"forward": (P.x_shape(), P.w_shape(), P.y_shape()),
+              "backward_data": (P.w_shape(), P.y_shape(), P.x_shape()),
+              "backward_filter": (P.x_shape(), P.y_shape(), P.w_shape())}[op]
+    return [_Array(s, base) for s, base in zip(shapes, (1 << 20, 2 << 20, 3 << 20))]
+
+
+def test_every_step_is_prepared_once_at_its_micro_batch_size(recorder):
+    ex = Executor(_plan("forward", [4, 4, 2]))
+    assert recorder.prepared == [("forward", 4, "c0"), ("forward", 4, "c1"), ("forward", 2, "c2")]
+    for _ in range(3):
+        ex(*_operands("forward"), workspace=_Array((1024,), 9 << 20, "uint8"))
+    assert len(recorder.prepared) == 3 and len(recorder.calls) == 9
+
+
+def test_forward_micro_batch_i_reads_and_writes_the_i_th_slice_and_shares_the_workspace(recorder):
+    Executor(_plan("forward", [4, 4, 2]))(*_operands("forward"), workspace=_Array((4096,), 9 << 20, "uint8"),
+                                          workspace_bytes=2048)
+    assert [(a, b, out) for _, a, b, out, *_ in recorder.calls] == [
+        ((1 << 20) + k * X_SAMPLE, 2 << 20, (3 << 20) + k * Y_SAMPLE) for k in (0, 4, 8)]
+    assert {(ws, n) for *_, ws, n, _, _ in recorder.calls} == {(9 << 20, 2048)}
+
+
+def test_backward_data_slices_dy_and_dx_but_not_the_filter(recorder):
+    Executor(_plan("backward_data", [5, 5]))(*_operands("backward_data"), workspace=_Array((1024,), 9 << 20, "uint8"))
+    assert [(a, b, out) for _, a, b, out, *_ in recorder.calls] == [
+        (1 << 20, (2 << 20) + k * Y_SAMPLE, (3 << 20) + k * X_SAMPLE) for k in (0, 5)]
+
+
+def test_backward_filter_applies_the_callers_beta_once_then_accumulates(recorder):
+    Executor(_plan("backward_filter", [4, 4, 2]))(*_operands("backward_filter"), alpha=0.5, beta=2.0,
+                                                  workspace=_Array((1024,), 9 << 20, "uint8"))
+    assert [(out, alpha, beta) for _, _, _, out, _, _, alpha, beta in recorder.calls] == [
+        (3 << 20, 0.5, 2.0), (3 << 20, 0.5, 1.0), (3 << 20, 0.5, 1.0)]
+
+
+def test_forward_steps_each_apply_the_callers_alpha_and_beta_to_their_own_slice(recorder):
+    Executor(_plan("forward", [5, 5]))(*_operands("forward"), alpha=0.5, beta=2.0,
+                                       workspace=_Array((1024,), 9 << 20, "uint8"))
+    assert [(alpha, beta) for *_, alpha, beta in recorder.calls] == [(0.5, 2.0), (0.5, 2.0)]
+
+
+def test_a_plan_whose_micro_batches_do_not_sum_to_the_mini_batch_is_refused(recorder):
+    with pytest.raises(InputError, match="sum to 8"):
+        Executor(_plan("forward", [4, 4]))
+
+
+@pytest.mark.parametrize("change, field", [
+    (dict(shape=(9, 3, 8, 8)), "x"),
+    (dict(dtype="float16"), "x"),
+    (dict(contiguous=False), "x"),
+])
+def test_operands_that_do_not_match_the_plan_are_refused_before_anything_runs(recorder, change, field):
+    a, b, out = _operands("forward")
+    bad = _Array(change.get("shape", a.shape), a.data.ptr, change.get("dtype", "float32"), change.get("contiguous", True))
+    with pytest.raises(InputError) as e:
+        Executor(_plan("forward", [5, 5]))(bad, b, out, workspace=_Array((1024,), 9 << 20, "uint8"))
+    assert e.value.field == field and recorder.calls == []
+
+
+def test_a_workspace_smaller_than_the_plan_needs_is_refused(recorder):
+    with pytest.raises(UcudnnError, match="needs 1024"):
+        Executor(_plan("forward", [10]))(*_operands("forward"), workspace=_Array((512,), 9 << 20, "uint8"))
+    assert recorder.calls == []
