@@ -628,6 +628,7 @@ class GraphSource(Prepared):
         device = self._device()
         built = self.plan_for(op, problem, ident)
         device_now = self._device
+        nbytes = tuple(_bytes(role, problem) for role in ROLES[op])
 
         def launch(ops: Operands, workspace: int, workspace_bytes: int, alpha: float, beta: float) -> None:
             plan = built if device_now() == device else self.plan_for(op, problem, ident)
@@ -637,21 +638,22 @@ class GraphSource(Prepared):
                                       f"got {workspace_bytes}")
                 self._execute(plan, ops.a, ops.b, ops.out, workspace)
             else:
-                self._run_staged(op, problem, ident, plan, ops, workspace, workspace_bytes, alpha, beta)
+                self._run_staged(op, problem, ident, plan, nbytes, ops, workspace, workspace_bytes, alpha, beta)
 
         return launch
 
-    def _run_staged(self, op: str, problem: ConvProblem, ident: EngineIdentity, built: _Built, ops: Operands,
-                    workspace: int, workspace_bytes: int, alpha: float, beta: float) -> None:
-        """Misaligned operands or a blend (module doc: scratch, staging)."""
+    def _run_staged(self, op: str, problem: ConvProblem, ident: EngineIdentity, built: _Built,
+                    nbytes: tuple[int, int, int], ops: Operands, workspace: int, workspace_bytes: int,
+                    alpha: float, beta: float) -> None:
+        """Misaligned operands or a blend (module doc: scratch, staging); ``nbytes``: sizes of (a, b, out)."""
         from ..arena import align_up
 
         a, b = ops.a, ops.b
         temps: list[Any] = []
         if a % ALIGNMENT or b % ALIGNMENT:
-            a = self._staged(a, _bytes(ROLES[op][0], problem), temps)
-            b = self._staged(b, _bytes(ROLES[op][1], problem), temps)
-        out_bytes = _bytes(ROLES[op][2], problem)
+            a = self._staged(a, nbytes[0], temps)
+            b = self._staged(b, nbytes[1], temps)
+        out_bytes = nbytes[2]
         if workspace_bytes >= align_up(built.engine_bytes) + out_bytes:
             scratch = workspace + align_up(built.engine_bytes)
         else:  # forward / backward data with a caller's alpha, beta: not planned for; borrow from CuPy's pool
@@ -674,8 +676,7 @@ class GraphSource(Prepared):
             return self._blend_fn(op, problem, src, dst, alpha, beta)
         from .. import cudnn
 
-        role = ROLES[op][2]
-        desc = _tensor_descriptor(problem.layout, problem.dtype, tuple(tensor_layout(problem)[role][0]))
+        desc = _output_descriptor(op, problem)
         cudnn.transform_tensor(self._handle(), alpha, desc, src, beta, desc, dst)
 
     def _temp(self, nbytes: int, keep: list[Any]) -> int:
@@ -702,6 +703,12 @@ def _bytes(role: str, problem: ConvProblem) -> int:
     from ..problem import DTYPE_BYTES
 
     return prod(problem.shape(role)) * DTYPE_BYTES[problem.dtype]
+
+
+@lru_cache(maxsize=1024)
+def _output_descriptor(op: str, problem: ConvProblem) -> int:
+    """The legacy descriptor of ``op``'s output at ``problem.n`` (cached: every accumulating step blends)."""
+    return _tensor_descriptor(problem.layout, problem.dtype, tuple(tensor_layout(problem)[ROLES[op][2]][0]))
 
 
 @lru_cache(maxsize=1024)
