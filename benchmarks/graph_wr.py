@@ -148,6 +148,8 @@ def run_combo(args, net, dtype, layout, numerics, prov, out_dir, deadline):
     if args.tables_out:
         Path(args.tables_out).mkdir(parents=True, exist_ok=True)
         both.save(Path(args.tables_out) / f"{tag}-legacy-graph-h100.json.gz")
+        if relayed is not None:
+            relayed.save(Path(args.tables_out) / f"{tag}-legacy-graph-relayout-h100.json.gz")
 
     bufs = {}
     for k in kernels:
