@@ -239,6 +239,7 @@ def bench_layout(copy_GBps: float, quick: bool) -> None:
                 row["ours_equals_numpy_transpose"] = bool(cp.array_equal(ys[0], ref))
                 plan = klayout.plan_transpose(klayout.reduce_pair(src, dst, shape), item)
                 row["tile"] = [plan.ta, plan.tm, plan.td, plan.vi, plan.vo, plan.sd, plan.nt]
+                row["kernel"] = plan.name_expr(item)
                 record(row)
                 for desc in (xd, yd):
                     cudnn.destroy_tensor_descriptor(desc)
@@ -401,13 +402,21 @@ def bench_pooling(copy_GBps: float, quick: bool) -> None:
 
 
 def bench_variants(copy_GBps: float, quick: bool) -> None:
-    """Alternatives behind the defaults, side by side (how the defaults were chosen): the rows kernel's tiles for
-    odd-length NHWC -> NCHW, NCHW pooling coarsening (and what the auto-tuner picks), the raw cluster softmax
-    with and without streaming cache hints."""
+    """Alternatives behind the defaults, side by side (how the defaults were chosen): the kernels and tiles for
+    odd-length NHWC -> NCHW, the long-row float16 softmax kernels, NCHW pooling coarsening (and what the
+    auto-tuner picks).  The first alternative of each list runs again last: the spread between its two
+    timings is the run's noise."""
+    bench_variants_layout(copy_GBps, quick)
+    bench_variants_softmax(copy_GBps, quick)
+    bench_variants_pooling(copy_GBps, quick)
+
+
+def bench_variants_layout(copy_GBps: float, quick: bool) -> None:
     layouts = [  # (NCHW shape, direction, dtype, [(tile or None, kernel or None), ...])
-        ((128, 96, 55, 55), "NHWC>NCHW", "float32", [(None, "tile"), (None, "rows"), ((64, 1, 96), "rows"),
-                                                      ((128, 1, 48), "rows"), ((32, 1, 96), "rows")]),
-        ((128, 96, 55, 55), "NHWC>NCHW", "float16", [(None, "rows"), ((64, 1, 96), "rows")]),
+        ((128, 96, 55, 55), "NHWC>NCHW", "float32", [(None, None), ((256, 1, 24), "bulk"), ((512, 1, 16), "bulk"),
+                                                      ((128, 1, 48), "rows"), ((256, 1, 32), "shifted"),
+                                                      (None, None)]),
+        ((128, 96, 55, 55), "NHWC>NCHW", "float16", [(None, None), ((512, 1, 32), "bulk"), ((512, 1, 32), "shifted")]),
     ]
     for nchw, d, dtype, options in layouts:
         src, dst = d.split(">")
@@ -424,39 +433,55 @@ def bench_variants(copy_GBps: float, quick: bool) -> None:
             plan = klayout.plan_transpose(t, np.dtype(dtype).itemsize, tile=tile, kernel=kern)
             impl = {"ours": lambda i, tile=tile, kern=kern: (
                 lambda: transform_layout(xs[i], src, dst, out=ys[i], tile=tile, kernel=kern))}
-            row = {"op": "layout-variant", "case": f"{'x'.join(map(str, nchw))} {d} {plan.kind} "
+            kind = "bulk" if plan.bulk else plan.kind
+            row = {"op": "layout-variant", "case": f"{'x'.join(map(str, nchw))} {d} {kind} "
                    f"{plan.ta}x{plan.tm}x{plan.td}", "dtype": dtype, "bytes": 2 * tensor, "plan": repr(plan)}
             row.update(measure(impl, sets, 2 * tensor, copy_GBps))
             ys[0].fill(0)
             transform_layout(xs[0], src, dst, out=ys[0], tile=tile, kernel=kern)
             row["equal"] = bool(cp.array_equal(ys[0], ref))
             record(row)
+            print(f"    {plan.name_expr(np.dtype(dtype).itemsize)}: equal to the transpose: {row['equal']}", flush=True)
         xs = ys = ref = None
         cp.get_default_memory_pool().free_all_blocks()
 
-    from ucudnn.kernels import _compile, autotune
 
+def bench_variants_softmax(copy_GBps: float, quick: bool) -> None:
     for shape, dtype in (((1024, 131072), "float16"),):
         tensor = math.prod(shape) * np.dtype(dtype).itemsize
         sets = n_sets(2 * tensor)
         xs = [(cp.random.standard_normal(shape, dtype=np.float32) * 3).astype(dtype) for _ in range(sets)]
         ys = [cp.empty(shape, dtype=dtype) for _ in range(sets)]
-        ref = softmax_forward(xs[0], kernel="cluster").astype(cp.float32)
-        default_hints = ksoftmax.RAW_STREAM_HINTS
-        for kern, hints in (("cluster", False), ("cluster_raw", False), ("cluster_raw", True)):
+        x64 = xs[0].astype(cp.float64)
+        e = cp.exp(x64 - x64.max(axis=-1, keepdims=True))
+        ref = e / e.sum(axis=-1, keepdims=True)
+        e = x64 = None
+        default_nt = ksoftmax.ONLINE_NT
+        for kern, nt in (("cluster_online", 256), ("cluster_raw", None), ("cluster_online", 512),
+                         ("cluster_online", 256)):
             if out_of_time():
                 return
-            ksoftmax.RAW_STREAM_HINTS = hints
+            ksoftmax.ONLINE_NT = nt or default_nt
+            launch = ksoftmax.plan_rows(shape[0], shape[1], dtype, kernel=kern)
             impl = {"ours": lambda i, kern=kern: (lambda: softmax_forward(xs[i], out=ys[i], kernel=kern))}
-            row = {"op": "softmax-variant", "case": f"{shape[0]}x{shape[1]} {kern}{' cs' if hints else ''}",
-                   "dtype": dtype, "bytes": 2 * tensor}
+            row = {"op": "softmax-variant", "case": f"{shape[0]}x{shape[1]} {kern}{f' {nt} threads' if nt else ''}",
+                   "dtype": dtype, "bytes": 2 * tensor, "kernel": launch.name_expr}
             row.update(measure(impl, sets, 2 * tensor, copy_GBps))
+            ys[0].fill(cp.nan)
             softmax_forward(xs[0], out=ys[0], kernel=kern)
-            row["max_abs_diff_vs_cluster"] = float(cp.abs(ys[0].astype(cp.float32) - ref).max())
+            err = cp.abs(ys[0].astype(cp.float64) - ref)
+            row["max_abs_err_vs_float64"] = float(err.max())
+            row["max_rel_err_vs_float64"] = float((err / cp.maximum(ref, 1e-30))[ref > 2.0**-14].max())
             record(row)
-        ksoftmax.RAW_STREAM_HINTS = default_hints
+            print(f"    {launch.name_expr}: max error vs float64 {row['max_abs_err_vs_float64']:.2e} absolute, "
+                  f"{row['max_rel_err_vs_float64']:.2e} relative (outputs >= 2**-14)", flush=True)
+        ksoftmax.ONLINE_NT = default_nt
         xs = ys = ref = None
         cp.get_default_memory_pool().free_all_blocks()
+
+
+def bench_variants_pooling(copy_GBps: float, quick: bool) -> None:
+    from ucudnn.kernels import _compile, autotune
 
     pools = [(name, n, c, hw, k, s) for name, n, c, hw, k, s in POOL_LAYERS if name in ("PL5", "PL6", "PL8")]
     for name, n, c, hw, k, s in pools:
@@ -575,7 +600,9 @@ def clean(obj: Any) -> Any:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="benchmarks/results")
-    ap.add_argument("--sections", default="layout,softmax,pooling", help="any of layout, softmax, pooling, variants")
+    ap.add_argument("--sections", default="layout,softmax,pooling",
+                    help="any of layout, softmax, pooling, variants (= variants-layout, variants-softmax, "
+                         "variants-pooling)")
     ap.add_argument("--quick", action="store_true", help="a few shapes per section (a smoke run)")
     ap.add_argument("--budget-s", type=float, default=0, help="skip the remaining cases after this many seconds")
     args = ap.parse_args()
@@ -589,8 +616,9 @@ def main() -> None:
                                         for r in copy["runs"]), flush=True)
     for section in args.sections.split(","):
         t0 = time.perf_counter()
-        {"layout": bench_layout, "softmax": bench_softmax, "pooling": bench_pooling,
-         "variants": bench_variants}[section](copy["GBps"], args.quick)
+        {"layout": bench_layout, "softmax": bench_softmax, "pooling": bench_pooling, "variants": bench_variants,
+         "variants-layout": bench_variants_layout, "variants-softmax": bench_variants_softmax,
+         "variants-pooling": bench_variants_pooling}[section](copy["GBps"], args.quick)
         print(f"[{section} took {time.perf_counter() - t0:.0f} s]", flush=True)
         partial = Path(args.out) / "memory_kernels.partial.json"
         partial.parent.mkdir(parents=True, exist_ok=True)

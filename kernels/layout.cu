@@ -207,6 +207,128 @@ layout_rows_aligned(const T* __restrict__ x, T* __restrict__ y, int A, int D, in
     }
 }
 
+// The same cut of y (row r's piece of tile column j is [align(r * A + j * TA), align(r * A + min((j + 1) * TA,
+// A))), align rounding down to VO elements), staged the other way round: shared memory holds y's pieces, not
+// x's rows.  Staged row dd starts at a 16-byte boundary with the piece's first element, i.e. element a of y's
+// row r = p * D + d0 + dd sits at column a - a0 + s, s = (r * A + a0) % VO, its row's own shift.  Then:
+//  - a warp stores one piece as consecutive 16-byte vectors (LDS.128 -> STG.128, 32 lanes = 512 contiguous
+//    bytes; the rows kernel above wrote 4 rows x 128 bytes per warp, twice the 128-byte lines per store), or,
+//    BULK (sm_90), one thread per piece hands it to the bulk copy engine (cp.async.bulk shared -> global);
+//  - the transposition happens on the way in: a warp loads GR rows a x GV vectors along d (16 rows x 2
+//    16-byte vectors for 4-byte elements, so its scalar shared-memory stores hit 32 distinct banks for
+//    SA = 4 (mod 32) words; layout.py picks GV and SA with a bank model).
+// x rows a in [a0 - (VO - 1), a0 + TA) are staged (a piece reaches at most VO - 1 elements left of a0);
+// a piece of tile column 0 takes its first s elements from the end of the row before, read straight from x
+// after the tile's loads (issued with them, they took 15 more registers: 3 blocks per SM, not 4, at 256 x 32).
+template <typename T, int TA, int TD, int VI, int VO, int SA, int GV, int NT, bool BULK>
+__global__ void __launch_bounds__(NT)
+layout_rows_shifted(const T* __restrict__ x, T* __restrict__ y, int A, int D, int tiles_a, int tiles_d, int P) {
+    constexpr int LA = TA + VO - 1;          // x rows a staged
+    constexpr int NDV = TD / VI;             // load vectors per x row
+    constexpr int GR = 32 / GV;              // rows per warp load
+    constexpr int NVG = (NDV + GV - 1) / GV;
+    constexpr int NSLOT = (LA + GR - 1) / GR * NVG * 32;
+    constexpr int IT_IN = (NSLOT + NT - 1) / NT;
+    constexpr int NW = NT / 32;
+    constexpr int IT_OUT = (TA / VO + 31) / 32;  // store vectors per lane and piece
+    static_assert(TD % VI == 0 && TA % VO == 0 && SA % VO == 0 && SA >= TA + VO && 32 % GV == 0, "tile shape");
+    static_assert((VO & (VO - 1)) == 0 && TD <= NT && (!BULK || VO * sizeof(T) == 16), "vectors of 16 bytes");
+    __shared__ __align__(16) T sh[TD * SA];
+
+    unsigned int b = blockIdx.x;
+    const int td = b % tiles_d;
+    b /= tiles_d;
+    const int ta = b % tiles_a;
+    const int p = (int)(b / tiles_a);
+    const int a0 = ta * TA, d0 = td * TD;
+    const int a1 = min(a0 + TA, A), rd = min(TD, D - d0);
+    const long long r0 = (long long)p * D + d0;  // y's row of dd = 0
+    const int am = A % VO, c0 = (int)((r0 * A + a0) % VO);  // row dd's shift: (c0 + dd * am) % VO
+    auto floor_vo = [](long long f) { return f & ~(long long)(VO - 1); };  // f >= 0
+    const T* xp = x + (long long)p * A * D + d0;
+
+    Pack<T, VI> in[IT_IN];
+#pragma unroll
+    for (int i = 0; i < IT_IN; ++i) {
+        const int v = i * NT + threadIdx.x, w = v / 32, l = v % 32;
+        const int ra = w / NVG * GR + l % GR, dv = (w % NVG * GV + l / GR) * VI;
+        const int a = a0 - (VO - 1) + ra;
+        in[i].raw = {};
+        if ((NSLOT % NT == 0 || v < NSLOT) && ra < LA && dv < rd && a >= 0 && a < A)
+            in[i].load(xp + (long long)a * D + dv);
+    }
+#pragma unroll
+    for (int i = 0; i < IT_IN; ++i) {
+        const int v = i * NT + threadIdx.x, w = v / 32, l = v % 32;
+        const int ra = w / NVG * GR + l % GR, dv = (w % NVG * GV + l / GR) * VI;
+        const int a = a0 - (VO - 1) + ra;
+        if ((NSLOT % NT == 0 || v < NSLOT) && ra < LA && dv < rd && a >= 0 && a < A) {
+#pragma unroll
+            for (int k = 0; k < VI; ++k) {
+                const int dd = dv + k, col = ra - (VO - 1) + ((c0 + dd * am) & (VO - 1));
+                if (col >= 0) sh[dd * SA + col] = in[i].e[k];
+            }
+        }
+    }
+    if (a0 == 0) {  // the first s elements of column 0's pieces: the end of y's row before
+        for (int t = threadIdx.x; t < TD * (VO - 1); t += NT) {
+            const int dd = t / (VO - 1), e = t % (VO - 1), s = (c0 + dd * am) & (VO - 1);
+            if (dd < rd && e < s) {
+                const long long q = r0 + dd - 1, pq = q / D;
+                sh[dd * SA + e] = x[(pq * A + A - s + e) * D + (q - pq * D)];
+            }
+        }
+    }
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+    if constexpr (BULK) asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#endif
+    __syncthreads();
+    bool bulk_done = false;
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+    if constexpr (BULK) {
+        if (threadIdx.x < rd) {
+            const long long rA = (r0 + threadIdx.x) * A;
+            const long long lo = floor_vo(rA + a0), hi = floor_vo(rA + a1);
+            if (hi > lo) {
+                asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(y + lo),
+                             "r"(smem_addr(sh + threadIdx.x * SA)), "r"((int)((hi - lo) * sizeof(T)))
+                             : "memory");
+                asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+            }
+        }
+        bulk_done = true;
+    }
+#endif
+    if (!bulk_done) {
+        const int lane = threadIdx.x % 32;
+        for (int dd = threadIdx.x / 32; dd < rd; dd += NW) {
+            const long long rA = (r0 + dd) * A;
+            const long long lo = floor_vo(rA + a0);
+            const int n = (int)((floor_vo(rA + a1) - lo) / VO);
+#pragma unroll
+            for (int q = 0; q < IT_OUT; ++q) {
+                const int j = q * 32 + lane;
+                if (j < n) {
+                    Pack<T, VO> out;
+                    out.raw = *reinterpret_cast<const typename Pack<T, VO>::Raw*>(sh + dd * SA + j * VO);
+                    out.store(y + lo + (long long)j * VO);
+                }
+            }
+        }
+    }
+    // The tensor's last R * A % VO elements: no whole vector left for them.
+    if (p == P - 1 && ta == tiles_a - 1 && td == tiles_d - 1) {
+        const long long R = (long long)P * D, end = R * A, f = floor_vo(end) + threadIdx.x;
+        const long long lo = floor_vo((R - 1) * A + a0);
+        if (f < end) y[f] = sh[(D - 1 - d0) * SA + (int)(f - lo)];
+    }
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+    if constexpr (BULK) {  // the copy engine reads shared memory until the group completes
+        if (threadIdx.x < rd) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+    }
+#endif
+}
+
 #ifdef UCUDNN_NVCC_CHECK
 // Representative instantiations so `nvcc --cubin` (CI, resource reports) generates code.
 #define UCUDNN_LAYOUT(T, ...) \
@@ -225,4 +347,11 @@ UCUDNN_LAYOUT_ROWS(unsigned int, 64, 48, 4, 4, 49, 256)
 UCUDNN_LAYOUT_ROWS(unsigned short, 64, 64, 8, 8, 66, 256)
 UCUDNN_LAYOUT_ROWS(unsigned int, 64, 96, 4, 4, 97, 256)
 UCUDNN_LAYOUT_ROWS(unsigned int, 128, 48, 4, 4, 49, 256)
+#define UCUDNN_LAYOUT_SHIFTED(T, ...) \
+    template __global__ void layout_rows_shifted<T, __VA_ARGS__>(const T*, T*, int, int, int, int, int);
+UCUDNN_LAYOUT_SHIFTED(unsigned int, 128, 48, 4, 4, 132, 2, 256, false)
+UCUDNN_LAYOUT_SHIFTED(unsigned int, 128, 48, 4, 4, 132, 2, 256, true)
+UCUDNN_LAYOUT_SHIFTED(unsigned int, 256, 32, 4, 4, 260, 2, 256, false)
+UCUDNN_LAYOUT_SHIFTED(unsigned short, 256, 48, 8, 8, 264, 1, 256, false)
+UCUDNN_LAYOUT_SHIFTED(unsigned char, 512, 32, 16, 16, 528, 1, 256, false)
 #endif

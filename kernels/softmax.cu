@@ -10,6 +10,8 @@
 //   softmax_rows_block    one block per row, VPT vectors per thread
 //   softmax_rows_cluster  a cluster of CL blocks per row (sm_90): each holds 1/CL of the
 //                         row, so several rows are in flight per SM even at L = 32768
+//   softmax_rows_online   float16 forward, clusters as above: exponentials kept as packed halves
+//                         against each block's own maximum, one cluster exchange (online softmax)
 //   softmax_rows_stream   any length: two reads (the second mostly from L2)
 //   softmax_inner         softmax over the middle axis of x[O][L][I] (C of NCHW), i coalesced
 // Forward: a = x, b unused.  Backward: a = y, b = dy, out = dx.
@@ -196,6 +198,98 @@ __device__ __forceinline__ void rows_block_body_raw(const T* __restrict__ a, T* 
     }
     if constexpr (CL > 1) cluster_wait();
 }
+
+// Forward, half precision, ONE cluster exchange (online softmax across the cluster's blocks): each block
+// takes its slice's own maximum m_b and sum s_b = sum exp(x - m_b), overwriting the loaded halves with
+// those exponentials (packed halves: the registers of the row as loaded, and one ex2 per element, not two
+// as in the raw kernel); the cluster then exchanges (m_b, s_b) once: M = max m_b, S = sum s_b exp(m_b - M),
+// and the store pass only scales: y = e * exp(m_b - M) / S.  Exponentials of magnitude <= 1 rounded to
+// half, then scaled and rounded again: within 1.5 ulp of half precision.
+// A slice of only -inf: its exponentials are taken against 0 (all 0, not NaN) and its factor is
+// exp(-inf - M) = 0; a row of only -inf gives M = -inf, S = 0 and NaN everywhere, as NumPy's formula.
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+}
+
+template <int NT, int VPT, int V, int CL>
+__device__ __forceinline__ void rows_block_body_online(const half_t* __restrict__ a, half_t* __restrict__ out,
+                                                       int L, long long row, int rank) {
+    __shared__ float red_a[NT / 32], red_b[NT / 32];
+    __shared__ float part[2];
+    const int nvec = L / V;
+    const long long base = row * (long long)L;
+    const int j0 = rank * NT * VPT;
+    Pack<half_t, V> raw[VPT];
+#pragma unroll
+    for (int i = 0; i < VPT; ++i) {
+        const int j = j0 + i * NT + threadIdx.x;
+        if (j < nvec) raw[i].load(a + base + (long long)j * V);
+    }
+    float m = neg_inf();
+    if constexpr (V == 8) {
+        unsigned int mm = 0xFC00FC00u;  // (-inf, -inf)
+#pragma unroll
+        for (int i = 0; i < VPT; ++i)
+            if (j0 + i * NT + (int)threadIdx.x < nvec) {
+                const unsigned int w[4] = {raw[i].raw.x, raw[i].raw.y, raw[i].raw.z, raw[i].raw.w};
+#pragma unroll
+                for (int k = 0; k < 4; ++k) asm("max.f16x2 %0, %0, %1;" : "+r"(mm) : "r"(w[k]));
+            }
+        m = fmaxf(to_float(half_t{(unsigned short)(mm & 0xFFFFu)}), to_float(half_t{(unsigned short)(mm >> 16)}));
+    } else {
+#pragma unroll
+        for (int i = 0; i < VPT; ++i)
+            if (j0 + i * NT + (int)threadIdx.x < nvec) {
+#pragma unroll
+                for (int k = 0; k < V; ++k) m = fmaxf(m, to_float(raw[i].e[k]));
+            }
+    }
+    m = block_reduce<NT, true>(m, red_a);
+    const float mb = m == neg_inf() ? 0.f : m;
+    float s = 0.f;
+#pragma unroll
+    for (int i = 0; i < VPT; ++i)
+        if (j0 + i * NT + (int)threadIdx.x < nvec) {
+#pragma unroll
+            for (int k = 0; k < V; ++k) {
+                const float e = exp_shifted(to_float(raw[i].e[k]), mb);
+                s += e;
+                raw[i].e[k] = from_float<half_t>(e);
+            }
+        }
+    s = block_reduce<NT, false>(s, red_b);
+    if (threadIdx.x == 0) part[0] = m, part[1] = s;
+    cluster_arrive();
+    cluster_wait();
+    const int lane = threadIdx.x % 32;
+    const float mr = lane < CL ? cluster_load(&part[0], lane) : neg_inf();
+    const float sr = lane < CL ? cluster_load(&part[1], lane) : 0.f;
+    const float M = group_max<32>(mr);
+    const float S = group_sum<32>(sr == 0.f ? 0.f : sr * exp_shifted(mr, M));
+    const float scale = exp_shifted(m, M) / S;
+    cluster_arrive_relaxed();  // done reading the other blocks' shared memory (the values are in use)
+#pragma unroll
+    for (int i = 0; i < VPT; ++i) {
+        const int j = j0 + i * NT + threadIdx.x;
+        if (j < nvec) {
+            Pack<half_t, V> pk;
+#pragma unroll
+            for (int k = 0; k < V; ++k) pk.e[k] = from_float<half_t>(to_float(raw[i].e[k]) * scale);
+            pk.store(out + base + (long long)j * V);
+        }
+    }
+    cluster_wait();
+}
+
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+// Forward, half precision (rows_block_body_online); NT = 256: five blocks per SM, as the raw kernel.
+template <int NT, int VPT, int V, int CL>
+__global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(NT, NT == 256 ? 5 : 0)
+softmax_rows_online(const half_t* __restrict__ a, const half_t* __restrict__ b, half_t* __restrict__ out,
+                    long long R, int L) {
+    rows_block_body_online<NT, VPT, V, CL>(a, out, L, blockIdx.x / CL, (int)cluster_rank());
+}
+#endif
 
 template <typename T, int NT, int VPT, int V, int CL, bool BWD>
 __device__ __forceinline__ void rows_block_body(const T* __restrict__ a, const T* __restrict__ b,
@@ -480,6 +574,9 @@ template __global__ void softmax_rows_cluster<half_t, 256, 8, 8, 8, false, true>
 template __global__ void softmax_rows_cluster<half_t, 256, 8, 8, 8, false, true, true>(const half_t*, const half_t*, half_t*, long long, int);
 template __global__ void softmax_rows_cluster<float, 256, 16, 4, 8, false, true, true>(const float*, const float*, float*, long long, int);
 template __global__ void softmax_rows_cluster<half_t, 256, 8, 8, 8, false>(const half_t*, const half_t*, half_t*, long long, int);
+template __global__ void softmax_rows_online<256, 8, 8, 8>(const half_t*, const half_t*, half_t*, long long, int);
+template __global__ void softmax_rows_online<512, 8, 8, 4>(const half_t*, const half_t*, half_t*, long long, int);
+template __global__ void softmax_rows_online<256, 5, 2, 4>(const half_t*, const half_t*, half_t*, long long, int);
 #endif
 template __global__ void softmax_rows_stream<float, 1024, 4, false>(const float*, const float*, float*, long long, int);
 template __global__ void softmax_rows_stream<half_t, 1024, 8, true>(const half_t*, const half_t*, half_t*, long long, int);

@@ -71,7 +71,7 @@ def test_layout_transform_moves_any_element_size(cp, rng, dtype):
     np.testing.assert_array_equal(cp.asnumpy(y), x.transpose(0, 2, 3, 1))
 
 
-@pytest.mark.parametrize("kernel", ["tile", "rows"])
+@pytest.mark.parametrize("kernel", ["tile", "rows", "shifted", "bulk"])
 @pytest.mark.parametrize("dtype", ["float32", "float16", "uint8", "float64"])
 @pytest.mark.parametrize("nhwc", [(1, 3, 11, 33), (3, 5, 7, 40), (2, 11, 11, 96), (2, 1, 67, 130), (4, 9, 9, 64)],
                          ids=lambda s: "x".join(map(str, s)))
@@ -98,6 +98,19 @@ def test_rows_kernel_with_any_allowed_tile_transposes_exactly(cp, rng, nhwc, dty
     except InputError as e:  # a tile the rows kernel cannot take for this element size is refused, by name
         assert e.field == "tile" and tile[0] % (8 * 16 // x.itemsize)
         return
+    np.testing.assert_array_equal(cp.asnumpy(y), x.transpose(0, 3, 1, 2))
+
+
+@pytest.mark.parametrize("kernel,tile", [("shifted", (256, 1, 32)), ("bulk", (256, 1, 40)),
+                                         ("shifted", (512, 1, 7))])
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("nhwc", [(3, 5, 7, 96), (2, 23, 29, 40), (1, 55, 55, 130)], ids=lambda s: "x".join(map(str, s)))
+def test_shifted_rows_kernel_with_other_tiles_transposes_exactly(cp, rng, nhwc, dtype, kernel, tile):
+    from ucudnn.kernels import transform_layout
+
+    x = (rng.standard_normal(nhwc) * 100).astype(dtype)
+    out = cp.full((nhwc[0], nhwc[3], nhwc[1], nhwc[2]), 7, dtype=dtype)
+    y = transform_layout(cp.asarray(x), "NHWC", "NCHW", out=out, kernel=kernel, tile=tile)
     np.testing.assert_array_equal(cp.asnumpy(y), x.transpose(0, 3, 1, 2))
 
 
@@ -146,7 +159,8 @@ ROW_CASES = [  # (rows, length, forced kernel or None)
     (128, 10, None), (7, 1, None), (5, 3, None), (33, 1000, None), (3, 4097, None), (4, 33, None), (2, 2048, None),
     (3, 10000, None), (2, 32768, None), (2, 70001, None), (65, 1000, "block"), (5, 777, "stream"),
     (3, 12345, "block"), (9, 8192, "stream"), (2, 70001, "cluster_raw"), (3, 40000, "cluster_raw"),
-    (5, 131072, "cluster_raw"),
+    (5, 131072, "cluster_raw"), (2, 70001, "cluster_online"), (3, 40000, "cluster_online"),
+    (5, 131072, "cluster_online"),
 ]
 
 
@@ -185,7 +199,26 @@ def test_raw_cluster_softmax_with_or_without_cache_hints_matches_numpy(cp, rng, 
     close(cp.asnumpy(y), softmax_ref(x, -1), dtype)
 
 
-@pytest.mark.parametrize("kernel", ["warp", "block", "cluster", "cluster_raw", "stream"])
+@pytest.mark.parametrize("threads", [256, 512])
+@pytest.mark.parametrize("length", [40000, 131072])
+def test_online_cluster_softmax_combines_blocks_whose_slices_are_all_minus_inf(cp, rng, monkeypatch, threads, length):
+    from ucudnn.kernels import softmax, softmax_forward
+
+    if not _forced_ok("cluster_online"):
+        pytest.skip("clusters need sm_90")
+    monkeypatch.setattr(softmax, "ONLINE_NT", threads)
+    x = (rng.standard_normal((5, length)) * 4).astype("float16")
+    x[0, : length // 2] = -np.inf  # whole slices of -inf: those blocks' factor is 0, not NaN
+    x[1, length // 3:] = -np.inf
+    x[2] = -np.inf  # a row of only -inf -> NaN, as NumPy's formula
+    x[3] += np.float16(6e4)  # huge magnitudes: only differences matter
+    x[4, ::7] = -np.inf
+    y = cp.asnumpy(softmax_forward(cp.asarray(x), out=poisoned(cp, x.shape, "float16"), kernel="cluster_online"))
+    close(y, softmax_ref(x, -1), "float16")
+    assert np.all(y[0, : length // 2] == 0) and np.all(np.isnan(y[2])) and np.all(y[4, ::7] == 0)
+
+
+@pytest.mark.parametrize("kernel", ["warp", "block", "cluster", "cluster_raw", "cluster_online", "stream"])
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_softmax_is_stable_for_inf_entries_huge_magnitudes_and_unit_rows(cp, rng, kernel, dtype):
     from ucudnn.kernels import softmax_forward

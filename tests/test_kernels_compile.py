@@ -21,7 +21,8 @@ from ucudnn.kernels import _compile
 
 NVCC = shutil.which("nvcc")
 SOURCES = _compile.source_names()
-HOT = re.compile(r"layout_transpose|layout_rows_aligned|softmax_rows|softmax_inner|pool_nchw_fwd|pool_chwn_fwd")
+HOT = re.compile(r"layout_transpose|layout_rows_aligned|layout_rows_shifted|softmax_rows|softmax_inner|pool_nchw_fwd|"
+                 r"pool_chwn_fwd")
 
 
 def test_every_launcher_source_is_shipped():

@@ -66,7 +66,7 @@ def test_a_small_square_tile_takes_several_middle_rows():
 
 
 def test_tiles_split_a_dimension_evenly_rather_than_leave_a_half_empty_last_tile():
-    p = layout.plan_transpose(layout.Transpose(128, 3025, 1, 96), 4)  # NHWC -> NCHW of 128x96x55x55
+    p = layout.plan_transpose(layout.Transpose(128, 3025, 1, 96), 4, kernel="rows")  # NHWC -> NCHW, 128x96x55x55
     assert p.td == 48 and p.tiles_d == 2
     assert layout.plan_transpose(layout.Transpose(256, 512, 1, 784), 4).td == 56  # 28x28: 14 full tiles
 
@@ -86,11 +86,17 @@ def test_vectors_shrink_for_odd_extents_and_misaligned_pointers():
     assert misaligned.vi == 1 and misaligned.vo == 2
 
 
-def test_odd_length_output_rows_go_to_the_rows_kernel_with_full_vectors():
+def test_odd_length_output_rows_go_to_a_rows_kernel_with_full_vectors():
     # NHWC -> NCHW of 128x96x55x55: y's rows hold H*W = 3025 elements, so the tile kernel could only store
-    # single floats; the rows kernel cuts y at aligned offsets and stores 16 bytes at a time.
+    # single floats; the rows kernels cut y at aligned offsets and store 16 bytes at a time.  float32 goes
+    # to the shifted kernel's bulk copies of 1 KiB pieces, float16 to the rows kernel.
     t = layout.reduce_pair("NHWC", "NCHW", (128, 55, 55, 96))
-    p = layout.plan_transpose(t, 4)
+    default = layout.plan_transpose(t, 4)
+    assert (default.kind, default.bulk, default.ta, default.td, default.vi, default.vo) == ("shifted", True, 256, 32,
+                                                                                           4, 4)
+    assert default.ta * 4 == 1024 and default.td * default.sd * 4 <= layout.SMEM_LIMIT
+    assert layout.plan_transpose(t, 2).kind == "rows"
+    p = layout.plan_transpose(t, 4, kernel="rows")
     assert p.kind == "rows" and p.vo == 4 and p.vi == 4 and p.ta % (8 * p.vo) == 0
     assert p.tiles_a * p.ta >= t.a and p.tiles_d * p.td >= t.d and p.grid == t.p * p.tiles_a * p.tiles_d
     assert (p.ta + p.vo - 1) * p.sd * 4 <= layout.SMEM_LIMIT
@@ -119,10 +125,13 @@ def test_every_tile_plan_covers_the_tensor_and_fits_shared_memory(a, m, d, items
     p = layout.plan_transpose(layout.Transpose(2, a, m, d), itemsize)
     assert p.tiles_a * p.ta >= a and p.tiles_m * p.tm >= m and p.tiles_d * p.td >= d
     assert p.grid == 2 * p.tiles_a * p.tiles_m * p.tiles_d
-    staged_rows = p.ta + p.vo - 1 if p.kind == "rows" else p.ta * p.tm
-    assert staged_rows * p.sd * itemsize <= layout.SMEM_LIMIT and p.sd >= p.td
+    if p.kind == "shifted":  # staged: TD pieces of y, rows of SA >= TA + VO elements
+        assert p.td * p.sd * itemsize <= layout.SMEM_LIMIT and p.sd >= p.ta + p.vo
+    else:
+        staged_rows = p.ta + p.vo - 1 if p.kind == "rows" else p.ta * p.tm
+        assert staged_rows * p.sd * itemsize <= layout.SMEM_LIMIT and p.sd >= p.td
     assert p.fi or (d % p.vi == 0 and p.td % p.vi == 0)
-    assert p.fo or p.kind == "rows" or (a % p.vo == 0 and p.ta % p.vo == 0)
+    assert p.fo or p.kind in ("rows", "shifted") or (a % p.vo == 0 and p.ta % p.vo == 0)
     assert p.vi * itemsize <= 16 and p.vo * itemsize <= 16
 
 
@@ -216,9 +225,93 @@ def test_rows_plans_move_every_element_once_with_aligned_vector_stores(n, c, h, 
     t = layout.reduce_pair("NHWC", "NCHW", x.shape)
     if t.a < layout.SMALL or t.a % (16 // itemsize) == 0:
         return  # not a case for the rows kernel
-    p = layout.plan_transpose(t, itemsize)
+    p = layout.plan_transpose(t, itemsize, kernel="rows")
     assert p.kind == "rows"
     np.testing.assert_array_equal(emulate_rows(x, t, p), np.transpose(x, (0, 3, 1, 2)).reshape(t.p, t.d, t.m, t.a))
+
+
+def emulate_shifted(x: np.ndarray, t: layout.Transpose, p: layout.TilePlan) -> np.ndarray:
+    """layout_rows_shifted's index arithmetic in Python (m == 1): loads aligned vectors of x, stages each
+    piece of y at a 16-byte boundary of its shared-memory row, stores it as whole aligned vectors (or one
+    bulk copy); every element written once."""
+    xf = x.reshape(-1)
+    y, written = np.full(x.size, -1, dtype=x.dtype), np.zeros(x.size, dtype=np.int64)
+    vo, vi, sa, gv, nt = p.vo, p.vi, p.sd, p.gv, p.nt
+    la, ndv, gr = p.ta + vo - 1, p.td // vi, 32 // gv
+    nvg = -(-ndv // gv)
+    nslot = -(-la // gr) * nvg * 32
+    am, rows = t.a % vo, t.p * t.d
+    for blk in range(p.grid):
+        b, td = divmod(blk, p.tiles_d)
+        pp, ta = divmod(b, p.tiles_a)
+        a0, d0 = ta * p.ta, td * p.td
+        a1, rd = min(a0 + p.ta, t.a), min(p.td, t.d - d0)
+        r0 = pp * t.d + d0
+        c0 = (r0 * t.a + a0) % vo
+        sh = np.full(p.td * sa, -1, dtype=x.dtype)
+        for v in range(-(-nslot // nt) * nt):
+            w, lane = divmod(v, 32)
+            ra, dv = w // nvg * gr + lane % gr, (w % nvg * gv + lane // gr) * vi
+            a = a0 - (vo - 1) + ra
+            if v < nslot and ra < la and dv < rd and 0 <= a < t.a:
+                base = (pp * t.a + a) * t.d + d0 + dv
+                assert base % vi == 0
+                for k in range(vi):
+                    dd = dv + k
+                    col = ra - (vo - 1) + (c0 + dd * am) % vo
+                    assert col < sa
+                    if col >= 0:
+                        sh[dd * sa + col] = xf[base + k]
+        if a0 == 0:
+            for i in range(p.td * (vo - 1)):
+                dd, e = divmod(i, vo - 1)
+                s = (c0 + dd * am) % vo
+                if dd < rd and e < s:
+                    q = r0 + dd - 1
+                    sh[dd * sa + e] = xf[((q // t.d) * t.a + t.a - s + e) * t.d + q % t.d]
+        for dd in range(rd):
+            ra_ = (r0 + dd) * t.a
+            lo, hi = (ra_ + a0) // vo * vo, (ra_ + a1) // vo * vo
+            assert lo % vo == 0 and 0 <= hi - lo <= p.ta and (dd * sa) % vo == 0
+            y[lo:hi] = sh[dd * sa:dd * sa + hi - lo]  # whole aligned vectors, or one bulk copy
+            written[lo:hi] += 1
+        if pp == t.p - 1 and ta == p.tiles_a - 1 and td == p.tiles_d - 1:
+            lo = ((rows - 1) * t.a + a0) // vo * vo
+            for f in range(rows * t.a // vo * vo, rows * t.a):
+                y[f] = sh[(t.d - 1 - d0) * sa + f - lo]
+                written[f] += 1
+    assert (written == 1).all()
+    return y.reshape(t.p, t.d, t.m, t.a)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 4), st.sampled_from([32, 33, 40, 96, 130]), st.integers(1, 23), st.integers(1, 23),
+       st.sampled_from([1, 2, 4, 8]), st.sampled_from([None, (1, 1, 32), (2, 1, 24)]))
+def test_shifted_rows_plans_move_every_element_once_with_aligned_vector_stores(n, c, h, w, itemsize, tile):
+    x = np.arange(n * c * h * w, dtype=np.int64).reshape(n, h, w, c)
+    t = layout.reduce_pair("NHWC", "NCHW", x.shape)
+    if t.a < layout.SMALL or t.a % (16 // itemsize) == 0:
+        return  # not a case for the rows kernels
+    if tile is not None:  # TA in units of the smallest allowed tile, 32 vectors
+        tile = (tile[0] * 32 * (16 // itemsize), 1, tile[2])
+    p = layout.plan_transpose(t, itemsize, kernel="shifted", tile=tile)
+    assert p.kind == "shifted" and p.td * p.sd * itemsize <= layout.SMEM_LIMIT and p.sd % p.vo == 0
+    np.testing.assert_array_equal(emulate_shifted(x, t, p), np.transpose(x, (0, 3, 1, 2)).reshape(t.p, t.d, t.m, t.a))
+
+
+def test_shifted_rows_kernel_stages_without_bank_conflicts():
+    # 128x96x55x55 NHWC -> NCHW, float32: a warp loads 16 rows x 2 vectors; rows of SA = 132 words put its
+    # scalar stores into 32 distinct banks (4 wavefronts for 4 elements per lane)
+    t = layout.reduce_pair("NHWC", "NCHW", (128, 55, 55, 96))
+    p = layout.plan_transpose(t, 4, kernel="shifted", tile=(128, 1, 48))
+    assert (p.ta, p.td, p.vi, p.vo, p.sd, p.gv) == (128, 48, 4, 4, 132, 2)
+    assert layout.plan_transpose(t, 4, kernel="shifted").sd == 260  # 256 + 4 = 4 (mod 32) words too
+    assert layout.shifted_bank_conflicts(p.ta, p.td, p.vi, p.vo, p.sd, p.gv, 4, t.a % 4) == 4
+    assert layout.shifted_bank_conflicts(p.ta, p.td, p.vi, p.vo, 136, p.gv, 4, t.a % 4) > 4
+    bulk = layout.plan_transpose(t, 4, kernel="bulk", tile=(128, 1, 48))
+    assert bulk.bulk and "true>" in bulk.name_expr(4) and bulk.grid == p.grid
+    with pytest.raises(InputError, match="tile"):
+        layout.plan_transpose(t, 4, kernel="shifted", tile=(64, 1, 48))  # pieces of fewer than 32 vectors
 
 
 @settings(max_examples=60, deadline=None)
@@ -229,7 +322,8 @@ def test_tile_plans_move_every_element_once_with_contiguous_aligned_vectors(pair
     x = np.arange(n * c * h * w, dtype=np.int64).reshape(layout.output_shape((n, c, h, w), "NCHW", src))
     t = layout.reduce_pair(src, dst, x.shape)
     p = layout.plan_transpose(t, itemsize)
-    y = emulate_rows(x, t, p) if p.kind == "rows" else emulate_transpose(x, t, p, itemsize)
+    emulate = {"rows": emulate_rows, "shifted": emulate_shifted}.get(p.kind)
+    y = emulate(x, t, p) if emulate else emulate_transpose(x, t, p, itemsize)
     expected = np.transpose(x, [src.index(ch) for ch in dst]).reshape(t.p, t.d, t.m, t.a)
     np.testing.assert_array_equal(y, expected)
 
@@ -277,6 +371,12 @@ def test_every_row_plan_holds_the_whole_row(length, dtype, backward):
     elif launch.kind == "cluster":
         nt, vpt, v, cl = map(int, args[1:5])
         assert cl * nt * vpt * v >= length and launch.grid == 3 * cl and 2 <= cl <= 8
+    elif launch.kind == "cluster_online":
+        nt, vpt, v, cl = map(int, args[0:4])
+        assert dtype == "float16" and not backward
+        assert cl * nt * vpt * v >= length and launch.grid == 3 * cl and 2 <= cl <= 8 and nt == launch.block
+    else:
+        assert launch.kind == "stream"
 
 
 def _inner_args(launch):
@@ -302,6 +402,24 @@ def test_the_raw_cluster_kernel_is_the_cluster_kernel_keeping_the_row_as_loaded(
                                                                                                    plain.block)
     backward = softmax.plan_rows(1024, 131072, "float16", backward=True, kernel="cluster_raw")
     assert backward.name_expr == softmax.plan_rows(1024, 131072, "float16", backward=True, kernel="cluster").name_expr
+
+
+def test_long_float16_rows_keep_exponentials_as_halves_and_exchange_once_per_cluster():
+    online = softmax.plan_rows(1024, 131072, "float16")
+    raw = softmax.plan_rows(1024, 131072, "float16", kernel="cluster_raw")
+    assert online.kind == "cluster_online" and online.name_expr == "softmax_rows_online<256,8,8,8>"
+    assert (online.grid, online.block) == (raw.grid, raw.block)  # the same blocks and elements per thread
+    # float32 and the backward pass have no online form: the plain cluster kernel
+    for dtype, backward in (("float32", False), ("float16", True)):
+        assert softmax.plan_rows(16, 40000, dtype, backward, kernel="cluster_online").name_expr == softmax.plan_rows(
+            16, 40000, dtype, backward, kernel="cluster").name_expr
+    with pytest.raises(InputError, match="kernel"):
+        softmax.plan_rows(16, 40000, "float16", cc=80, kernel="cluster_online")
+
+
+def test_bigger_online_blocks_make_smaller_clusters(monkeypatch):
+    monkeypatch.setattr(softmax, "ONLINE_NT", 512)
+    assert softmax.plan_rows(1024, 131072, "float16").name_expr == "softmax_rows_online<512,8,8,4>"
 
 
 def test_unknown_row_kernel_is_refused():
