@@ -123,6 +123,24 @@ def test_layout_transform_of_a_misaligned_view_drops_to_narrow_accesses(cp, rng)
     np.testing.assert_array_equal(cp.asnumpy(y), cp.asnumpy(x).transpose(1, 2, 3, 0))
 
 
+@pytest.mark.parametrize("offset", [0, 1, 3])   # elements past a 256-byte boundary, both ends
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("src,dst", [("NCHW", "NHWC"), ("NHWC", "NCHW"), ("NCHW", "CHWN"), ("NHWC", "NHWC")])
+def test_a_prepared_launcher_on_raw_pointers_transposes_like_transform_layout(cp, rng, src, dst, dtype, offset):
+    from ucudnn.kernels.layout import launcher, output_shape
+
+    shape = (7, 5, 11, 13) if src == "NCHW" else (7, 11, 13, 5)
+    n = int(np.prod(shape))
+    x = cp.asarray(rng.standard_normal(n + offset).astype(dtype))[offset:]
+    y = cp.full(n + offset, np.nan, dtype=dtype)[offset:]
+    launch = launcher(shape, np.dtype(dtype).itemsize, src, dst)
+    for _ in range(2):   # the second call takes the cached plan
+        launch(x.data.ptr, y.data.ptr)
+    perm = [src.index(c) for c in dst]
+    np.testing.assert_array_equal(cp.asnumpy(y).reshape(output_shape(shape, src, dst)),
+                                  cp.asnumpy(x).reshape(shape).transpose(perm))
+
+
 def test_layout_transform_of_a_non_contiguous_input_and_same_layout(cp, rng):
     from ucudnn.kernels import transform_layout
 

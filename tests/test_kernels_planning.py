@@ -550,3 +550,16 @@ def test_a_corrupt_tuning_file_is_replaced_not_fatal():
     assert autotune.lookup("dev", "k") is None
     autotune.record("dev", "k", (1, 1), {(1, 1): 1.0})
     assert json.loads(path.read_text())["devices"]["dev"]["k"]["choice"] == [1, 1]
+
+
+def test_a_launcher_is_planned_without_a_gpu_and_refuses_bad_shapes_and_element_sizes():
+    from ucudnn.kernels.layout import launcher
+
+    assert callable(launcher((2, 3, 4, 5), 4, "NCHW", "NHWC"))
+    with pytest.raises(InputError, match="4 non-negative sizes"):
+        launcher((2, 3, 4), 4, "NCHW", "NHWC")
+    with pytest.raises(InputError, match="element size 3"):
+        launcher((2, 3, 4, 5), 3, "NCHW", "NHWC")
+    with pytest.raises(InputError):
+        launcher((2, 3, 4, 5), 4, "NCHW", "NWHC")
+

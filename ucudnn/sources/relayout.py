@@ -18,7 +18,10 @@ as execution runs it.  ``via`` keeps the inner time, the transforms' time
 and their sum, which under-predicted small micro-batches (host-bound: four
 transform launches per step) by up to 1.7x on an H100.  To the planner it
 is one more (micro-batch, time, workspace) row, so WR picks it only where
-it wins.  The measurement says what it wraps
+it wins.  A step's transforms are prepared launchers on raw pointers
+(:func:`ucudnn.kernels.layout.launcher`): through ``transform_layout`` and
+array views a step cost 200-265 us of host time on an H100 host, several
+times the transforms' GPU work, and relayout never won.  The measurement says what it wraps
 under ``via`` (layout, inner source, inner time, transform time), and keeps
 the inner ``algo``, ``math_type`` and ``engine`` from which the inner
 configuration is rebuilt at execution.
@@ -66,6 +69,8 @@ class RelayoutSource(Prepared):
     # -- measuring ---------------------------------------------------------------------------
     def measure(self, op: str, problem: ConvProblem, ops: Operands, workspace: int,
                 settings: BenchSettings) -> tuple[list[Measurement], list[Skipped]]:
+        from ucudnn.kernels.layout import launcher
+
         from ..gpu import cupy, cupy_dtype
 
         mb = problem.n
@@ -74,19 +79,21 @@ class RelayoutSource(Prepared):
         cp = cupy()
         p2 = other_layout(problem)
         dt = cupy_dtype(problem.dtype)
-        src = [_view(ptr, shape, dt) for ptr, shape in zip((ops.a, ops.b, ops.out), problem.operand_shapes(op))]
         try:
             dst = [cp.empty(shape, dtype=dt) for shape in p2.operand_shapes(op)]
         except cp.cuda.memory.OutOfMemoryError as e:
             return [], [Skipped(mb, None, None, f"relayout: out of memory for the transformed operands: {e}")]
         into = problem.layout, p2.layout
+        there = [launcher(shape, dt.itemsize, *into) for shape in problem.operand_shapes(op)]
+        back = launcher(p2.operand_shapes(op)[2], dt.itemsize, *reversed(into))
+        src = (ops.a, ops.b, ops.out)
 
         def transforms() -> None:
-            _transform(src[0], dst[0], *into)
-            _transform(src[1], dst[1], *into)
+            there[0](src[0], dst[0].data.ptr)
+            there[1](src[1], dst[1].data.ptr)
             if op == "backward_filter":   # accumulating micro-batches bring the output in as well
-                _transform(src[2], dst[2], *into)
-            _transform(dst[2], src[2], *reversed(into))
+                there[2](src[2], dst[2].data.ptr)
+            back(dst[2].data.ptr, src[2])
 
         t_transform = time_ms(transforms, repeat=max(1, settings.repeat), warmup=1,
                               min_sample_ms=settings.min_sample_ms)
@@ -121,6 +128,8 @@ class RelayoutSource(Prepared):
 
     # -- running -----------------------------------------------------------------------------
     def prepare(self, op: str, problem: ConvProblem, config: Measurement) -> Launch:
+        from ucudnn.kernels.layout import launcher
+
         from ..errors import UcudnnError
         from ..gpu import cupy_dtype
         from . import registry
@@ -137,38 +146,22 @@ class RelayoutSource(Prepared):
                                 max(0, config.workspace_bytes - moved), inner.name, config.engine,
                                 {k: v for k, v in config.extra.items() if k != "via"})
         inner_launch = inner.prepare(op, p2, inner_cfg)
-        shapes, shapes2 = problem.operand_shapes(op), p2.operand_shapes(op)
         into = problem.layout, p2.layout
+        # one prepared transform per operand and direction: a step's host work is five launches, no array objects
+        there = [launcher(shape, dt.itemsize, *into) for shape in problem.operand_shapes(op)]
+        back = launcher(p2.operand_shapes(op)[2], dt.itemsize, *reversed(into))
+        offsets = (0, segs[0], segs[0] + segs[1])
 
         def launch(ops: Operands, workspace: int, workspace_bytes: int, alpha: float, beta: float) -> None:
             if workspace_bytes < moved:
                 raise UcudnnError(f"relayout needs {moved} bytes of workspace for the transformed operands, "
                                   f"got {workspace_bytes}")
-            src = [_view(ptr, shape, dt) for ptr, shape in zip((ops.a, ops.b, ops.out), shapes)]
-            offs = (workspace, workspace + segs[0], workspace + segs[0] + segs[1])
-            dst = [_view(ptr, shape, dt) for ptr, shape in zip(offs, shapes2)]
-            _transform(src[0], dst[0], *into)
-            _transform(src[1], dst[1], *into)
+            a, b, out = (workspace + o for o in offsets)
+            there[0](ops.a, a)
+            there[1](ops.b, b)
             if beta != 0.0:
-                _transform(src[2], dst[2], *into)
-            inner_launch(Operands(*offs), workspace + moved, workspace_bytes - moved, alpha, beta)
-            _transform(dst[2], src[2], *reversed(into))
+                there[2](ops.out, out)
+            inner_launch(Operands(a, b, out), workspace + moved, workspace_bytes - moved, alpha, beta)
+            back(out, ops.out)
 
         return launch
-
-
-def _view(ptr: int, shape: tuple[int, ...], dtype: Any) -> Any:
-    """A CuPy array over device memory ucudnn does not own (a caller's tensor or a workspace slice)."""
-    from ..gpu import cupy
-
-    cp = cupy()
-    nbytes = math.prod(shape) * dtype.itemsize
-    # the device id given: CuPy would otherwise ask the driver for the pointer's attributes on every call
-    mem = cp.cuda.UnownedMemory(ptr, max(nbytes, 1), None, cp.cuda.runtime.getDevice())
-    return cp.ndarray(shape, dtype=dtype, memptr=cp.cuda.MemoryPointer(mem, 0))
-
-
-def _transform(src: Any, dst: Any, src_layout: str, dst_layout: str) -> None:
-    from ucudnn.kernels.layout import transform_layout
-
-    transform_layout(src, src_layout, dst_layout, out=dst)
