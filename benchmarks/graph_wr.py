@@ -257,8 +257,10 @@ def summarize(results: str) -> None:
                      "date": d["provenance"]["date"], "device": d["provenance"].get("device")})
     md = ("# Graph-API engines: summary of graph_wr results\n\n"
           "Measured totals (ms, sum over a network's distinct conv kernels x 3 ops; each row from one run, side by "
-          "side). Bar: WR legacy+graph at 64 MiB per kernel faster than PyTorch (cudnn.benchmark, unbounded "
-          "workspace, same numerics).\n\n"
+          "side); a plan's measured time is, per kernel, the lower of two executed passes (each the median of timed "
+          "samples); both passes' totals are in each combination's own file. Bar: WR legacy+graph at 64 MiB per "
+          "kernel faster than PyTorch (cudnn.benchmark, unbounded workspace, same numerics). Findings and caveats: "
+          "graph_wr_notes.md.\n\n"
           "| network | dtype | layout | numerics | undivided legacy | WR legacy | WR legacy+graph | PyTorch | "
           "WR legacy+graph vs PyTorch | WR + relayout (sources) | vs PyTorch | benchmarking s (legacy + graph "
           "[+ relayout]) | graph pruning |\n"

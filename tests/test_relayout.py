@@ -133,3 +133,30 @@ def test_a_relayout_measurement_naming_an_unknown_layout_is_refused_naming_the_f
     with pytest.raises(TableError) as e:
         BenchmarkTable.loads(t.to_json())
     assert "measurements[0].via.layout" in str(e.value)
+
+
+# --- a table recorded on an H100 (benchmarks/graph_wr.py --relayout legacy,graph --tables-out) --------------
+RECORDED = (__import__("pathlib").Path(__file__).parent / "fixtures"
+            / "alexnet-b256-float32-NHWC-strict-legacy-graph-relayout-h100.json.gz")
+
+
+def test_recorded_relayout_measurements_say_what_they_wrap_and_count_the_moved_operands():
+    t = BenchmarkTable.load(RECORDED)
+    relayed = [(k, m) for k in t.kernels for m in k.measurements if m.source == "relayout"]
+    assert relayed and {m.extra["via"]["source"] for _, m in relayed} == {"legacy", "graph"}
+    for k, m in relayed:
+        assert m.extra["via"]["layout"] == "NCHW"
+        moved = sum(segments(k.op, other_layout(k.problem.with_batch(m.micro_batch)), 4))
+        assert m.workspace_bytes >= moved
+
+
+def test_wr_on_the_recorded_table_runs_some_micro_batches_in_the_other_layout_within_the_limit():
+    t = BenchmarkTable.load(RECORDED)
+    wr = plan(t, "wr", workspace_limit=64 << 20, batch_policy="powerOfTwo")
+    assert all(k.workspace_bytes <= 64 << 20 and k.batch == 256 for k in wr.kernels)
+    assert any(c.source == "relayout" for k in wr.kernels for c in k.configs)
+    native = BenchmarkTable(t.device, t.cudnn_version, [
+        KernelBench(k.name, k.op, k.problem, [m for m in k.measurements if m.source != "relayout"], k.skipped,
+                    k.benchmark_seconds) for k in t.kernels], t.numerics, dict(t.extra))
+    without = plan(native, "wr", workspace_limit=64 << 20, batch_policy="powerOfTwo")
+    assert wr.total_time_ms < without.total_time_ms   # more configurations never plan slower; here they win
