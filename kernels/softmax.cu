@@ -130,29 +130,11 @@ __device__ __forceinline__ float cluster_reduce(float v, float* slot) {
     return MAX ? group_max<32>(w) : group_sum<32>(w);
 }
 
-// Forward only, the row kept in registers as loaded (RAW): half precision takes half the registers
-// of float32 values, so more blocks fit per SM (more bytes in flight), at the price of computing
-// each exponential twice (sum, then store).
-// CS: streaming cache hints (ld.global.cs / st.global.cs, evict-first): every byte is touched once.
-// Half precision in 16-byte vectors takes its maximum on packed pairs (max.f16x2, NaN-ignoring like
-// fmaxf, exact): half the instructions of converting every element first.
-template <typename T, int NT, int VPT, int V, int CL, bool CS>
-__device__ __forceinline__ void rows_block_body_raw(const T* __restrict__ a, T* __restrict__ out, int L,
-                                                    long long row, int rank) {
-    __shared__ float red_a[NT / 32], red_b[NT / 32];
-    __shared__ float part[2];
-    const int nvec = L / V;
-    const long long base = row * (long long)L;
-    const int j0 = rank * NT * VPT;
-    Pack<T, V> raw[VPT];
-#pragma unroll
-    for (int i = 0; i < VPT; ++i) {
-        const int j = j0 + i * NT + threadIdx.x;
-        if (j < nvec) {
-            if constexpr (CS) load_stream(raw[i], a + base + (long long)j * V);
-            else raw[i].load(a + base + (long long)j * V);
-        }
-    }
+// The maximum over one thread's loaded vectors (those inside the row). Half precision in 16-byte
+// vectors takes it on packed pairs (max.f16x2, NaN-ignoring like fmaxf, exact): half the
+// instructions of converting every element first.
+template <typename T, int NT, int VPT, int V>
+__device__ __forceinline__ float thread_max(const Pack<T, V> (&raw)[VPT], int j0, int nvec) {
     float m = neg_inf();
     if constexpr (sizeof(T) == 2 && V == 8) {
         unsigned int mm = 0xFC00FC00u;  // (-inf, -inf)
@@ -172,6 +154,31 @@ __device__ __forceinline__ void rows_block_body_raw(const T* __restrict__ a, T* 
                 for (int k = 0; k < V; ++k) m = fmaxf(m, to_float(raw[i].e[k]));
             }
     }
+    return m;
+}
+
+// Forward only, the row kept in registers as loaded (RAW): half precision takes half the registers
+// of float32 values, so more blocks fit per SM (more bytes in flight), at the price of computing
+// each exponential twice (sum, then store).
+// CS: streaming cache hints (ld.global.cs / st.global.cs, evict-first): every byte is touched once.
+template <typename T, int NT, int VPT, int V, int CL, bool CS>
+__device__ __forceinline__ void rows_block_body_raw(const T* __restrict__ a, T* __restrict__ out, int L,
+                                                    long long row, int rank) {
+    __shared__ float red_a[NT / 32], red_b[NT / 32];
+    __shared__ float part[2];
+    const int nvec = L / V;
+    const long long base = row * (long long)L;
+    const int j0 = rank * NT * VPT;
+    Pack<T, V> raw[VPT];
+#pragma unroll
+    for (int i = 0; i < VPT; ++i) {
+        const int j = j0 + i * NT + threadIdx.x;
+        if (j < nvec) {
+            if constexpr (CS) load_stream(raw[i], a + base + (long long)j * V);
+            else raw[i].load(a + base + (long long)j * V);
+        }
+    }
+    float m = thread_max<T, NT, VPT, V>(raw, j0, nvec);
     m = block_reduce<NT, true>(m, red_a);
     if constexpr (CL > 1) m = cluster_reduce<CL, true>(m, &part[0]);
     float s = 0.f;
@@ -225,25 +232,7 @@ __device__ __forceinline__ void rows_block_body_online(const half_t* __restrict_
         const int j = j0 + i * NT + threadIdx.x;
         if (j < nvec) raw[i].load(a + base + (long long)j * V);
     }
-    float m = neg_inf();
-    if constexpr (V == 8) {
-        unsigned int mm = 0xFC00FC00u;  // (-inf, -inf)
-#pragma unroll
-        for (int i = 0; i < VPT; ++i)
-            if (j0 + i * NT + (int)threadIdx.x < nvec) {
-                const unsigned int w[4] = {raw[i].raw.x, raw[i].raw.y, raw[i].raw.z, raw[i].raw.w};
-#pragma unroll
-                for (int k = 0; k < 4; ++k) asm("max.f16x2 %0, %0, %1;" : "+r"(mm) : "r"(w[k]));
-            }
-        m = fmaxf(to_float(half_t{(unsigned short)(mm & 0xFFFFu)}), to_float(half_t{(unsigned short)(mm >> 16)}));
-    } else {
-#pragma unroll
-        for (int i = 0; i < VPT; ++i)
-            if (j0 + i * NT + (int)threadIdx.x < nvec) {
-#pragma unroll
-                for (int k = 0; k < V; ++k) m = fmaxf(m, to_float(raw[i].e[k]));
-            }
-    }
+    float m = thread_max<half_t, NT, VPT, V>(raw, j0, nvec);
     m = block_reduce<NT, true>(m, red_a);
     const float mb = m == neg_inf() ? 0.f : m;
     float s = 0.f;
