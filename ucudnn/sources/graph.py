@@ -632,20 +632,21 @@ class GraphSource(Prepared):
 
         def launch(ops: Operands, workspace: int, workspace_bytes: int, alpha: float, beta: float) -> None:
             plan = built if device_now() == device else self.plan_for(op, problem, ident)
+            if workspace_bytes < plan.engine_bytes:
+                raise UcudnnError(f"graph engine {ident.tag} needs {plan.engine_bytes} bytes of workspace, "
+                                  f"got {workspace_bytes}")
             if alpha == 1.0 and beta == 0.0 and not (ops.a | ops.b | ops.out) % ALIGNMENT:
-                if workspace_bytes < plan.engine_bytes:
-                    raise UcudnnError(f"graph engine {ident.tag} needs {plan.engine_bytes} bytes of workspace, "
-                                      f"got {workspace_bytes}")
                 self._execute(plan, ops.a, ops.b, ops.out, workspace)
             else:
-                self._run_staged(op, problem, ident, plan, nbytes, ops, workspace, workspace_bytes, alpha, beta)
+                self._run_staged(op, problem, plan, nbytes, ops, workspace, workspace_bytes, alpha, beta)
 
         return launch
 
-    def _run_staged(self, op: str, problem: ConvProblem, ident: EngineIdentity, built: _Built,
-                    nbytes: tuple[int, int, int], ops: Operands, workspace: int, workspace_bytes: int,
-                    alpha: float, beta: float) -> None:
-        """Misaligned operands or a blend (module doc: scratch, staging); ``nbytes``: sizes of (a, b, out)."""
+    def _run_staged(self, op: str, problem: ConvProblem, built: _Built, nbytes: tuple[int, int, int],
+                    ops: Operands, workspace: int, workspace_bytes: int, alpha: float, beta: float) -> None:
+        """Misaligned operands or a blend (module doc: scratch, staging); ``nbytes``: sizes of (a, b, out).
+
+        The caller has checked that the workspace holds the engine's own."""
         from ..arena import align_up
 
         a, b = ops.a, ops.b
@@ -657,9 +658,6 @@ class GraphSource(Prepared):
         if workspace_bytes >= align_up(built.engine_bytes) + out_bytes:
             scratch = workspace + align_up(built.engine_bytes)
         else:  # forward / backward data with a caller's alpha, beta: not planned for; borrow from CuPy's pool
-            if workspace_bytes < built.engine_bytes:
-                raise UcudnnError(f"graph engine {ident.tag} needs {built.engine_bytes} bytes of workspace, "
-                                  f"got {workspace_bytes}")
             scratch = self._temp(out_bytes, temps)
         self._execute(built, a, b, scratch, workspace)
         self._blend(op, problem, scratch, ops.out, alpha, beta)

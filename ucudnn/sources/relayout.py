@@ -69,8 +69,6 @@ class RelayoutSource(Prepared):
     # -- measuring ---------------------------------------------------------------------------
     def measure(self, op: str, problem: ConvProblem, ops: Operands, workspace: int,
                 settings: BenchSettings) -> tuple[list[Measurement], list[Skipped]]:
-        from ucudnn.kernels.layout import launcher
-
         from ..gpu import cupy, cupy_dtype
 
         mb = problem.n
@@ -83,9 +81,7 @@ class RelayoutSource(Prepared):
             dst = [cp.empty(shape, dtype=dt) for shape in p2.operand_shapes(op)]
         except cp.cuda.memory.OutOfMemoryError as e:
             return [], [Skipped(mb, None, None, f"relayout: out of memory for the transformed operands: {e}")]
-        into = problem.layout, p2.layout
-        there = [launcher(shape, dt.itemsize, *into) for shape in problem.operand_shapes(op)]
-        back = launcher(p2.operand_shapes(op)[2], dt.itemsize, *reversed(into))
+        there, back = _transforms(op, problem, p2, dt.itemsize)
         src = (ops.a, ops.b, ops.out)
 
         def transforms() -> None:
@@ -128,8 +124,6 @@ class RelayoutSource(Prepared):
 
     # -- running -----------------------------------------------------------------------------
     def prepare(self, op: str, problem: ConvProblem, config: Measurement) -> Launch:
-        from ucudnn.kernels.layout import launcher
-
         from ..errors import UcudnnError
         from ..gpu import cupy_dtype
         from . import registry
@@ -146,10 +140,7 @@ class RelayoutSource(Prepared):
                                 max(0, config.workspace_bytes - moved), inner.name, config.engine,
                                 {k: v for k, v in config.extra.items() if k != "via"})
         inner_launch = inner.prepare(op, p2, inner_cfg)
-        into = problem.layout, p2.layout
-        # one prepared transform per operand and direction: a step's host work is five launches, no array objects
-        there = [launcher(shape, dt.itemsize, *into) for shape in problem.operand_shapes(op)]
-        back = launcher(p2.operand_shapes(op)[2], dt.itemsize, *reversed(into))
+        there, back = _transforms(op, problem, p2, dt.itemsize)
         offsets = (0, segs[0], segs[0] + segs[1])
 
         def launch(ops: Operands, workspace: int, workspace_bytes: int, alpha: float, beta: float) -> None:
@@ -165,3 +156,14 @@ class RelayoutSource(Prepared):
             back(out, ops.out)
 
         return launch
+
+
+def _transforms(op: str, problem: ConvProblem, p2: ConvProblem, itemsize: int) -> tuple[list[Any], Any]:
+    """Prepared transforms of ``op``'s (a, b, out) into ``p2``'s layout, and of out back: a step's host work is
+    then a few launches on raw pointers, no array objects."""
+    from ucudnn.kernels.layout import launcher
+
+    into = problem.layout, p2.layout
+    there = [launcher(shape, itemsize, *into) for shape in problem.operand_shapes(op)]
+    return there, launcher(p2.operand_shapes(op)[2], itemsize, *reversed(into))
+
