@@ -126,6 +126,18 @@ layout_transpose(const T* __restrict__ x, T* __restrict__ y, int A, int M, int D
     }
 }
 
+// The tile a rows kernel's block moves, as (p, tile along a, tile along d): blocks run along d first.
+struct RowsTile {
+    int p, ta, td;
+};
+__device__ __forceinline__ RowsTile rows_tile(int tiles_a, int tiles_d) {
+    unsigned int b = blockIdx.x;
+    const int td = b % tiles_d;
+    b /= tiles_d;
+    const int ta = b % tiles_a;
+    return {(int)(b / tiles_a), ta, td};
+}
+
 // x[P][A][M = 1][D] -> y[P][D][A] when y's rows (length A) are not a multiple of VO elements: the
 // rows start at every alignment, so the tile kernel above would store single elements.  Here y is
 // cut along its flat index instead: row r = p * D + d owns [align(r * A), align((r + 1) * A)), where
@@ -148,11 +160,7 @@ layout_rows_aligned(const T* __restrict__ x, T* __restrict__ y, int A, int D, in
     static_assert(TD % VI == 0 && TA % VO == 0 && NV % 8 == 0, "tile shape");
     __shared__ T sh[LA * SD];
 
-    unsigned int b = blockIdx.x;
-    const int td = b % tiles_d;
-    b /= tiles_d;
-    const int ta = b % tiles_a;
-    const int p = (int)(b / tiles_a);
+    const auto [p, ta, td] = rows_tile(tiles_a, tiles_d);
     const int a0 = ta * TA, d0 = td * TD;
     const int rd = min(TD, D - d0);
     const long long R = (long long)P * D;
@@ -235,11 +243,7 @@ layout_rows_shifted(const T* __restrict__ x, T* __restrict__ y, int A, int D, in
     static_assert((VO & (VO - 1)) == 0 && TD <= NT && (!BULK || VO * sizeof(T) == 16), "vectors of 16 bytes");
     __shared__ __align__(16) T sh[TD * SA];
 
-    unsigned int b = blockIdx.x;
-    const int td = b % tiles_d;
-    b /= tiles_d;
-    const int ta = b % tiles_a;
-    const int p = (int)(b / tiles_a);
+    const auto [p, ta, td] = rows_tile(tiles_a, tiles_d);
     const int a0 = ta * TA, d0 = td * TD;
     const int a1 = min(a0 + TA, A), rd = min(TD, D - d0);
     const long long r0 = (long long)p * D + d0;  // y's row of dd = 0

@@ -33,20 +33,14 @@ __device__ __forceinline__ void store_vec(T* p, const float* src) {
     pk.store(p);
 }
 
-// ---------------------------------------------------------------------------------------------
-template <typename T, int LANES, int VPL, int V, int NT, bool BWD>
-__global__ void __launch_bounds__(NT)
-softmax_rows_warp(const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ out, long long R, int L) {
-    constexpr int E = VPL * V;
-    const int lane = threadIdx.x % LANES;
-    const long long row = (long long)blockIdx.x * (NT / LANES) + threadIdx.x / LANES;
-    const bool active = row < R;
-    const int nvec = L / V;
-    const long long base = row * (long long)L;
-    float va[E], vb[BWD ? E : 1];
+// Vectors first, first + stride, ... (N of them) of one row into registers.  Slots past the row (or of
+// an inactive thread) hold what leaves the reductions unchanged: -inf forward (exp gives 0), 0 backward.
+template <typename T, int V, int N, bool BWD>
+__device__ __forceinline__ void load_row(float* va, float* vb, const T* __restrict__ a, const T* __restrict__ b,
+                                         long long base, int first, int stride, bool active, int nvec) {
 #pragma unroll
-    for (int i = 0; i < VPL; ++i) {
-        const int j = i * LANES + lane;
+    for (int i = 0; i < N; ++i) {
+        const int j = first + i * stride;
         if (active && j < nvec) {
             load_vec<T, V>(va + i * V, a + base + (long long)j * V);
             if constexpr (BWD) load_vec<T, V>(vb + i * V, b + base + (long long)j * V);
@@ -58,33 +52,62 @@ softmax_rows_warp(const T* __restrict__ a, const T* __restrict__ b, T* __restric
             }
         }
     }
+}
+
+template <typename T, int V, int N>
+__device__ __forceinline__ void store_row(T* __restrict__ out, const float* va, long long base, int first, int stride,
+                                          bool active, int nvec) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+        const int j = first + i * stride;
+        if (active && j < nvec) store_vec<T, V>(out + base + (long long)j * V, va + i * V);
+    }
+}
+
+// Softmax of a row whose threads hold E of its values each in registers: forward va <- exp(va - max) / sum,
+// backward va <- va * (vb - sum(va * vb)).  Reducing across those threads is the caller's: row_max for the
+// maximum, row_sum for the forward sum and row_dot for the backward one (each may use its own scratch).
+template <int E, bool BWD, typename Max, typename Sum, typename Dot>
+__device__ __forceinline__ void softmax_regs(float* va, const float* vb, Max row_max, Sum row_sum, Dot row_dot) {
     if constexpr (!BWD) {
         float m = neg_inf();
 #pragma unroll
         for (int e = 0; e < E; ++e) m = fmaxf(m, va[e]);
-        m = group_max<LANES>(m);
+        m = row_max(m);
         float s = 0.f;
 #pragma unroll
         for (int e = 0; e < E; ++e) {  // padding slots hold -inf: exp gives 0
             va[e] = exp_shifted(va[e], m);
             s += va[e];
         }
-        const float inv = 1.f / group_sum<LANES>(s);
+        const float inv = 1.f / row_sum(s);
 #pragma unroll
         for (int e = 0; e < E; ++e) va[e] *= inv;
     } else {
         float dot = 0.f;
 #pragma unroll
         for (int e = 0; e < E; ++e) dot = fmaf(va[e], vb[e], dot);
-        dot = group_sum<LANES>(dot);
+        dot = row_dot(dot);
 #pragma unroll
         for (int e = 0; e < E; ++e) va[e] *= vb[e] - dot;
     }
-#pragma unroll
-    for (int i = 0; i < VPL; ++i) {
-        const int j = i * LANES + lane;
-        if (active && j < nvec) store_vec<T, V>(out + base + (long long)j * V, va + i * V);
-    }
+}
+
+// ---------------------------------------------------------------------------------------------
+template <typename T, int LANES, int VPL, int V, int NT, bool BWD>
+__global__ void __launch_bounds__(NT)
+softmax_rows_warp(const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ out, long long R, int L) {
+    constexpr int E = VPL * V;
+    const int lane = threadIdx.x % LANES;
+    const long long row = (long long)blockIdx.x * (NT / LANES) + threadIdx.x / LANES;
+    const bool active = row < R;
+    const int nvec = L / V;
+    const long long base = row * (long long)L;
+    float va[E], vb[BWD ? E : 1];
+    load_row<T, V, VPL, BWD>(va, vb, a, b, base, lane, LANES, active, nvec);
+    const auto row_sum = [](float v) { return group_sum<LANES>(v); };
+    softmax_regs<E, BWD>(va, vb, [](float v) { return group_max<LANES>(v); }, row_sum, row_sum);
+    store_row<T, V, VPL>(out, va, base, lane, LANES, active, nvec);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -157,6 +180,15 @@ __device__ __forceinline__ float thread_max(const Pack<T, V> (&raw)[VPT], int j0
     return m;
 }
 
+// One value per thread reduced over the row's threads: the block (``red``: one slot per warp), then,
+// with CL > 1, the cluster (``slot``: this block's partial, read by the others).
+template <int NT, int CL, bool MAX>
+__device__ __forceinline__ float row_reduce(float v, float* red, float* slot) {
+    v = block_reduce<NT, MAX>(v, red);
+    if constexpr (CL > 1) v = cluster_reduce<CL, MAX>(v, slot);
+    return v;
+}
+
 // Forward only, the row kept in registers as loaded (RAW): half precision takes half the registers
 // of float32 values, so more blocks fit per SM (more bytes in flight), at the price of computing
 // each exponential twice (sum, then store).
@@ -179,8 +211,7 @@ __device__ __forceinline__ void rows_block_body_raw(const T* __restrict__ a, T* 
         }
     }
     float m = thread_max<T, NT, VPT, V>(raw, j0, nvec);
-    m = block_reduce<NT, true>(m, red_a);
-    if constexpr (CL > 1) m = cluster_reduce<CL, true>(m, &part[0]);
+    m = row_reduce<NT, CL, true>(m, red_a, &part[0]);
     float s = 0.f;
 #pragma unroll
     for (int i = 0; i < VPT; ++i)
@@ -188,8 +219,7 @@ __device__ __forceinline__ void rows_block_body_raw(const T* __restrict__ a, T* 
 #pragma unroll
             for (int k = 0; k < V; ++k) s += exp_shifted(to_float(raw[i].e[k]), m);
         }
-    s = block_reduce<NT, false>(s, red_b);
-    if constexpr (CL > 1) s = cluster_reduce<CL, false>(s, &part[1]);
+    s = row_reduce<NT, CL, false>(s, red_b, &part[1]);
     const float inv = 1.f / s;
     if constexpr (CL > 1) cluster_arrive();
 #pragma unroll
@@ -288,55 +318,16 @@ __device__ __forceinline__ void rows_block_body(const T* __restrict__ a, const T
     __shared__ float part[2];
     const int nvec = L / V;
     const long long base = row * (long long)L;
-    const int j0 = rank * NT * VPT;
+    const int j0 = rank * NT * VPT + threadIdx.x;
     float va[E], vb[BWD ? E : 1];
-#pragma unroll
-    for (int i = 0; i < VPT; ++i) {
-        const int j = j0 + i * NT + threadIdx.x;
-        if (j < nvec) {
-            load_vec<T, V>(va + i * V, a + base + (long long)j * V);
-            if constexpr (BWD) load_vec<T, V>(vb + i * V, b + base + (long long)j * V);
-        } else {
-#pragma unroll
-            for (int k = 0; k < V; ++k) {
-                va[i * V + k] = BWD ? 0.f : neg_inf();
-                if constexpr (BWD) vb[i * V + k] = 0.f;
-            }
-        }
-    }
-    if constexpr (!BWD) {
-        float m = neg_inf();
-#pragma unroll
-        for (int e = 0; e < E; ++e) m = fmaxf(m, va[e]);
-        m = block_reduce<NT, true>(m, red_a);
-        if constexpr (CL > 1) m = cluster_reduce<CL, true>(m, &part[0]);
-        float s = 0.f;
-#pragma unroll
-        for (int e = 0; e < E; ++e) {
-            va[e] = exp_shifted(va[e], m);
-            s += va[e];
-        }
-        s = block_reduce<NT, false>(s, red_b);
-        if constexpr (CL > 1) s = cluster_reduce<CL, false>(s, &part[1]);
-        const float inv = 1.f / s;
-#pragma unroll
-        for (int e = 0; e < E; ++e) va[e] *= inv;
-    } else {
-        float dot = 0.f;
-#pragma unroll
-        for (int e = 0; e < E; ++e) dot = fmaf(va[e], vb[e], dot);
-        dot = block_reduce<NT, false>(dot, red_a);
-        if constexpr (CL > 1) dot = cluster_reduce<CL, false>(dot, &part[0]);
-#pragma unroll
-        for (int e = 0; e < E; ++e) va[e] *= vb[e] - dot;
-    }
+    load_row<T, V, VPT, BWD>(va, vb, a, b, base, j0, NT, true, nvec);
+    softmax_regs<E, BWD>(
+        va, vb, [&](float v) { return row_reduce<NT, CL, true>(v, red_a, &part[0]); },
+        [&](float v) { return row_reduce<NT, CL, false>(v, red_b, &part[1]); },
+        [&](float v) { return row_reduce<NT, CL, false>(v, red_a, &part[0]); });
     // Done reading the other blocks' shared memory: let them go once they have stored.
     if constexpr (CL > 1) cluster_arrive();
-#pragma unroll
-    for (int i = 0; i < VPT; ++i) {
-        const int j = j0 + i * NT + threadIdx.x;
-        if (j < nvec) store_vec<T, V>(out + base + (long long)j * V, va + i * V);
-    }
+    store_row<T, V, VPT>(out, va, base, j0, NT, true, nvec);
     if constexpr (CL > 1) cluster_wait();
 }
 
