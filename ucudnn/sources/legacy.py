@@ -73,13 +73,12 @@ class LegacySource(Prepared):
         return measured, skipped
 
     def prepare(self, op: str, problem: ConvProblem, config: Measurement) -> Launch:
-        d = descriptors(problem, config.math_type)   # held by the launcher: it outlives the descriptor cache
+        d = descriptors(problem, config.math_type)   # the launcher refers to d, so d outlives the descriptor cache
         a, b, out = d.operands(op)
-        conv, algo = d.conv, int(config.algo)
+        algo = int(config.algo)
         call = cudnn.convolution
 
         def launch(ops: Operands, workspace: int, workspace_bytes: int, alpha: float, beta: float) -> None:
-            call(handle(), op, alpha, a, ops.a, b, ops.b, conv, algo, workspace, workspace_bytes, beta, out, ops.out)
+            call(handle(), op, alpha, a, ops.a, b, ops.b, d.conv, algo, workspace, workspace_bytes, beta, out, ops.out)
 
-        launch.descriptors = d  # type: ignore[attr-defined]
         return launch
