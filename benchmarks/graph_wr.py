@@ -89,6 +89,29 @@ def pruned(table, top_k=None, margin=None):
     return BenchmarkTable(table.device, table.cudnn_version, kernels, table.numerics, dict(table.extra)), cost
 
 
+def by_kernel(kernels, source, args, numerics, deadline, log=False):
+    """``source``'s table of ``kernels`` measured kernel by kernel (progress in the log, and a deadline), and the
+    seconds it took."""
+    import cupy as cp
+
+    from ucudnn.measure import benchmark
+    from ucudnn.table import BenchmarkTable
+
+    t0 = time.perf_counter()
+    tables = []
+    for i, k in enumerate(kernels):
+        if time.perf_counter() > deadline:
+            raise TimeoutError(f"deadline reached while benchmarking the {source.name} source "
+                               f"({i}/{len(kernels)} kernels)")
+        tk = time.perf_counter()
+        tables.append(benchmark([k], args.batch_policy, numerics, sources=[source], repeat=args.repeat))
+        if log:
+            print(f"   {source.name} {k.name}: {len(tables[-1].kernels[0].measurements)} measurements, "
+                  f"{time.perf_counter() - tk:.1f} s", flush=True)
+    cp.cuda.runtime.deviceSynchronize()
+    return BenchmarkTable.merge(tables), time.perf_counter() - t0
+
+
 def run_combo(args, net, dtype, layout, numerics, prov, out_dir, deadline):
     import cupy as cp
 
@@ -111,20 +134,7 @@ def run_combo(args, net, dtype, layout, numerics, prov, out_dir, deadline):
     cp.cuda.runtime.deviceSynchronize()
     t_legacy = time.perf_counter() - t0
     print(f"   legacy table {t_legacy:.1f} s", flush=True)
-    t0 = time.perf_counter()
-    gtabs = []
-    for i, k in enumerate(kernels):   # kernel by kernel: progress in the log, and a deadline
-        if time.perf_counter() > deadline:
-            raise TimeoutError(f"deadline reached while benchmarking the graph source ({i}/{len(kernels)} kernels)")
-        tk = time.perf_counter()
-        gtabs.append(benchmark([k], args.batch_policy, numerics, sources=[graph], repeat=args.repeat))
-        n = len(gtabs[-1].kernels[0].measurements)
-        print(f"   graph {k.name}: {n} measurements, {time.perf_counter() - tk:.1f} s", flush=True)
-    from ucudnn.table import BenchmarkTable
-
-    gtable = BenchmarkTable.merge(gtabs)
-    cp.cuda.runtime.deviceSynchronize()
-    t_graph = time.perf_counter() - t0
+    gtable, t_graph = by_kernel(kernels, graph, args, numerics, deadline, log=True)
     print(f"   graph table {t_graph:.1f} s; stats {graph.stats}", flush=True)
     both = union(legacy, gtable)
     gstats = dict(graph.stats)  # the relayout source below may run the same graph instance again
@@ -135,21 +145,34 @@ def run_combo(args, net, dtype, layout, numerics, prov, out_dir, deadline):
         inner = [graph if n == "graph" else n for n in args.relayout.split(",")]
         relayout = RelayoutSource(inner)
         registry.register(relayout)
-        t0 = time.perf_counter()
-        rtabs = []
-        for k in kernels:
-            if time.perf_counter() > deadline:
-                raise TimeoutError("deadline reached while benchmarking the relayout source")
-            rtabs.append(benchmark([k], args.batch_policy, numerics, sources=[relayout], repeat=args.repeat))
-        cp.cuda.runtime.deviceSynchronize()
-        t_relayout = time.perf_counter() - t0
-        relayed = union(both, BenchmarkTable.merge(rtabs))
+        rtable, t_relayout = by_kernel(kernels, relayout, args, numerics, deadline)
+        relayed = union(both, rtable)
         print(f"   relayout ({args.relayout}) table {t_relayout:.1f} s", flush=True)
+    t_fold, folded = None, None
+    if args.fold:  # strided first layers run as stride-1 convolutions over folded channels (ucudnn's fold kernels)
+        from ucudnn.sources.fold import FoldSource
+
+        names = args.fold.split(",")
+        named = {"graph": graph}
+        if "relayout" in names:   # the --relayout source, or one of the other sources named only for the fold
+            if relayed is None:
+                from ucudnn.sources.relayout import RelayoutSource
+
+                relayout = RelayoutSource([named.get(n, n) for n in names if n != "relayout"] or ["legacy"])
+                registry.register(relayout)
+            named["relayout"] = relayout
+        fold = FoldSource([named.get(n, n) for n in names])
+        registry.register(fold)
+        ftable, t_fold = by_kernel(kernels, fold, args, numerics, deadline)
+        folded = union(relayed if relayed is not None else both, ftable)
+        print(f"   fold ({args.fold}) table {t_fold:.1f} s", flush=True)
     if args.tables_out:
         Path(args.tables_out).mkdir(parents=True, exist_ok=True)
         both.save(Path(args.tables_out) / f"{tag}-legacy-graph-h100.json.gz")
         if relayed is not None:
             relayed.save(Path(args.tables_out) / f"{tag}-legacy-graph-relayout-h100.json.gz")
+        if folded is not None:
+            folded.save(Path(args.tables_out) / f"{tag}-legacy-graph{'-relayout' if relayed else ''}-fold-h100.json.gz")
 
     bufs = {}
     for k in kernels:
@@ -163,17 +186,23 @@ def run_combo(args, net, dtype, layout, numerics, prov, out_dir, deadline):
     if relayed is not None:
         plans.append((f"WR legacy+graph+relayout({args.relayout})",
                       plan(relayed, "wr", workspace_limit=lim, batch_policy=args.batch_policy)))
+    if folded is not None:
+        plans.append((f"WR legacy+graph{f'+relayout({args.relayout})' if relayed else ''}+fold({args.fold})",
+                      plan(folded, "wr", workspace_limit=lim, batch_policy=args.batch_policy)))
     passes = [[execute_plan(pl, bufs, args.exec_repeat) for _, pl in plans] for _ in range(2)]
     rows = []
     for i, (name, pl) in enumerate(plans):
         per_pass = [sum(p[i].values()) for p in passes]
         measured = {k: min(p[i][k] for p in passes) for k in passes[0][i]}
-        graph_share = sum(c.source == "graph" or (c.extra.get("via") or {}).get("source") == "graph"
+        graph_share = sum(c.source == "graph" or "graph" in ((c.extra.get("via") or {}).get("source"),
+                                                            (c.extra.get("fold") or {}).get("source"))
                           for kp in pl.kernels for c in kp.configs)
         relayout_share = sum(c.source == "relayout" for kp in pl.kernels for c in kp.configs)
+        fold_share = sum(c.source == "fold" for kp in pl.kernels for c in kp.configs)
         rows.append({"plan": name, "predicted_ms": pl.total_time_ms, "measured_ms": sum(measured.values()),
                      "measured_passes_ms": per_pass, "workspace_bytes": pl.workspace_bytes,
                      "graph_micro_batches": graph_share, "relayout_micro_batches": relayout_share,
+                     "fold_micro_batches": fold_share,
                      "micro_batches": sum(len(kp.configs) for kp in pl.kernels),
                      "kernels": {kp.name: {"predicted_ms": kp.time_ms, "measured_ms": measured[kp.name],
                                            "division": " + ".join(f"{c.micro_batch} {c.source}:{c.algo}/{c.math_type}"
@@ -205,7 +234,8 @@ def run_combo(args, net, dtype, layout, numerics, prov, out_dir, deadline):
            "numerics": numerics, "kernels": len(kernels), "limit": args.limit, "batch_policy": args.batch_policy,
            "graph_source": {"modes": list(graph.modes), "top_k": args.graph_top_k, "quick_margin": args.quick_margin,
                             "stats": gstats, "config_seconds": full_graph_cost},
-           "benchmark_seconds": {"legacy": t_legacy, "graph": t_graph, "relayout": t_relayout},
+           "benchmark_seconds": {"legacy": t_legacy, "graph": t_graph, "relayout": t_relayout,
+                                 "fold": t_fold},
            "rows": rows, "torch_total_ms": torch_ms, "torch_kernels_ms": tt, "pruning": study}
     title = f"WR legacy+graph vs legacy vs PyTorch, {tag}, {len(kernels)} kernels, {args.limit} per kernel"
     md = md_header(title, prov)
@@ -215,7 +245,8 @@ def run_combo(args, net, dtype, layout, numerics, prov, out_dir, deadline):
            f"{int(gstats['configs_built'])} configurations built"
            + (f", top-k {args.graph_top_k}" if args.graph_top_k else "")
            + (f", quick margin {args.quick_margin}" if args.quick_margin else "") + ")"
-           + (f"; relayout ({args.relayout}) {t_relayout:.1f} s" if t_relayout is not None else "") + "\n\n"
+           + (f"; relayout ({args.relayout}) {t_relayout:.1f} s" if t_relayout is not None else "")
+           + (f"; fold ({args.fold}) {t_fold:.1f} s" if t_fold is not None else "") + "\n\n"
            "| plan | predicted ms | measured ms | pass 1 / pass 2 ms | graph micro-batches | vs PyTorch |\n"
            "|---|---:|---:|---:|---:|---:|\n")
     for r in rows:
@@ -262,21 +293,23 @@ def summarize(results: str) -> None:
           "kernel faster than PyTorch (cudnn.benchmark, unbounded workspace, same numerics). Findings and caveats: "
           "graph_wr_notes.md.\n\n"
           "| network | dtype | layout | numerics | undivided legacy | WR legacy | WR legacy+graph | PyTorch | "
-          "WR legacy+graph vs PyTorch | WR + relayout (sources) | vs PyTorch | benchmarking s (legacy + graph "
-          "[+ relayout]) | graph pruning |\n"
+          "WR legacy+graph vs PyTorch | best WR with ucudnn's kernels as sources | vs PyTorch | benchmarking s "
+          "(legacy + graph [+ relayout] [+ fold]) | graph pruning |\n"
           "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
     for r in rows:
         p, t = r["plans_ms"], r["torch_ms"]
-        rk = next((k for k in p if k.startswith("WR legacy+graph+relayout")), None)
+        own = [k for k in p if k.startswith("WR legacy+graph+")]   # plans with ucudnn's kernels as sources
+        rk = min(own, key=p.get) if own else None
         prune = ", ".join(x for x in (f"top-{r['pruning']['top_k']}" if r["pruning"]["top_k"] else "",
                                       f"quick margin {r['pruning']['quick_margin']}" if r["pruning"]["quick_margin"]
                                       else "") if x) or "none"
         md += (f"| {r['network']} b{r['batch']} | {r['dtype']} | {r['layout']} | {r['numerics']} | "
                f"{p['undivided legacy']:.2f} | {p['WR legacy']:.2f} | {p['WR legacy+graph']:.2f} | "
                f"{t:.2f} | {t / p['WR legacy+graph']:.2f}x | "
-               + (f"{p[rk]:.2f} ({rk.split('(')[1].rstrip(')')}) | {t / p[rk]:.2f}x | " if rk else "- | - | ")
+               + (f"{p[rk]:.2f} ({rk.removeprefix('WR legacy+graph+')}) | {t / p[rk]:.2f}x | " if rk else "- | - | ")
                + f"{r['benchmark_seconds']['legacy']:.0f} + {r['benchmark_seconds']['graph']:.0f}"
                + (f" + {r['benchmark_seconds']['relayout']:.0f}" if r['benchmark_seconds'].get('relayout') else "")
+               + (f" + {r['benchmark_seconds']['fold']:.0f}" if r['benchmark_seconds'].get('fold') else "")
                + f" | {prune} |\n")
     write(results, "graph_wr_summary", {"rows": rows}, md)
 
@@ -295,6 +328,10 @@ def main() -> None:
     ap.add_argument("--quick-margin", type=float, default=None)
     ap.add_argument("--relayout", default=None, help="also measure these sources (e.g. legacy or legacy,graph) run "
                     "in the other layout through ucudnn's transform kernels, and plan with them")
+    ap.add_argument("--fold", default=None, help="also measure these sources (e.g. legacy,graph or "
+                    "legacy,graph,relayout) on strided first layers folded into stride-1 convolutions by ucudnn's fold "
+                    "kernels, and plan with them; relayout there is --relayout's source, or without --relayout one "
+                    "wrapping the other sources named, measured on the folded problems only")
     ap.add_argument("--torch", action="store_true")
     ap.add_argument("--budget-s", type=float, default=1e9, help="start no new combination after this many seconds")
     ap.add_argument("--deadline-s", type=float, default=1e9, help="abandon a combination still benchmarking the "

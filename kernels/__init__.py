@@ -8,6 +8,8 @@ needs no GPU and does not import CuPy.
 - :func:`softmax_forward`, :func:`softmax_backward` -- fused, along any axis (softmax.py, softmax.cu)
 - :func:`pool2d_forward`, :func:`pool2d_backward` -- max / average, NCHW and CHWN, auto-tuned
   thread coarsening (pooling.py, pooling.cu, autotune.py)
+- :func:`ucudnn.kernels.fold.launchers` -- space-to-depth folding of a strided convolution's operands, on raw
+  pointers, for the fold algorithm source (fold.py, fold.cu)
 """
 from .layout import transform_layout
 from .pooling import pool2d_backward, pool2d_forward

@@ -41,3 +41,26 @@ def fixtures() -> Path:
 def _isolated_cache(tmp_path, monkeypatch):
     """Never touch the user's real cache from tests."""
     monkeypatch.setenv("UCUDNN_DATABASE", str(tmp_path / "cache.sqlite"))
+
+
+class RecordingSource:
+    """An inner source for the wrapping sources (relayout, fold) that records what it is asked to prepare."""
+
+    name = "inner-fake"
+
+    def __init__(self):
+        self.prepared = []
+
+    def prepare(self, op, problem, config):
+        self.prepared.append((op, problem, config))
+        return lambda *call: None
+
+
+@pytest.fixture
+def inner(monkeypatch):
+    """A :class:`RecordingSource`, registered so that configurations naming it find it."""
+    from ucudnn.sources import registry
+
+    fake = RecordingSource()
+    monkeypatch.setitem(registry._SOURCES, fake.name, fake)
+    return fake

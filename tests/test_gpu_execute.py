@@ -22,6 +22,9 @@ CASES = {
     "nhwc-float16": (ConvProblem(66, 16, 16, 16, 32, 3, 3, pad=(1, 1), dtype="float16", layout="NHWC"), [32, 32, 2]),
     "nchw-float16": (ConvProblem(21, 8, 12, 12, 8, 5, 5, pad=(2, 2), dtype="float16"), [16, 4, 1]),
     "alexnet-conv1-like": (ConvProblem(20, 3, 67, 67, 16, 11, 11, stride=(4, 4)), [8, 8, 4]),
+    "alexnet-conv1-nhwc-float16": (ConvProblem(20, 3, 67, 67, 16, 11, 11, stride=(4, 4), dtype="float16",
+                                               layout="NHWC"), [8, 8, 4]),
+    "resnet-conv1-like": (ConvProblem(9, 3, 33, 31, 8, 7, 7, pad=(3, 2), stride=(2, 3), layout="NHWC"), [4, 4, 1]),
 }
 TOL = {"float32": 2e-4, "float16": 2e-2}
 
@@ -152,16 +155,17 @@ def test_forward_matches_float64_reference(case):
     assert rel_err(y.get(), _conv_ref_nchw(x.get(), w.get(), problem)) < 1e-5
 
 
-@pytest.mark.parametrize("name, relayout", [("odd-batch-255", False), ("nhwc-float32", True)])
-def test_backward_filter_accumulates_with_callers_alpha_beta(name, relayout):
-    """Also through the relayout source, whose steps transform the accumulated gradient in and out."""
+@pytest.mark.parametrize("name, via", [("odd-batch-255", None), ("nhwc-float32", "relayout"),
+                                       ("resnet-conv1-like", "fold")])
+def test_backward_filter_accumulates_with_callers_alpha_beta(name, via):
+    """Also through the relayout source, whose steps transform the accumulated gradient in and out, and the fold
+    source, whose steps unpack each micro-batch's folded gradient into it."""
     import cupy as cp
 
     from ucudnn.execute import Executor
-    from ucudnn.sources.relayout import RelayoutSource
 
     problem, sizes = CASES[name]
-    plan = _micro_plan(problem, "backward_filter", sizes, source=RelayoutSource(["legacy"]) if relayout else None)
+    plan = _micro_plan(problem, "backward_filter", sizes, source=_wrapper(via))
     x, w, dy = _tensors(problem, seed=3)
     dw0 = cp.random.default_rng(4).standard_normal(w.shape, dtype="float32")
     out = dw0.copy()
@@ -286,6 +290,16 @@ def test_independent_kernels_run_concurrently_on_separate_streams_in_disjoint_se
         assert rel_err(outs[s.name].get(), ref.get()) < TOL["float32"], s.name
 
 
+def _wrapper(via):
+    """A relayout or fold source wrapping legacy; None: legacy itself."""
+    if via is None:
+        return None
+    from ucudnn.sources.fold import FoldSource
+    from ucudnn.sources.relayout import RelayoutSource
+
+    return {"relayout": RelayoutSource, "fold": FoldSource}[via](["legacy"])
+
+
 # -- relayout: a kernel run in the other layout through ucudnn's transform kernels ---------------------------
 RELAYOUT_CASES = ["nhwc-float32", "nhwc-float16", "nchw-float16", "odd-batch-255", "groups"]
 
@@ -318,16 +332,15 @@ def test_relayout_workspace_counts_the_transformed_operands():
 
 
 @pytest.mark.parametrize("op", ["forward", "backward_data", "backward_filter"])
-@pytest.mark.parametrize("via", ["legacy", "relayout"])
+@pytest.mark.parametrize("via", ["legacy", "relayout", "fold"])
 def test_an_executor_call_captured_in_a_cuda_graph_replays_to_the_undivided_result(op, via):
     """Fixed-buffer users (serving) capture a plan once and replay it: nothing in a call may sync or run eagerly."""
     import cupy as cp
 
     from ucudnn.execute import Executor
-    from ucudnn.sources.relayout import RelayoutSource
 
-    problem, sizes = CASES["odd-batch-255"]
-    plan = _micro_plan(problem, op, sizes, source=RelayoutSource(["legacy"]) if via == "relayout" else None)
+    problem, sizes = CASES["alexnet-conv1-like" if via == "fold" else "odd-batch-255"]
+    plan = _micro_plan(problem, op, sizes, source=_wrapper(None if via == "legacy" else via))
     x, w, dy = _tensors(problem, seed=17)
     a, b = {"forward": (x, w), "backward_data": (w, dy), "backward_filter": (x, dy)}[op]
     out = cp.full(problem.operand_shapes(op)[2], cp.nan, dtype=x.dtype)
@@ -345,3 +358,42 @@ def test_an_executor_call_captured_in_a_cuda_graph_replays_to_the_undivided_resu
         stream.synchronize()
     ref = _undivided(problem, op, a, b, cp.empty_like(out))
     assert rel_err(out.get(), ref.get()) < TOL[problem.dtype]
+
+
+# -- fold: a strided first layer run as a stride-1 convolution over folded channels ----------------------------
+FOLD_CASES = ["alexnet-conv1-like", "alexnet-conv1-nhwc-float16", "resnet-conv1-like", "stride-pad-dilation"]
+
+
+@pytest.mark.parametrize("name", FOLD_CASES[:3])
+@pytest.mark.parametrize("op", ["forward", "backward_data", "backward_filter"])
+def test_fold_execution_matches_undivided_cudnn(name, op):
+    import cupy as cp
+
+    from ucudnn.sources.fold import FoldSource, folded_problem
+
+    problem, sizes = CASES[name]
+    plan = _micro_plan(problem, op, sizes, source=FoldSource(["legacy"]))
+    assert all(c.source == "fold" and c.extra["fold"]["stride"] == list(problem.stride) for c in plan.configs)
+    out, ref = _run_and_reference(plan, seed=13, exact_workspace=True)  # the folded operands live inside it
+    assert not cp.isnan(out).any()
+    assert rel_err(out.get(), ref.get()) < TOL[problem.dtype]
+    assert folded_problem(problem).stride == (1, 1)
+
+
+def test_fold_workspace_counts_the_folded_operands_and_unfoldable_problems_are_skipped_with_the_reason():
+    import cupy as cp
+
+    from ucudnn.measure import Buffers
+    from ucudnn.sources.base import BenchSettings
+    from ucudnn.sources.fold import FoldSource, segments
+
+    problem, sizes = CASES["alexnet-conv1-nhwc-float16"]
+    plan = _micro_plan(problem, "backward_data", sizes, source=FoldSource(["legacy"]))
+    for c in plan.configs:
+        assert c.workspace_bytes >= sum(segments("backward_data", problem.with_batch(c.micro_batch)).values())
+    dilated, _ = CASES["stride-pad-dilation"]
+    settings = BenchSettings("strict", repeat=1, warmup=0, max_workspace=64 << 20)
+    ws = cp.cuda.alloc(settings.max_workspace)
+    ms, sk = FoldSource(["legacy"]).measure("forward", dilated, Buffers(dilated).operands("forward", dilated.n),
+                                             ws.ptr, settings)
+    assert ms == [] and "dilated" in sk[0].reason

@@ -37,28 +37,6 @@ def test_the_workspace_added_is_the_three_transformed_operands_each_aligned():
     assert all(s % 256 == 0 for s in segments("backward_data", other_layout(P), 4))
 
 
-class _Inner:
-    """An inner source that records what the relayout hands it (no GPU)."""
-
-    name = "inner-fake"
-
-    def __init__(self):
-        self.prepared = []
-
-    def prepare(self, op, problem, config):
-        self.prepared.append((op, problem, config))
-        return lambda *call: None
-
-
-@pytest.fixture
-def inner(monkeypatch):
-    from ucudnn.sources import registry
-
-    fake = _Inner()
-    monkeypatch.setitem(registry._SOURCES, fake.name, fake)
-    return fake
-
-
 def test_preparing_prepares_the_inner_configuration_in_the_other_layout_without_the_moved_bytes(inner):
     moved = sum(segments("forward", other_layout(P), 2))
     cfg = Measurement(64, 1, "DEFAULT", 1.0, moved + 4096, "relayout", None,

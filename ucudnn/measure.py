@@ -52,11 +52,17 @@ def default_sources() -> list[AlgorithmSource]:
     return [LegacySource()]
 
 
+#: Sources that wrap the other sources named (see :func:`resolve_sources`)
+WRAPPERS = ("relayout", "fold")
+
+
 def resolve_sources(sources: Iterable[AlgorithmSource | str] | str | None) -> list[AlgorithmSource]:
     """Sources from names (``"legacy,graph"``, ``["legacy", "graph"]``) or instances; None: the defaults.
 
-    ``relayout`` by name wraps the other sources named (``"legacy,graph,relayout"``: both, and both again
-    run in the other layout through ucudnn's transform kernels; alone it wraps legacy).
+    Two names wrap the other sources named instead of measuring cuDNN directly: ``relayout`` runs them in
+    the other layout through ucudnn's transform kernels, ``fold`` runs strided first layers as stride-1
+    convolutions over folded channels through ucudnn's fold kernels (and wraps a relayout named too).
+    ``"legacy,graph,relayout"``: both, and both again in the other layout; either wrapper alone wraps legacy.
 
     Names resolve through :mod:`ucudnn.sources.registry`, so execution later
     finds the very instance that measured (the graph source keeps its built plans).
@@ -68,13 +74,19 @@ def resolve_sources(sources: Iterable[AlgorithmSource | str] | str | None) -> li
     if isinstance(sources, str):
         sources = [s.strip() for s in sources.split(",") if s.strip()]
     sources = list(sources)
-    out = [registry.get(s) if isinstance(s, str) and s != "relayout" else s for s in sources]
-    if "relayout" in sources:  # by name: the other sources named, run in the other layout (legacy alone if none)
+    base = [registry.get(s) if isinstance(s, str) else s for s in sources if s not in WRAPPERS]
+    wrapped: dict[str, AlgorithmSource] = {}
+    if "relayout" in sources:
         from .sources.relayout import RelayoutSource
 
-        relayout = RelayoutSource([s for s in out if s != "relayout"] or ["legacy"])
-        registry.register(relayout)
-        out = [relayout if s == "relayout" else s for s in out]
+        wrapped["relayout"] = RelayoutSource(base or ["legacy"])
+    if "fold" in sources:
+        from .sources.fold import FoldSource
+
+        wrapped["fold"] = FoldSource(base + list(wrapped.values()) or ["legacy"])
+    for w in wrapped.values():
+        registry.register(w)
+    out = [wrapped[s] if s in WRAPPERS else base.pop(0) for s in sources]
     if not out:
         from .errors import InputError
 

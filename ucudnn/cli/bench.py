@@ -53,7 +53,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-workspace", default=None, help="largest workspace offered while benchmarking (default min(4GiB, free/4))")
     p.add_argument("--sources", default="legacy", help="comma-separated algorithm sources: legacy (cudnnFind*), "
                    "graph (cuDNN graph-API engines; needs ucudnn[graph]), relayout (the other sources named, run in the "
-                   "other layout through ucudnn's transform kernels) (default: legacy)")
+                   "other layout through ucudnn's transform kernels), fold (the other sources named, run on strided "
+                   "first layers folded into stride-1 convolutions by ucudnn's fold kernels) (default: legacy)")
     p.add_argument("--graph-top-k", type=int, default=None, help="graph source: time only the first K engine "
                    "configurations (heuristic order) that build at each micro-batch size (default: all)")
     p.add_argument("-o", "--out", required=True, help="where to write the table (JSON)")

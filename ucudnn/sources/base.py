@@ -15,7 +15,7 @@ executor prepares every step once and measurement times the same launchers.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Callable, Protocol, Sequence
 
 from ..problem import ConvProblem
 from ..table import Measurement, Skipped
@@ -71,3 +71,28 @@ class Prepared:
     def run(self, op: str, problem: ConvProblem, config: Measurement, ops: Operands, workspace: int,
             workspace_bytes: int, alpha: float, beta: float) -> None:
         self.prepare(op, problem, config)(ops, workspace, workspace_bytes, alpha, beta)
+
+
+class Wrapper(Prepared):
+    """A source whose configurations run an inner source's configuration on a transformed problem (relayout,
+    fold): the inner configuration travels in the measurement, plus one record under the wrapper's own key
+    (``via``, ``fold``) that says what it wraps."""
+
+    name: str
+    key: str
+
+    def __init__(self, inner: Sequence[AlgorithmSource | str] = ("legacy",)):
+        from . import registry
+
+        self.inner = [registry.get(s) if isinstance(s, str) else s for s in inner]
+        if any(s.name == self.name for s in self.inner):
+            raise ValueError(f"a {self.name} source cannot wrap itself")
+
+    def inner_config(self, config: Measurement, own_bytes: int) -> tuple[AlgorithmSource, Measurement]:
+        """The inner source and configuration ``config`` wraps; ``own_bytes`` of its workspace are the wrapper's."""
+        from . import registry
+
+        inner = registry.get((config.extra.get(self.key) or {}).get("source", "legacy"))
+        return inner, Measurement(config.micro_batch, config.algo, config.math_type, config.time_ms,
+                                  max(0, config.workspace_bytes - own_bytes), inner.name, config.engine,
+                                  {k: v for k, v in config.extra.items() if k != self.key})

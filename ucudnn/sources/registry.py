@@ -8,7 +8,7 @@ from .base import AlgorithmSource
 _SOURCES: dict[str, AlgorithmSource] = {}
 # ucudnn's own sources, created on first use (the graph source needs the optional frontend only when it runs)
 _BUILTIN = {"legacy": ("ucudnn.sources.legacy", "LegacySource"), "graph": ("ucudnn.sources.graph", "GraphSource"),
-            "relayout": ("ucudnn.sources.relayout", "RelayoutSource")}
+            "relayout": ("ucudnn.sources.relayout", "RelayoutSource"), "fold": ("ucudnn.sources.fold", "FoldSource")}
 
 
 def register(source: AlgorithmSource) -> None:

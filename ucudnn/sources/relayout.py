@@ -30,13 +30,13 @@ from __future__ import annotations
 
 import math
 from functools import lru_cache
-from typing import Any, Sequence
+from typing import Any
 
 from ..arena import align_up
 from ..problem import ConvProblem
 from ..table import Measurement, Skipped
 from ..timing import time_ms
-from .base import AlgorithmSource, BenchSettings, Launch, Operands, Prepared
+from .base import BenchSettings, Launch, Operands, Wrapper
 
 OTHER = {"NCHW": "NHWC", "NHWC": "NCHW"}
 
@@ -54,17 +54,11 @@ def segments(op: str, problem: ConvProblem, itemsize: int) -> list[int]:
     return [align_up(math.prod(s) * itemsize) for s in problem.operand_shapes(op)]
 
 
-class RelayoutSource(Prepared):
+class RelayoutSource(Wrapper):
     """Configurations of ``inner`` sources run in the other layout through ucudnn's transform kernels."""
 
     name = "relayout"
-
-    def __init__(self, inner: Sequence[AlgorithmSource | str] = ("legacy",)):
-        from . import registry
-
-        self.inner = [registry.get(s) if isinstance(s, str) else s for s in inner]
-        if any(s.name == self.name for s in self.inner):
-            raise ValueError("a relayout source cannot wrap itself")
+    key = "via"
 
     # -- measuring ---------------------------------------------------------------------------
     def measure(self, op: str, problem: ConvProblem, ops: Operands, workspace: int,
@@ -126,7 +120,6 @@ class RelayoutSource(Prepared):
     def prepare(self, op: str, problem: ConvProblem, config: Measurement) -> Launch:
         from ..errors import UcudnnError
         from ..gpu import cupy_dtype
-        from . import registry
 
         via = config.extra.get("via") or {}
         p2 = other_layout(problem)
@@ -135,10 +128,7 @@ class RelayoutSource(Prepared):
         dt = cupy_dtype(problem.dtype)
         segs = segments(op, p2, dt.itemsize)
         moved = sum(segs)
-        inner = registry.get(via.get("source", "legacy"))
-        inner_cfg = Measurement(config.micro_batch, config.algo, config.math_type, config.time_ms,
-                                max(0, config.workspace_bytes - moved), inner.name, config.engine,
-                                {k: v for k, v in config.extra.items() if k != "via"})
+        inner, inner_cfg = self.inner_config(config, moved)
         inner_launch = inner.prepare(op, p2, inner_cfg)
         there, back = _transforms(op, problem, p2, dt.itemsize)
         offsets = (0, segs[0], segs[0] + segs[1])

@@ -1,0 +1,206 @@
+"""ucudnn's fold kernels as an algorithm source: a strided convolution run as a stride-1 one over folded channels.
+
+Why: cuDNN runs first layers badly -- few input channels (C = 3), a large
+filter and a stride (AlexNet conv1: 11x11, stride 4).  Its fast engines for
+them pad or fold the input inside a workspace that grows with the batch
+(151-793 MiB at batch 256 on an H100, ``graph_wr_diagnosis_tf32.md``), so
+under a 64 MiB limit they only run on small micro-batches.  Folding the
+stride into channels (space-to-depth) is exact: output (n, k, p, q) sums
+``w[k, c, sh*rb + i, sw*sb + j] * xpad[n, c, sh*(p + rb) + i, sw*(q + sb) + j]``,
+which is a stride-1 convolution of the folded input ``xf[n, (i*sw + j)*C + c,
+hb, wb] = xpad[n, c, sh*hb + i, sw*wb + j]`` with the folded filter (taps past
+R x S are zero).  AlexNet conv1 becomes 3x3 over 48 channels -- a shape
+tensor-core engines run well: PyTorch (unbounded workspace, TF32, NHWC,
+n = 64) took 0.349 ms for conv1 forward and 0.093 ms for its folded form.
+
+A fold configuration, at one micro-batch: pack the x and w operands into the
+workspace in folded form (y is never folded: the folded convolution has the
+same output), run an inner source's configuration on the folded problem, and
+unpack a folded result (backward data: dx, backward filter: dw) into the
+caller's tensor with the caller's alpha and beta.  Its workspace is the
+folded operands (each 256-byte aligned) plus the inner configuration's own;
+its time is the whole step timed back to back as execution runs it.  The
+inner configurations are those of the sources it wraps (legacy, graph, or a
+relayout of them), so to the planner fold is one more (micro-batch, time,
+workspace) row that WR takes only where it wins.
+"""
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+from ..arena import align_up
+from ..problem import ROLES, ConvProblem
+from ..table import Measurement, Skipped
+from ..timing import time_ms
+from .base import BenchSettings, Launch, Operands, Wrapper
+
+#: Folding multiplies the channels by sh*sw; beyond this the folded filter is mostly zero taps (a 1x1 stride-2
+#: convolution would do 4x the arithmetic), so only first-layer-like problems are offered.
+MAX_FOLDED_CHANNELS = 64
+_ITEMSIZE = {"float32": 4, "float16": 2}
+
+
+def fold_refusal(problem: ConvProblem) -> str | None:
+    """Why ``problem`` is not folded, or None when it is."""
+    sh, sw = problem.stride
+    if sh == 1 and sw == 1:
+        return "stride 1: nothing to fold"
+    if problem.dilation != (1, 1):
+        return "dilated convolutions are not folded"
+    if problem.groups != 1:
+        return "grouped convolutions are not folded"
+    if problem.dtype not in _ITEMSIZE:
+        return f"{problem.dtype} is not folded (float32, float16)"
+    if problem.c * sh * sw > MAX_FOLDED_CHANNELS:
+        return f"{problem.c} channels x stride {sh}x{sw} exceed {MAX_FOLDED_CHANNELS} folded channels"
+    return None
+
+
+@lru_cache(maxsize=1024)
+def folded_problem(problem: ConvProblem) -> ConvProblem:
+    """The stride-1, unpadded convolution over folded channels that computes the same output."""
+    from ..errors import InputError
+
+    why = fold_refusal(problem)
+    if why:
+        raise InputError(f"cannot fold {problem.describe()}: {why}", "problem")
+    sh, sw = problem.stride
+    rb, sb = -(-problem.r // sh), -(-problem.s // sw)
+    return ConvProblem(problem.n, problem.c * sh * sw, problem.p + rb - 1, problem.q + sb - 1, problem.k, rb, sb,
+                       dtype=problem.dtype, layout=problem.layout)
+
+
+def geometries(problem: ConvProblem):
+    """(x's, w's) :class:`ucudnn.kernels.fold.FoldGeometry`: the input folds with the padding, the filter without."""
+    from ucudnn.kernels.fold import FoldGeometry
+
+    f = folded_problem(problem)
+    x = FoldGeometry(problem.c, problem.h, problem.w, problem.stride, problem.pad, (f.h, f.w), problem.layout)
+    w = FoldGeometry(problem.c, problem.r, problem.s, problem.stride, (0, 0), (f.r, f.s), problem.layout)
+    return x, w
+
+
+def segments(op: str, problem: ConvProblem) -> dict[str, int]:
+    """Aligned bytes of ``op``'s folded operands at ``problem.n``, by role (x and w fold; y never does)."""
+    f = folded_problem(problem)
+    size = _ITEMSIZE[problem.dtype]
+    return {role: align_up(math.prod(f.shape(role)) * size) for role in ROLES[op] if role != "y"}
+
+
+def _pareto(ms: list[Measurement]) -> tuple[list[Measurement], int]:
+    """The inner configurations no other beats in both time and workspace, and how many were dropped.
+
+    Folding adds the same work to every inner configuration at a size, so a dominated one stays dominated:
+    timing it folded would cost benchmark time and never change a plan."""
+    keep: list[Measurement] = []
+    for m in sorted(ms, key=lambda m: (m.workspace_bytes, m.time_ms)):
+        if not keep or m.time_ms < min(k.time_ms for k in keep):
+            keep.append(m)
+    return keep, len(ms) - len(keep)
+
+
+class FoldSource(Wrapper):
+    """Configurations of ``inner`` sources run on the folded problem through ucudnn's fold kernels."""
+
+    name = "fold"
+    key = "fold"
+
+    # -- measuring ---------------------------------------------------------------------------
+    def measure(self, op: str, problem: ConvProblem, ops: Operands, workspace: int,
+                settings: BenchSettings) -> tuple[list[Measurement], list[Skipped]]:
+        from ..gpu import cupy, cupy_dtype
+
+        mb = problem.n
+        why = fold_refusal(problem)
+        if why:
+            return [], [Skipped(mb, None, None, f"fold: {why}")]
+        cp = cupy()
+        fp = folded_problem(problem)
+        try:
+            folded = {role: cp.empty(fp.shape(role), dtype=cupy_dtype(problem.dtype)) for role in segments(op, problem)}
+        except cp.cuda.memory.OutOfMemoryError as e:
+            return [], [Skipped(mb, None, None, f"fold: out of memory for the folded operands: {e}")]
+        packs, _ = self._kernels(problem)
+        src = dict(zip(ROLES[op], (ops.a, ops.b, ops.out)))
+        for role in ROLES[op][:2]:   # the inner source measures on the real data, folded
+            if role in folded:
+                packs[role](src[role], folded[role].data.ptr)
+        inner_ops = Operands(*(folded[r].data.ptr if r in folded else src[r] for r in ROLES[op]))
+        extra_ws = sum(segments(op, problem).values())
+        measured: list[Measurement] = []
+        skipped: list[Skipped] = []
+        for inner in self.inner:
+            ms, sk = inner.measure(op, fp, inner_ops, workspace, settings)
+            skipped += [Skipped(s.micro_batch, s.algo, s.math_type, f"fold via {inner.name}: {s.reason}") for s in sk]
+            ms, dropped = _pareto(ms)
+            if dropped:
+                skipped.append(Skipped(mb, None, None, f"fold via {inner.name}: {dropped} inner configurations "
+                                                       "slower and larger than another were not timed folded"))
+            for m in ms:
+                info = {"stride": list(problem.stride), "source": inner.name, "inner_time_ms": round(m.time_ms, 6)}
+                cfg = Measurement(mb, m.algo, m.math_type, m.time_ms, m.workspace_bytes + extra_ws, self.name,
+                                  m.engine, {**m.extra, "fold": info})
+                if cfg.workspace_bytes > settings.max_workspace:
+                    skipped.append(Skipped(mb, m.algo, m.math_type, f"fold via {inner.name}: needs "
+                                           f"{cfg.workspace_bytes} bytes, over the benchmark cap"))
+                    continue
+                if settings.repeat > 0:   # timed as execution runs it: packs, inner call, unpack, back to back
+                    beta = 1.0 if op == "backward_filter" else 0.0
+                    launch = self.prepare(op, problem, cfg)
+                    t = time_ms(lambda: launch(ops, workspace, cfg.workspace_bytes, 1.0, beta),
+                                repeat=settings.repeat, warmup=1, min_sample_ms=settings.min_sample_ms)
+                    cfg = Measurement(mb, m.algo, m.math_type, t, cfg.workspace_bytes, self.name, m.engine, cfg.extra)
+                measured.append(cfg)
+        return measured, skipped
+
+    # -- running -----------------------------------------------------------------------------
+    def prepare(self, op: str, problem: ConvProblem, config: Measurement) -> Launch:
+        from ..errors import UcudnnError
+
+        info = config.extra.get("fold") or {}
+        if list(info.get("stride", problem.stride)) != list(problem.stride):
+            raise UcudnnError(f"fold configuration folds stride {info.get('stride')}, the problem's is "
+                              f"{list(problem.stride)}")
+        fp = folded_problem(problem)
+        segs = segments(op, problem)
+        moved = sum(segs.values())
+        inner, inner_cfg = self.inner_config(config, moved)
+        inner_launch = inner.prepare(op, fp, inner_cfg)
+        packs, unpacks = self._kernels(problem)
+        roles = ROLES[op]
+        offset, o = {}, 0
+        for role, size in segs.items():
+            offset[role], o = o, o + size
+        a_role, b_role, out_role = roles
+        pack_a, pack_b = packs.get(a_role), packs.get(b_role)
+        unpack_out = unpacks.get(out_role)
+
+        def launch(ops: Operands, workspace: int, workspace_bytes: int, alpha: float, beta: float) -> None:
+            if workspace_bytes < moved:
+                raise UcudnnError(f"fold needs {moved} bytes of workspace for the folded operands, "
+                                  f"got {workspace_bytes}")
+            a, b, out = ops.a, ops.b, ops.out
+            if pack_a is not None:
+                a = workspace + offset[a_role]
+                pack_a(ops.a, a)
+            if pack_b is not None:
+                b = workspace + offset[b_role]
+                pack_b(ops.b, b)
+            if unpack_out is None:    # forward: the folded convolution writes y itself
+                inner_launch(Operands(a, b, out), workspace + moved, workspace_bytes - moved, alpha, beta)
+                return
+            out = workspace + offset[out_role]
+            inner_launch(Operands(a, b, out), workspace + moved, workspace_bytes - moved, 1.0, 0.0)
+            unpack_out(out, ops.out, alpha, beta)
+
+        return launch
+
+    @staticmethod
+    def _kernels(problem: ConvProblem):
+        """Pack and unpack launchers by role, for ``problem.n`` samples of x and the k filters of w."""
+        from ucudnn.kernels.fold import launchers
+
+        xg, wg = geometries(problem)
+        size = _ITEMSIZE[problem.dtype]
+        (px, ux), (pw, uw) = launchers(xg, problem.n, size), launchers(wg, problem.k, size)
+        return {"x": px, "w": pw}, {"x": ux, "w": uw}
