@@ -413,10 +413,9 @@ def bench_variants(copy_GBps: float, quick: bool) -> None:
 
 def bench_variants_layout(copy_GBps: float, quick: bool) -> None:
     layouts = [  # (NCHW shape, direction, dtype, [(tile or None, kernel or None), ...])
-        ((128, 96, 55, 55), "NHWC>NCHW", "float32", [(None, None), ((256, 1, 24), "bulk"), ((512, 1, 16), "bulk"),
-                                                      ((128, 1, 48), "rows"), ((256, 1, 32), "shifted"),
-                                                      (None, None)]),
-        ((128, 96, 55, 55), "NHWC>NCHW", "float16", [(None, None), ((512, 1, 32), "bulk"), ((512, 1, 32), "shifted")]),
+        ((128, 96, 55, 55), "NHWC>NCHW", "float32", [(None, None), ((256, 1, 32), "async"), ((128, 1, 64), "async"),
+                                                      ((128, 1, 32), "async"), ((256, 1, 32), "bulk"),
+                                                      ((256, 1, 32), "async"), (None, None)]),
     ]
     for nchw, d, dtype, options in layouts:
         src, dst = d.split(">")
@@ -433,7 +432,7 @@ def bench_variants_layout(copy_GBps: float, quick: bool) -> None:
             plan = klayout.plan_transpose(t, np.dtype(dtype).itemsize, tile=tile, kernel=kern)
             impl = {"ours": lambda i, tile=tile, kern=kern: (
                 lambda: transform_layout(xs[i], src, dst, out=ys[i], tile=tile, kernel=kern))}
-            kind = "bulk" if plan.bulk else plan.kind
+            kind = "async" if plan.async_loads else ("bulk" if plan.bulk else plan.kind)
             row = {"op": "layout-variant", "case": f"{'x'.join(map(str, nchw))} {d} {kind} "
                    f"{plan.ta}x{plan.tm}x{plan.td}", "dtype": dtype, "bytes": 2 * tensor, "plan": repr(plan)}
             row.update(measure(impl, sets, 2 * tensor, copy_GBps))
@@ -496,23 +495,38 @@ def bench_variants_pooling(copy_GBps: float, quick: bool) -> None:
             xs = [cp.random.standard_normal(g.in_shape(), dtype=np.float32).astype(dtype) for _ in range(sets)]
             ys = [cp.empty(g.out_shape(), dtype=dtype) for _ in range(sets)]
             ref = pool2d_forward(xs[0], k, s, 0, mode, "NCHW", coarsening=(1, 1), pipeline=False)
-            coars = [(1, 1), (1, 2), (1, 3), (2, 3), None] if dtype == "float16" else [(1, 1), (1, 3), None]
-            for f in coars:
+            # (coarsening or None = the auto-tuner's pick, bytes staged per block or None = the default, chunks
+            # staged with cp.async); the first variant runs again last (the run's noise)
+            fs = ((1, 1), (2, 1), (2, 3), (3, 1))
+            if dtype == "float16" and name == "PL6":
+                coars = [(f, st, a) for st in (None, 24576, 36864) for a in (False, True) for f in fs]
+            elif dtype == "float16":
+                coars = [(f, st, a) for st, a in ((None, False), (24576, True)) for f in fs]
+            else:
+                coars = [((1, 1), None, False), ((1, 3), None, False), ((1, 1), None, True), ((1, 3), None, True)]
+            coars += [(None, None, None), coars[0]]
+            for f, stage, asy in coars:
                 if out_of_time():
                     return
                 pipe = False if f is not None else None
                 if f is None:  # the auto-tuner's pick (a fresh climb: the cache key changed with the climb)
                     pool2d_forward(xs[0], k, s, 0, mode, "NCHW", out=ys[0])
                     tuned = autotune.lookup(_compile.device_key(), kpool.tuning_key(g, dtype, mode, True, False))
-                impl = {"ours": lambda i, pipe=pipe, f=f: (
-                    lambda: pool2d_forward(xs[i], k, s, 0, mode, "NCHW", out=ys[i], coarsening=f, pipeline=pipe))}
+                impl = {"ours": lambda i, pipe=pipe, f=f, stage=stage, asy=asy: (
+                    lambda: pool2d_forward(xs[i], k, s, 0, mode, "NCHW", out=ys[i], coarsening=f, pipeline=pipe,
+                                           stage_bytes=stage, async_stage=asy))}
                 label = f"tuned {tuned['choice'] if tuned else '?'}" if f is None else f"coarsen={f[0]}x{f[1]}"
+                if stage is not None:
+                    label += f" stage={stage >> 10}KiB"
+                if asy:
+                    label += " cp.async"
                 row = {"op": "pool-variant", "case": f"{name} N={n} {mode} {label}", "dtype": dtype, "bytes": nbytes}
                 if f is None:
                     row["tuned"] = tuned
                 row.update(measure(impl, sets, nbytes, copy_GBps))
                 ys[0].fill(0)
-                pool2d_forward(xs[0], k, s, 0, mode, "NCHW", out=ys[0], coarsening=f, pipeline=pipe)
+                pool2d_forward(xs[0], k, s, 0, mode, "NCHW", out=ys[0], coarsening=f, pipeline=pipe,
+                               stage_bytes=stage, async_stage=asy)
                 row["max_abs_diff_vs_1x1"] = float(cp.abs(ys[0].astype(cp.float32) - ref.astype(cp.float32)).max())
                 record(row)
             xs = ys = ref = None

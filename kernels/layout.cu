@@ -228,7 +228,13 @@ layout_rows_aligned(const T* __restrict__ x, T* __restrict__ y, int A, int D, in
 // x rows a in [a0 - (VO - 1), a0 + TA) are staged (a piece reaches at most VO - 1 elements left of a0);
 // a piece of tile column 0 takes its first s elements from the end of the row before, read straight from x
 // after the tile's loads (issued with them, they took 15 more registers: 3 blocks per SM, not 4, at 256 x 32).
-template <typename T, int TA, int TD, int VI, int VO, int SA, int GV, int NT, bool BULK>
+// ASYNC (4-byte elements, sm_80+): the loads go straight from x into their shifted place in shared memory as
+// 4-byte cp.async copies -- no registers hold the tile, so more blocks fit per SM and every load of the tile
+// is in flight at once.  A warp copies one x row's 32 consecutive d (128 contiguous bytes); staged row dd then
+// starts at dd * SA + 4 * ((dd / 4) % 8) with SA = 0 (mod 32) words, so the 32 lanes' words -- that base plus
+// the row's shift s(dd) in [0, 4), which runs through all four values over any 4 consecutive dd when A is
+// odd -- fall in 32 distinct banks (2-way when A = 2 mod 4).
+template <typename T, int TA, int TD, int VI, int VO, int SA, int GV, int NT, bool BULK, bool ASYNC = false>
 __global__ void __launch_bounds__(NT)
 layout_rows_shifted(const T* __restrict__ x, T* __restrict__ y, int A, int D, int tiles_a, int tiles_d, int P) {
     constexpr int LA = TA + VO - 1;          // x rows a staged
@@ -241,7 +247,10 @@ layout_rows_shifted(const T* __restrict__ x, T* __restrict__ y, int A, int D, in
     constexpr int IT_OUT = (TA / VO + 31) / 32;  // store vectors per lane and piece
     static_assert(TD % VI == 0 && TA % VO == 0 && SA % VO == 0 && SA >= TA + VO && 32 % GV == 0, "tile shape");
     static_assert((VO & (VO - 1)) == 0 && TD <= NT && (!BULK || VO * sizeof(T) == 16), "vectors of 16 bytes");
-    __shared__ __align__(16) T sh[TD * SA];
+    static_assert(!ASYNC || (sizeof(T) == 4 && SA % 32 == 0 && TD % 32 == 0 && NT % TD == 0 && NT / TD >= VO),
+                  "async staging");
+    __shared__ __align__(16) T sh[TD * SA + (ASYNC ? 28 : 0)];
+    auto row = [](int dd) { return ASYNC ? dd * SA + 4 * ((dd >> 2) & 7) : dd * SA; };  // staged row dd's start
 
     const auto [p, ta, td] = rows_tile(tiles_a, tiles_d);
     const int a0 = ta * TA, d0 = td * TD;
@@ -251,9 +260,31 @@ layout_rows_shifted(const T* __restrict__ x, T* __restrict__ y, int A, int D, in
     auto floor_vo = [](long long f) { return f & ~(long long)(VO - 1); };  // f >= 0
     const T* xp = x + (long long)p * A * D + d0;
 
-    Pack<T, VI> in[IT_IN];
+    if constexpr (ASYNC) {
+        const int dd = threadIdx.x % TD, s = (c0 + dd * am) & (VO - 1);
+        if (dd < rd) {
+            const int ra0 = threadIdx.x / TD;
+            const unsigned int dst = smem_addr(sh + row(dd) + s - (VO - 1));  // + 4 * ra
+            unsigned long long src;  // x[a][dd] of this thread's row a, stepped by NT / TD rows
+            asm("cvta.to.global.u64 %0, %1;" : "=l"(src) : "l"(xp + dd));
+            src += ((long long)(a0 - (VO - 1) + ra0) * D) * (long long)sizeof(T);
+            const long long step = (long long)(NT / TD) * D * (long long)sizeof(T);
+            const int lim = min(LA, A - a0 + VO - 1);  // rows a < A
+            // Only a thread's first row can lie before x (a < 0) or before its piece (column < 0): NT / TD >= VO.
+            if (ra0 < lim && a0 - (VO - 1) + ra0 >= 0 && ra0 - (VO - 1) + s >= 0)
+                asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst + 4 * ra0), "l"(src) : "memory");
+#pragma unroll 4
+            for (int ra = ra0 + NT / TD; ra < lim; ra += NT / TD) {
+                src += step;
+                asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst + 4 * ra), "l"(src) : "memory");
+            }
+        }
+        asm volatile("cp.async.commit_group;" ::: "memory");
+        asm volatile("cp.async.wait_group 0;" ::: "memory");
+    }
+    Pack<T, VI> in[ASYNC ? 1 : IT_IN];
 #pragma unroll
-    for (int i = 0; i < IT_IN; ++i) {
+    for (int i = 0; i < (ASYNC ? 0 : IT_IN); ++i) {
         const int v = i * NT + threadIdx.x, w = v / 32, l = v % 32;
         const int ra = w / NVG * GR + l % GR, dv = (w % NVG * GV + l / GR) * VI;
         const int a = a0 - (VO - 1) + ra;
@@ -262,7 +293,7 @@ layout_rows_shifted(const T* __restrict__ x, T* __restrict__ y, int A, int D, in
             in[i].load(xp + (long long)a * D + dv);
     }
 #pragma unroll
-    for (int i = 0; i < IT_IN; ++i) {
+    for (int i = 0; i < (ASYNC ? 0 : IT_IN); ++i) {
         const int v = i * NT + threadIdx.x, w = v / 32, l = v % 32;
         const int ra = w / NVG * GR + l % GR, dv = (w % NVG * GV + l / GR) * VI;
         const int a = a0 - (VO - 1) + ra;
@@ -279,7 +310,7 @@ layout_rows_shifted(const T* __restrict__ x, T* __restrict__ y, int A, int D, in
             const int dd = t / (VO - 1), e = t % (VO - 1), s = (c0 + dd * am) & (VO - 1);
             if (dd < rd && e < s) {
                 const long long q = r0 + dd - 1, pq = q / D;
-                sh[dd * SA + e] = x[(pq * A + A - s + e) * D + (q - pq * D)];
+                sh[row(dd) + e] = x[(pq * A + A - s + e) * D + (q - pq * D)];
             }
         }
     }
@@ -295,7 +326,7 @@ layout_rows_shifted(const T* __restrict__ x, T* __restrict__ y, int A, int D, in
             const long long lo = floor_vo(rA + a0), hi = floor_vo(rA + a1);
             if (hi > lo) {
                 asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(y + lo),
-                             "r"(smem_addr(sh + threadIdx.x * SA)), "r"((int)((hi - lo) * sizeof(T)))
+                             "r"(smem_addr(sh + row(threadIdx.x))), "r"((int)((hi - lo) * sizeof(T)))
                              : "memory");
                 asm volatile("cp.async.bulk.commit_group;" ::: "memory");
             }
@@ -314,7 +345,7 @@ layout_rows_shifted(const T* __restrict__ x, T* __restrict__ y, int A, int D, in
                 const int j = q * 32 + lane;
                 if (j < n) {
                     Pack<T, VO> out;
-                    out.raw = *reinterpret_cast<const typename Pack<T, VO>::Raw*>(sh + dd * SA + j * VO);
+                    out.raw = *reinterpret_cast<const typename Pack<T, VO>::Raw*>(sh + row(dd) + j * VO);
                     out.store(y + lo + (long long)j * VO);
                 }
             }
@@ -324,7 +355,7 @@ layout_rows_shifted(const T* __restrict__ x, T* __restrict__ y, int A, int D, in
     if (p == P - 1 && ta == tiles_a - 1 && td == tiles_d - 1) {
         const long long R = (long long)P * D, end = R * A, f = floor_vo(end) + threadIdx.x;
         const long long lo = floor_vo((R - 1) * A + a0);
-        if (f < end) y[f] = sh[(D - 1 - d0) * SA + (int)(f - lo)];
+        if (f < end) y[f] = sh[row(D - 1 - d0) + (int)(f - lo)];
     }
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
     if constexpr (BULK) {  // the copy engine reads shared memory until the group completes
@@ -358,4 +389,7 @@ UCUDNN_LAYOUT_SHIFTED(unsigned int, 128, 48, 4, 4, 132, 2, 256, true)
 UCUDNN_LAYOUT_SHIFTED(unsigned int, 256, 32, 4, 4, 260, 2, 256, false)
 UCUDNN_LAYOUT_SHIFTED(unsigned short, 256, 48, 8, 8, 264, 1, 256, false)
 UCUDNN_LAYOUT_SHIFTED(unsigned char, 512, 32, 16, 16, 528, 1, 256, false)
+UCUDNN_LAYOUT_SHIFTED(unsigned int, 256, 32, 4, 4, 288, 1, 256, true, true)
+UCUDNN_LAYOUT_SHIFTED(unsigned int, 128, 64, 4, 4, 160, 1, 256, true, true)
+UCUDNN_LAYOUT_SHIFTED(unsigned int, 128, 32, 4, 4, 160, 1, 256, false, true)
 #endif

@@ -198,6 +198,10 @@ __device__ __forceinline__ void pool_compute(const T* sh, const PoolChunk& k, T*
     const int rows = k.hhi - k.hlo, hlo = k.hlo, hhi = k.hhi, p0 = k.p0, p1 = k.p1;
     const int mtp = (p1 - p0 + OP - 1) / OP, mtq = (Q + OQ - 1) / OQ;
     const int per_plane = mtp * mtq;
+    // The chunk's first output: one 64-bit offset per block, then 32-bit offsets within the chunk (its
+    // G * P * Q outputs), which cut the store epilogue's address arithmetic roughly in half.
+    T* const yc = y + k.g0 * P * Q;
+    int* const ic = IDX ? idx + k.g0 * P * Q : idx;
     // Output block t = (g, mp, mq) advances by NT per iteration: divide once, then step.
     int g = threadIdx.x / per_plane, mp = threadIdx.x % per_plane / mtq, mq = threadIdx.x % mtq;
     const int dg = NT / per_plane, dmp = NT % per_plane / mtq, dmq = NT % per_plane % mtq;
@@ -226,7 +230,8 @@ __device__ __forceinline__ void pool_compute(const T* sh, const PoolChunk& k, T*
         else
             nchw_patch<MODE == 0 && !IDX ? 2 : 1, T, KH, KW, SH, SW, OP, OQ, MODE, IDX, Acc>(plane, hs, ws, hlo, hhi,
                                                                                            W, acc, arg);
-        const long long obase = (k.g0 + g) * P * Q;
+        const int obase = (g * P + ps) * Q + qs;  // 32-bit, within the chunk's outputs
+        T* const yo = yc + obase;
 #pragma unroll
         for (int op = 0; op < OP; ++op)
 #pragma unroll
@@ -234,13 +239,13 @@ __device__ __forceinline__ void pool_compute(const T* sh, const PoolChunk& k, T*
                 const int p = ps + op, q = qs + oq;
                 if (p >= p1 || q >= Q) continue;
                 if constexpr (sizeof(Acc) == 2) {
-                    y[obase + p * Q + q] = T{acc[op][oq]};
+                    yo[op * Q + oq] = T{acc[op][oq]};
                 } else {
                     float v = acc[op][oq];
                     if constexpr (MODE != 0) v /= pool_divisor<KH, KW, MODE>(p * SH - padh, q * SW - padw, H, W);
-                    y[obase + p * Q + q] = from_float<T>(v);
+                    yo[op * Q + oq] = from_float<T>(v);
                 }
-                if constexpr (IDX) idx[obase + p * Q + q] = arg[op][oq];
+                if constexpr (IDX) ic[obase + op * Q + oq] = arg[op][oq];
             }
     }
 }
@@ -249,18 +254,26 @@ __device__ __forceinline__ void pool_compute(const T* sh, const PoolChunk& k, T*
 // buffers; the next chunk's cp.async copies are in flight while the block pools the current one.
 // Otherwise one chunk per block (per is 1): stage, barrier, compute -- kept apart because the loop
 // costs registers (31 -> 48 for float32 1x1: 5 blocks per SM instead of 8, measured 10-18% slower).
-template <typename T, int KH, int KW, int SH, int SW, int OP, int OQ, int MODE, bool IDX, int V, int NT, bool PIPE>
+// ASYNC (without PIPE): the one chunk is staged with cp.async -- every 16-byte copy of it in flight at once and
+// none through registers, where the register loads go U vectors deep per round trip (a chunk of more than
+// U * NT vectors, e.g. 24 KiB of float16, takes several round trips).
+template <typename T, int KH, int KW, int SH, int SW, int OP, int OQ, int MODE, bool IDX, int V, int NT, bool PIPE,
+          bool ASYNC = false>
 __global__ void __launch_bounds__(NT)
 pool_nchw_fwd(const T* __restrict__ x, T* __restrict__ y, int* __restrict__ idx, int H, int W, int P, int Q,
               int padh, int padw, int G, int BP, int bands, int planes, int chunks, int per, int stage) {
-    static_assert(!PIPE || V * sizeof(T) == 16, "cp.async copies 16-byte vectors");
+    static_assert(!(PIPE || ASYNC) || V * sizeof(T) == 16, "cp.async copies 16-byte vectors");
     extern __shared__ __align__(16) unsigned char smem_raw[];
     T* const buf0 = reinterpret_cast<T*>(smem_raw);
     T edge = T{};
     int edge_at;
     if constexpr (!PIPE) {  // one chunk per block (PER == 1): stage, barrier, compute
         const PoolChunk k = pool_chunk<KH, SH>(blockIdx.x, H, W, P, padh, G, BP, bands, planes);
-        pool_stage<T, V, NT, false>(x, buf0, k, edge, edge_at);
+        pool_stage<T, V, NT, ASYNC>(x, buf0, k, edge, edge_at);
+        if constexpr (ASYNC) {
+            cp_async_commit();
+            asm volatile("cp.async.wait_group 0;" ::: "memory");
+        }
         if (edge_at >= 0) buf0[edge_at] = edge;
         __syncthreads();
         pool_compute<T, KH, KW, SH, SW, OP, OQ, MODE, IDX, NT>(buf0 + (int)(k.start % V), k, y, idx, H, W, P, Q, padh,
@@ -417,6 +430,8 @@ UCUDNN_POOL_NCHW(half_t, 3, 3, 2, 2, 1, 1, 0, false, 8, 256, false)
 UCUDNN_POOL_NCHW(half_t, 3, 3, 2, 2, 1, 3, 0, false, 8, 256, false)
 UCUDNN_POOL_NCHW(float, 3, 3, 2, 2, 1, 3, 0, false, 4, 256, false)
 UCUDNN_POOL_NCHW(half_t, 2, 2, 2, 2, 1, 2, 2, false, 8, 256, true)
+UCUDNN_POOL_NCHW(half_t, 3, 3, 2, 2, 2, 1, 0, false, 8, 256, false, true)
+UCUDNN_POOL_NCHW(float, 3, 3, 2, 2, 1, 1, 0, false, 4, 256, false, true)
 template __global__ void pool_chwn_fwd<float, 3, 3, 2, 2, 2, 2, 0, false, 4, 256>(const float*, float*, int*, int, int,
                                                                                  int, int, int, int, int, int, int,
                                                                                  int);

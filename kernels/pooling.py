@@ -44,7 +44,10 @@ COARSEN_LIMITS = ((1, 4), (1, 4))
 # 1x3 wins (measured on the H100, float16 PL8: 1x1 80 us, 1x2 76 us, 1x3 69 us; PL5: 1x2 127 us vs 80 us).
 COARSEN_STEPS = ((1, 2), (1, 2))
 PIPELINE_MIN_CC = 80  # cp.async
+ASYNC_STAGE = False  # unpipelined NCHW chunks staged through registers unless the auto-tuner picks cp.async
+ASYNC_STAGE_BYTES = 24 * 1024  # the chunk the auto-tuner's cp.async staging option stages
 TUNE_SAMPLE_MS = 1.0  # each auto-tuner sample times this much back-to-back work
+TUNE_FINALISTS, TUNE_ROUNDS = 3, 2  # the climb's best three are re-timed twice more, round-robin (autotune.confirm)
 
 
 def _pair(v: Any, field: str) -> tuple[int, int]:
@@ -129,14 +132,16 @@ class PoolLaunch:
 
 def plan_forward(g: Pool2d, dtype: str, mode: str, include_pad: bool, with_indices: bool,
                  coarsening: tuple[int, int], align: int = 256, pipeline: bool = True,
-                 stage_bytes: int | None = None) -> PoolLaunch:
+                 stage_bytes: int | None = None, async_stage: bool | None = None) -> PoolLaunch:
     """Kernel instantiation, grid, dynamic shared memory and integer arguments of one forward launch.
 
     NCHW: the input is cut into chunks (whole planes, or bands of rows of a large plane) of at most
     ``stage_bytes`` (default ``SMEM_BUDGET_ELEMS`` elements, or half of ``SMEM_LIMIT`` when pipelined).
     ``pipeline`` (needs sm_80's cp.async) double-buffers them -- two chunks of shared memory per
     block -- unless one chunk would not fit in half of ``SMEM_LIMIT``; the plan has one chunk per
-    block until :func:`spread` gives each block its share of a resident grid.
+    block until :func:`spread` gives each block its share of a resident grid.  ``async_stage`` (default
+    :data:`ASYNC_STAGE`): an unpipelined chunk is staged with cp.async (16-byte vectors only) instead of
+    register loads.
     """
     t = DTYPES[dtype]
     itemsize = 4 if dtype == "float32" else 2
@@ -172,10 +177,12 @@ def plan_forward(g: Pool2d, dtype: str, mode: str, include_pad: bool, with_indic
         if chunk + 16 > SMEM_LIMIT:
             raise InputError(f"rows of {g.w} elements are too wide for the NCHW pooling kernel", "x")
     pipeline = pipeline and v * itemsize == 16 and 2 * (chunk + 16) <= SMEM_LIMIT  # cp.async moves 16 bytes
+    async_stage = ASYNC_STAGE if async_stage is None else async_stage
+    tail = ",true" if async_stage and not pipeline and v * itemsize == 16 else ""
     stage = -(-(chunk // itemsize + v) // v) * v  # elements per buffer: the chunk and its alignment shift
     chunks = -(-planes // groups) * bands
     smem = (2 if pipeline else 1) * stage * itemsize
-    return PoolLaunch(f"pool_nchw_fwd<{head},{v},{NT},{'true' if pipeline else 'false'}>", chunks, smem,
+    return PoolLaunch(f"pool_nchw_fwd<{head},{v},{NT},{'true' if pipeline else 'false'}{tail}>", chunks, smem,
                       (g.h, g.w, g.p, g.q, g.ph, g.pw, groups, bp, bands, planes, chunks, 1, stage), pipeline, chunks)
 
 
@@ -215,9 +222,9 @@ def resident_blocks(kernel: Any, threads: int, smem: int) -> int:
 
 
 def tuning_key(g: Pool2d, dtype: str, mode: str, include_pad: bool, with_indices: bool) -> str:
-    # "/3": choices made before the climb could skip a factor (or before the pipelined NCHW forward, or by
-    # single-launch timing) are stale.
-    return (f"pool2d_forward/3 {g.layout} {dtype} n{g.n} c{g.c} h{g.h} w{g.w} k{g.kh}x{g.kw} s{g.sh}x{g.sw} "
+    # "/4": choices made without re-timing the finalists (or before the climb could skip a factor, the pipelined
+    # NCHW forward, batched timing) are stale.
+    return (f"pool2d_forward/4 {g.layout} {dtype} n{g.n} c{g.c} h{g.h} w{g.w} k{g.kh}x{g.kw} s{g.sh}x{g.sw} "
             f"p{g.ph}x{g.pw} {mode}{'' if mode == 'max' else ('+pad' if include_pad else '-pad')}"
             f"{' idx' if with_indices and mode == 'max' else ''}")
 
@@ -239,46 +246,54 @@ def _launch(cp: Any, launch: PoolLaunch, x: Any, y: Any, idx: Any) -> None:
 
 
 def _coarsening(cp: Any, g: Pool2d, x: Any, y: Any, idx: Any, dtype: str, mode: str, include_pad: bool,
-                align: int, tune: bool) -> tuple[int, int, int]:
-    """(OP, OQ, pipelined) for this shape on this device: cached, else hill-climbed and cached.
+                align: int, tune: bool) -> tuple[int, int, int, int]:
+    """(OP, OQ, pipelined, cp.async-staged) for this shape on this device: cached, else hill-climbed and cached.
 
     The NCHW kernel's pipelining is a third coordinate of the climb (0 or 1; fixed at 0 where the
     device or the shape cannot pipeline): which of the two wins depends on the layer (measured on the
-    H100: within 5% either way for float32, up to 15% for pipelining float16).
+    H100: within 5% either way for float32, up to 15% for pipelining float16).  The fourth (0 or 1, NCHW on
+    sm_80+): an unpipelined chunk of :data:`ASYNC_STAGE_BYTES` staged with cp.async instead of the default
+    chunk through registers -- measured on the H100 (session 6), float16: PL6 (13 x 13 outputs) 84% -> 90% of
+    copy at 1x1, but PL5 / PL8 at their best 3x1 93-95% -> 89-90%; float32 PL5 1x1 91% -> 94%.
     """
     with_indices = idx is not None
     key = tuning_key(g, dtype, mode, include_pad, with_indices)
     device = _compile.device_key()
     cached = autotune.lookup(device, key)
-    if cached is not None and len(cached["choice"]) == 3:
+    if cached is not None and len(cached["choice"]) == 4:
         return tuple(cached["choice"])  # type: ignore[return-value]
-    can_pipe = _compile.compute_capability() >= PIPELINE_MIN_CC and g.layout == "NCHW" and plan_forward(
-        g, dtype, mode, include_pad, with_indices, (1, 1), align, True).pipelined
+    sm80 = _compile.compute_capability() >= PIPELINE_MIN_CC and g.layout == "NCHW"
+    can_pipe = sm80 and plan_forward(g, dtype, mode, include_pad, with_indices, (1, 1), align, True).pipelined
+    can_async = sm80 and plan_forward(g, dtype, mode, include_pad, with_indices, (1, 1), align, False,
+                                      ASYNC_STAGE_BYTES, True).name_expr.endswith(",true>")
     if not tune:
-        return (1, 1, int(can_pipe))
+        return (1, 1, int(can_pipe), 0)
     from ucudnn.timing import time_ms
 
     def measure(f: tuple[int, ...]) -> float:
-        plan = plan_forward(g, dtype, mode, include_pad, with_indices, f[:2], align, bool(f[2]))  # type: ignore
+        plan = plan_forward(g, dtype, mode, include_pad, with_indices, f[:2], align, bool(f[2]),  # type: ignore
+                            ASYNC_STAGE_BYTES if f[3] else None, bool(f[3]))
         # A batch of back-to-back launches per sample (>= TUNE_SAMPLE_MS): a single launch between two
         # events also times the host's launch latency, which made choices flip between runs.
         return time_ms(lambda: _launch(cp, plan, x, y, idx), repeat=7, warmup=2, min_sample_ms=TUNE_SAMPLE_MS)
 
-    limits = COARSEN_LIMITS + ((0, 1 if can_pipe else 0),)
-    choice, times = autotune.hill_climb(measure, (1, 1, 0), limits, COARSEN_STEPS + ((1,),))
-    autotune.record(device, key, choice, times)
+    limits = COARSEN_LIMITS + ((0, 1 if can_pipe else 0), (0, 1 if can_async else 0))
+    choice, times = autotune.hill_climb(measure, (1, 1, 0, 0), limits, COARSEN_STEPS + ((1,), (1,)))
+    choice, medians = autotune.confirm(measure, times, top=TUNE_FINALISTS, rounds=TUNE_ROUNDS)
+    autotune.record(device, key, choice, {**times, **medians})
     return choice  # type: ignore[return-value]
 
 
 def pool2d_forward(x: Any, window: Any, stride: Any = None, pad: Any = 0, mode: str = "max", layout: str = "NCHW",
                    count_include_pad: bool = True, return_indices: bool = False, out: Any = None,
                    coarsening: tuple[int, int] | None = None, tune: bool = True, pipeline: bool | None = None,
-                   stage_bytes: int | None = None) -> Any:
+                   stage_bytes: int | None = None, async_stage: bool | None = None) -> Any:
     """Pooled ``x``; with ``return_indices`` (max only) also the int32 argmax of every output.
 
     ``pipeline`` / ``stage_bytes`` (NCHW; benchmarks and tests compare variants with them): force the
     double-buffered kernel on or off (default: the auto-tuner's choice, or on where the device has
-    cp.async when ``coarsening`` is given), and set the bytes per staged chunk.
+    cp.async when ``coarsening`` is given), set the bytes per staged chunk, and stage an unpipelined
+    chunk with cp.async (``async_stage``, see :func:`plan_forward`).
     """
     if mode not in MODES:
         raise InputError(f"unknown mode {mode!r}; use one of {', '.join(MODES)}", "mode")
@@ -303,14 +318,18 @@ def pool2d_forward(x: Any, window: Any, stride: Any = None, pad: Any = 0, mode: 
     idx = cp.empty(g.out_shape(), dtype=cp.int32) if return_indices else None
     align = min(p & -p if p else 256 for p in (x.data.ptr, out.data.ptr))
     if coarsening is None:
-        *factors, tuned_pipe = _coarsening(cp, g, x, out, idx, dtype, mode, count_include_pad, align, tune)
-        coarsening = (factors[0], factors[1])
+        op, oq, tuned_pipe, tuned_async = _coarsening(cp, g, x, out, idx, dtype, mode, count_include_pad, align, tune)
+        coarsening = (op, oq)
         if pipeline is None:
             pipeline = bool(tuned_pipe)
+        if async_stage is None and stage_bytes is None and tuned_async:
+            async_stage, stage_bytes = True, ASYNC_STAGE_BYTES
     if pipeline is None:
         pipeline = _compile.compute_capability() >= PIPELINE_MIN_CC
+    if async_stage and _compile.compute_capability() < PIPELINE_MIN_CC:
+        async_stage = False  # cp.async is sm_80's
     _launch(cp, plan_forward(g, dtype, mode, count_include_pad, return_indices, coarsening, align, pipeline,
-                             stage_bytes), x, out, idx)
+                             stage_bytes, async_stage), x, out, idx)
     return (out, idx) if return_indices else out
 
 

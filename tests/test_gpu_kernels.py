@@ -114,6 +114,32 @@ def test_shifted_rows_kernel_with_other_tiles_transposes_exactly(cp, rng, nhwc, 
     np.testing.assert_array_equal(cp.asnumpy(y), x.transpose(0, 3, 1, 2))
 
 
+@pytest.mark.parametrize("tile", [None, (256, 1, 32), (128, 1, 64), (128, 1, 32)], ids=str)
+@pytest.mark.parametrize("dtype", ["float32", "int32"])
+@pytest.mark.parametrize("nhwc", [(1, 3, 11, 33), (3, 5, 7, 96), (2, 7, 6, 70), (2, 11, 11, 40), (2, 1, 67, 130),
+                                  (2, 23, 29, 40), (1, 55, 55, 130), (4, 9, 9, 64)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_rows_kernel_with_cp_async_staging_transposes_exactly(cp, rng, nhwc, dtype, tile):
+    # H * W = 1, 2 and 3 (mod 4): every row shift pattern; D under, at and over the tile; several tiles along a
+    from ucudnn.kernels import transform_layout
+
+    x = (rng.standard_normal(nhwc) * 100).astype(dtype)
+    out = cp.full((nhwc[0], nhwc[3], nhwc[1], nhwc[2]), 7, dtype=dtype)
+    y = transform_layout(cp.asarray(x), "NHWC", "NCHW", out=out, kernel="async", tile=tile)
+    np.testing.assert_array_equal(cp.asnumpy(y), x.transpose(0, 3, 1, 2))
+
+
+def test_rows_kernel_with_cp_async_staging_refuses_what_it_cannot_take(cp):
+    from ucudnn.errors import InputError
+    from ucudnn.kernels import transform_layout
+
+    with pytest.raises(InputError, match="async") as e:
+        transform_layout(cp.ones((2, 5, 7, 96), "float16"), "NHWC", "NCHW", kernel="async")
+    assert e.value.field == "tile"
+    with pytest.raises(InputError, match="async"):
+        transform_layout(cp.ones((2, 5, 7, 96), "float32"), "NHWC", "NCHW", kernel="async", tile=(128, 1, 48))
+
+
 def test_layout_transform_of_a_misaligned_view_drops_to_narrow_accesses(cp, rng):
     from ucudnn.kernels import transform_layout
 
@@ -398,14 +424,17 @@ def test_average_pooling_and_its_gradient_match_numpy(cp, rng, case, dtype, layo
           atol=1e-6 if dtype == "float32" else 2e-3)
 
 
-@pytest.mark.parametrize("pipeline", [True, False])
+@pytest.mark.parametrize("pipeline,async_stage", [(True, False), (False, False), (False, True)],
+                         ids=["pipelined", "registers", "cpasync"])
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape,k,s,p,stage", [
     ((64, 64, 24, 24), 3, 2, 0, 2304),  # one plane per chunk, several chunks per block
     ((8, 16, 61, 59), 3, 2, 1, 2000),  # bands of rows, odd rows: every chunk starts at another alignment
     ((5, 7, 13, 13), (3, 2), (2, 1), (1, 0), None),
+    ((1024, 16, 13, 13), 3, 2, 1, 5408),  # 8 or 16 odd planes per chunk: more vectors than one round of loads
 ])
-def test_nchw_pooling_with_staged_chunks_matches_numpy(cp, rng, shape, k, s, p, stage, dtype, pipeline):
+def test_nchw_pooling_with_staged_chunks_matches_numpy(cp, rng, shape, k, s, p, stage, dtype, pipeline,
+                                                       async_stage):
     from ucudnn.kernels import pool2d_forward
 
     k2, s2, p2 = [(v, v) if isinstance(v, int) else v for v in (k, s, p)]
@@ -414,14 +443,15 @@ def test_nchw_pooling_with_staged_chunks_matches_numpy(cp, rng, shape, k, s, p, 
     xd = cp.asarray(x)
     for coarsening in [(1, 1), (2, 3)]:
         y, idx = pool2d_forward(xd, k, s, p, "max", "NCHW", return_indices=True, coarsening=coarsening,
-                                pipeline=pipeline, stage_bytes=stage, out=poisoned(cp, ref.shape, dtype))
+                                pipeline=pipeline, stage_bytes=stage, async_stage=async_stage,
+                                out=poisoned(cp, ref.shape, dtype))
         np.testing.assert_array_equal(cp.asnumpy(y).astype(np.float64), ref)
         np.testing.assert_array_equal(cp.asnumpy(idx), arg)
         plain = pool2d_forward(xd, k, s, p, "max", "NCHW", coarsening=coarsening, pipeline=pipeline,
-                               stage_bytes=stage, out=poisoned(cp, ref.shape, dtype))
+                               stage_bytes=stage, async_stage=async_stage, out=poisoned(cp, ref.shape, dtype))
         np.testing.assert_array_equal(cp.asnumpy(plain).astype(np.float64), ref)
     avg = pool2d_forward(xd, k, s, p, "avg", "NCHW", count_include_pad=False, coarsening=(2, 2), pipeline=pipeline,
-                         stage_bytes=stage, out=poisoned(cp, ref.shape, dtype))
+                         stage_bytes=stage, async_stage=async_stage, out=poisoned(cp, ref.shape, dtype))
     close(cp.asnumpy(avg), pool_ref(x, k2, s2, p2, "avg", False)[0], dtype, atol=1e-6 if dtype == "float32" else 1e-3)
 
 
@@ -436,8 +466,9 @@ def test_pooling_tunes_once_per_shape_and_reuses_the_cached_choice(cp, rng, monk
     doc = autotune._read(autotune.cache_path())
     (entries,) = doc["devices"].values()
     (entry,) = entries.values()
-    op, oq, pipelined = entry["choice"]  # coarsening, and whether the NCHW kernel pipelines its chunks
-    assert 1 <= op <= 4 and 1 <= oq <= 4 and pipelined in (0, 1) and entry["trials"]
+    # coarsening, whether the NCHW kernel pipelines its chunks, whether it stages them with cp.async
+    op, oq, pipelined, staged_async = entry["choice"]
+    assert 1 <= op <= 4 and 1 <= oq <= 4 and pipelined in (0, 1) and staged_async in (0, 1) and entry["trials"]
     autotune.clear_memory()  # a new process: the file answers, no second search
     monkeypatch.setattr(autotune, "hill_climb", lambda *a, **k: pytest.fail("tuned twice"))
     np.testing.assert_array_equal(cp.asnumpy(pool2d_forward(x, 3, 2, 0, "max", "NCHW")), ref)
