@@ -13,13 +13,16 @@
 // fold_unpack: folded (src) -> plain (dst), dst = alpha * folded + beta * dst
 //              (dst is not read when beta == 0; plain elements no window
 //              reaches get alpha * 0, as their true gradient is zero).
-// Both layouts keep the plain tensor's layout: NCHW <-> [N, CF, HB, WB],
-// NHWC <-> [N, HB, WB, CF].  One thread per element of the tensor written;
+// Each side is NCHW ([N, C, H, W] / [N, CF, HB, WB]) or NHWC ([N, H, W, C] /
+// [N, HB, WB, CF]), independently: folding into the other layout costs
+// nothing extra (the gather reads one, writes the other), so a kernel whose
+// best engines want the other layout need not copy its folded operand again.
+// One thread per element of the tensor written;
 // C, SH, SW are template parameters so the channel decode is multiplies, and
 // grid.z walks N (the launcher splits N beyond 65535).
 #include "common.cuh"
 
-template <typename T, int C, int SH, int SW, bool NHWC>
+template <typename T, int C, int SH, int SW, bool PLAIN_NHWC, bool FOLDED_NHWC>
 __global__ void __launch_bounds__(256) fold_pack(const T* __restrict__ src, T* __restrict__ dst, int H, int W,
                                                  int PH, int PW, int HB, int WB)
 {
@@ -28,13 +31,13 @@ __global__ void __launch_bounds__(256) fold_pack(const T* __restrict__ src, T* _
     const int t = blockIdx.x * blockDim.x + threadIdx.x;
     int cf, hb, wb;
     long long o;
-    if (NHWC) {  // grid (ceil(WB*CF / 256), HB, N): one folded row (n, hb) of WB*CF contiguous elements
+    if (FOLDED_NHWC) {  // grid (ceil(WB*CF / 256), HB, N): one folded row (n, hb) of WB*CF contiguous elements
         if (t >= WB * CF) return;
         hb = blockIdx.y;
         cf = t % CF;
         wb = t / CF;
         o = (n * HB + hb) * (long long)(WB * CF) + t;
-    } else {     // grid (ceil(HB*WB / 256), CF, N): one folded plane (n, cf)
+    } else {            // grid (ceil(HB*WB / 256), CF, N): one folded plane (n, cf)
         if (t >= HB * WB) return;
         cf = blockIdx.y;
         hb = t / WB;
@@ -45,11 +48,11 @@ __global__ void __launch_bounds__(256) fold_pack(const T* __restrict__ src, T* _
     const int h = hb * SH + ij / SW - PH, w = wb * SW + ij % SW - PW;
     T v = from_float<T>(0.f);
     if (h >= 0 && h < H && w >= 0 && w < W)
-        v = NHWC ? src[((n * H + h) * W + w) * C + c] : src[((n * C + c) * H + h) * W + w];
+        v = PLAIN_NHWC ? src[((n * H + h) * W + w) * C + c] : src[((n * C + c) * H + h) * W + w];
     dst[o] = v;
 }
 
-template <typename T, int C, int SH, int SW, bool NHWC>
+template <typename T, int C, int SH, int SW, bool PLAIN_NHWC, bool FOLDED_NHWC>
 __global__ void __launch_bounds__(256) fold_unpack(const T* __restrict__ src, T* __restrict__ dst, int H, int W,
                                                    int PH, int PW, int HB, int WB, float alpha, float beta)
 {
@@ -58,13 +61,13 @@ __global__ void __launch_bounds__(256) fold_unpack(const T* __restrict__ src, T*
     const int t = blockIdx.x * blockDim.x + threadIdx.x;
     int c, h, w;
     long long o;
-    if (NHWC) {  // grid (ceil(W*C / 256), H, N): one plain row (n, h)
+    if (PLAIN_NHWC) {  // grid (ceil(W*C / 256), H, N): one plain row (n, h)
         if (t >= W * C) return;
         h = blockIdx.y;
         c = t % C;
         w = t / C;
         o = (n * H + h) * (long long)(W * C) + t;
-    } else {     // grid (ceil(H*W / 256), C, N): one plain plane (n, c)
+    } else {           // grid (ceil(H*W / 256), C, N): one plain plane (n, c)
         if (t >= H * W) return;
         c = blockIdx.y;
         h = t / W;
@@ -76,8 +79,8 @@ __global__ void __launch_bounds__(256) fold_unpack(const T* __restrict__ src, T*
     float v = 0.f;
     if (hb < HB && wb < WB) {
         const int cf = ((hp % SH) * SW + wp % SW) * C + c;
-        v = to_float(NHWC ? src[((n * HB + hb) * WB + wb) * (long long)CF + cf]
-                          : src[((n * CF + cf) * HB + hb) * (long long)WB + wb]);
+        v = to_float(FOLDED_NHWC ? src[((n * HB + hb) * WB + wb) * (long long)CF + cf]
+                                 : src[((n * CF + cf) * HB + hb) * (long long)WB + wb]);
     }
     v *= alpha;
     if (beta != 0.f) v += beta * to_float(dst[o]);
@@ -85,10 +88,11 @@ __global__ void __launch_bounds__(256) fold_unpack(const T* __restrict__ src, T*
 }
 
 #ifdef UCUDNN_NVCC_CHECK
-template __global__ void fold_pack<float, 3, 4, 4, true>(const float*, float*, int, int, int, int, int, int);
-template __global__ void fold_pack<float, 3, 4, 4, false>(const float*, float*, int, int, int, int, int, int);
-template __global__ void fold_pack<half_t, 3, 2, 2, true>(const half_t*, half_t*, int, int, int, int, int, int);
-template __global__ void fold_unpack<float, 3, 4, 4, true>(const float*, float*, int, int, int, int, int, int, float, float);
-template __global__ void fold_unpack<half_t, 3, 2, 2, false>(const half_t*, half_t*, int, int, int, int, int, int, float,
-                                                             float);
+template __global__ void fold_pack<float, 3, 4, 4, true, true>(const float*, float*, int, int, int, int, int, int);
+template __global__ void fold_pack<float, 3, 4, 4, false, true>(const float*, float*, int, int, int, int, int, int);
+template __global__ void fold_pack<half_t, 3, 2, 2, true, false>(const half_t*, half_t*, int, int, int, int, int, int);
+template __global__ void fold_unpack<float, 3, 4, 4, false, true>(const float*, float*, int, int, int, int, int, int, float,
+                                                                  float);
+template __global__ void fold_unpack<half_t, 3, 2, 2, false, false>(const half_t*, half_t*, int, int, int, int, int, int,
+                                                                    float, float);
 #endif

@@ -23,7 +23,8 @@ _MAX_Z = 65535  # grid.z walks N
 @dataclass(frozen=True)
 class FoldGeometry:
     """A plain tensor (per sample: ``c`` channels of ``h`` x ``w``) and the folded one (``c * sh * sw`` channels
-    of ``folded_hw``): folded (cf = (i*sw + j)*c + ch, hb, wb) is plain (ch, hb*sh + i - ph, wb*sw + j - pw)."""
+    of ``folded_hw``): folded (cf = (i*sw + j)*c + ch, hb, wb) is plain (ch, hb*sh + i - ph, wb*sw + j - pw).
+    The plain tensor is in ``layout``, the folded one in ``folded_layout`` (default: the same)."""
 
     c: int
     h: int
@@ -32,10 +33,14 @@ class FoldGeometry:
     pad: tuple[int, int]
     folded_hw: tuple[int, int]
     layout: str
+    folded_layout: str = ""
 
     def __post_init__(self) -> None:
-        if self.layout not in ("NCHW", "NHWC"):
-            raise InputError(f"must be NCHW or NHWC, got {self.layout!r}", "layout")
+        if not self.folded_layout:
+            object.__setattr__(self, "folded_layout", self.layout)
+        for field in ("layout", "folded_layout"):
+            if getattr(self, field) not in ("NCHW", "NHWC"):
+                raise InputError(f"must be NCHW or NHWC, got {getattr(self, field)!r}", field)
         if min(self.c, self.h, self.w, *self.stride, *self.folded_hw) < 1 or min(self.pad) < 0:
             raise InputError(f"sizes must be positive and padding non-negative: {self}", "geometry")
 
@@ -48,7 +53,7 @@ class FoldGeometry:
 
     def folded_shape(self, n: int) -> tuple[int, int, int, int]:
         hb, wb = self.folded_hw
-        return (n, self.cf, hb, wb) if self.layout == "NCHW" else (n, hb, wb, self.cf)
+        return (n, self.cf, hb, wb) if self.folded_layout == "NCHW" else (n, hb, wb, self.cf)
 
 
 Pack = Callable[[int, int], None]
@@ -64,14 +69,14 @@ def launchers(g: FoldGeometry, n: int, itemsize: int) -> tuple[Pack, Unpack]:
         raise InputError(f"element size {itemsize} bytes is not supported (float32 or float16)", "itemsize")
     if n < 1:
         raise InputError(f"must be positive, got {n}", "n")
-    nhwc = g.layout == "NHWC"
+    nhwc, folded_nhwc = g.layout == "NHWC", g.folded_layout == "NHWC"
     sh, sw = g.stride
     hb, wb = g.folded_hw
-    params = f"{_CTYPE[itemsize]},{g.c},{sh},{sw},{'true' if nhwc else 'false'}"
+    params = f"{_CTYPE[itemsize]},{g.c},{sh},{sw},{str(nhwc).lower()},{str(folded_nhwc).lower()}"
     i32 = np.int32
     geo = (i32(g.h), i32(g.w), i32(g.pad[0]), i32(g.pad[1]), i32(hb), i32(wb))
     # per-sample elements of the tensor each kernel writes, in its grid's (x extent, y extent)
-    pack_xy = ((wb * g.cf, hb) if nhwc else (hb * wb, g.cf))
+    pack_xy = ((wb * g.cf, hb) if folded_nhwc else (hb * wb, g.cf))
     unpack_xy = ((g.w * g.c, g.h) if nhwc else (g.h * g.w, g.c))
     plain_bytes = g.c * g.h * g.w * itemsize
     folded_bytes = g.cf * hb * wb * itemsize

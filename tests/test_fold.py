@@ -87,6 +87,17 @@ def test_the_workspace_added_is_the_folded_x_and_w_each_aligned_and_never_y():
     assert segments("backward_filter", CONV1) == {"x": x, "w": w}
 
 
+def test_folding_into_the_other_layout_stages_y_too_and_folds_x_and_w_straight_into_that_layout():
+    up = lambda n: -(-n // 256) * 256  # noqa: E731
+    f = folded_problem(CONV1, "NHWC")
+    assert (f.layout, f.c, f.h, f.r) == ("NHWC", 48, 57, 3) and f.x_shape() == (64, 57, 57, 48)
+    assert segments("backward_filter", CONV1, "NHWC") == {"x": up(64 * 48 * 57 * 57 * 4), "y": up(64 * 96 * 55 * 55 * 4),
+                                                          "w": up(96 * 48 * 3 * 3 * 4)}
+    xg, wg = geometries(CONV1, "NHWC")
+    assert (xg.layout, xg.folded_layout, xg.folded_shape(2)) == ("NCHW", "NHWC", (2, 57, 57, 48))
+    assert wg.plain_shape(96) == (96, 3, 11, 11) and wg.folded_shape(96) == (96, 3, 3, 48)
+
+
 def test_fold_launchers_refuse_element_sizes_they_have_no_kernel_for():
     xg, _ = geometries(CONV1)
     with pytest.raises(InputError, match="8 bytes"):
@@ -105,6 +116,21 @@ def test_preparing_prepares_the_inner_configuration_on_the_folded_problem_withou
     assert (op, problem) == ("backward_data", folded_problem(CONV1))
     assert (inner_cfg.source, inner_cfg.algo, inner_cfg.workspace_bytes) == (inner.name, 1, 4096)
     assert "fold" not in inner_cfg.extra and inner_cfg.extra["via"] == via
+
+
+def test_a_configuration_folded_into_the_other_layout_prepares_its_inner_one_there(inner):
+    moved = sum(segments("forward", CONV1, "NHWC").values())
+    cfg = Measurement(64, 1, "DEFAULT", 1.0, moved + 512, "fold", None,
+                      {"fold": {"stride": [4, 4], "layout": "NHWC", "source": inner.name}})
+    FoldSource().prepare("forward", CONV1, cfg)
+    [(_, problem, inner_cfg)] = inner.prepared
+    assert problem == folded_problem(CONV1, "NHWC") and inner_cfg.workspace_bytes == 512
+
+
+def test_a_fold_source_folds_into_the_same_or_the_other_layout_and_nothing_else():
+    assert FoldSource().layouts == ("same", "other")
+    with pytest.raises(ValueError, match="layouts"):
+        FoldSource(layouts=["CHWN"])
 
 
 def test_run_refuses_a_workspace_too_small_for_the_folded_operands(inner):

@@ -364,16 +364,18 @@ def test_an_executor_call_captured_in_a_cuda_graph_replays_to_the_undivided_resu
 FOLD_CASES = ["alexnet-conv1-like", "alexnet-conv1-nhwc-float16", "resnet-conv1-like", "stride-pad-dilation"]
 
 
+@pytest.mark.parametrize("into", ["same", "other"])
 @pytest.mark.parametrize("name", FOLD_CASES[:3])
 @pytest.mark.parametrize("op", ["forward", "backward_data", "backward_filter"])
-def test_fold_execution_matches_undivided_cudnn(name, op):
+def test_fold_execution_matches_undivided_cudnn(name, op, into):
     import cupy as cp
 
     from ucudnn.sources.fold import FoldSource, folded_problem
 
     problem, sizes = CASES[name]
-    plan = _micro_plan(problem, op, sizes, source=FoldSource(["legacy"]))
+    plan = _micro_plan(problem, op, sizes, source=FoldSource(["legacy"], layouts=[into]))
     assert all(c.source == "fold" and c.extra["fold"]["stride"] == list(problem.stride) for c in plan.configs)
+    assert all((c.extra["fold"]["layout"] == problem.layout) == (into == "same") for c in plan.configs)
     out, ref = _run_and_reference(plan, seed=13, exact_workspace=True)  # the folded operands live inside it
     assert not cp.isnan(out).any()
     assert rel_err(out.get(), ref.get()) < TOL[problem.dtype]
@@ -397,3 +399,22 @@ def test_fold_workspace_counts_the_folded_operands_and_unfoldable_problems_are_s
     ms, sk = FoldSource(["legacy"]).measure("forward", dilated, Buffers(dilated).operands("forward", dilated.n),
                                              ws.ptr, settings)
     assert ms == [] and "dilated" in sk[0].reason
+
+
+@pytest.mark.parametrize("op", ["forward", "backward_filter"])
+def test_fold_into_the_other_layout_applies_the_callers_alpha_and_beta(op):
+    """Forward stages the old y in the other layout when beta != 0; backward filter unpacks each micro-batch."""
+    import cupy as cp
+
+    from ucudnn.execute import Executor
+    from ucudnn.sources.fold import FoldSource
+
+    problem, sizes = CASES["alexnet-conv1-like"]
+    plan = _micro_plan(problem, op, sizes, source=FoldSource(["legacy"], layouts=["other"]))
+    x, w, dy = _tensors(problem, seed=5)
+    a, b = (x, w) if op == "forward" else (x, dy)
+    old = cp.random.default_rng(6).standard_normal(problem.operand_shapes(op)[2], dtype="float32")
+    out = old.copy()
+    Executor(plan)(a, b, out, alpha=0.5, beta=2.0)
+    ref = _undivided(problem, op, a, b, old.copy(), alpha=0.5, beta=2.0)
+    assert rel_err(out.get(), ref.get()) < TOL["float32"]

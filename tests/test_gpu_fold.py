@@ -1,7 +1,7 @@
 """ucudnn's fold kernels against NumPy's fold (GPU; skipped without one).
 
 Every element the kernels write is compared exactly (they only move bytes):
-both layouts, both element sizes, padding, strides that differ per axis,
+both layouts on either side, both element sizes, padding, strides that differ per axis,
 folded sizes that leave plain rows unused or add zero rows, and N split
 across launches.
 """
@@ -24,41 +24,44 @@ GEOMETRIES = {
 }
 
 
-def _in_layout(g: FoldGeometry, nchw: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(nchw.transpose(0, 2, 3, 1) if g.layout == "NHWC" else nchw)
+LAYOUTS = [("NCHW", "NCHW"), ("NHWC", "NHWC"), ("NCHW", "NHWC"), ("NHWC", "NCHW")]   # (plain, folded)
 
 
-def _case(name: str, layout: str) -> FoldGeometry:
+def _in_layout(layout: str, nchw: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(nchw.transpose(0, 2, 3, 1) if layout == "NHWC" else nchw)
+
+
+def _case(name: str, layouts: tuple[str, str]) -> FoldGeometry:
     g = GEOMETRIES[name]
-    return FoldGeometry(g.c, g.h, g.w, g.stride, g.pad, g.folded_hw, layout)
+    return FoldGeometry(g.c, g.h, g.w, g.stride, g.pad, g.folded_hw, *layouts)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
-@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("layouts", LAYOUTS)
 @pytest.mark.parametrize("name", sorted(GEOMETRIES))
-def test_pack_writes_numpys_fold_exactly(name, layout, dtype):
+def test_pack_writes_numpys_fold_exactly(name, layouts, dtype):
     import cupy as cp
 
-    g = _case(name, layout)
+    g = _case(name, layouts)
     n = 3
     plain = np.random.default_rng(0).standard_normal((n, g.c, g.h, g.w)).astype(dtype)
-    src = cp.asarray(_in_layout(g, plain))
+    src = cp.asarray(_in_layout(g.layout, plain))
     dst = cp.full(g.folded_shape(n), cp.nan, dtype=dtype)
     pack, _ = launchers(g, n, np.dtype(dtype).itemsize)
     pack(src.data.ptr, dst.data.ptr)
-    np.testing.assert_array_equal(dst.get(), _in_layout(g, nchw_fold(plain, g)))
+    np.testing.assert_array_equal(dst.get(), _in_layout(g.folded_layout, nchw_fold(plain, g)))
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
-@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("layouts", LAYOUTS)
 @pytest.mark.parametrize("name", sorted(GEOMETRIES))
-def test_unpack_inverts_pack_and_zeroes_what_no_window_reaches(name, layout, dtype):
+def test_unpack_inverts_pack_and_zeroes_what_no_window_reaches(name, layouts, dtype):
     import cupy as cp
 
-    g = _case(name, layout)
+    g = _case(name, layouts)
     n = 2
     plain = np.random.default_rng(1).standard_normal((n, g.c, g.h, g.w)).astype(dtype)
-    folded = cp.asarray(_in_layout(g, nchw_fold(plain, g)))
+    folded = cp.asarray(_in_layout(g.folded_layout, nchw_fold(plain, g)))
     out = cp.full(g.plain_shape(n), cp.nan, dtype=dtype)   # beta = 0: the old contents are never read
     _, unpack = launchers(g, n, np.dtype(dtype).itemsize)
     unpack(folded.data.ptr, out.data.ptr, 1.0, 0.0)
@@ -66,7 +69,7 @@ def test_unpack_inverts_pack_and_zeroes_what_no_window_reaches(name, layout, dty
     expect = plain.copy()
     expect[:, :, max(0, hb * sh - ph):, :] = 0
     expect[:, :, :, max(0, wb * sw - pw):] = 0
-    np.testing.assert_array_equal(out.get(), _in_layout(g, expect))
+    np.testing.assert_array_equal(out.get(), _in_layout(g.layout, expect))
 
 
 def test_unpack_scales_by_alpha_and_accumulates_beta_times_the_old_contents():
@@ -88,9 +91,9 @@ def test_batches_beyond_one_grid_are_split_across_launches(monkeypatch):
     from ucudnn.kernels import fold
 
     monkeypatch.setattr(fold, "_MAX_Z", 2)   # 5 samples -> launches of 2, 2 and 1
-    g = _case("padded-uneven-stride", "NHWC")
+    g = _case("padded-uneven-stride", ("NHWC", "NCHW"))
     plain = np.random.default_rng(3).standard_normal((5, g.c, g.h, g.w)).astype("float32")
     dst = cp.full(g.folded_shape(5), cp.nan, dtype="float32")
     pack, _ = fold.launchers(g, 5, 4)
-    pack(cp.asarray(_in_layout(g, plain)).data.ptr, dst.data.ptr)
-    np.testing.assert_array_equal(dst.get(), _in_layout(g, nchw_fold(plain, g)))
+    pack(cp.asarray(_in_layout(g.layout, plain)).data.ptr, dst.data.ptr)
+    np.testing.assert_array_equal(dst.get(), _in_layout(g.folded_layout, nchw_fold(plain, g)))
