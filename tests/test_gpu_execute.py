@@ -202,6 +202,26 @@ def test_measurement_records_unsupported_algorithms_instead_of_raising():
     assert all(m.math_type == "FMA" for m in kb.measurements), "strict numerics means FMA only"
 
 
+def test_legacy_backward_filter_is_timed_accumulating_as_plans_run_it(monkeypatch):
+    """Micro-batches after a plan's first add into the gradient (beta = 1); some algorithms are slower so."""
+    from ucudnn import cudnn
+    from ucudnn.measure import benchmark
+    from ucudnn.problem import KernelSpec
+
+    betas = []
+    real = cudnn.convolution
+
+    def spy(handle, op, alpha, *rest):
+        betas.append((op, rest[-3]))
+        return real(handle, op, alpha, *rest)
+
+    monkeypatch.setattr(cudnn, "convolution", spy)
+    p = ConvProblem(8, 8, 12, 12, 8, 3, 3, pad=(1, 1))
+    table = benchmark([KernelSpec("k/backward_filter", "backward_filter", p)], "undivided", "strict", repeat=1)
+    assert table.kernels[0].measurements and betas
+    assert {b for op, b in betas} == {1.0} and {op for op, _ in betas} == {"backward_filter"}
+
+
 def test_api_plans_once_then_serves_from_the_cache(tmp_path, monkeypatch):
     import cupy as cp
 

@@ -38,6 +38,10 @@ class LegacySource(Prepared):
             except CudnnError as e:
                 skipped.append(Skipped(mb, None, desc_math, f"{e.call}: {e.status_name}"))
         allowed = set(num.allowed_math_types(settings.numerics, problem.dtype))
+        # backward filter is timed accumulating (beta = 1), as every micro-batch after a plan's first runs it: Find
+        # times beta = 0, and on an H100 WINOGRAD_NONFUSED wgrad (AlexNet conv2, TF32, n = 16) took 1.5 ms there but
+        # 2.5-2.8 ms per 256 samples when a plan executed it accumulating
+        beta = 1.0 if op == "backward_filter" else 0.0
         measured: list[Measurement] = []
         seen: set[tuple[int, str]] = set()
         for r in results:
@@ -62,7 +66,7 @@ class LegacySource(Prepared):
             if settings.repeat > 0:
                 try:
                     launch = self.prepare(op, problem, config)
-                    t = time_ms(lambda: launch(ops, workspace, r.workspace_bytes, 1.0, 0.0), repeat=settings.repeat,
+                    t = time_ms(lambda: launch(ops, workspace, r.workspace_bytes, 1.0, beta), repeat=settings.repeat,
                                 warmup=settings.warmup, min_sample_ms=settings.min_sample_ms)
                 except CudnnError as e:
                     skipped.append(Skipped(mb, r.algo, r.math_type, f"{e.call}: {e.status_name}"))
