@@ -221,3 +221,15 @@ def test_wr_on_the_recorded_table_folds_conv1_within_the_limit_and_plans_faster(
                     k.benchmark_seconds) for k in t.kernels], t.numerics, dict(t.extra))
     without = plan(native, "wr", workspace_limit=64 << 20, batch_policy="powerOfTwo")
     assert sum(k.time_ms for k in conv1) < 0.6 * sum(k.time_ms for k in without.kernels if k.name.startswith("conv1/"))
+
+
+def test_wr_on_a_recorded_nchw_tf32_table_folds_conv1_into_nhwc_where_the_fast_engines_are():
+    t = BenchmarkTable.load(RECORDED.with_name("alexnet-b256-float32-NCHW-tf32-legacy-graph-fold-h100.json.gz"))
+    wr = plan(t, "wr", workspace_limit=64 << 20, batch_policy="powerOfTwo")
+    conv1 = [c for k in wr.kernels if k.name.startswith("conv1/") for c in k.configs]
+    assert conv1 and all(c.source == "fold" and c.extra["fold"]["layout"] == "NHWC" for c in conv1)
+    for k in t.kernels:   # folds into the other layout count y in the workspace, in the same one they do not
+        for m in k.measurements:
+            if m.source == "fold":
+                layout = m.extra["fold"]["layout"]
+                assert m.workspace_bytes >= sum(segments(k.op, k.problem.with_batch(m.micro_batch), layout).values())
