@@ -175,8 +175,6 @@ def test_backward_filter_accumulates_with_callers_alpha_beta(name, via):
 
 
 def test_executor_refuses_wrong_shapes_with_a_named_error():
-    import cupy as cp
-
     from ucudnn.errors import InputError
     from ucudnn.execute import Executor
 
