@@ -80,28 +80,24 @@ def launchers(g: FoldGeometry, n: int, itemsize: int) -> tuple[Pack, Unpack]:
     unpack_xy = ((g.w * g.c, g.h) if nhwc else (g.h * g.w, g.c))
     plain_bytes = g.c * g.h * g.w * itemsize
     folded_bytes = g.cf * hb * wb * itemsize
-    chunks = [(n0, min(_MAX_Z, n - n0)) for n0 in range(0, n, _MAX_Z)]
-    kernels: dict[tuple[str, int], object] = {}
+    pack_name, unpack_name = f"fold_pack<{params}>", f"fold_unpack<{params}>"
 
-    def kernel(name: str):  # per device: a module is loaded on the device that compiled it
-        key = (name, _compile.cupy().cuda.runtime.getDevice())
-        k = kernels.get(key)
-        if k is None:
-            k = kernels[key] = _compile.get_kernel(SOURCE, f"{name}<{params}>")
-        return k
+    def launches(xy: tuple[int, int]) -> list[tuple[tuple[int, int, int], int, int]]:
+        """(grid, plain offset, folded offset) per launch: grid.z walks at most _MAX_Z samples."""
+        return [((-(-xy[0] // _THREADS), xy[1], min(_MAX_Z, n - n0)), n0 * plain_bytes, n0 * folded_bytes)
+                for n0 in range(0, n, _MAX_Z)]
 
-    def grid(xy: tuple[int, int], z: int) -> tuple[int, int, int]:
-        return (-(-xy[0] // _THREADS), xy[1], z)
+    pack_launches, unpack_launches = launches(pack_xy), launches(unpack_xy)
 
     def pack(plain: int, folded: int) -> None:
-        k = kernel("fold_pack")
-        for n0, nz in chunks:
-            k(grid(pack_xy, nz), (_THREADS,), (plain + n0 * plain_bytes, folded + n0 * folded_bytes) + geo)
+        k = _compile.get_kernel(SOURCE, pack_name)   # cached per device there
+        for grid, po, fo in pack_launches:
+            k(grid, (_THREADS,), (plain + po, folded + fo) + geo)
 
     def unpack(folded: int, plain: int, alpha: float, beta: float) -> None:
-        k = kernel("fold_unpack")
-        for n0, nz in chunks:
-            k(grid(unpack_xy, nz), (_THREADS,),
-              (folded + n0 * folded_bytes, plain + n0 * plain_bytes) + geo + (np.float32(alpha), np.float32(beta)))
+        k = _compile.get_kernel(SOURCE, unpack_name)
+        scalars = (np.float32(alpha), np.float32(beta))
+        for grid, po, fo in unpack_launches:
+            k(grid, (_THREADS,), (folded + fo, plain + po) + geo + scalars)
 
     return pack, unpack

@@ -39,6 +39,16 @@ class BenchSettings:
     min_sample_ms: float = 1.0     # back-to-back calls per timing sample (see ucudnn.timing)
 
 
+def timed_beta(op: str) -> float:
+    """The beta every source measures ``op`` with: the one most of a plan's steps run.
+
+    Backward filter sums over micro-batches, so every step after a plan's first runs with beta = 1
+    (:class:`ucudnn.execute.Executor`), and some algorithms are slower so: on an H100, legacy WINOGRAD_NONFUSED
+    wgrad (AlexNet conv2, TF32, n = 16) timed 1.5 ms with beta = 0 (Find's way) and ran 2.5-2.8 ms per 256
+    samples in a plan.  The other ops run with the caller's beta, 0 in training."""
+    return 1.0 if op == "backward_filter" else 0.0
+
+
 #: One configuration made ready to run: ``launch(ops, workspace, workspace_bytes, alpha, beta)`` computes
 #: out = alpha * op(a, b) + beta * out on CuPy's current stream.
 Launch = Callable[[Operands, int, int, float, float], None]
@@ -87,6 +97,18 @@ class Wrapper(Prepared):
         self.inner = [registry.get(s) if isinstance(s, str) else s for s in inner]
         if any(s.name == self.name for s in self.inner):
             raise ValueError(f"a {self.name} source cannot wrap itself")
+
+    def time_step(self, op: str, problem: ConvProblem, config: Measurement, ops: Operands, workspace: int,
+                  settings: BenchSettings) -> float:
+        """ms of one step of ``config`` timed as execution runs it (the wrapper's moves, the inner call and the
+        host work between them, back to back): summing separately timed parts under-predicted small
+        micro-batches of relayout by up to 1.7x on an H100."""
+        from ..timing import time_ms
+
+        launch = self.prepare(op, problem, config)
+        beta = timed_beta(op)
+        return time_ms(lambda: launch(ops, workspace, config.workspace_bytes, 1.0, beta), repeat=settings.repeat,
+                       warmup=1, min_sample_ms=settings.min_sample_ms)
 
     def inner_config(self, config: Measurement, own_bytes: int) -> tuple[AlgorithmSource, Measurement]:
         """The inner source and configuration ``config`` wraps; ``own_bytes`` of its workspace are the wrapper's."""

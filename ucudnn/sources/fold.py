@@ -34,7 +34,6 @@ from typing import Sequence
 from ..arena import align_up
 from ..problem import ROLES, ConvProblem
 from ..table import Measurement, Skipped
-from ..timing import time_ms
 from .base import AlgorithmSource, BenchSettings, Launch, Operands, Wrapper
 from .relayout import OTHER
 
@@ -177,11 +176,8 @@ class FoldSource(Wrapper):
                     skipped.append(Skipped(mb, m.algo, m.math_type, f"{what}: needs {cfg.workspace_bytes} bytes, "
                                                                     "over the benchmark cap"))
                     continue
-                if settings.repeat > 0:   # timed as execution runs it: packs, inner call, unpack, back to back
-                    beta = 1.0 if op == "backward_filter" else 0.0
-                    launch = self.prepare(op, problem, cfg)
-                    t = time_ms(lambda: launch(ops, workspace, cfg.workspace_bytes, 1.0, beta),
-                                repeat=settings.repeat, warmup=1, min_sample_ms=settings.min_sample_ms)
+                if settings.repeat > 0:   # packs, inner call, unpack, back to back
+                    t = self.time_step(op, problem, cfg, ops, workspace, settings)
                     cfg = Measurement(mb, m.algo, m.math_type, t, cfg.workspace_bytes, self.name, m.engine, cfg.extra)
                 measured.append(cfg)
         return measured, skipped

@@ -71,7 +71,7 @@ from .. import numerics as num
 from ..errors import CudnnError, InputError, UcudnnError
 from ..problem import ROLES, ConvProblem
 from ..table import Measurement, Skipped
-from .base import BenchSettings, Launch, Operands, Prepared
+from .base import BenchSettings, Launch, Operands, Prepared, timed_beta
 
 #: Heuristic modes asked for, in this order (their lists are concatenated; duplicates are measured once).
 HEUR_MODES: tuple[str, ...] = ("A", "B", "FALLBACK")
@@ -464,7 +464,7 @@ class GraphSource(Prepared):
         # time: one quick sample each, then (unless dominated by the margin) the full median
         measured: list[Measurement] = []
         acc_ms = self._accumulate_cost(op, problem, ops, workspace) if scratch else None
-        beta = 1.0 if op == "backward_filter" else 0.0   # backward filter: time the accumulating path
+        beta = timed_beta(op)   # backward filter: time the accumulating path
         t2 = time.perf_counter()
         quick: dict[int, float] = {}
         rows = []

@@ -15,7 +15,7 @@ from ..gpu import descriptors, handle
 from ..problem import ConvProblem
 from ..table import Measurement, Skipped
 from ..timing import time_ms
-from .base import BenchSettings, Launch, Operands, Prepared
+from .base import BenchSettings, Launch, Operands, Prepared, timed_beta
 
 
 class LegacySource(Prepared):
@@ -38,10 +38,7 @@ class LegacySource(Prepared):
             except CudnnError as e:
                 skipped.append(Skipped(mb, None, desc_math, f"{e.call}: {e.status_name}"))
         allowed = set(num.allowed_math_types(settings.numerics, problem.dtype))
-        # backward filter is timed accumulating (beta = 1), as every micro-batch after a plan's first runs it: Find
-        # times beta = 0, and on an H100 WINOGRAD_NONFUSED wgrad (AlexNet conv2, TF32, n = 16) took 1.5 ms there but
-        # 2.5-2.8 ms per 256 samples when a plan executed it accumulating
-        beta = 1.0 if op == "backward_filter" else 0.0
+        beta = timed_beta(op)   # not Find's beta = 0 (see timed_beta)
         measured: list[Measurement] = []
         seen: set[tuple[int, str]] = set()
         for r in results:

@@ -36,7 +36,7 @@ from ..arena import align_up
 from ..problem import ConvProblem
 from ..table import Measurement, Skipped
 from ..timing import time_ms
-from .base import BenchSettings, Launch, Operands, Wrapper
+from .base import BenchSettings, Launch, Operands, Wrapper, timed_beta
 
 OTHER = {"NCHW": "NHWC", "NHWC": "NCHW"}
 
@@ -81,7 +81,7 @@ class RelayoutSource(Wrapper):
         def transforms() -> None:
             there[0](src[0], dst[0].data.ptr)
             there[1](src[1], dst[1].data.ptr)
-            if op == "backward_filter":   # accumulating micro-batches bring the output in as well
+            if timed_beta(op):   # accumulating micro-batches bring the output in as well
                 there[2](src[2], dst[2].data.ptr)
             back(dst[2].data.ptr, src[2])
 
@@ -105,12 +105,7 @@ class RelayoutSource(Wrapper):
                                            f"{cfg.workspace_bytes} bytes, over the benchmark cap"))
                     continue
                 if settings.repeat > 0:
-                    # timed as execution runs it (transforms, inner call and the host work between them, back to
-                    # back): the sum of separately timed parts under-predicted small micro-batches by up to 1.7x
-                    beta = 1.0 if op == "backward_filter" else 0.0
-                    launch = self.prepare(op, problem, cfg)
-                    t = time_ms(lambda: launch(ops, workspace, cfg.workspace_bytes, 1.0, beta),
-                                repeat=settings.repeat, warmup=1, min_sample_ms=settings.min_sample_ms)
+                    t = self.time_step(op, problem, cfg, ops, workspace, settings)
                     cfg = Measurement(mb, m.algo, m.math_type, t, cfg.workspace_bytes, self.name, m.engine,
                                       {**m.extra, "via": {**via, "sum_of_parts_ms": round(m.time_ms + t_transform, 6)}})
                 measured.append(cfg)
