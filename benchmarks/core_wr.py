@@ -31,10 +31,11 @@ def distinct_kernels(kernels):
     return out
 
 
-def execute_plan(plan, bufs, repeat: int):
-    """Measured ms of each kernel of ``plan`` (median of ``repeat`` event-timed runs)."""
+def execute_plan(plan, bufs, repeat: int, replay: bool = False):
+    """Measured ms of each kernel of ``plan`` (median of ``repeat`` event-timed runs); ``replay``: each kernel's
+    executor call captured once into a CUDA graph and replayed (GPU time, no host launch work)."""
     from ucudnn.execute import Executor
-    from ucudnn.timing import time_ms
+    from ucudnn.timing import time_ms, time_replay_ms
 
     times = {}
     for kp in plan.kernels:
@@ -43,12 +44,15 @@ def execute_plan(plan, bufs, repeat: int):
         import cupy as cp
 
         ws = cp.cuda.alloc(max(ex.workspace_bytes, 1))
-        times[kp.name] = time_ms(lambda: ex(a, bb, out, workspace=ws), repeat=repeat, warmup=2, min_sample_ms=1.0)
+        call = lambda: ex(a, bb, out, workspace=ws)  # noqa: E731
+        times[kp.name] = (time_replay_ms(call, repeat=repeat) if replay else
+                          time_ms(call, repeat=repeat, warmup=2, min_sample_ms=1.0))
     return times
 
 
-def torch_times(kernels, numerics: str, repeat: int):
-    """PyTorch's own choice (cudnn.benchmark, unbounded workspace) on the same kernels."""
+def torch_times(kernels, numerics: str, repeat: int, replay: bool = False):
+    """PyTorch's own choice (cudnn.benchmark, unbounded workspace) on the same kernels; ``replay``: each call
+    captured once into a CUDA graph (``torch.cuda.graph``, after cudnn.benchmark's search) and replayed."""
     import torch
     import torch.nn.functional as F
 
@@ -79,6 +83,14 @@ def torch_times(kernels, numerics: str, repeat: int):
         except Exception:  # noqa: BLE001 - older torch without the CUDA stream protocol
             stream = cp.cuda.ExternalStream(ts.cuda_stream)
         with stream:
+            if replay:
+                for _ in range(3):   # cudnn.benchmark searches on the first call: never inside the capture
+                    fn()
+                torch.cuda.synchronize()
+                g = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(g):
+                    fn()
+                fn = g.replay
             out[k.name] = time_ms(fn, repeat=repeat, warmup=3, min_sample_ms=1.0)
     return out
 

@@ -104,21 +104,10 @@ def _floor(plan, operands, ws):
 
 def _captured(fn):
     """Event ms per replay of ``fn`` captured into a CUDA graph, or the reason capture failed."""
-    import cupy as cp
+    from ucudnn.timing import time_replay_ms
 
-    from ucudnn.timing import time_ms
-
-    stream = cp.cuda.Stream(non_blocking=True)
     try:
-        with stream:
-            fn()   # warm: plans built, pool blocks cached before capture
-            stream.synchronize()
-            stream.begin_capture()
-            try:
-                fn()
-            finally:
-                graph = stream.end_capture()
-            return time_ms(lambda: graph.launch(stream), repeat=5, warmup=2, min_sample_ms=5.0), None
+        return time_replay_ms(fn), None
     except Exception as e:  # noqa: BLE001 - reported, not fatal
         return None, f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
 

@@ -104,7 +104,8 @@ def by_kernel(kernels, source, args, numerics, deadline, log=False):
             raise TimeoutError(f"deadline reached while benchmarking the {source.name} source "
                                f"({i}/{len(kernels)} kernels)")
         tk = time.perf_counter()
-        tables.append(benchmark([k], args.batch_policy, numerics, sources=[source], repeat=args.repeat))
+        tables.append(benchmark([k], args.batch_policy, numerics, sources=[source], repeat=args.repeat,
+                                timing=args.timing))
         if log:
             print(f"   {source.name} {k.name}: {len(tables[-1].kernels[0].measurements)} measurements, "
                   f"{time.perf_counter() - tk:.1f} s", flush=True)
@@ -130,7 +131,8 @@ def run_combo(args, net, dtype, layout, numerics, prov, out_dir, deadline):
     graph = GraphSource(top_k=args.graph_top_k, quick_margin=args.quick_margin)
     registry.register(graph)   # execution finds the instance holding the built plans
     t0 = time.perf_counter()
-    legacy = benchmark(kernels, args.batch_policy, numerics, sources=["legacy"], repeat=args.repeat)
+    legacy = benchmark(kernels, args.batch_policy, numerics, sources=["legacy"], repeat=args.repeat,
+                       timing=args.timing)
     cp.cuda.runtime.deviceSynchronize()
     t_legacy = time.perf_counter() - t0
     print(f"   legacy table {t_legacy:.1f} s", flush=True)
@@ -189,7 +191,12 @@ def run_combo(args, net, dtype, layout, numerics, prov, out_dir, deadline):
     if folded is not None:
         plans.append((f"WR legacy+graph{f'+relayout({args.relayout})' if relayed else ''}+fold({args.fold})",
                       plan(folded, "wr", workspace_limit=lim, batch_policy=args.batch_policy)))
+    if args.batch_policy != "powerOfTwo":   # the same measurements planned with powerOfTwo's sizes only
+        name, _ = plans[-1]
+        last = folded if folded is not None else relayed if relayed is not None else both
+        plans.append((f"{name} [powerOfTwo sizes]", plan(last, "wr", workspace_limit=lim, batch_policy="powerOfTwo")))
     passes = [[execute_plan(pl, bufs, args.exec_repeat) for _, pl in plans] for _ in range(2)]
+    replays = [execute_plan(pl, bufs, args.exec_repeat, replay=True) for _, pl in plans] if args.replay else None
     rows = []
     for i, (name, pl) in enumerate(plans):
         per_pass = [sum(p[i].values()) for p in passes]
@@ -200,21 +207,28 @@ def run_combo(args, net, dtype, layout, numerics, prov, out_dir, deadline):
         relayout_share = sum(c.source == "relayout" for kp in pl.kernels for c in kp.configs)
         fold_share = sum(c.source == "fold" for kp in pl.kernels for c in kp.configs)
         rows.append({"plan": name, "predicted_ms": pl.total_time_ms, "measured_ms": sum(measured.values()),
-                     "measured_passes_ms": per_pass, "workspace_bytes": pl.workspace_bytes,
+                     "measured_passes_ms": per_pass,
+                     "replayed_ms": sum(replays[i].values()) if replays else None, "workspace_bytes": pl.workspace_bytes,
                      "graph_micro_batches": graph_share, "relayout_micro_batches": relayout_share,
                      "fold_micro_batches": fold_share,
                      "micro_batches": sum(len(kp.configs) for kp in pl.kernels),
                      "kernels": {kp.name: {"predicted_ms": kp.time_ms, "measured_ms": measured[kp.name],
+                                           "replayed_ms": replays[i][kp.name] if replays else None,
                                            "division": " + ".join(f"{c.micro_batch} {c.source}:{c.algo}/{c.math_type}"
                                                                   for c in kp.configs),
                                            "workspace_bytes": kp.workspace_bytes} for kp in pl.kernels}})
         print(f"   {name:<24} predicted {pl.total_time_ms:8.3f} ms  measured "
-              + " / ".join(f"{t:8.3f}" for t in per_pass), flush=True)
-    torch_ms = tt = None
+              + " / ".join(f"{t:8.3f}" for t in per_pass)
+              + (f"  replayed {rows[-1]['replayed_ms']:8.3f}" if replays else ""), flush=True)
+    torch_ms = tt = torch_replay_ms = ttr = None
     if args.torch:
         tt = torch_times(kernels, numerics, args.exec_repeat)
         torch_ms = sum(tt.values())
         print(f"   PyTorch {torch_ms:.3f} ms", flush=True)
+        if args.replay:
+            ttr = torch_times(kernels, numerics, args.exec_repeat, replay=True)
+            torch_replay_ms = sum(ttr.values())
+            print(f"   PyTorch replayed {torch_replay_ms:.3f} ms", flush=True)
 
     # pruning study: planned time of WR legacy+graph from pruned measurements, and what benchmarking would cost
     study = []
@@ -232,11 +246,13 @@ def run_combo(args, net, dtype, layout, numerics, prov, out_dir, deadline):
     best = study[0]["planned_ms"]
     doc = {"provenance": prov, "network": net, "batch": args.batch, "dtype": dtype, "layout": layout,
            "numerics": numerics, "kernels": len(kernels), "limit": args.limit, "batch_policy": args.batch_policy,
+           "timing": args.timing,
            "graph_source": {"modes": list(graph.modes), "top_k": args.graph_top_k, "quick_margin": args.quick_margin,
                             "stats": gstats, "config_seconds": full_graph_cost},
            "benchmark_seconds": {"legacy": t_legacy, "graph": t_graph, "relayout": t_relayout,
                                  "fold": t_fold},
-           "rows": rows, "torch_total_ms": torch_ms, "torch_kernels_ms": tt, "pruning": study}
+           "rows": rows, "torch_total_ms": torch_ms, "torch_kernels_ms": tt,
+           "torch_replayed_total_ms": torch_replay_ms, "torch_replayed_kernels_ms": ttr, "pruning": study}
     title = f"WR legacy+graph vs legacy vs PyTorch, {tag}, {len(kernels)} kernels, {args.limit} per kernel"
     md = md_header(title, prov)
     md += (f"\nBenchmarking time: legacy {t_legacy:.1f} s, graph {t_graph:.1f} s "
@@ -247,15 +263,28 @@ def run_combo(args, net, dtype, layout, numerics, prov, out_dir, deadline):
            + (f", quick margin {args.quick_margin}" if args.quick_margin else "") + ")"
            + (f"; relayout ({args.relayout}) {t_relayout:.1f} s" if t_relayout is not None else "")
            + (f"; fold ({args.fold}) {t_fold:.1f} s" if t_fold is not None else "") + "\n\n"
-           "| plan | predicted ms | measured ms | pass 1 / pass 2 ms | graph micro-batches | vs PyTorch |\n"
-           "|---|---:|---:|---:|---:|---:|\n")
+           f"Batch-size policy: `{args.batch_policy}`; configurations timed `{args.timing}`"
+           + (" (captured into CUDA graphs and replayed: the plans are made for replay)" if args.timing == "replay"
+              else "") + ".")
+    rep = bool(replays)
+    if rep:
+        md += (" `replayed`: each kernel's call captured once into a CUDA graph and replayed, ucudnn and PyTorch "
+               "alike (GPU time without the host's launch work).")
+    md += ("\n\n| plan | predicted ms | measured ms | pass 1 / pass 2 ms | graph micro-batches | vs PyTorch |"
+           + (" replayed ms | vs PyTorch replayed |" if rep else "") + "\n|---|---:|---:|---:|---:|---:|"
+           + ("---:|---:|" if rep else "") + "\n")
     for r in rows:
         vs = f"{torch_ms / r['measured_ms']:.2f}x" if torch_ms else "-"
         md += (f"| {r['plan']} | {r['predicted_ms']:.3f} | {r['measured_ms']:.3f} | "
                f"{r['measured_passes_ms'][0]:.2f} / {r['measured_passes_ms'][1]:.2f} | "
-               f"{r['graph_micro_batches']}/{r['micro_batches']} | {vs} |\n")
+               f"{r['graph_micro_batches']}/{r['micro_batches']} | {vs} |")
+        if rep:
+            vr = f"{torch_replay_ms / r['replayed_ms']:.2f}x" if torch_replay_ms else "-"
+            md += f" {r['replayed_ms']:.3f} | {vr} |"
+        md += "\n"
     if torch_ms:
-        md += f"| PyTorch (cudnn.benchmark, unbounded workspace) | | {torch_ms:.3f} | | | 1.00x |\n"
+        md += (f"| PyTorch (cudnn.benchmark, unbounded workspace) | | {torch_ms:.3f} | | | 1.00x |"
+               + (f" {torch_replay_ms:.3f} | 1.00x |" if rep and torch_replay_ms else " | |" if rep else "") + "\n")
     md += ("\nPruning (planned WR legacy+graph time from the same measurements; graph benchmarking cost = "
            "recorded build + timing time of the configurations kept):\n\n"
            "| pruning | planned ms | vs unpruned | graph config seconds |\n|---|---:|---:|---:|\n")
@@ -285,17 +314,23 @@ def summarize(results: str) -> None:
                      "numerics": d["numerics"], "limit": d["limit"], "torch_ms": d["torch_total_ms"],
                      "plans_ms": plans, "benchmark_seconds": d["benchmark_seconds"],
                      "pruning": {"top_k": gs["top_k"], "quick_margin": gs["quick_margin"]},
+                     "batch_policy": d.get("batch_policy", "powerOfTwo"), "timing": d.get("timing", "eager"),
+                     "replayed_ms": {r["plan"]: r.get("replayed_ms") for r in d["rows"]},
+                     "torch_replayed_ms": d.get("torch_replayed_total_ms"),
                      "date": d["provenance"]["date"], "device": d["provenance"].get("device")})
     md = ("# Graph-API engines: summary of graph_wr results\n\n"
           "Measured totals (ms, sum over a network's distinct conv kernels x 3 ops; each row from one run, side by "
           "side); a plan's measured time is, per kernel, the lower of two executed passes (each the median of timed "
           "samples); both passes' totals are in each combination's own file. Bar: WR legacy+graph at 64 MiB per "
-          "kernel faster than PyTorch (cudnn.benchmark, unbounded workspace, same numerics). Findings and caveats: "
-          "graph_wr_notes.md.\n\n"
+          "kernel faster than PyTorch (cudnn.benchmark, unbounded workspace, same numerics). `timing`: how the "
+          "plans' configurations were timed (eager: called from Python as an executor runs them; replay: captured "
+          "into CUDA graphs, plans made for replay); `replayed`: every kernel's call captured once and replayed, "
+          "ucudnn and PyTorch alike. Findings and caveats: graph_wr_notes.md.\n\n"
           "| network | dtype | layout | numerics | undivided legacy | WR legacy | WR legacy+graph | PyTorch | "
           "WR legacy+graph vs PyTorch | best WR with ucudnn's kernels as sources | vs PyTorch | benchmarking s "
-          "(legacy + graph [+ relayout] [+ fold]) | graph pruning |\n"
-          "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
+          "(legacy + graph [+ relayout] [+ fold]) | graph pruning | batch policy, timing | best replayed vs PyTorch "
+          "replayed |\n"
+          "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---:|\n")
     for r in rows:
         p, t = r["plans_ms"], r["torch_ms"]
         own = [k for k in p if k.startswith("WR legacy+graph+")]   # plans with ucudnn's kernels as sources
@@ -310,7 +345,10 @@ def summarize(results: str) -> None:
                + f"{r['benchmark_seconds']['legacy']:.0f} + {r['benchmark_seconds']['graph']:.0f}"
                + (f" + {r['benchmark_seconds']['relayout']:.0f}" if r['benchmark_seconds'].get('relayout') else "")
                + (f" + {r['benchmark_seconds']['fold']:.0f}" if r['benchmark_seconds'].get('fold') else "")
-               + f" | {prune} |\n")
+               + f" | {prune} | {r['batch_policy']}, {r['timing']} | "
+               + (f"{min(v for v in r['replayed_ms'].values() if v):.2f} vs {r['torch_replayed_ms']:.2f} "
+                  f"({r['torch_replayed_ms'] / min(v for v in r['replayed_ms'].values() if v):.2f}x)"
+                  if r["torch_replayed_ms"] else "-") + " |\n")
     write(results, "graph_wr_summary", {"rows": rows}, md)
 
 
@@ -323,6 +361,8 @@ def main() -> None:
     ap.add_argument("--limit", default="64MiB", help="per-kernel workspace limit")
     ap.add_argument("--batch-policy", default="powerOfTwo")
     ap.add_argument("--repeat", type=int, default=3, help="timed samples per configuration while benchmarking")
+    ap.add_argument("--timing", default="eager", choices=("eager", "replay"),
+                    help="how configurations are timed while benchmarking (ucudnn.measure.benchmark's timing)")
     ap.add_argument("--exec-repeat", type=int, default=7)
     ap.add_argument("--graph-top-k", type=int, default=None)
     ap.add_argument("--quick-margin", type=float, default=None)
@@ -333,6 +373,8 @@ def main() -> None:
                     "kernels, and plan with them; relayout there is --relayout's source, or without --relayout one "
                     "wrapping the other sources named, measured on the folded problems only")
     ap.add_argument("--torch", action="store_true")
+    ap.add_argument("--replay", action="store_true", help="also time every plan (and PyTorch) captured once per "
+                    "kernel into a CUDA graph and replayed")
     ap.add_argument("--budget-s", type=float, default=1e9, help="start no new combination after this many seconds")
     ap.add_argument("--deadline-s", type=float, default=1e9, help="abandon a combination still benchmarking the "
                     "graph source after this many seconds (its results are not written)")

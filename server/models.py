@@ -62,7 +62,7 @@ class PlanRequest(_Strict):
                           "undivided: plain cuDNN under workspace_limit")
     workspace_limit: Size | None = Field(None, description="per-kernel limit for wr/undivided, e.g. '64MiB'")
     total_workspace: Size | None = Field(None, description="whole-table budget for wd, e.g. '120MiB'")
-    batch_policy: str = Field("powerOfTwo", description="all | powerOfTwo | undivided")
+    batch_policy: str = Field("powerOfTwo", description="all | powerOfTwo | powerOfTwoAndMidpoints | undivided")
 
 
 class PlanResponse(BaseModel):

@@ -353,13 +353,19 @@ def test_relayout_workspace_counts_the_transformed_operands():
 @pytest.mark.parametrize("via", ["legacy", "relayout", "fold"])
 def test_an_executor_call_captured_in_a_cuda_graph_replays_to_the_undivided_result(op, via):
     """Fixed-buffer users (serving) capture a plan once and replay it: nothing in a call may sync or run eagerly."""
+    problem, sizes = CASES["alexnet-conv1-like" if via == "fold" else "odd-batch-255"]
+    plan = _micro_plan(problem, op, sizes, source=_wrapper(None if via == "legacy" else via))
+    assert _captured_error(plan, seed=17, replays=2) < TOL[problem.dtype]   # replays are idempotent
+
+
+def _captured_error(plan, seed: int, replays: int = 1) -> float:
+    """Capture one executor call of ``plan`` into a CUDA graph, replay it, and return its error vs undivided cuDNN."""
     import cupy as cp
 
     from ucudnn.execute import Executor
 
-    problem, sizes = CASES["alexnet-conv1-like" if via == "fold" else "odd-batch-255"]
-    plan = _micro_plan(problem, op, sizes, source=_wrapper(None if via == "legacy" else via))
-    x, w, dy = _tensors(problem, seed=17)
+    problem, op = plan.problem, plan.op
+    x, w, dy = _tensors(problem, seed=seed)
     a, b = {"forward": (x, w), "backward_data": (w, dy), "backward_filter": (x, dy)}[op]
     out = cp.full(problem.operand_shapes(op)[2], cp.nan, dtype=x.dtype)
     ex = Executor(plan)
@@ -371,11 +377,32 @@ def test_an_executor_call_captured_in_a_cuda_graph_replays_to_the_undivided_resu
         ex(a, b, out, workspace=ws)
         graph = stream.end_capture()
         assert bool(cp.isnan(out).all()), "captured work ran during capture"
-        for _ in range(2):   # replays are idempotent (backward filter: the first step overwrites)
+        for _ in range(replays):   # backward filter: the first step overwrites, so replays do not accumulate
             graph.launch(stream)
         stream.synchronize()
     ref = _undivided(problem, op, a, b, cp.empty_like(out))
-    assert rel_err(out.get(), ref.get()) < TOL[problem.dtype]
+    return rel_err(out.get(), ref.get())
+
+
+@pytest.mark.parametrize("op", ["forward", "backward_data", "backward_filter"])
+def test_a_replay_timed_table_plans_configurations_that_capture_and_replay_to_the_undivided_result(op):
+    """Replay timing (benchmark(timing="replay")) times every configuration captured: a plan of them captures too."""
+    from ucudnn.measure import benchmark
+    from ucudnn.plan import KernelPlan, MicroConfig
+    from ucudnn.problem import KernelSpec
+
+    problem, _ = CASES["nhwc-float32"]
+    table = benchmark([KernelSpec("k", op, problem)], "powerOfTwo", "strict", sources="legacy,relayout", repeat=1,
+                      timing="replay", max_workspace=256 << 20)
+    assert table.extra["timing"] == "replay"
+    assert {m.source for m in table.kernels[0].measurements} == {"legacy", "relayout"}
+    ms = table.kernels[0].measurements
+
+    def fastest(source, n):
+        return MicroConfig.of(min((m for m in ms if m.source == source and m.micro_batch == n), key=lambda m: m.time_ms))
+
+    kp = KernelPlan("k", op, problem, [fastest("relayout", 32), fastest("legacy", 1)])   # 33 samples, both sources
+    assert _captured_error(kp, seed=23) < TOL[problem.dtype]
 
 
 # -- fold: a strided first layer run as a stride-1 convolution over folded channels ----------------------------

@@ -15,7 +15,7 @@ import math
 
 import pytest
 
-from ucudnn.errors import CudnnError, InputError, TableError
+from ucudnn.errors import CaptureError, CudnnError, InputError, TableError
 from ucudnn.problem import ConvProblem
 from ucudnn.sources import graph as G
 from ucudnn.sources.base import BenchSettings, Operands
@@ -338,6 +338,17 @@ def test_unsupported_runtime_compiled_and_oversized_engines_become_skipped_rows(
     assert reasons["eng4"] == "needs more workspace than the benchmark offers"
     src2, *_ = source(lists, runtime_compiled=True)
     assert 3 in {m.engine["id"] for m in src2.measure("forward", P, OPS, WS, settings("strict"))[0]}
+
+
+def test_a_graph_configuration_that_cannot_be_captured_is_skipped_not_raised():
+    def refuse(fn, repeat=1, **kw):
+        if repeat > 1:   # the quick sample passes; the full (replayed) timing cannot capture
+            raise CaptureError("cannot be captured into a CUDA graph: RuntimeError: pool allocation")
+        return 0.5
+
+    src = G.GraphSource(fe=FakeFrontend({"A": [Cfg(1)]}), handle_fn=lambda: 1, timer=refuse)
+    ms, skipped = src.measure("forward", P, OPS, WS, BenchSettings("strict", repeat=3, timing="replay"))
+    assert ms == [] and "cannot be captured" in skipped[0].reason
 
 
 def test_no_heuristics_result_is_a_skipped_row_not_an_exception():

@@ -18,3 +18,15 @@ def test_policy_names_are_case_insensitive_but_unknown_ones_fail():
     assert normalize_policy("poweroftwo") == "powerOfTwo"
     with pytest.raises(InputError, match="batch_policy"):
         normalize_policy("half")
+
+
+def test_midpoints_adds_the_size_halfway_between_each_pair_of_powers_of_two():
+    assert micro_batch_sizes("powerOfTwoAndMidpoints", 256) == [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192,
+                                                                256]
+    assert micro_batch_sizes("powerOfTwoAndMidpoints", 100) == [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 100]
+    assert micro_batch_sizes("midpoints", 7) == [1, 2, 3, 4, 6, 7]
+
+
+def test_midpoints_holds_every_power_of_two_size():
+    for batch in range(1, 300):
+        assert set(micro_batch_sizes("powerOfTwo", batch)) <= set(micro_batch_sizes("powerOfTwoAndMidpoints", batch))

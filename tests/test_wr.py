@@ -88,11 +88,26 @@ def test_powerOfTwo_ignores_sizes_it_does_not_name():
     assert sum(c.time_ms for c in plan_kernel(k, 0, "undivided")) == 10.0
 
 
+def test_midpoints_take_the_largest_micro_batch_that_fits_when_a_power_of_two_does_not():
+    # workspace grows with the micro-batch: 12 samples fit 64 MiB, 16 do not; each step pays a fixed 1 ms
+    k = from_options(48, {n: [(1.0 + 0.01 * n, 5 * MiB * n)] for n in (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48)})
+    assert [c.micro_batch for c in plan_kernel(k, 64 * MiB, "powerOfTwo")] == [8] * 6
+    assert [c.micro_batch for c in plan_kernel(k, 64 * MiB, "powerOfTwoAndMidpoints")] == [12] * 4
+
+
 # --- on real tables recorded on an H100 -------------------------------------------------------------
 
 @pytest.fixture(scope="module")
 def alexnet():
     return BenchmarkTable.load("builtin:alexnet-b256-float32-NCHW-h100")
+
+
+@pytest.mark.parametrize("limit", ["8MiB", "64MiB", "512MiB"])
+def test_real_table_midpoints_plan_between_powerOfTwo_and_all(limit):
+    every = BenchmarkTable.load("builtin:alexnet-b256-float32-NCHW-all-h100")
+    t = {p: plan(every, "wr", workspace_limit=limit, batch_policy=p).total_time_ms
+         for p in ("all", "powerOfTwoAndMidpoints", "powerOfTwo")}
+    assert t["all"] <= t["powerOfTwoAndMidpoints"] <= t["powerOfTwo"]
 
 
 @pytest.mark.parametrize("limit", ["8MiB", "64MiB", "512MiB"])

@@ -46,6 +46,10 @@ class CudnnError(UcudnnError, RuntimeError):
         super().__init__(f"{call} failed: {name} ({status}){': ' + message if message else ''}")
 
 
+class CaptureError(UcudnnError, RuntimeError):
+    """A configuration could not be captured into a CUDA graph (replay timing): it cannot run in a replayed plan."""
+
+
 class CudnnNotFound(UcudnnError, OSError):
     """libcudnn.so.9 could not be located or loaded."""
 

@@ -11,10 +11,11 @@ import time
 from typing import Iterable, Sequence
 
 from . import cudnn, numerics as num
+from .errors import InputError
 from .gpu import cupy, cupy_dtype, device_name
 from .policy import micro_batch_sizes
 from .problem import ConvProblem, KernelSpec
-from .sources.base import AlgorithmSource, BenchSettings, Operands
+from .sources.base import TIMINGS, AlgorithmSource, BenchSettings, Operands
 from .sources.legacy import LegacySource
 from .table import BenchmarkTable, KernelBench, Measurement, Skipped
 
@@ -88,16 +89,21 @@ def resolve_sources(sources: Iterable[AlgorithmSource | str] | str | None) -> li
         registry.register(w)
     out = [wrapped[s] if s in WRAPPERS else base.pop(0) for s in sources]
     if not out:
-        from .errors import InputError
-
         raise InputError("name at least one algorithm source (legacy, graph)", "sources")
     return out
 
 
 def benchmark(kernels: Sequence[KernelSpec], batch_policy: str = "powerOfTwo", numerics: str | None = None, *,
               sources: Iterable[AlgorithmSource | str] | str | None = None, repeat: int = 5, warmup: int = 1,
-              max_workspace: int | None = None, progress: bool = False) -> BenchmarkTable:
-    """Measure ``kernels`` on the current device; never raises for an algorithm that fails."""
+              max_workspace: int | None = None, progress: bool = False, timing: str = "eager") -> BenchmarkTable:
+    """Measure ``kernels`` on the current device; never raises for an algorithm that fails.
+
+    ``timing``: ``eager`` (the default) times each configuration called back to back as the executor runs a
+    plan; ``replay`` times it captured into a CUDA graph, for plans their users capture and replay
+    (:func:`ucudnn.sources.base.time_config`).  The table records which.
+    """
+    if timing not in TIMINGS:
+        raise InputError(f"unknown timing {timing!r}; use one of {', '.join(TIMINGS)}", "timing")
     cp = cupy()
     sources = resolve_sources(sources)
     dtypes = {k.problem.dtype for k in kernels}
@@ -105,7 +111,7 @@ def benchmark(kernels: Sequence[KernelSpec], batch_policy: str = "powerOfTwo", n
     if max_workspace is None:
         free, _ = cp.cuda.runtime.memGetInfo()
         max_workspace = min(4 << 30, free // 4)
-    settings = BenchSettings(numerics, repeat, warmup, max_workspace)
+    settings = BenchSettings(numerics, repeat, warmup, max_workspace, timing=timing)
     memo: dict[tuple[ConvProblem, str], KernelBench] = {}
     steps = sum(len(micro_batch_sizes(batch_policy, k.problem.n)) for k in kernels)
     bar = _progress(progress, steps)
@@ -148,7 +154,7 @@ def benchmark(kernels: Sequence[KernelSpec], batch_policy: str = "powerOfTwo", n
     finally:
         bar.close()
     return BenchmarkTable(device_name(), cudnn.get_version(), out, numerics,
-                          {"batch_policy": batch_policy, "repeat": repeat, "cupy_version": cp.__version__,
+                          {"batch_policy": batch_policy, "repeat": repeat, "timing": timing, "cupy_version": cp.__version__,
                            "sources": [s.name for s in sources]})
 
 

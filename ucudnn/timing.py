@@ -37,3 +37,25 @@ def time_ms(fn: Callable[[], None], repeat: int = 5, warmup: int = 1, min_sample
         first = sample(1)
         inner = max(1, min(max_inner, math.ceil(min_sample_ms / max(first, 1e-3))))
     return float(statistics.median(sample(inner) for _ in range(max(1, repeat))))
+
+
+def time_replay_ms(fn: Callable[[], None], repeat: int = 5, warmup: int = 2, min_sample_ms: float = 5.0) -> float:
+    """Median ms per replay of ``fn`` captured once into a CUDA graph: its GPU time without the host's.
+
+    Why: a plan of many small micro-batches can be bound by the host's launch work (several cuDNN and
+    transform launches per step); users with fixed buffers (serving, CUDA-graph training loops) capture a
+    plan once and replay it, which leaves only the GPU's time.  ``fn`` runs once uncaptured first, so lazy
+    work (plan builds, pool allocations) happens before capture; a capture error propagates.
+    """
+    import cupy as cp
+
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        fn()
+        stream.synchronize()
+        stream.begin_capture()
+        try:
+            fn()
+        finally:
+            graph = stream.end_capture()
+        return time_ms(lambda: graph.launch(stream), repeat=repeat, warmup=warmup, min_sample_ms=min_sample_ms)

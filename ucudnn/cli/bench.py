@@ -48,7 +48,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--numerics", default=None, help="strict | tf32 | default, optionally -deterministic "
                                                      "(default: strict for float32, default otherwise)")
     p.add_argument("--ops", default=",".join(OPS), help="comma-separated subset of forward,backward_data,backward_filter")
-    p.add_argument("--batch-policy", default=None, help="all | powerOfTwo | undivided")
+    p.add_argument("--batch-policy", default=None, help="all | powerOfTwo | powerOfTwoAndMidpoints | undivided")
     p.add_argument("--repeat", type=int, default=5, help="timed runs per configuration, median kept (0: cuDNN Find's time)")
     p.add_argument("--max-workspace", default=None, help="largest workspace offered while benchmarking (default min(4GiB, free/4))")
     p.add_argument("--sources", default="legacy", help="comma-separated algorithm sources: legacy (cudnnFind*), "
@@ -57,6 +57,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "first layers folded into stride-1 convolutions by ucudnn's fold kernels) (default: legacy)")
     p.add_argument("--graph-top-k", type=int, default=None, help="graph source: time only the first K engine "
                    "configurations (heuristic order) that build at each micro-batch size (default: all)")
+    p.add_argument("--timing", default="eager", choices=("eager", "replay"), help="eager: each configuration "
+                   "called back to back from Python, as plans run by default; replay: captured into a CUDA graph and "
+                   "replayed, for plans you capture (GPU time without the host's launch work)")
     p.add_argument("-o", "--out", required=True, help="where to write the table (JSON)")
     p.set_defaults(func=run)
 
@@ -82,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
     table = benchmark(kernels, args.batch_policy or config.batch_policy(), args.numerics, sources=sources,
                       repeat=args.repeat,
                       max_workspace=parse_size(args.max_workspace) if args.max_workspace else None,
-                      progress=sys.stderr.isatty())
+                      progress=sys.stderr.isatty(), timing=args.timing)
     table.save(args.out)
     n = sum(len(k.measurements) for k in table.kernels)
     print(f"wrote {args.out}: {len(table.kernels)} kernels, {n} measurements on {table.device}, "

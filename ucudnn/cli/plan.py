@@ -35,7 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--total-workspace", default=None, metavar="SIZE",
                    help="whole-network workspace budget for --policy wd (default: UCUDNN_TOTAL_WORKSPACE_SIZE)")
     p.add_argument("--batch-policy", default=None, metavar="POLICY",
-                   help="all | powerOfTwo | undivided (default: UCUDNN_BATCH_SIZE_POLICY or powerOfTwo)")
+                   help="all | powerOfTwo | powerOfTwoAndMidpoints | undivided (default: UCUDNN_BATCH_SIZE_POLICY or powerOfTwo)")
     p.add_argument("--compare", action="store_true",
                    help="also plan WD, WR and undivided at the same memory (WD: the total; WR, undivided: the "
                         "per-kernel limit, default total / number of kernels) and report them side by side")

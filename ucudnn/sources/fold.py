@@ -32,6 +32,7 @@ import math
 from functools import lru_cache
 from typing import Sequence
 from ..arena import align_up
+from ..errors import CaptureError
 from ..problem import ROLES, ConvProblem
 from ..table import Measurement, Skipped
 from .base import AlgorithmSource, BenchSettings, Launch, Operands, Wrapper
@@ -177,7 +178,11 @@ class FoldSource(Wrapper):
                                                                     "over the benchmark cap"))
                     continue
                 if settings.repeat > 0:   # packs, inner call, unpack, back to back
-                    t = self.time_step(op, problem, cfg, ops, workspace, settings)
+                    try:
+                        t = self.time_step(op, problem, cfg, ops, workspace, settings)
+                    except CaptureError as e:
+                        skipped.append(Skipped(mb, m.algo, m.math_type, f"{what}: {e}"))
+                        continue
                     cfg = Measurement(mb, m.algo, m.math_type, t, cfg.workspace_bytes, self.name, m.engine, cfg.extra)
                 measured.append(cfg)
         return measured, skipped

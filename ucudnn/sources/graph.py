@@ -71,7 +71,7 @@ from .. import numerics as num
 from ..errors import CudnnError, InputError, UcudnnError
 from ..problem import ROLES, ConvProblem
 from ..table import Measurement, Skipped
-from .base import BenchSettings, Launch, Operands, Prepared, timed_beta
+from .base import BenchSettings, Launch, Operands, Prepared, time_config, timed_beta
 
 #: Heuristic modes asked for, in this order (their lists are concatenated; duplicates are measured once).
 HEUR_MODES: tuple[str, ...] = ("A", "B", "FALLBACK")
@@ -489,8 +489,7 @@ class GraphSource(Prepared):
             if settings.repeat > 0 and not dominated:
                 tf = time.perf_counter()
                 try:
-                    t = self._time(fn, repeat=settings.repeat, warmup=settings.warmup,
-                                   min_sample_ms=settings.min_sample_ms)
+                    t = time_config(fn, settings, self._timer)
                     timing = "median"
                 except Exception as e:  # noqa: BLE001
                     skipped.append(Skipped(mb, ident.tag, None, f"graph execution failed: {_first_line(e)}"))

@@ -4,18 +4,17 @@ cuDNN 9's Find returns one algorithm id several times, under different math
 types and workspace sizes, so a micro-configuration is (micro-batch, algo,
 math type).  Find's own timing is one noisy run; unless ``repeat`` is 0 each
 successful configuration is re-run and the median of ``repeat`` event-timed
-runs is recorded.  Failures (unsupported, out of memory) become ``Skipped``
+runs is recorded (eagerly, or replayed from a CUDA graph: ``BenchSettings.timing``).  Failures (unsupported, out of memory) become ``Skipped``
 rows with cuDNN's status name; nothing raises out of :meth:`measure`.
 """
 from __future__ import annotations
 
 from .. import cudnn, numerics as num
-from ..errors import CudnnError
+from ..errors import CaptureError, CudnnError
 from ..gpu import descriptors, handle
 from ..problem import ConvProblem
 from ..table import Measurement, Skipped
-from ..timing import time_ms
-from .base import BenchSettings, Launch, Operands, Prepared, timed_beta
+from .base import BenchSettings, Launch, Operands, Prepared, time_config, timed_beta
 
 
 class LegacySource(Prepared):
@@ -63,10 +62,12 @@ class LegacySource(Prepared):
             if settings.repeat > 0:
                 try:
                     launch = self.prepare(op, problem, config)
-                    t = time_ms(lambda: launch(ops, workspace, r.workspace_bytes, 1.0, beta), repeat=settings.repeat,
-                                warmup=settings.warmup, min_sample_ms=settings.min_sample_ms)
+                    t = time_config(lambda: launch(ops, workspace, r.workspace_bytes, 1.0, beta), settings)
                 except CudnnError as e:
                     skipped.append(Skipped(mb, r.algo, r.math_type, f"{e.call}: {e.status_name}"))
+                    continue
+                except CaptureError as e:
+                    skipped.append(Skipped(mb, r.algo, r.math_type, str(e)))
                     continue
                 config = Measurement(mb, r.algo, r.math_type, max(t, 1e-6), r.workspace_bytes,
                                      extra={"deterministic": r.deterministic, "find_time_ms": round(r.time_ms, 6)})

@@ -33,6 +33,7 @@ from functools import lru_cache
 from typing import Any
 
 from ..arena import align_up
+from ..errors import CaptureError
 from ..problem import ConvProblem
 from ..table import Measurement, Skipped
 from ..timing import time_ms
@@ -105,7 +106,11 @@ class RelayoutSource(Wrapper):
                                            f"{cfg.workspace_bytes} bytes, over the benchmark cap"))
                     continue
                 if settings.repeat > 0:
-                    t = self.time_step(op, problem, cfg, ops, workspace, settings)
+                    try:
+                        t = self.time_step(op, problem, cfg, ops, workspace, settings)
+                    except CaptureError as e:
+                        skipped.append(Skipped(mb, m.algo, m.math_type, f"relayout via {p2.layout} {inner.name}: {e}"))
+                        continue
                     cfg = Measurement(mb, m.algo, m.math_type, t, cfg.workspace_bytes, self.name, m.engine,
                                       {**m.extra, "via": {**via, "sum_of_parts_ms": round(m.time_ms + t_transform, 6)}})
                 measured.append(cfg)

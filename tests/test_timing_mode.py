@@ -1,0 +1,49 @@
+"""Timing modes: a configuration is timed as its plan will run, eagerly or replayed from a CUDA graph."""
+from __future__ import annotations
+
+import pytest
+
+from ucudnn import timing
+from ucudnn.errors import CaptureError, InputError
+from ucudnn.sources.base import TIMINGS, BenchSettings, time_config
+
+
+@pytest.fixture
+def clocks(monkeypatch):
+    """Both clocks replaced by recorders: which one ran, with which sampling."""
+    calls = []
+    monkeypatch.setattr(timing, "time_ms", lambda fn, **kw: calls.append(("eager", kw)) or 2.0)
+    monkeypatch.setattr(timing, "time_replay_ms", lambda fn, **kw: calls.append(("replay", kw)) or 1.0)
+    return calls
+
+
+def test_eager_is_the_default_timing_and_calls_back_to_back(clocks):
+    assert BenchSettings("strict").timing == "eager" and TIMINGS == ("eager", "replay")
+    assert time_config(lambda: None, BenchSettings("strict", repeat=3, warmup=2, min_sample_ms=1.5)) == 2.0
+    assert clocks == [("eager", {"repeat": 3, "warmup": 2, "min_sample_ms": 1.5})]
+
+
+def test_replay_timing_times_the_call_replayed_from_a_cuda_graph(clocks):
+    assert time_config(lambda: None, BenchSettings("strict", repeat=3, timing="replay")) == 1.0
+    assert [c for c, _ in clocks] == ["replay"]
+
+
+def test_a_call_that_cannot_be_captured_raises_capture_error_with_the_reason(monkeypatch):
+    def refuse(fn, **kw):
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(timing, "time_replay_ms", refuse)
+    with pytest.raises(CaptureError, match="cannot be captured into a CUDA graph: RuntimeError: operation not"):
+        time_config(lambda: None, BenchSettings("strict", timing="replay"))
+
+
+def test_an_injected_timer_replaces_both_clocks(clocks):
+    assert time_config(lambda: None, BenchSettings("strict", timing="replay"), lambda fn, **kw: 7.0) == 7.0
+    assert clocks == []
+
+
+def test_benchmark_refuses_an_unknown_timing_before_touching_the_gpu():
+    from ucudnn.measure import benchmark
+
+    with pytest.raises(InputError, match="timing"):
+        benchmark([], timing="graph")
