@@ -268,8 +268,8 @@ def run_combo(args, net, dtype, layout, numerics, prov, out_dir, deadline):
               else "") + ".")
     rep = bool(replays)
     if rep:
-        md += (" `replayed`: each kernel's call captured once into a CUDA graph and replayed, ucudnn and PyTorch "
-               "alike (GPU time without the host's launch work).")
+        md += (" `replayed`: ucudnn's kernels run by `Executor(replay=True)` (each call captured into a CUDA graph "
+               "once, then replayed), PyTorch's captured with `torch.cuda.graph` and replayed.")
     md += ("\n\n| plan | predicted ms | measured ms | pass 1 / pass 2 ms | graph micro-batches | vs PyTorch |"
            + (" replayed ms | vs PyTorch replayed |" if rep else "") + "\n|---|---:|---:|---:|---:|---:|"
            + ("---:|---:|" if rep else "") + "\n")
@@ -324,8 +324,9 @@ def summarize(results: str) -> None:
           "samples); both passes' totals are in each combination's own file. Bar: WR legacy+graph at 64 MiB per "
           "kernel faster than PyTorch (cudnn.benchmark, unbounded workspace, same numerics). `timing`: how the "
           "plans' configurations were timed (eager: called from Python as an executor runs them; replay: captured "
-          "into CUDA graphs, plans made for replay); `replayed`: every kernel's call captured once and replayed, "
-          "ucudnn and PyTorch alike. Findings and caveats: graph_wr_notes.md.\n\n"
+          "into CUDA graphs, plans made for replay); `replayed`: ucudnn's plans run by `Executor(replay=True)` "
+          "(each call captured into a CUDA graph once, then replayed), PyTorch's calls captured with "
+          "`torch.cuda.graph` and replayed. Findings and caveats: graph_wr_notes.md.\n\n"
           "| network | dtype | layout | numerics | undivided legacy | WR legacy | WR legacy+graph | PyTorch | "
           "WR legacy+graph vs PyTorch | best WR with ucudnn's kernels as sources | vs PyTorch | benchmarking s "
           "(legacy + graph [+ relayout] [+ fold]) | graph pruning | batch policy, timing | best replayed vs PyTorch "
@@ -373,8 +374,8 @@ def main() -> None:
                     "kernels, and plan with them; relayout there is --relayout's source, or without --relayout one "
                     "wrapping the other sources named, measured on the folded problems only")
     ap.add_argument("--torch", action="store_true")
-    ap.add_argument("--replay", action="store_true", help="also time every plan (and PyTorch) captured once per "
-                    "kernel into a CUDA graph and replayed")
+    ap.add_argument("--replay", action="store_true", help="also time every plan run by Executor(replay=True), and "
+                    "PyTorch captured once per kernel into a CUDA graph and replayed")
     ap.add_argument("--budget-s", type=float, default=1e9, help="start no new combination after this many seconds")
     ap.add_argument("--deadline-s", type=float, default=1e9, help="abandon a combination still benchmarking the "
                     "graph source after this many seconds (its results are not written)")

@@ -119,3 +119,92 @@ def test_a_workspace_smaller_than_the_plan_needs_is_refused(recorder):
     with pytest.raises(UcudnnError, match="needs 1024"):
         Executor(_plan("forward", [10]))(*_operands("forward"), workspace=_Array((512,), 9 << 20, "uint8"))
     assert recorder.calls == []
+
+
+# -- replay: a call's steps captured once per set of buffers, then replayed ---------------------------------------
+class _FakeCuda:
+    """CuPy's stream capture as the executor uses it: launches made while capturing are recorded, not run."""
+
+    def __init__(self, recorder, fail=None):
+        self.recorder, self.fail = recorder, fail
+        self.captures, self.launches = 0, []
+        cuda = self
+
+        class Stream:
+            def __init__(self, non_blocking=False):
+                assert non_blocking, "capture on a non-blocking stream of its own"
+
+            def __enter__(self):
+                return self
+
+            def __exit__(self, *exc):
+                return False
+
+            def begin_capture(self):
+                if cuda.fail:
+                    raise RuntimeError(cuda.fail)
+                cuda.captures += 1
+                self.start = len(cuda.recorder.calls)
+
+            def end_capture(self):
+                steps = cuda.recorder.calls[self.start:]
+                del cuda.recorder.calls[self.start:]   # captured work does not run
+                return type("Graph", (), {"launch": lambda g, s: cuda.launches.append(tuple(steps))})()
+
+        self.Stream = Stream
+        self.get_current_stream = lambda: "caller's stream"
+        self.cuda = self
+
+
+@pytest.fixture
+def capture(recorder, monkeypatch):
+    import ucudnn.execute as E
+
+    fake = _FakeCuda(recorder)
+    monkeypatch.setattr(E, "cupy", lambda: fake)
+    return fake
+
+
+def test_replay_captures_a_call_once_then_replays_it_for_the_same_buffers(recorder, capture):
+    ex = Executor(_plan("backward_filter", [4, 4, 2]), replay=True)
+    ws = _Array((1024,), 9 << 20, "uint8")
+    for _ in range(3):
+        ex(*_operands("backward_filter"), alpha=0.5, workspace=ws)
+    assert capture.captures == 1 and recorder.calls == []
+    assert len(capture.launches) == 3 and len(set(capture.launches)) == 1
+    assert [(beta, n) for *_, n, _, beta in capture.launches[0]] == [(0.0, 1024), (1.0, 1024), (1.0, 1024)]
+
+
+def test_replay_captures_again_for_other_buffers_or_scalars(recorder, capture):
+    ex = Executor(_plan("forward", [5, 5]), replay=True)
+    a, b, out = _operands("forward")
+    ws = _Array((1024,), 9 << 20, "uint8")
+    ex(a, b, out, workspace=ws)
+    ex(a, b, _Array(out.shape, 7 << 20), workspace=ws)
+    ex(a, b, out, workspace=ws, beta=1.0)
+    ex(a, b, out, workspace=ws)
+    assert capture.captures == 3 and len(capture.launches) == 4
+
+
+def test_replay_keeps_a_bounded_number_of_captured_calls(recorder, capture):
+    ex = Executor(_plan("forward", [5, 5]), replay=True)
+    a, b, out = _operands("forward")
+    for i in range(Executor.MAX_GRAPHS + 3):
+        ex(a, b, out, workspace=_Array((1024,), (16 + i) << 20, "uint8"))
+    assert len(ex._graphs) == Executor.MAX_GRAPHS
+
+
+def test_a_plan_that_cannot_be_captured_runs_eagerly_and_says_why(recorder, capture):
+    capture.fail = "operation not permitted when stream is capturing"
+    ex = Executor(_plan("forward", [5, 5]), replay=True)
+    for _ in range(2):
+        ex(*_operands("forward"), workspace=_Array((1024,), 9 << 20, "uint8"))
+    assert len(recorder.calls) == 4 and capture.launches == []
+    assert ex.replay_failures == ["RuntimeError: operation not permitted when stream is capturing"]
+
+
+def test_without_replay_every_call_launches_its_steps(recorder, capture):
+    ex = Executor(_plan("forward", [5, 5]))
+    for _ in range(2):
+        ex(*_operands("forward"), workspace=_Array((1024,), 9 << 20, "uint8"))
+    assert len(recorder.calls) == 4 and capture.captures == 0

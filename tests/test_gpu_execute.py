@@ -385,6 +385,30 @@ def _captured_error(plan, seed: int, replays: int = 1) -> float:
 
 
 @pytest.mark.parametrize("op", ["forward", "backward_data", "backward_filter"])
+@pytest.mark.parametrize("via", ["legacy", "relayout"])
+def test_a_replaying_executor_captures_once_and_follows_new_input_values(op, via):
+    """Executor(replay=True): the first call with a set of buffers captures, later calls replay and read the
+    buffers' current contents (a training loop writes new activations into the same tensors)."""
+    import cupy as cp
+
+    from ucudnn.execute import Executor
+
+    problem, sizes = CASES["odd-batch-255"]
+    plan = _micro_plan(problem, op, sizes, source=_wrapper(None if via == "legacy" else via))
+    ex = Executor(plan, replay=True)
+    x, w, dy = _tensors(problem, seed=29)
+    a, b = {"forward": (x, w), "backward_data": (w, dy), "backward_filter": (x, dy)}[op]
+    out = cp.full(problem.operand_shapes(op)[2], cp.nan, dtype=x.dtype)
+    ws = cp.cuda.alloc(max(ex.workspace_bytes, 1))
+    for i in range(3):
+        a[...] = cp.random.default_rng(i).standard_normal(a.shape, dtype="float32").astype(a.dtype)
+        ex(a, b, out, workspace=ws)
+        ref = _undivided(problem, op, a, b, cp.empty_like(out))
+        assert rel_err(out.get(), ref.get()) < TOL[problem.dtype], f"call {i}"
+    assert ex.replay_failures == [] and len(ex._graphs) == 1
+
+
+@pytest.mark.parametrize("op", ["forward", "backward_data", "backward_filter"])
 def test_a_replay_timed_table_plans_configurations_that_capture_and_replay_to_the_undivided_result(op):
     """Replay timing (benchmark(timing="replay")) times every configuration captured: a plan of them captures too."""
     from ucudnn.measure import benchmark

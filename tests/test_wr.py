@@ -145,3 +145,16 @@ def test_infeasible_limit_names_the_smallest_that_works():
         plan(t, "wr", workspace_limit="1MiB", batch_policy="all")
     assert e.value.min_workspace == 5 * MiB
     assert "5 MiB" in str(e.value)
+
+
+def test_recorded_replay_timed_table_plans_faster_with_midpoints_than_with_powers_of_two(fixtures):
+    """H100, AlexNet fp32 strict NHWC, timed replayed: conv2's relayout Winograd fits 12 samples in 64 MiB, not 16."""
+    t = BenchmarkTable.load(fixtures / "alexnet-b256-float32-NHWC-strict-legacy-graph-relayout-fold-replay-midpoints-"
+                                       "h100.json.gz")
+    assert t.extra["timing"] == "replay" and t.extra["batch_policy"] == "powerOfTwoAndMidpoints"
+    mid = plan(t, "wr", workspace_limit="64MiB", batch_policy="powerOfTwoAndMidpoints")
+    pow2 = plan(t, "wr", workspace_limit="64MiB", batch_policy="powerOfTwo")
+    assert mid.total_time_ms < 0.95 * pow2.total_time_ms
+    assert all(k.workspace_bytes <= 64 * MiB for k in mid.kernels)
+    conv2 = {c.micro_batch for k in mid.kernels if k.name.startswith("conv2/") for c in k.configs}
+    assert 12 in conv2 and 16 not in conv2
