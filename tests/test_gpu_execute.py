@@ -248,6 +248,12 @@ def test_api_plans_once_then_serves_from_the_cache(tmp_path, monkeypatch):
     monkeypatch.setattr(api, "benchmark", lambda *a, **k: pytest.fail("benchmarked again"))
     y2 = ucudnn.conv2d_forward(x, w, padding=1, workspace_limit="1MiB", batch_policy="powerOfTwo")
     assert rel_err(y2.get(), y.get()) < 1e-6
+    # replay=True: the same plan, captured on the first call with these buffers and replayed on the second
+    y3 = cp.full_like(y, cp.nan)
+    for _ in range(2):
+        ucudnn.conv2d_forward(x, w, padding=1, workspace_limit="1MiB", batch_policy="powerOfTwo", y=y3, replay=True)
+    assert rel_err(y3.get(), y.get()) < 1e-6
+    assert [len(e._graphs) for e in api._executors.values() if e.replay] == [1]
 
 
 def test_network_plan_runs_every_kernel_in_its_own_arena_segment():

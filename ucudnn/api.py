@@ -9,6 +9,11 @@ policy) benchmarks that kernel at the policy's micro-batch sizes; the WR plan
 for the requested limit is then cached in-process and on disk (the store at
 ``UCUDNN_DATABASE`` or the user cache directory), so later calls and later
 processes skip straight to execution.
+
+``replay=True`` runs the plan through ``Executor(replay=True)``: the first call
+with a set of buffers captures the plan's steps into a CUDA graph, later calls
+with the same buffers (pass ``y=`` / ``dx=`` / ``dw=`` and ``workspace=`` to keep
+them fixed) replay it, without the host's per-step launch work.
 """
 from __future__ import annotations
 
@@ -62,19 +67,20 @@ def get_plan(problem: ConvProblem, op: str, *, workspace_limit: int | str | None
 
 
 def _executor(problem: ConvProblem, op: str, workspace_limit: Any, batch_policy: str | None,
-              numerics: str | None) -> Executor:
+              numerics: str | None, replay: bool = False) -> Executor:
     limit = parse_size(workspace_limit if workspace_limit is not None else config.default_workspace_limit(),
                        "workspace_limit")
     bp = normalize_policy(batch_policy or config.batch_policy())
     nm = num.normalize(numerics, problem.dtype)
-    mem_key = (cupy().cuda.Device().id, problem, op, limit, bp, nm)
+    mem_key = (cupy().cuda.Device().id, problem, op, limit, bp, nm, bool(replay))
     ex = _executors.get(mem_key)
     if ex is not None:
         return ex
     with _lock:
         ex = _executors.get(mem_key)
         if ex is None:
-            ex = _executors[mem_key] = Executor(_plan_from_store_or_bench(problem, op, limit, bp, nm))
+            ex = _executors[mem_key] = Executor(_plan_from_store_or_bench(problem, op, limit, bp, nm),
+                                                replay=bool(replay))
     return ex
 
 
@@ -112,11 +118,11 @@ def _problem(x_shape, w_shape, layout: str, dtype: str, stride, padding, dilatio
 def conv2d_forward(x: Any, w: Any, *, stride: Any = 1, padding: Any = 0, dilation: Any = 1, groups: int = 1,
                    layout: str | None = None, workspace_limit: int | str | None = None,
                    batch_policy: str | None = None, numerics: str | None = None, y: Any = None,
-                   alpha: float = 1.0, beta: float = 0.0, workspace: Any = None) -> Any:
+                   alpha: float = 1.0, beta: float = 0.0, workspace: Any = None, replay: bool = False) -> Any:
     """y = alpha * conv(x, w) + beta * y, micro-batched to fit ``workspace_limit`` (default 64 MiB)."""
     layout = _layout_of(x, layout)
     p = _problem(x.shape, w.shape, layout, str(x.dtype), stride, padding, dilation, groups)
-    ex = _executor(p, "forward", workspace_limit, batch_policy, numerics)
+    ex = _executor(p, "forward", workspace_limit, batch_policy, numerics, replay)
     if y is None:
         y = cupy().empty(p.y_shape(), dtype=x.dtype)
     return ex(x, w, y, alpha=alpha, beta=beta, workspace=workspace)
@@ -126,11 +132,11 @@ def conv2d_backward_data(w: Any, dy: Any, x_shape: tuple[int, ...], *, stride: A
                          dilation: Any = 1, groups: int = 1, layout: str | None = None,
                          workspace_limit: int | str | None = None, batch_policy: str | None = None,
                          numerics: str | None = None, dx: Any = None, alpha: float = 1.0, beta: float = 0.0,
-                         workspace: Any = None) -> Any:
+                         workspace: Any = None, replay: bool = False) -> Any:
     """dx = alpha * conv_transpose(dy, w) + beta * dx (the gradient with respect to x)."""
     layout = _layout_of(dy, layout)
     p = _problem(tuple(x_shape), w.shape, layout, str(dy.dtype), stride, padding, dilation, groups)
-    ex = _executor(p, "backward_data", workspace_limit, batch_policy, numerics)
+    ex = _executor(p, "backward_data", workspace_limit, batch_policy, numerics, replay)
     if dx is None:
         dx = cupy().empty(p.x_shape(), dtype=dy.dtype)
     return ex(w, dy, dx, alpha=alpha, beta=beta, workspace=workspace)
@@ -140,11 +146,11 @@ def conv2d_backward_filter(x: Any, dy: Any, w_shape: tuple[int, ...], *, stride:
                            dilation: Any = 1, groups: int = 1, layout: str | None = None,
                            workspace_limit: int | str | None = None, batch_policy: str | None = None,
                            numerics: str | None = None, dw: Any = None, alpha: float = 1.0, beta: float = 0.0,
-                           workspace: Any = None) -> Any:
+                           workspace: Any = None, replay: bool = False) -> Any:
     """dw = alpha * sum over the batch of x (*) dy + beta * dw; micro-batches accumulate into dw."""
     layout = _layout_of(x, layout)
     p = _problem(x.shape, tuple(w_shape), layout, str(x.dtype), stride, padding, dilation, groups)
-    ex = _executor(p, "backward_filter", workspace_limit, batch_policy, numerics)
+    ex = _executor(p, "backward_filter", workspace_limit, batch_policy, numerics, replay)
     if dw is None:
         dw = cupy().empty(p.w_shape(), dtype=x.dtype)
     return ex(x, dy, dw, alpha=alpha, beta=beta, workspace=workspace)
@@ -159,9 +165,9 @@ class Conv2d:
 
     def __init__(self, *, stride: Any = 1, padding: Any = 0, dilation: Any = 1, groups: int = 1,
                  layout: str | None = None, workspace_limit: int | str | None = None,
-                 batch_policy: str | None = None, numerics: str | None = None):
+                 batch_policy: str | None = None, numerics: str | None = None, replay: bool = False):
         self.kw = dict(stride=stride, padding=padding, dilation=dilation, groups=groups, layout=layout,
-                       workspace_limit=workspace_limit, batch_policy=batch_policy, numerics=numerics)
+                       workspace_limit=workspace_limit, batch_policy=batch_policy, numerics=numerics, replay=replay)
 
     def forward(self, x: Any, w: Any, **kw: Any) -> Any:
         return conv2d_forward(x, w, **self.kw, **kw)

@@ -78,6 +78,7 @@ class Executor:
         self.workspace_bytes = max((s.workspace_bytes for s in self.steps), default=0)
         self._accumulates = op == "backward_filter"
         self.replay = replay
+        self._own: Any = None          # the workspace allocated when the caller passes none
         self._graphs: OrderedDict[tuple, Any] = OrderedDict()
         self.replay_failures: list[str] = []
 
@@ -141,7 +142,7 @@ class Executor:
         if self.workspace_bytes == 0:
             return 0, 0
         if workspace is None:
-            if not (self.replay and getattr(self, "_own", None) is not None):   # captured calls keep their pointer
+            if not (self.replay and self._own is not None):   # captured calls keep their pointer
                 self._own = cupy().cuda.alloc(self.workspace_bytes)  # CuPy's pool makes repeated calls cheap
             return self._own.ptr, self.workspace_bytes
         if hasattr(workspace, "data"):  # an array
