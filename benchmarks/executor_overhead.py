@@ -104,12 +104,13 @@ def _floor(plan, operands, ws):
 
 def _captured(fn):
     """Event ms per replay of ``fn`` captured into a CUDA graph, or the reason capture failed."""
+    from ucudnn.errors import summary
     from ucudnn.timing import time_replay_ms
 
     try:
         return time_replay_ms(fn), None
     except Exception as e:  # noqa: BLE001 - reported, not fatal
-        return None, f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
+        return None, summary(e)
 
 
 def _torch_us(problem, op, calls):

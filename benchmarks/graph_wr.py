@@ -336,6 +336,7 @@ def summarize(results: str) -> None:
         p, t = r["plans_ms"], r["torch_ms"]
         own = [k for k in p if k.startswith("WR legacy+graph+")]   # plans with ucudnn's kernels as sources
         rk = min(own, key=p.get) if own else None
+        replayed = min((v for v in r["replayed_ms"].values() if v), default=None)
         prune = ", ".join(x for x in (f"top-{r['pruning']['top_k']}" if r["pruning"]["top_k"] else "",
                                       f"quick margin {r['pruning']['quick_margin']}" if r["pruning"]["quick_margin"]
                                       else "") if x) or "none"
@@ -347,9 +348,8 @@ def summarize(results: str) -> None:
                + (f" + {r['benchmark_seconds']['relayout']:.0f}" if r['benchmark_seconds'].get('relayout') else "")
                + (f" + {r['benchmark_seconds']['fold']:.0f}" if r['benchmark_seconds'].get('fold') else "")
                + f" | {prune} | {r['batch_policy']}, {r['timing']} | "
-               + (f"{min(v for v in r['replayed_ms'].values() if v):.2f} vs {r['torch_replayed_ms']:.2f} "
-                  f"({r['torch_replayed_ms'] / min(v for v in r['replayed_ms'].values() if v):.2f}x)"
-                  if r["torch_replayed_ms"] else "-") + " |\n")
+               + (f"{replayed:.2f} vs {r['torch_replayed_ms']:.2f} ({r['torch_replayed_ms'] / replayed:.2f}x)"
+                  if r["torch_replayed_ms"] and replayed else "-") + " |\n")
     write(results, "graph_wr_summary", {"rows": rows}, md)
 
 

@@ -17,10 +17,34 @@
 // [N, HB, WB, CF]), independently: folding into the other layout costs
 // nothing extra (the gather reads one, writes the other), so a kernel whose
 // best engines want the other layout need not copy its folded operand again.
-// One thread per element of the tensor written;
+// One thread per element of the tensor written (written_element);
 // C, SH, SW are template parameters so the channel decode is multiplies, and
 // grid.z walks N (the launcher splits N beyond 65535).
 #include "common.cuh"
+
+// The element of an [N, C, H, W] (NCHW) or [N, H, W, C] (NHWC) tensor this thread writes, for the grids the
+// launcher uses: NHWC (ceil(W*C / 256), H, N), one row (n, h) of W*C contiguous elements per grid.y; NCHW
+// (ceil(H*W / 256), C, N), one plane (n, c) per grid.y.  False for the threads past the row or plane.
+template <bool NHWC>
+__device__ __forceinline__ bool written_element(int C, int H, int W, int& c, int& h, int& w, long long& o)
+{
+    const long long n = blockIdx.z;
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (NHWC) {
+        if (t >= W * C) return false;
+        h = blockIdx.y;
+        c = t % C;
+        w = t / C;
+        o = (n * H + h) * (long long)(W * C) + t;
+    } else {
+        if (t >= H * W) return false;
+        c = blockIdx.y;
+        h = t / W;
+        w = t - h * W;
+        o = (n * C + c) * (long long)(H * W) + t;
+    }
+    return true;
+}
 
 template <typename T, int C, int SH, int SW, bool PLAIN_NHWC, bool FOLDED_NHWC>
 __global__ void __launch_bounds__(256) fold_pack(const T* __restrict__ src, T* __restrict__ dst, int H, int W,
@@ -28,22 +52,9 @@ __global__ void __launch_bounds__(256) fold_pack(const T* __restrict__ src, T* _
 {
     constexpr int CF = C * SH * SW;
     const long long n = blockIdx.z;
-    const int t = blockIdx.x * blockDim.x + threadIdx.x;
     int cf, hb, wb;
     long long o;
-    if (FOLDED_NHWC) {  // grid (ceil(WB*CF / 256), HB, N): one folded row (n, hb) of WB*CF contiguous elements
-        if (t >= WB * CF) return;
-        hb = blockIdx.y;
-        cf = t % CF;
-        wb = t / CF;
-        o = (n * HB + hb) * (long long)(WB * CF) + t;
-    } else {            // grid (ceil(HB*WB / 256), CF, N): one folded plane (n, cf)
-        if (t >= HB * WB) return;
-        cf = blockIdx.y;
-        hb = t / WB;
-        wb = t - hb * WB;
-        o = (n * CF + cf) * (long long)(HB * WB) + t;
-    }
+    if (!written_element<FOLDED_NHWC>(CF, HB, WB, cf, hb, wb, o)) return;
     const int c = cf % C, ij = cf / C;
     const int h = hb * SH + ij / SW - PH, w = wb * SW + ij % SW - PW;
     T v = from_float<T>(0.f);
@@ -58,22 +69,9 @@ __global__ void __launch_bounds__(256) fold_unpack(const T* __restrict__ src, T*
 {
     constexpr int CF = C * SH * SW;
     const long long n = blockIdx.z;
-    const int t = blockIdx.x * blockDim.x + threadIdx.x;
     int c, h, w;
     long long o;
-    if (PLAIN_NHWC) {  // grid (ceil(W*C / 256), H, N): one plain row (n, h)
-        if (t >= W * C) return;
-        h = blockIdx.y;
-        c = t % C;
-        w = t / C;
-        o = (n * H + h) * (long long)(W * C) + t;
-    } else {           // grid (ceil(H*W / 256), C, N): one plain plane (n, c)
-        if (t >= H * W) return;
-        c = blockIdx.y;
-        h = t / W;
-        w = t - h * W;
-        o = (n * C + c) * (long long)(H * W) + t;
-    }
+    if (!written_element<PLAIN_NHWC>(C, H, W, c, h, w, o)) return;
     const int hp = h + PH, wp = w + PW;
     const int hb = hp / SH, wb = wp / SW;
     float v = 0.f;

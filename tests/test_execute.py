@@ -159,9 +159,11 @@ class _FakeCuda:
 @pytest.fixture
 def capture(recorder, monkeypatch):
     import ucudnn.execute as E
+    import ucudnn.gpu as G
 
     fake = _FakeCuda(recorder)
-    monkeypatch.setattr(E, "cupy", lambda: fake)
+    for module in (E, G):   # the executor launches on the current stream; gpu.capture captures
+        monkeypatch.setattr(module, "cupy", lambda: fake)
     return fake
 
 

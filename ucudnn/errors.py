@@ -46,6 +46,12 @@ class CudnnError(UcudnnError, RuntimeError):
         super().__init__(f"{call} failed: {name} ({status}){': ' + message if message else ''}")
 
 
+def summary(e: BaseException) -> str:
+    """``Type: first line of the message`` (200 characters of it at most): one line for a skipped row or a log."""
+    text = str(e)
+    return f"{type(e).__name__}: {text.splitlines()[0][:200] if text else ''}"
+
+
 class CaptureError(UcudnnError, RuntimeError):
     """A configuration could not be captured into a CUDA graph (replay timing): it cannot run in a replayed plan."""
 

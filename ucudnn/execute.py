@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import cudnn
-from .errors import InputError, UcudnnError
-from .gpu import cupy, cupy_dtype, descriptors, handle
+from .errors import InputError, UcudnnError, summary
+from .gpu import capture, cupy, cupy_dtype, descriptors, handle
 from .plan import KernelPlan, Plan
 from .problem import ROLES
 from .sources import registry
@@ -121,17 +121,11 @@ class Executor:
         if graph is not None:
             self._graphs.move_to_end(key)
             return graph
-        cp = cupy()
-        stream = cp.cuda.Stream(non_blocking=True)   # capture records only: the replay runs on the caller's stream
-        try:
-            with stream:
-                stream.begin_capture()
-                try:
-                    self._run(key[:3], key[3], key[4], key[5], key[6])
-                finally:
-                    graph = stream.end_capture()
+        ptrs, ws_ptr, ws_size, alpha, beta = key[:3], *key[3:]
+        try:   # capture records only: the replay runs on the caller's stream
+            graph = capture(lambda: self._run(ptrs, ws_ptr, ws_size, alpha, beta))
         except Exception as e:  # noqa: BLE001 - any failure inside capture means: run this plan eagerly
-            self.replay_failures.append(f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}")
+            self.replay_failures.append(summary(e))
             return None
         self._graphs[key] = graph
         if len(self._graphs) > self.MAX_GRAPHS:

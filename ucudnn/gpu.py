@@ -55,6 +55,20 @@ def device_name(device_id: int | None = None) -> str:
     return name.decode() if isinstance(name, bytes) else str(name)
 
 
+def capture(fn: Any) -> Any:
+    """``fn``'s CUDA work captured into a CUDA graph on a stream of its own: nothing runs until the graph is
+    launched (on any stream).  Whatever the capture raises propagates (the capture is ended first)."""
+    cp = cupy()
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        stream.begin_capture()
+        try:
+            fn()
+        finally:
+            graph = stream.end_capture()
+    return graph
+
+
 def handle() -> int:
     """This thread's cuDNN handle on the current device, bound to CuPy's current stream."""
     cp = cupy()

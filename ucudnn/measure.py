@@ -154,8 +154,8 @@ def benchmark(kernels: Sequence[KernelSpec], batch_policy: str = "powerOfTwo", n
     finally:
         bar.close()
     return BenchmarkTable(device_name(), cudnn.get_version(), out, numerics,
-                          {"batch_policy": batch_policy, "repeat": repeat, "timing": timing, "cupy_version": cp.__version__,
-                           "sources": [s.name for s in sources]})
+                          {"batch_policy": batch_policy, "repeat": repeat, "timing": timing,
+                           "cupy_version": cp.__version__, "sources": [s.name for s in sources]})
 
 
 def _tag(m: Measurement, source: str) -> Measurement:

@@ -49,13 +49,11 @@ def time_replay_ms(fn: Callable[[], None], repeat: int = 5, warmup: int = 2, min
     """
     import cupy as cp
 
+    from .gpu import capture
+
     stream = cp.cuda.Stream(non_blocking=True)
     with stream:
         fn()
         stream.synchronize()
-        stream.begin_capture()
-        try:
-            fn()
-        finally:
-            graph = stream.end_capture()
+        graph = capture(fn)
         return time_ms(lambda: graph.launch(stream), repeat=repeat, warmup=warmup, min_sample_ms=min_sample_ms)

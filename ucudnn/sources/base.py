@@ -66,10 +66,9 @@ def time_config(fn: Callable[[], None], settings: BenchSettings,
     try:
         return time_replay_ms(fn, **kw)
     except Exception as e:  # noqa: BLE001 - any failure inside capture means: not replayable
-        from ..errors import CaptureError
+        from ..errors import CaptureError, summary
 
-        raise CaptureError(f"cannot be captured into a CUDA graph: {type(e).__name__}: "
-                           f"{str(e).splitlines()[0][:200] if str(e) else ''}") from e
+        raise CaptureError(f"cannot be captured into a CUDA graph: {summary(e)}") from e
 
 
 def timed_beta(op: str) -> float:

@@ -31,9 +31,11 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 from typing import Sequence
+
 from ..arena import align_up
 from ..errors import CaptureError
-from ..problem import ROLES, ConvProblem
+from ..pareto import pareto
+from ..problem import DTYPE_BYTES, ROLES, ConvProblem
 from ..table import Measurement, Skipped
 from .base import AlgorithmSource, BenchSettings, Launch, Operands, Wrapper
 from .relayout import OTHER
@@ -41,7 +43,8 @@ from .relayout import OTHER
 #: Folding multiplies the channels by sh*sw; beyond this the folded filter is mostly zero taps (a 1x1 stride-2
 #: convolution would do 4x the arithmetic), so only first-layer-like problems are offered.
 MAX_FOLDED_CHANNELS = 64
-_ITEMSIZE = {"float32": 4, "float16": 2}
+#: The dtypes the fold kernels are built for (kernels/fold.cu: float and half).
+FOLDED_DTYPES = ("float32", "float16")
 
 
 def fold_refusal(problem: ConvProblem) -> str | None:
@@ -53,7 +56,7 @@ def fold_refusal(problem: ConvProblem) -> str | None:
         return "dilated convolutions are not folded"
     if problem.groups != 1:
         return "grouped convolutions are not folded"
-    if problem.dtype not in _ITEMSIZE:
+    if problem.dtype not in FOLDED_DTYPES:
         return f"{problem.dtype} is not folded (float32, float16)"
     if problem.c * sh * sw > MAX_FOLDED_CHANNELS:
         return f"{problem.c} channels x stride {sh}x{sw} exceed {MAX_FOLDED_CHANNELS} folded channels"
@@ -91,20 +94,18 @@ def segments(op: str, problem: ConvProblem, layout: str | None = None) -> dict[s
     """Aligned bytes of ``op``'s operands in the workspace at ``problem.n``, by role: x and w folded, and y only
     when folding into the other layout (the folded convolution's y is the problem's, in its own layout)."""
     f = folded_problem(problem, layout)
-    size = _ITEMSIZE[problem.dtype]
+    size = DTYPE_BYTES[problem.dtype]
     return {role: align_up(math.prod(f.shape(role)) * size) for role in ROLES[op]
             if role != "y" or f.layout != problem.layout}
 
 
 def _pareto(ms: list[Measurement]) -> tuple[list[Measurement], int]:
-    """The inner configurations no other beats in both time and workspace, and how many were dropped.
+    """The inner configurations no other beats in both time and workspace (:func:`ucudnn.pareto.pareto`), and
+    how many were dropped.
 
     Folding adds the same work to every inner configuration at a size, so a dominated one stays dominated:
     timing it folded would cost benchmark time and never change a plan."""
-    keep: list[Measurement] = []
-    for m in sorted(ms, key=lambda m: (m.workspace_bytes, m.time_ms)):
-        if not keep or m.time_ms < min(k.time_ms for k in keep):
-            keep.append(m)
+    keep = pareto(ms, lambda m: m.time_ms, lambda m: m.workspace_bytes)
     return keep, len(ms) - len(keep)
 
 
@@ -241,7 +242,7 @@ def _movers(problem: ConvProblem, layout: str):
     from ucudnn.kernels.fold import launchers
 
     xg, wg = geometries(problem, layout)
-    size = _ITEMSIZE[problem.dtype]
+    size = DTYPE_BYTES[problem.dtype]
     (px, ux), (pw, uw) = launchers(xg, problem.n, size), launchers(wg, problem.k, size)
     into, y_back = {"x": px, "w": pw}, None
     if layout != problem.layout:

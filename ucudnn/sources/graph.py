@@ -215,8 +215,6 @@ def tensor_layout(problem: ConvProblem) -> dict[str, tuple[list[int], list[int]]
             "y": ([p.n, p.k, p.p, p.q], strides(p.n, p.k, p.p, p.q))}
 
 
-
-
 def classify_failure(message: str) -> str:
     """A short reason for a configuration the frontend refused to build (from its error text)."""
     if "Deselecting execution plan" in message:

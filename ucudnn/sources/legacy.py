@@ -4,8 +4,9 @@ cuDNN 9's Find returns one algorithm id several times, under different math
 types and workspace sizes, so a micro-configuration is (micro-batch, algo,
 math type).  Find's own timing is one noisy run; unless ``repeat`` is 0 each
 successful configuration is re-run and the median of ``repeat`` event-timed
-runs is recorded (eagerly, or replayed from a CUDA graph: ``BenchSettings.timing``).  Failures (unsupported, out of memory) become ``Skipped``
-rows with cuDNN's status name; nothing raises out of :meth:`measure`.
+runs is recorded (eagerly, or replayed from a CUDA graph: ``BenchSettings.timing``).
+Failures (unsupported, out of memory, not capturable) become ``Skipped`` rows
+with the reason; nothing raises out of :meth:`measure`.
 """
 from __future__ import annotations
 
