@@ -16,8 +16,8 @@ def provenance() -> dict[str, Any]:
     try:
         import cupy as cp
 
-        from ucudnn import cudnn
-        from ucudnn.gpu import device_name
+        from ucudnn.binding import cudnn
+        from ucudnn.binding.gpu import device_name
 
         info.update(device=device_name(), cudnn_version=cudnn.get_version(), cudnn_library=cudnn.library_path(),
                     cupy=cp.__version__)

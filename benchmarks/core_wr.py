@@ -35,8 +35,8 @@ def execute_plan(plan, bufs, repeat: int, replay: bool = False):
     """Measured ms of each kernel of ``plan`` (median of ``repeat`` event-timed runs); ``replay``: each kernel run
     by ``Executor(replay=True)``, which captures its call into a CUDA graph once and replays it (a graph launch
     of host work per call instead of every step's launches)."""
-    from ucudnn.execute import Executor
-    from ucudnn.timing import time_ms
+    from ucudnn.binding.timing import time_ms
+    from ucudnn.execute.executor import Executor
 
     times = {}
     for kp in plan.kernels:
@@ -57,7 +57,7 @@ def torch_times(kernels, numerics: str, repeat: int, replay: bool = False):
     import torch
     import torch.nn.functional as F
 
-    from ucudnn.timing import time_ms
+    from ucudnn.binding.timing import time_ms
 
     torch.backends.cudnn.benchmark = True
     torch.backends.cudnn.allow_tf32 = numerics.startswith("tf32")
@@ -119,9 +119,9 @@ def main() -> None:
     import cupy as cp
 
     from ucudnn import numerics as num
-    from ucudnn.measure import Buffers, benchmark
-    from ucudnn.network import load_network
-    from ucudnn.planner import plan
+    from ucudnn.measure.benchmarking import Buffers, benchmark
+    from ucudnn.planning.network import load_network
+    from ucudnn.planning.planner import plan
     from ucudnn.units import parse_size
 
     prov = provenance()

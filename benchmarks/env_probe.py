@@ -6,9 +6,9 @@ import sys
 
 import cupy as cp
 
-from ucudnn import cudnn
-from ucudnn.gpu import descriptors, device_name, handle
-from ucudnn.measure import Buffers
+from ucudnn.binding import cudnn
+from ucudnn.binding.gpu import descriptors, device_name, handle
+from ucudnn.measure.benchmarking import Buffers
 from ucudnn.problem import ConvProblem
 
 

@@ -42,8 +42,8 @@ CASES = {
 
 def _plans(problem, op, numerics, source):
     """(1-step plan, 8-step plan) of the fastest configuration of ``source`` at n and n/8."""
-    from ucudnn.measure import benchmark
-    from ucudnn.plan import KernelPlan, MicroConfig
+    from ucudnn.measure.benchmarking import benchmark
+    from ucudnn.planning.plan import KernelPlan, MicroConfig
     from ucudnn.problem import KernelSpec
 
     table = benchmark([KernelSpec("k", op, problem)], "powerOfTwo", numerics, sources=[source], repeat=1)
@@ -72,9 +72,9 @@ def _host_us(fn, calls: int) -> float:
 
 def _floor(plan, operands, ws):
     """The plan's cuDNN calls made directly (no executor): a callable."""
-    from ucudnn import cudnn
-    from ucudnn.gpu import descriptors, handle
-    from ucudnn.sources import registry
+    from ucudnn.binding import cudnn
+    from ucudnn.binding.gpu import descriptors, handle
+    from ucudnn.measure.sources import registry
 
     cfg, p, op = plan.configs[0], plan.problem.with_batch(plan.configs[0].micro_batch), plan.op
     a, b, out = operands
@@ -89,7 +89,7 @@ def _floor(plan, operands, ws):
                 cudnn.convolution(h, op, 1.0, da, a.data.ptr, db, b.data.ptr, d.conv, algo, ws.ptr,
                                   cfg.workspace_bytes, 0.0, do, out.data.ptr)
         return fn
-    from ucudnn.sources.graph import UIDS, EngineIdentity
+    from ucudnn.measure.sources.graph import UIDS, EngineIdentity
 
     src = registry.get("graph")
     built = src.plan_for(op, p, EngineIdentity.from_json(cfg.engine))
@@ -104,8 +104,8 @@ def _floor(plan, operands, ws):
 
 def _captured(fn):
     """Event ms per replay of ``fn`` captured into a CUDA graph, or the reason capture failed."""
+    from ucudnn.binding.timing import time_replay_ms
     from ucudnn.errors import summary
-    from ucudnn.timing import time_replay_ms
 
     try:
         return time_replay_ms(fn), None
@@ -146,9 +146,9 @@ def _torch_us(problem, op, calls):
 def measure(label: str, calls: int) -> dict:
     import cupy as cp
 
-    from ucudnn.execute import Executor
+    from ucudnn.binding.timing import time_ms
+    from ucudnn.execute.executor import Executor
     from ucudnn.problem import ConvProblem
-    from ucudnn.timing import time_ms
 
     rows, profiles = [], {}
     for case, (kw, op, numerics) in CASES.items():

@@ -32,7 +32,7 @@ from core_wr import distinct_kernels, execute_plan, torch_times  # noqa: E402
 
 def by_source(table, sources):
     """The same table keeping only measurements of ``sources``."""
-    from ucudnn.table import BenchmarkTable, KernelBench
+    from ucudnn.planning.table import BenchmarkTable, KernelBench
 
     keep = set(sources)
     ks = [KernelBench(k.name, k.op, k.problem, [m for m in k.measurements if m.source in keep], k.skipped,
@@ -42,7 +42,7 @@ def by_source(table, sources):
 
 def union(a, b):
     """Per kernel, the measurements of both tables (same kernels, device, cuDNN, numerics)."""
-    from ucudnn.table import BenchmarkTable, KernelBench
+    from ucudnn.planning.table import BenchmarkTable, KernelBench
 
     assert [k.name for k in a.kernels] == [k.name for k in b.kernels]
     ks = [KernelBench(x.name, x.op, x.problem, x.measurements + y.measurements, x.skipped + y.skipped,
@@ -60,7 +60,7 @@ def pruned(table, top_k=None, margin=None):
     """
     from collections import defaultdict
 
-    from ucudnn.table import BenchmarkTable, KernelBench, Measurement
+    from ucudnn.planning.table import BenchmarkTable, KernelBench, Measurement
 
     kernels, cost = [], 0.0
     for k in table.kernels:
@@ -94,8 +94,8 @@ def by_kernel(kernels, source, args, numerics, deadline, log=False):
     seconds it took."""
     import cupy as cp
 
-    from ucudnn.measure import benchmark
-    from ucudnn.table import BenchmarkTable
+    from ucudnn.measure.benchmarking import benchmark
+    from ucudnn.planning.table import BenchmarkTable
 
     t0 = time.perf_counter()
     tables = []
@@ -117,11 +117,11 @@ def run_combo(args, net, dtype, layout, numerics, prov, out_dir, deadline):
     import cupy as cp
 
     from ucudnn import numerics as num
-    from ucudnn.measure import Buffers, benchmark
-    from ucudnn.network import load_network
-    from ucudnn.planner import plan
-    from ucudnn.sources import registry
-    from ucudnn.sources.graph import GraphSource
+    from ucudnn.measure.benchmarking import Buffers, benchmark
+    from ucudnn.measure.sources import registry
+    from ucudnn.measure.sources.graph import GraphSource
+    from ucudnn.planning.network import load_network
+    from ucudnn.planning.planner import plan
     from ucudnn.units import parse_size
 
     numerics = num.normalize(numerics, dtype)
@@ -142,7 +142,7 @@ def run_combo(args, net, dtype, layout, numerics, prov, out_dir, deadline):
     gstats = dict(graph.stats)  # the relayout source below may run the same graph instance again
     t_relayout, relayed = None, None
     if args.relayout:  # the same kernels run in the other layout through ucudnn's transform kernels
-        from ucudnn.sources.relayout import RelayoutSource
+        from ucudnn.measure.sources.relayout import RelayoutSource
 
         inner = [graph if n == "graph" else n for n in args.relayout.split(",")]
         relayout = RelayoutSource(inner)
@@ -152,13 +152,13 @@ def run_combo(args, net, dtype, layout, numerics, prov, out_dir, deadline):
         print(f"   relayout ({args.relayout}) table {t_relayout:.1f} s", flush=True)
     t_fold, folded = None, None
     if args.fold:  # strided first layers run as stride-1 convolutions over folded channels (ucudnn's fold kernels)
-        from ucudnn.sources.fold import FoldSource
+        from ucudnn.measure.sources.fold import FoldSource
 
         names = args.fold.split(",")
         named = {"graph": graph}
         if "relayout" in names:   # the --relayout source, or one of the other sources named only for the fold
             if relayed is None:
-                from ucudnn.sources.relayout import RelayoutSource
+                from ucudnn.measure.sources.relayout import RelayoutSource
 
                 relayout = RelayoutSource([named.get(n, n) for n in names if n != "relayout"] or ["legacy"])
                 registry.register(relayout)

@@ -42,7 +42,7 @@ def log(*a):
 
 
 def kernels(layout):
-    from ucudnn.network import load_network
+    from ucudnn.planning.network import load_network
     seen, out = set(), []
     for k in load_network("alexnet").kernels(256, "float32", layout):
         if (k.problem, k.op) not in seen:
@@ -126,13 +126,14 @@ def main():
     choices = part1_torch()
 
     import cupy as cp
-    from ucudnn.measure import Buffers
-    from ucudnn.sources import registry
-    from ucudnn.sources.base import BenchSettings, Operands
-    from ucudnn.sources.graph import GraphSource, EngineIdentity, scratch_bytes
-    from ucudnn.timing import time_ms
-    from ucudnn.gpu import handle
-    from ucudnn import wr
+
+    from ucudnn.binding.gpu import handle
+    from ucudnn.binding.timing import time_ms
+    from ucudnn.measure.benchmarking import Buffers
+    from ucudnn.measure.sources import registry
+    from ucudnn.measure.sources.base import BenchSettings, Operands
+    from ucudnn.measure.sources.graph import EngineIdentity, GraphSource, scratch_bytes
+    from ucudnn.planning import wr
 
     src = GraphSource()
     registry.register(src)
@@ -263,10 +264,11 @@ def main():
 def part5():
     """Executor overhead vs CUDA graph replay, on small NHWC kernels."""
     import cupy as cp
-    from ucudnn.measure import Buffers, benchmark
-    from ucudnn.planner import plan
-    from ucudnn.execute import Executor
-    from ucudnn.timing import time_ms
+
+    from ucudnn.binding.timing import time_ms
+    from ucudnn.execute.executor import Executor
+    from ucudnn.measure.benchmarking import Buffers, benchmark
+    from ucudnn.planning.planner import plan
     ks = [k for k in kernels("NHWC") if k.name in ("conv5/forward", "conv5/backward_filter", "conv3/backward_data")]
     t = benchmark(ks, "powerOfTwo", "tf32", sources="legacy,graph", repeat=2)
     for lim in (64 << 20, 1 << 20):

@@ -28,13 +28,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _report import md_header, provenance, write  # noqa: E402
 
-from ucudnn.network import load_network  # noqa: E402
-from ucudnn.pareto import desirable_sets  # noqa: E402
-from ucudnn.policy import micro_batch_sizes  # noqa: E402
-from ucudnn.problem import KernelSpec  # noqa: E402
-from ucudnn.table import BenchmarkTable, KernelBench, Measurement  # noqa: E402
-from ucudnn.units import format_size, parse_size  # noqa: E402
-from ucudnn.wd import plan_wd  # noqa: E402
+from ucudnn.planning.network import load_network
+from ucudnn.planning.pareto import desirable_sets
+from ucudnn.planning.table import BenchmarkTable, KernelBench, Measurement
+from ucudnn.planning.wd import plan_wd
+from ucudnn.policy import micro_batch_sizes
+from ucudnn.problem import KernelSpec
+from ucudnn.units import format_size, parse_size
 
 MiB = 1 << 20
 PEAK_FLOPS = 40e12  # FP32-class device; only ratios matter for the ILP's size

@@ -170,7 +170,7 @@ def main() -> None:
 
     import httpx
 
-    from ucudnn.table import BenchmarkTable
+    from ucudnn.planning.table import BenchmarkTable
 
     tool = args.tool if args.tool != "auto" else ("hey" if shutil.which("hey") else "python")
     load = run_hey if tool == "hey" else run_python_worker

@@ -33,17 +33,16 @@ from pathlib import Path
 from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import md_header, provenance, write  # noqa: E402
-
 import cupy as cp  # noqa: E402
 import numpy as np  # noqa: E402
+from _report import md_header, provenance, write  # noqa: E402
+from ucudnn.kernels import layout as klayout
+from ucudnn.kernels import pool2d_forward, softmax_backward, softmax_forward, transform_layout
+from ucudnn.kernels import pooling as kpool
+from ucudnn.kernels import softmax as ksoftmax
 
-from ucudnn import cudnn  # noqa: E402
-from ucudnn.gpu import handle  # noqa: E402
-from ucudnn.kernels import pool2d_forward, softmax_backward, softmax_forward, transform_layout  # noqa: E402
-from ucudnn.kernels import layout as klayout  # noqa: E402
-from ucudnn.kernels import pooling as kpool  # noqa: E402
-from ucudnn.kernels import softmax as ksoftmax  # noqa: E402
+from ucudnn.binding import cudnn
+from ucudnn.binding.gpu import handle
 
 MiB = 1 << 20
 LARGE = 128 * MiB  # one tensor at least this big: a "large shape" for the bars

@@ -45,7 +45,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _report import md_header, provenance, write  # noqa: E402
 
-from ucudnn.policy import micro_batch_sizes  # noqa: E402
+from ucudnn.policy import micro_batch_sizes
 
 RESULTS = Path(__file__).resolve().parent / "results"
 NETWORKS = ["alexnet@256", "resnet50@128"]
@@ -54,9 +54,9 @@ DTYPES = ["float32", "float16"]
 
 # -- the GPU run ------------------------------------------------------------------------------------------------
 def run_config(engine_name: str, gpus: int, repeat: int, args: argparse.Namespace) -> dict[str, Any]:
-    from ucudnn.engines import ReplaySource, make_engine
-    from ucudnn.precompute import JobSpec, NetworkRequest, run_job
-    from ucudnn.store import Store
+    from ucudnn.catalog.store import Store
+    from ucudnn.cluster.engines import ReplaySource, make_engine
+    from ucudnn.cluster.precompute import JobSpec, NetworkRequest, run_job
 
     spec = JobSpec(networks=[NetworkRequest.parse(n, "network") for n in args.networks], dtypes=args.dtypes,
                    layouts=[args.layout], batch_policy="powerOfTwo", repeat=repeat,
@@ -195,11 +195,11 @@ def markdown_gpu(doc: dict[str, Any]) -> str:
 
 # -- planning throughput (CPU) ------------------------------------------------------------------------------------
 def cmd_planning(args: argparse.Namespace) -> int:
-    from ucudnn.engines import ReplaySource, make_engine
-    from ucudnn.network import load_network
-    from ucudnn.precompute import JobSpec, run_job
-    from ucudnn.store import Store
-    from ucudnn.table import BenchmarkTable
+    from ucudnn.catalog.store import Store
+    from ucudnn.cluster.engines import ReplaySource, make_engine
+    from ucudnn.cluster.precompute import JobSpec, run_job
+    from ucudnn.planning.network import load_network
+    from ucudnn.planning.table import BenchmarkTable
 
     prov = provenance()
     names = ["alexnet-b256-float32-NCHW-h100", "alexnet-b256-float16-NHWC-h100", "resnet50-b128-float32-NCHW-h100"]

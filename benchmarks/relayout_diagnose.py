@@ -41,12 +41,12 @@ def main() -> None:
     import cupy as cp
 
     from ucudnn import numerics as num
-    from ucudnn.measure import Buffers
-    from ucudnn.network import load_network
-    from ucudnn.sources import registry
-    from ucudnn.sources.base import BenchSettings
-    from ucudnn.sources.graph import GraphSource
-    from ucudnn.sources.relayout import RelayoutSource
+    from ucudnn.measure.benchmarking import Buffers
+    from ucudnn.measure.sources import registry
+    from ucudnn.measure.sources.base import BenchSettings
+    from ucudnn.measure.sources.graph import GraphSource
+    from ucudnn.measure.sources.relayout import RelayoutSource
+    from ucudnn.planning.network import load_network
     from ucudnn.units import format_size, parse_size
 
     dtype, layout, numerics = args.combo.split(":")

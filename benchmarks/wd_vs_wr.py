@@ -22,8 +22,8 @@ from core_wr import distinct_kernels, execute_plan  # noqa: E402
 
 
 def execute_network(plan, bufs, repeat: int) -> dict[str, float]:
-    from ucudnn.execute import NetworkExecutor
-    from ucudnn.timing import time_ms
+    from ucudnn.binding.timing import time_ms
+    from ucudnn.execute.executor import NetworkExecutor
 
     net = NetworkExecutor(plan)
     times = {}
@@ -44,10 +44,10 @@ def main() -> None:
     ap.add_argument("--out", default="benchmarks/results")
     args = ap.parse_args()
 
-    from ucudnn.measure import Buffers, benchmark
-    from ucudnn.network import load_network
+    from ucudnn.measure.benchmarking import Buffers, benchmark
+    from ucudnn.planning.network import load_network
+    from ucudnn.planning.wd import compare_policies
     from ucudnn.units import format_size, parse_size
-    from ucudnn.wd import compare_policies
 
     prov = provenance()
     net = load_network(args.network)

@@ -55,7 +55,7 @@ def source(name: str) -> str:
 
 def cupy() -> Any:
     """CuPy, or :class:`ucudnn.errors.GpuUnavailable` saying why not."""
-    from ucudnn.gpu import cupy as _cupy
+    from ucudnn.binding.gpu import cupy as _cupy
 
     return _cupy()
 
@@ -90,7 +90,7 @@ def _compile(cp: Any, source_name: str, name_exprs: list[str]) -> dict[str, Any]
 def device_key() -> str:
     """What a tuned choice depends on: the device's name and compute capability."""
     cp = cupy()
-    from ucudnn.gpu import device_name
+    from ucudnn.binding.gpu import device_name
 
     return f"{device_name()} sm_{cp.cuda.Device().compute_capability}"
 

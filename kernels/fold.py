@@ -1,6 +1,6 @@
 """Space-to-depth folding of a convolution operand (fold.cu), launched on raw device pointers.
 
-Why raw pointers: the fold source (:mod:`ucudnn.sources.fold`) packs and
+Why raw pointers: the fold source (:mod:`ucudnn.measure.sources.fold`) packs and
 unpacks the same shapes at every micro-batch of a plan, inside the
 workspace; as with the relayout launchers (``ucudnn.kernels.layout.launcher``)
 a step's host work is then a few kernel launches, no array objects.

@@ -420,7 +420,7 @@ def _arguments(plan: TilePlan, t: Transpose) -> tuple:
 def launcher(shape: tuple[int, ...], itemsize: int, src: str, dst: str) -> Callable[[int, int], None]:
     """:func:`transform_layout` for one (shape, element size, layout pair), resolved once, on raw device pointers.
 
-    Why: the relayout source (``ucudnn.sources.relayout``) transforms the same
+    Why: the relayout source (``ucudnn.measure.sources.relayout``) transforms the same
     shapes at every micro-batch, and there transform_layout's checks, array
     wrapping and planning cost more host time than the kernel takes on the
     GPU (measured on an H100 host: 200-265 us for a step's four transforms

@@ -17,7 +17,7 @@ this shape and device, else -- with ``tune=True``, the default -- from a
 hill-climbing search run on this call's own input (autotune.py) and cached;
 the search also decides whether the NCHW kernel pipelines its chunks
 (cp.async into double-buffered shared memory).  Each candidate is timed over
-a batch of back-to-back launches (``ucudnn.timing.time_ms`` with
+a batch of back-to-back launches (``ucudnn.binding.timing.time_ms`` with
 ``min_sample_ms``), so host launch latency does not sway the choice.
 """
 from __future__ import annotations
@@ -268,7 +268,7 @@ def _coarsening(cp: Any, g: Pool2d, x: Any, y: Any, idx: Any, dtype: str, mode: 
                                       ASYNC_STAGE_BYTES, True).name_expr.endswith(",true>")
     if not tune:
         return (1, 1, int(can_pipe), 0)
-    from ucudnn.timing import time_ms
+    from ucudnn.binding.timing import time_ms
 
     def measure(f: tuple[int, ...]) -> float:
         plan = plan_forward(g, dtype, mode, include_pad, with_indices, f[:2], align, bool(f[2]),  # type: ignore

@@ -24,8 +24,8 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ucudnn import __version__
+from ucudnn.catalog.store import Store
 from ucudnn.errors import CudnnError, CudnnNotFound, GpuUnavailable, InfeasibleError, InputError, UcudnnError
-from ucudnn.store import Store
 from ucudnn.units import format_size
 
 from .deps import ServiceState

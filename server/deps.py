@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from ucudnn.store import Store
+from ucudnn.catalog.store import Store
 
 from .metrics import Metrics
 

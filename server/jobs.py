@@ -17,11 +17,11 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
+from ucudnn.catalog.store import Store
 from ucudnn.errors import GpuUnavailable, InputError
+from ucudnn.planning.table import BenchmarkTable, KernelBench
 from ucudnn.policy import normalize_policy
 from ucudnn.problem import ConvProblem, KernelSpec
-from ucudnn.store import Store
-from ucudnn.table import BenchmarkTable, KernelBench
 
 from .metrics import Metrics
 from .models import JobRequest
@@ -31,9 +31,9 @@ Benchmark = Callable[..., BenchmarkTable]
 
 
 def _default_gpu_reason() -> str | None:
-    """None when jobs can run here, else why not (ucudnn.gpu.gpu_available(), with its cause)."""
-    from ucudnn import cudnn
-    from ucudnn.gpu import cupy, gpu_available
+    """None when jobs can run here, else why not (ucudnn.binding.gpu.gpu_available(), with its cause)."""
+    from ucudnn.binding import cudnn
+    from ucudnn.binding.gpu import cupy, gpu_available
 
     if gpu_available():
         return None
@@ -42,11 +42,11 @@ def _default_gpu_reason() -> str | None:
         cudnn.load()
     except Exception as e:  # noqa: BLE001 - the reason is the message
         return str(e)
-    return "ucudnn.gpu.gpu_available() is False"
+    return "ucudnn.binding.gpu.gpu_available() is False"
 
 
 def _default_benchmark(*args: Any, **kwargs: Any) -> BenchmarkTable:
-    from ucudnn.measure import benchmark
+    from ucudnn.measure.benchmarking import benchmark
 
     return benchmark(*args, **kwargs)
 

@@ -14,8 +14,8 @@ from typing import Any, Callable, Coroutine
 
 from fastapi import HTTPException, Request, Response
 from fastapi.exceptions import RequestValidationError
-from pydantic import BaseModel, ValidationError
 from fastapi.routing import APIRoute
+from pydantic import BaseModel, ValidationError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ucudnn.units import format_size

@@ -1,7 +1,7 @@
 """Request and response bodies of the plan service (pydantic), as the OpenAPI document shows them.
 
 The interchange formats themselves (``ucudnn-benchmark-table/1``,
-``ucudnn-plan/1``) are validated by ``ucudnn.table`` / ``ucudnn.plan`` against
+``ucudnn-plan/1``) are validated by ``ucudnn.planning.table`` / ``ucudnn.planning.plan`` against
 their JSON Schemas, not re-described here: one schema per format.  These
 models only describe the envelopes around them, and refuse unknown fields so
 a typo (``workspace-limit``) is an error naming the field, not a silent default.
@@ -9,7 +9,6 @@ a typo (``workspace-limit``) is an error naming the field, not a silent default.
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
-
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, WithJsonSchema
 

@@ -2,7 +2,7 @@
 
 A request is normalised to a key (table id, policy, sizes in bytes, batch
 policy) so ``"64MiB"`` and ``67108864`` are the same plan; the key's hash is
-the plan id (``ucudnn.store.key_id``).  Lookups go memory (an LRU of ready
+the plan id (``ucudnn.catalog.store.key_id``).  Lookups go memory (an LRU of ready
 response bytes: a cached plan costs no JSON work) -> store -> planner.
 Concurrent identical requests share one solve (single-flight: one asyncio
 task per plan id, awaited by every request that wants it), so a burst of
@@ -23,11 +23,11 @@ from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from ucudnn.catalog.store import Store, key_id
 from ucudnn.errors import InfeasibleError, InputError, UcudnnError
-from ucudnn.planner import plan as make_plan
+from ucudnn.planning.planner import plan as make_plan
+from ucudnn.planning.table import BenchmarkTable
 from ucudnn.policy import normalize_policy
-from ucudnn.store import Store, key_id
-from ucudnn.table import BenchmarkTable
 from ucudnn.units import parse_size
 
 from .metrics import Metrics

@@ -10,8 +10,8 @@ FIXTURES = Path(__file__).parent / "fixtures"
 
 def _gpu_reason() -> str | None:
     try:
-        from ucudnn.gpu import cupy
-        from ucudnn import cudnn
+        from ucudnn.binding import cudnn
+        from ucudnn.binding.gpu import cupy
 
         cupy()
         cudnn.load()
@@ -59,7 +59,7 @@ class RecordingSource:
 @pytest.fixture
 def inner(monkeypatch):
     """A :class:`RecordingSource`, registered so that configurations naming it find it."""
-    from ucudnn.sources import registry
+    from ucudnn.measure.sources import registry
 
     fake = RecordingSource()
     monkeypatch.setitem(registry._SOURCES, fake.name, fake)

@@ -19,7 +19,7 @@ from typing import Any, Iterator
 import httpx
 import pytest
 
-from ucudnn.table import FORMAT
+from ucudnn.planning.table import FORMAT
 
 POSTGRES_URL = os.environ.get("UCUDNN_TEST_POSTGRES_URL")
 # One shared client: httpx.get/post build a client (and an SSL context) per call, ~50 ms each on a busy 2-core CI.

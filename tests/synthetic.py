@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import random
 
+from ucudnn.planning.table import BenchmarkTable, KernelBench, Measurement
 from ucudnn.policy import micro_batch_sizes
 from ucudnn.problem import ConvProblem
-from ucudnn.table import BenchmarkTable, KernelBench, Measurement
 
 MiB = 1 << 20
 

@@ -1,12 +1,20 @@
 """The workspace arena: aligned end-to-end segments, and which kernels may run at the same time."""
 from __future__ import annotations
 
-from hypothesis import given, strategies as st
-
 import synthetic
-from ucudnn.arena import ALIGNMENT, align_up, arena_bytes, assign_offsets, concurrent_kernels, overlapping_segments
-from ucudnn.network import Network
-from ucudnn.wd import plan_wd
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ucudnn.planning.arena import (
+    ALIGNMENT,
+    align_up,
+    arena_bytes,
+    assign_offsets,
+    concurrent_kernels,
+    overlapping_segments,
+)
+from ucudnn.planning.network import Network
+from ucudnn.planning.wd import plan_wd
 
 
 def layer(name: str, after: list[str] | None = None) -> dict:

@@ -5,7 +5,7 @@ import ctypes
 
 import pytest
 
-from ucudnn import cudnn
+from ucudnn.binding import cudnn
 from ucudnn.errors import CudnnError, CudnnNotFound
 
 

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from ucudnn import bundle
+from ucudnn.catalog import bundle
+from ucudnn.catalog.store import Store
 from ucudnn.cli import main
-from ucudnn.engines import ReplaySource
-from ucudnn.engines.local import LocalEngine
-from ucudnn.precompute import JobSpec, run_job
-from ucudnn.store import Store
-from ucudnn.table import BenchmarkTable
+from ucudnn.cluster.engines import ReplaySource
+from ucudnn.cluster.engines.local import LocalEngine
+from ucudnn.cluster.precompute import JobSpec, run_job
+from ucudnn.planning.table import BenchmarkTable
 
 ALEXNET = "builtin:alexnet-b256-float32-NCHW-h100"
 A100 = "NVIDIA A100-SXM4-80GB"

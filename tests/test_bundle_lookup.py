@@ -10,10 +10,10 @@ import logging
 
 import pytest
 
-from ucudnn import lookup
-from ucudnn.plan import Plan
-from ucudnn.store import key_id
-from ucudnn.table import BenchmarkTable
+from ucudnn.catalog import lookup
+from ucudnn.catalog.store import key_id
+from ucudnn.planning.plan import Plan
+from ucudnn.planning.table import BenchmarkTable
 
 H100, CUDNN = "NVIDIA H100 80GB HBM3", 91900
 A100 = "NVIDIA A100-SXM4-80GB"

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from ucudnn.cli import main
-from ucudnn.table import BenchmarkTable
+from ucudnn.planning.table import BenchmarkTable
 
 
 @pytest.fixture
@@ -90,7 +90,7 @@ def test_bad_input_exits_2_with_a_clear_message(argv, message, capsys):
 
 
 def test_bench_without_a_gpu_exits_4_and_says_why(tmp_path, capsys):
-    from ucudnn.gpu import gpu_available
+    from ucudnn.binding.gpu import gpu_available
 
     if gpu_available():
         pytest.skip("this machine has a GPU")

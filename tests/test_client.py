@@ -1,15 +1,15 @@
-"""ucudnn.client.PlanClient against the real service on loopback: typed results, ucudnn's own errors."""
+"""ucudnn.catalog.client.PlanClient against the real service on loopback: typed results, ucudnn's own errors."""
 from __future__ import annotations
 
 import pytest
-
 from server_kit import make_server, server, store_url, synthetic_table  # noqa: F401 (fixtures)
-from ucudnn.client import PlanClient, ServiceError, from_env
+
+from ucudnn.catalog.client import PlanClient, ServiceError, from_env
 from ucudnn.errors import GpuUnavailable, InfeasibleError, InputError
-from ucudnn.plan import Plan
-from ucudnn.planner import plan as local_plan
+from ucudnn.planning.plan import Plan
+from ucudnn.planning.planner import plan as local_plan
+from ucudnn.planning.table import BenchmarkTable, KernelBench, Measurement
 from ucudnn.problem import ConvProblem
-from ucudnn.table import BenchmarkTable, KernelBench, Measurement
 
 
 @pytest.fixture

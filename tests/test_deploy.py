@@ -163,7 +163,7 @@ def test_each_gpu_worker_group_targets_one_gpu_model_with_whole_gpus():
 
 
 def test_the_precompute_job_file_is_mounted_and_valid():
-    from ucudnn.precompute import JobSpec
+    from ucudnn.cluster.precompute import JobSpec
 
     [job] = by_kind("RayJob")
     head = job["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from ucudnn.errors import InputError, UcudnnError
-from ucudnn.execute import Executor
-from ucudnn.plan import KernelPlan, MicroConfig
+from ucudnn.execute.executor import Executor
+from ucudnn.planning.plan import KernelPlan, MicroConfig
 from ucudnn.problem import ConvProblem
 
 P = ConvProblem(10, 3, 8, 8, 4, 3, 3, pad=(1, 1))          # NCHW float32: x 3*8*8, y 4*8*8 floats a sample
@@ -44,7 +44,7 @@ class _Array:
 
 @pytest.fixture
 def recorder(monkeypatch):
-    from ucudnn.sources import registry
+    from ucudnn.measure.sources import registry
 
     rec = _Recorder()
     monkeypatch.setitem(registry._SOURCES, rec.name, rec)
@@ -158,8 +158,8 @@ class _FakeCuda:
 
 @pytest.fixture
 def capture(recorder, monkeypatch):
-    import ucudnn.execute as E
-    import ucudnn.gpu as G
+    import ucudnn.binding.gpu as G
+    import ucudnn.execute.executor as E
 
     fake = _FakeCuda(recorder)
     for module in (E, G):   # the executor launches on the current stream; gpu.capture captures

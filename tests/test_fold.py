@@ -9,16 +9,15 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from numpy_fold import nchw_fold
+from ucudnn.kernels.fold import FoldGeometry, launchers
 
 from ucudnn.errors import InputError, UcudnnError
-from ucudnn.kernels.fold import FoldGeometry, launchers
-from ucudnn.planner import plan
+from ucudnn.measure.sources.base import Operands
+from ucudnn.measure.sources.fold import FoldSource, fold_refusal, folded_problem, geometries, segments
+from ucudnn.planning.planner import plan
+from ucudnn.planning.table import BenchmarkTable, KernelBench, Measurement
 from ucudnn.problem import ConvProblem
-from ucudnn.sources.base import Operands
-from ucudnn.sources.fold import FoldSource, fold_refusal, folded_problem, geometries, segments
-from ucudnn.table import BenchmarkTable, KernelBench, Measurement
 
 CONV1 = ConvProblem(64, 3, 227, 227, 96, 11, 11, stride=(4, 4))                   # AlexNet
 RESNET_CONV1 = ConvProblem(32, 3, 224, 224, 64, 7, 7, pad=(3, 3), stride=(2, 2), layout="NHWC", dtype="float16")
@@ -146,8 +145,8 @@ def test_run_refuses_a_configuration_measured_for_another_stride(inner):
 
 
 def test_fold_by_name_wraps_the_other_sources_named_including_a_relayout():
-    from ucudnn.measure import resolve_sources
-    from ucudnn.sources import registry
+    from ucudnn.measure.benchmarking import resolve_sources
+    from ucudnn.measure.sources import registry
 
     legacy, relayout, fold = resolve_sources("legacy,relayout,fold")
     assert [s.name for s in fold.inner] == ["legacy", "relayout"] and fold.inner[1] is relayout

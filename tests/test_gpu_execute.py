@@ -39,10 +39,10 @@ def _micro_plan(problem, op, sizes, pick="fastest", source=None):
     """A plan that runs ``sizes`` (in order) with the fastest measured configuration at each size."""
     import cupy as cp
 
-    from ucudnn.measure import Buffers
-    from ucudnn.plan import KernelPlan, MicroConfig
-    from ucudnn.sources.base import BenchSettings
-    from ucudnn.sources.legacy import LegacySource
+    from ucudnn.measure.benchmarking import Buffers
+    from ucudnn.measure.sources.base import BenchSettings
+    from ucudnn.measure.sources.legacy import LegacySource
+    from ucudnn.planning.plan import KernelPlan, MicroConfig
 
     source = source or LegacySource()
 
@@ -60,15 +60,15 @@ def _micro_plan(problem, op, sizes, pick="fastest", source=None):
 
 
 def _tagged(m, name):
-    from ucudnn.table import Measurement
+    from ucudnn.planning.table import Measurement
 
     return Measurement(m.micro_batch, m.algo, m.math_type, m.time_ms, m.workspace_bytes, name, m.engine, m.extra)
 
 
 def _undivided(problem, op, a, b, out, alpha=1.0, beta=0.0):
     """One cuDNN call over the whole batch with algorithm 0 (needs no workspace) — the reference."""
-    from ucudnn import cudnn
-    from ucudnn.gpu import descriptors, handle
+    from ucudnn.binding import cudnn
+    from ucudnn.binding.gpu import descriptors, handle
 
     d = descriptors(problem, "FMA" if problem.dtype == "float32" else "DEFAULT")
     da, db, do = d.operands(op)
@@ -114,7 +114,7 @@ def _run_and_reference(plan, seed: int, exact_workspace: bool = False):
     written).  ``exact_workspace``: give the executor exactly the workspace the plan says, no more."""
     import cupy as cp
 
-    from ucudnn.execute import Executor
+    from ucudnn.execute.executor import Executor
 
     problem, op = plan.problem, plan.op
     x, w, dy = _tensors(problem, seed=seed)
@@ -143,7 +143,7 @@ def test_split_execution_matches_undivided_cudnn(case, op):
 def test_forward_matches_float64_reference(case):
     import cupy as cp
 
-    from ucudnn.execute import Executor
+    from ucudnn.execute.executor import Executor
 
     problem, sizes = case
     if problem.layout != "NCHW" or problem.dtype != "float32":
@@ -162,7 +162,7 @@ def test_backward_filter_accumulates_with_callers_alpha_beta(name, via):
     source, whose steps unpack each micro-batch's folded gradient into it."""
     import cupy as cp
 
-    from ucudnn.execute import Executor
+    from ucudnn.execute.executor import Executor
 
     problem, sizes = CASES[name]
     plan = _micro_plan(problem, "backward_filter", sizes, source=_wrapper(via))
@@ -176,7 +176,7 @@ def test_backward_filter_accumulates_with_callers_alpha_beta(name, via):
 
 def test_executor_refuses_wrong_shapes_with_a_named_error():
     from ucudnn.errors import InputError
-    from ucudnn.execute import Executor
+    from ucudnn.execute.executor import Executor
 
     problem, sizes = CASES["groups"]
     plan = _micro_plan(problem, "forward", sizes)
@@ -186,7 +186,7 @@ def test_executor_refuses_wrong_shapes_with_a_named_error():
 
 
 def test_measurement_records_unsupported_algorithms_instead_of_raising():
-    from ucudnn.measure import benchmark
+    from ucudnn.measure.benchmarking import benchmark
     from ucudnn.problem import KernelSpec
 
     # strided 5x5 with dilation: FFT and Winograd variants are unsupported
@@ -202,8 +202,8 @@ def test_measurement_records_unsupported_algorithms_instead_of_raising():
 
 def test_legacy_backward_filter_is_timed_accumulating_as_plans_run_it(monkeypatch):
     """Micro-batches after a plan's first add into the gradient (beta = 1); some algorithms are slower so."""
-    from ucudnn import cudnn
-    from ucudnn.measure import benchmark
+    from ucudnn.binding import cudnn
+    from ucudnn.measure.benchmarking import benchmark
     from ucudnn.problem import KernelSpec
 
     betas = []
@@ -260,9 +260,9 @@ def test_network_plan_runs_every_kernel_in_its_own_arena_segment():
     """WD: one arena, each kernel in its segment; results equal undivided cuDNN."""
     import cupy as cp
 
-    from ucudnn.execute import NetworkExecutor
-    from ucudnn.measure import benchmark
-    from ucudnn.planner import plan
+    from ucudnn.execute.executor import NetworkExecutor
+    from ucudnn.measure.benchmarking import benchmark
+    from ucudnn.planning.planner import plan
     from ucudnn.problem import KernelSpec
 
     problems = [ConvProblem(64, 16, 24, 24, 32, 3, 3, pad=(1, 1)), ConvProblem(64, 32, 12, 12, 32, 5, 5, pad=(2, 2))]
@@ -287,9 +287,9 @@ def test_independent_kernels_run_concurrently_on_separate_streams_in_disjoint_se
     """An inception block's branches: two kernels of one WD plan on two streams at once, both correct."""
     import cupy as cp
 
-    from ucudnn.execute import NetworkExecutor
-    from ucudnn.measure import benchmark
-    from ucudnn.planner import plan
+    from ucudnn.execute.executor import NetworkExecutor
+    from ucudnn.measure.benchmarking import benchmark
+    from ucudnn.planning.planner import plan
     from ucudnn.problem import KernelSpec
 
     p1 = ConvProblem(32, 64, 28, 28, 64, 3, 3, pad=(1, 1))
@@ -318,8 +318,8 @@ def _wrapper(via):
     """A relayout or fold source wrapping legacy; None: legacy itself."""
     if via is None:
         return None
-    from ucudnn.sources.fold import FoldSource
-    from ucudnn.sources.relayout import RelayoutSource
+    from ucudnn.measure.sources.fold import FoldSource
+    from ucudnn.measure.sources.relayout import RelayoutSource
 
     return {"relayout": RelayoutSource, "fold": FoldSource}[via](["legacy"])
 
@@ -333,7 +333,7 @@ RELAYOUT_CASES = ["nhwc-float32", "nhwc-float16", "nchw-float16", "odd-batch-255
 def test_relayout_execution_matches_undivided_cudnn_in_the_callers_layout(name, op):
     import cupy as cp
 
-    from ucudnn.sources.relayout import RelayoutSource
+    from ucudnn.measure.sources.relayout import RelayoutSource
 
     problem, sizes = CASES[name]
     plan = _micro_plan(problem, op, sizes, source=RelayoutSource(["legacy"]))
@@ -344,7 +344,7 @@ def test_relayout_execution_matches_undivided_cudnn_in_the_callers_layout(name, 
 
 
 def test_relayout_workspace_counts_the_transformed_operands():
-    from ucudnn.sources.relayout import RelayoutSource, other_layout, segments
+    from ucudnn.measure.sources.relayout import RelayoutSource, other_layout, segments
 
     problem, sizes = CASES["nhwc-float16"]
     plan = _micro_plan(problem, "forward", sizes, source=RelayoutSource(["legacy"]))
@@ -368,7 +368,7 @@ def _captured_error(plan, seed: int, replays: int = 1) -> float:
     """Capture one executor call of ``plan`` into a CUDA graph, replay it, and return its error vs undivided cuDNN."""
     import cupy as cp
 
-    from ucudnn.execute import Executor
+    from ucudnn.execute.executor import Executor
 
     problem, op = plan.problem, plan.op
     x, w, dy = _tensors(problem, seed=seed)
@@ -397,7 +397,7 @@ def test_a_replaying_executor_captures_once_and_follows_new_input_values(op, via
     buffers' current contents (a training loop writes new activations into the same tensors)."""
     import cupy as cp
 
-    from ucudnn.execute import Executor
+    from ucudnn.execute.executor import Executor
 
     problem, sizes = CASES["odd-batch-255"]
     plan = _micro_plan(problem, op, sizes, source=_wrapper(None if via == "legacy" else via))
@@ -417,8 +417,8 @@ def test_a_replaying_executor_captures_once_and_follows_new_input_values(op, via
 @pytest.mark.parametrize("op", ["forward", "backward_data", "backward_filter"])
 def test_a_replay_timed_table_plans_configurations_that_capture_and_replay_to_the_undivided_result(op):
     """Replay timing (benchmark(timing="replay")) times every configuration captured: a plan of them captures too."""
-    from ucudnn.measure import benchmark
-    from ucudnn.plan import KernelPlan, MicroConfig
+    from ucudnn.measure.benchmarking import benchmark
+    from ucudnn.planning.plan import KernelPlan, MicroConfig
     from ucudnn.problem import KernelSpec
 
     problem, _ = CASES["nhwc-float32"]
@@ -445,7 +445,7 @@ FOLD_CASES = ["alexnet-conv1-like", "alexnet-conv1-nhwc-float16", "resnet-conv1-
 def test_fold_execution_matches_undivided_cudnn(name, op, into):
     import cupy as cp
 
-    from ucudnn.sources.fold import FoldSource, folded_problem
+    from ucudnn.measure.sources.fold import FoldSource, folded_problem
 
     problem, sizes = CASES[name]
     plan = _micro_plan(problem, op, sizes, source=FoldSource(["legacy"], layouts=[into]))
@@ -460,9 +460,9 @@ def test_fold_execution_matches_undivided_cudnn(name, op, into):
 def test_fold_workspace_counts_the_folded_operands_and_unfoldable_problems_are_skipped_with_the_reason():
     import cupy as cp
 
-    from ucudnn.measure import Buffers
-    from ucudnn.sources.base import BenchSettings
-    from ucudnn.sources.fold import FoldSource, segments
+    from ucudnn.measure.benchmarking import Buffers
+    from ucudnn.measure.sources.base import BenchSettings
+    from ucudnn.measure.sources.fold import FoldSource, segments
 
     problem, sizes = CASES["alexnet-conv1-nhwc-float16"]
     plan = _micro_plan(problem, "backward_data", sizes, source=FoldSource(["legacy"]))
@@ -481,8 +481,8 @@ def test_fold_into_the_other_layout_applies_the_callers_alpha_and_beta(op):
     """Forward stages the old y in the other layout when beta != 0; backward filter unpacks each micro-batch."""
     import cupy as cp
 
-    from ucudnn.execute import Executor
-    from ucudnn.sources.fold import FoldSource
+    from ucudnn.execute.executor import Executor
+    from ucudnn.measure.sources.fold import FoldSource
 
     problem, sizes = CASES["alexnet-conv1-like"]
     plan = _micro_plan(problem, op, sizes, source=FoldSource(["legacy"], layouts=["other"]))

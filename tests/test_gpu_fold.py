@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from numpy_fold import nchw_fold
-
 from ucudnn.kernels.fold import FoldGeometry, launchers
 
 pytestmark = pytest.mark.gpu
@@ -87,7 +85,6 @@ def test_unpack_scales_by_alpha_and_accumulates_beta_times_the_old_contents():
 
 def test_batches_beyond_one_grid_are_split_across_launches(monkeypatch):
     import cupy as cp
-
     from ucudnn.kernels import fold
 
     monkeypatch.setattr(fold, "_MAX_Z", 2)   # 5 samples -> launches of 2, 2 and 1

@@ -19,7 +19,7 @@ from test_gpu_execute import _conv_ref_nchw, _run_and_reference, _tensors, _undi
 
 
 def _frontend_or_skip():
-    from ucudnn.sources.graph import GraphUnavailable, frontend
+    from ucudnn.measure.sources.graph import GraphUnavailable, frontend
 
     try:
         return frontend()
@@ -41,10 +41,10 @@ def _graph_plan(problem, op, sizes, numerics, pick=min):
     """A plan of ``sizes`` whose every micro-batch runs a measured graph-API engine (``pick`` by time)."""
     import cupy as cp
 
-    from ucudnn.measure import Buffers
-    from ucudnn.plan import KernelPlan, MicroConfig
-    from ucudnn.sources import registry
-    from ucudnn.sources.base import BenchSettings
+    from ucudnn.measure.benchmarking import Buffers
+    from ucudnn.measure.sources import registry
+    from ucudnn.measure.sources.base import BenchSettings
+    from ucudnn.planning.plan import KernelPlan, MicroConfig
 
     src = registry.get("graph")
     settings = BenchSettings(numerics, repeat=1, warmup=0, max_workspace=256 << 20)
@@ -91,7 +91,7 @@ def test_graph_plan_with_the_slowest_engines_too(op):
 def test_graph_backward_filter_accumulates_with_callers_alpha_beta():
     import cupy as cp
 
-    from ucudnn.execute import Executor
+    from ucudnn.execute.executor import Executor
 
     _frontend_or_skip()
     problem, sizes, numerics = CASES["odd-batch-nchw"]
@@ -108,10 +108,10 @@ def test_strict_fp32_graph_engines_compute_true_fp32_and_tf32_ones_are_labelled(
     """Every engine measured under strict numerics is FP32-accurate (TF32 would be ~1e-3 off)."""
     import cupy as cp
 
-    from ucudnn.measure import Buffers
-    from ucudnn.sources import graph as G
-    from ucudnn.sources import registry
-    from ucudnn.sources.base import BenchSettings
+    from ucudnn.measure.benchmarking import Buffers
+    from ucudnn.measure.sources import graph as G
+    from ucudnn.measure.sources import registry
+    from ucudnn.measure.sources.base import BenchSettings
 
     _frontend_or_skip()
     src = registry.get("graph")
@@ -143,11 +143,11 @@ def test_strict_fp32_graph_engines_compute_true_fp32_and_tf32_ones_are_labelled(
 def test_a_legacy_plus_graph_table_plans_and_executes():
     import cupy as cp
 
-    from ucudnn.execute import Executor
-    from ucudnn.measure import benchmark
-    from ucudnn.planner import plan
+    from ucudnn.execute.executor import Executor
+    from ucudnn.measure.benchmarking import benchmark
+    from ucudnn.planning.planner import plan
+    from ucudnn.planning.table import BenchmarkTable
     from ucudnn.problem import KernelSpec
-    from ucudnn.table import BenchmarkTable
 
     _frontend_or_skip()
     p = ConvProblem(24, 32, 14, 14, 32, 3, 3, pad=(1, 1), layout="NHWC")

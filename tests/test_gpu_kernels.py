@@ -88,8 +88,9 @@ def test_odd_length_output_rows_transpose_exactly_with_either_kernel(cp, rng, nh
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 @pytest.mark.parametrize("nhwc", [(3, 5, 7, 96), (2, 11, 11, 40), (1, 13, 3, 130)], ids=lambda s: "x".join(map(str, s)))
 def test_rows_kernel_with_any_allowed_tile_transposes_exactly(cp, rng, nhwc, dtype, tile):
-    from ucudnn.errors import InputError
     from ucudnn.kernels import transform_layout
+
+    from ucudnn.errors import InputError
 
     x = (rng.standard_normal(nhwc) * 100).astype(dtype)
     out = cp.full((nhwc[0], nhwc[3], nhwc[1], nhwc[2]), 7, dtype=dtype)
@@ -130,8 +131,9 @@ def test_rows_kernel_with_cp_async_staging_transposes_exactly(cp, rng, nhwc, dty
 
 
 def test_rows_kernel_with_cp_async_staging_refuses_what_it_cannot_take(cp):
-    from ucudnn.errors import InputError
     from ucudnn.kernels import transform_layout
+
+    from ucudnn.errors import InputError
 
     with pytest.raises(InputError, match="async") as e:
         transform_layout(cp.ones((2, 5, 7, 96), "float16"), "NHWC", "NCHW", kernel="async")
@@ -177,8 +179,9 @@ def test_layout_transform_of_a_non_contiguous_input_and_same_layout(cp, rng):
 
 
 def test_layout_transform_refuses_numpy_and_bad_out(cp):
-    from ucudnn.errors import InputError
     from ucudnn.kernels import transform_layout
+
+    from ucudnn.errors import InputError
 
     with pytest.raises(InputError, match="x"):
         transform_layout(np.zeros((1, 2, 3, 4), "float32"), "NCHW", "NHWC")
@@ -301,8 +304,9 @@ def test_softmax_over_channels_and_other_axes_matches_numpy(cp, rng, shape, axis
 
 
 def test_softmax_refuses_bad_input(cp):
-    from ucudnn.errors import InputError
     from ucudnn.kernels import softmax_backward, softmax_forward
+
+    from ucudnn.errors import InputError
 
     with pytest.raises(InputError, match="x.dtype"):
         softmax_forward(cp.ones((2, 3), "float64"))
@@ -475,8 +479,9 @@ def test_pooling_tunes_once_per_shape_and_reuses_the_cached_choice(cp, rng, monk
 
 
 def test_pooling_refuses_bad_input(cp):
-    from ucudnn.errors import InputError
     from ucudnn.kernels import pool2d_backward, pool2d_forward
+
+    from ucudnn.errors import InputError
 
     x = cp.ones((2, 3, 8, 8), "float32")
     with pytest.raises(InputError, match="mode"):

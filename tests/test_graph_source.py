@@ -16,10 +16,10 @@ import math
 import pytest
 
 from ucudnn.errors import CaptureError, CudnnError, InputError, TableError
+from ucudnn.measure.sources import graph as G
+from ucudnn.measure.sources.base import BenchSettings, Operands
+from ucudnn.planning.table import BenchmarkTable, KernelBench, Measurement
 from ucudnn.problem import ConvProblem
-from ucudnn.sources import graph as G
-from ucudnn.sources.base import BenchSettings, Operands
-from ucudnn.table import BenchmarkTable, KernelBench, Measurement
 
 P = ConvProblem(8, 16, 12, 12, 32, 3, 3, pad=(1, 1))
 OPS = Operands(a=0x10000, b=0x20000, out=0x30000)
@@ -232,7 +232,7 @@ def test_a_table_with_graph_measurements_is_valid_and_keeps_the_engine():
 
 
 def test_tables_without_sources_or_engines_stay_valid():
-    from ucudnn.table import builtin_tables
+    from ucudnn.planning.table import builtin_tables
 
     for name in builtin_tables():
         t = BenchmarkTable.load(f"builtin:{name}")
@@ -472,8 +472,8 @@ def test_run_refuses_a_workspace_smaller_than_the_engine_needs():
 
 # --- wiring -----------------------------------------------------------------------------------------
 def test_sources_resolve_by_name_for_benchmarking_and_execution():
-    from ucudnn.measure import resolve_sources
-    from ucudnn.sources import registry
+    from ucudnn.measure.benchmarking import resolve_sources
+    from ucudnn.measure.sources import registry
 
     legacy, graph = resolve_sources("legacy, graph")
     assert (legacy.name, graph.name) == ("legacy", "graph")
@@ -530,7 +530,7 @@ def test_a_recorded_strict_fp32_table_holds_only_fma_graph_engines_with_rebuilda
 
 
 def test_wr_at_64mib_on_a_recorded_table_stays_within_the_limit_and_beats_legacy_alone():
-    from ucudnn.planner import plan
+    from ucudnn.planning.planner import plan
 
     t = BenchmarkTable.load(RECORDED)
     legacy_only = BenchmarkTable(t.device, t.cudnn_version, [

@@ -16,7 +16,6 @@ import subprocess
 from importlib import resources
 
 import pytest
-
 from ucudnn.kernels import _compile
 
 NVCC = shutil.which("nvcc")

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from ucudnn.kernels import autotune, layout, pooling, softmax
 
 from ucudnn.errors import InputError
-from ucudnn.kernels import autotune, layout, pooling, softmax
 
 LAYOUTS = layout.LAYOUTS
 

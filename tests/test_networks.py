@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-from ucudnn.arena import concurrent_kernels
 from ucudnn.errors import InputError
-from ucudnn.network import builtin_networks, from_torch, load_network
+from ucudnn.planning.arena import concurrent_kernels
+from ucudnn.planning.network import builtin_networks, from_torch, load_network
 
 SHIPPED = ["alexnet", "resnet18", "resnet50", "vgg16", "googlenet_inception3a"]
 

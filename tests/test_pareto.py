@@ -1,13 +1,14 @@
 """Desirable sets (seed 003, section 3.3.1): exactly the Pareto front of all configurations."""
 from __future__ import annotations
 
-from hypothesis import given, settings, strategies as st
-
 import synthetic
-from ucudnn import wr
-from ucudnn.pareto import Configuration, desirable_set, desirable_sets, fastest_within, pareto
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ucudnn.planning import wr
+from ucudnn.planning.pareto import Configuration, desirable_set, desirable_sets, fastest_within, pareto
+from ucudnn.planning.table import KernelBench
 from ucudnn.policy import micro_batch_sizes
-from ucudnn.table import KernelBench
 
 
 def all_configurations(kernel: KernelBench, batch_policy: str) -> list[tuple[float, int]]:

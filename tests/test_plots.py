@@ -2,15 +2,15 @@
 from __future__ import annotations
 
 import pytest
-
 import synthetic
+
 from ucudnn.errors import InputError
-from ucudnn.pareto import desirable_set
-from ucudnn.wd import compare_policies
+from ucudnn.planning.pareto import desirable_set
+from ucudnn.planning.wd import compare_policies
 
 pytest.importorskip("matplotlib")
 
-from ucudnn.plots import plot_desirable, plot_division  # noqa: E402
+from ucudnn.planning.plots import plot_desirable, plot_division
 
 MiB = synthetic.MiB
 

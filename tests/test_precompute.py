@@ -19,15 +19,15 @@ from pathlib import Path
 
 import pytest
 
+from ucudnn.catalog.store import Store
 from ucudnn.cli import main
-from ucudnn.engines import PlanTask, ReplaySource, Unit, UnitError, UnitResult, Worker, dispatch, plan_task
-from ucudnn.engines.base import Target
-from ucudnn.engines.local import LocalEngine
+from ucudnn.cluster.engines import PlanTask, ReplaySource, Unit, UnitError, UnitResult, Worker, dispatch, plan_task
+from ucudnn.cluster.engines.base import Target
+from ucudnn.cluster.engines.local import LocalEngine
+from ucudnn.cluster.precompute import JobSpec, NetworkRequest, expand, plan_key, run_job
 from ucudnn.errors import InputError
-from ucudnn.network import load_network
-from ucudnn.precompute import JobSpec, NetworkRequest, expand, plan_key, run_job
-from ucudnn.store import Store
-from ucudnn.table import BenchmarkTable
+from ucudnn.planning.network import load_network
+from ucudnn.planning.table import BenchmarkTable
 
 ALEXNET = "builtin:alexnet-b256-float32-NCHW-h100"
 RESNET = "builtin:resnet50-b128-float32-NCHW-h100"
@@ -283,7 +283,6 @@ def test_a_complete_table_is_planned_while_the_gpus_measure_the_rest(tmp_path, r
 def test_plans_are_stored_under_the_plan_service_key(tmp_path, recorded):
     """A plan service on the same store answers precomputed plans without planning."""
     from fastapi.testclient import TestClient
-
     from ucudnn.server.app import create_app
     from ucudnn.server.models import PlanRequest
     from ucudnn.server.planning import PlanService
@@ -325,7 +324,7 @@ def _bench_rows(store: Store) -> list[str]:
     from sqlalchemy import select
     from sqlalchemy.orm import Session
 
-    from ucudnn.store import KernelBenchRow
+    from ucudnn.catalog.store import KernelBenchRow
 
     with Session(store.engine) as s:
         return list(s.execute(select(KernelBenchRow.id)).scalars())
@@ -454,7 +453,7 @@ def test_the_command_with_a_separate_store_bundles_only_this_jobs_rows(tmp_path,
 
 
 def test_measuring_without_a_gpu_exits_4(capsys):
-    from ucudnn.gpu import gpu_available
+    from ucudnn.binding.gpu import gpu_available
 
     if gpu_available():
         pytest.skip("this host has a GPU")

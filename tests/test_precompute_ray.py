@@ -17,12 +17,12 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from ucudnn.cli import main  # noqa: E402
-from ucudnn.engines import ReplaySource, UnitError  # noqa: E402
-from ucudnn.engines.ray_engine import RayEngine, gpus_by_type  # noqa: E402
-from ucudnn.errors import GpuUnavailable  # noqa: E402
-from ucudnn.precompute import JobSpec, NetworkRequest, run_job  # noqa: E402
-from ucudnn.store import Store  # noqa: E402
+from ucudnn.catalog.store import Store
+from ucudnn.cli import main
+from ucudnn.cluster.engines import ReplaySource, UnitError
+from ucudnn.cluster.engines.ray_engine import RayEngine, gpus_by_type
+from ucudnn.cluster.precompute import JobSpec, NetworkRequest, run_job
+from ucudnn.errors import GpuUnavailable
 
 ALEXNET = "builtin:alexnet-b256-float32-NCHW-h100"
 RESNET = "builtin:resnet50-b128-float32-NCHW-h100"

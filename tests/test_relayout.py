@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 
 from ucudnn.errors import UcudnnError
-from ucudnn.planner import plan
+from ucudnn.measure.sources.base import Operands
+from ucudnn.measure.sources.relayout import RelayoutSource, other_layout, segments
+from ucudnn.planning.planner import plan
+from ucudnn.planning.table import BenchmarkTable, KernelBench, Measurement
 from ucudnn.problem import ConvProblem
-from ucudnn.sources.base import Operands
-from ucudnn.sources.relayout import RelayoutSource, other_layout, segments
-from ucudnn.table import BenchmarkTable, KernelBench, Measurement
 
 P = ConvProblem(64, 3, 227, 227, 96, 11, 11, stride=(4, 4), dtype="float16")  # AlexNet conv1, NCHW
 
@@ -61,8 +61,8 @@ def test_run_refuses_a_configuration_measured_via_another_layout(inner):
 
 
 def test_relayout_by_name_wraps_the_other_sources_named():
-    from ucudnn.measure import resolve_sources
-    from ucudnn.sources import registry
+    from ucudnn.measure.benchmarking import resolve_sources
+    from ucudnn.measure.sources import registry
 
     legacy, relayout = resolve_sources("legacy,relayout")
     assert relayout.name == "relayout" and [s.name for s in relayout.inner] == ["legacy"]

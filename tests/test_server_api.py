@@ -2,11 +2,11 @@
 from __future__ import annotations
 
 import pytest
-
 from server_kit import WEB, http, make_server, server, store_url, synthetic_table  # noqa: F401 (fixtures)
-from ucudnn import wr
-from ucudnn.planner import plan as local_plan
-from ucudnn.table import BenchmarkTable
+
+from ucudnn.planning import wr
+from ucudnn.planning.planner import plan as local_plan
+from ucudnn.planning.table import BenchmarkTable
 
 
 def _metric(http, name: str, **labels: str) -> float:

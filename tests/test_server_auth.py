@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import pytest
-
 from server_kit import WEB, ServerThread, synthetic_table
 
 TOKEN = "s3cret-token"

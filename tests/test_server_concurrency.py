@@ -6,10 +6,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
-
 from server_kit import WEB, make_server, server, store_url, synthetic_table  # noqa: F401 (fixtures)
-from ucudnn.store import Store
-from ucudnn.table import BenchmarkTable
+
+from ucudnn.catalog.store import Store
+from ucudnn.planning.table import BenchmarkTable
 
 WRITERS = 16
 

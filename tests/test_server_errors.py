@@ -6,7 +6,6 @@ import re
 import sys
 
 import pytest
-
 from server_kit import ServerThread, synthetic_table
 
 
@@ -191,10 +190,10 @@ def _assert_413(srv):
 
 
 def test_a_missing_planner_is_a_clean_error_not_a_500(http, tid, monkeypatch):
-    import ucudnn
+    import ucudnn.planning
 
-    monkeypatch.setitem(sys.modules, "ucudnn.wd", None)  # "from . import wd" now raises ImportError
-    monkeypatch.delattr(ucudnn, "wd", raising=False)
+    monkeypatch.setitem(sys.modules, "ucudnn.planning.wd", None)  # "from . import wd" now raises ImportError
+    monkeypatch.delattr(ucudnn.planning, "wd", raising=False)
     r = http.post("/v1/plans", json={"table_id": tid, "policy": "wd", "total_workspace": "64MiB"})
     assert_refused(r, 422, "policy")
     assert "not available" in r.json()["detail"]

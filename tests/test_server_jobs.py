@@ -8,10 +8,10 @@ from __future__ import annotations
 import threading
 
 import pytest
-
 from server_kit import WEB, ServerThread, make_server, store_url, wait_until  # noqa: F401 (fixtures)
+
+from ucudnn.planning.table import BenchmarkTable, KernelBench, Measurement
 from ucudnn.problem import ConvProblem
-from ucudnn.table import BenchmarkTable, KernelBench, Measurement
 
 CONV = {"n": 8, "c": 16, "h": 14, "w": 14, "k": 32, "r": 3, "s": 3, "pad": 1}
 
@@ -45,11 +45,11 @@ def test_without_a_gpu_jobs_answer_503_with_the_reason(make_server):
 
 
 def test_on_this_host_the_real_gpu_check_decides(make_server):
-    from ucudnn.gpu import gpu_available
+    from ucudnn.binding.gpu import gpu_available
 
     if gpu_available():
         pytest.skip("this host has a GPU")
-    srv = make_server(gpu_reason=None)  # the real ucudnn.gpu check
+    srv = make_server(gpu_reason=None)  # the real ucudnn.binding.gpu check
     r = WEB.post(f"{srv.url}/v1/jobs", json={"problems": [CONV]})
     assert r.status_code == 503 and r.json()["detail"]
     assert WEB.get(f"{srv.url}/healthz").json()["gpu"] is False

@@ -5,14 +5,14 @@ import json
 import time
 
 import pytest
-from sqlalchemy import Column, Float, Integer, MetaData, String, Table, Text, create_engine, inspect, text
-
 from server_kit import store_url, synthetic_table  # noqa: F401 (fixture)
-from ucudnn.plan import Plan
-from ucudnn.planner import plan as make_plan
+from sqlalchemy import Column, Float, Integer, MetaData, String, Table, Text, create_engine, inspect, text
 from ucudnn.server.migrations import HEAD
-from ucudnn.store import Store, key_id
-from ucudnn.table import BenchmarkTable
+
+from ucudnn.catalog.store import Store, key_id
+from ucudnn.planning.plan import Plan
+from ucudnn.planning.planner import plan as make_plan
+from ucudnn.planning.table import BenchmarkTable
 
 
 def create_v1_store(url: str) -> tuple[str, str]:
@@ -76,10 +76,9 @@ def test_opening_an_up_to_date_store_again_changes_nothing(store_url):
 def test_the_head_constant_is_the_newest_revision():
     from pathlib import Path
 
+    import ucudnn.server.migrations as m
     from alembic.config import Config
     from alembic.script import ScriptDirectory
-
-    import ucudnn.server.migrations as m
 
     cfg = Config()
     cfg.set_main_option("script_location", str(Path(m.__file__).parent))

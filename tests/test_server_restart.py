@@ -8,7 +8,6 @@ import sys
 
 import httpx
 import pytest
-
 from server_kit import WEB, free_port, store_url, synthetic_table, wait_until  # noqa: F401 (fixture)
 
 
@@ -72,7 +71,7 @@ def test_serve_without_store_uses_sqlite_in_the_user_data_dir(monkeypatch, tmp_p
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
     url = default_store_url()
     assert url.startswith("sqlite:///") and url.startswith(f"sqlite:///{tmp_path}")
-    from ucudnn.store import Store
+    from ucudnn.catalog.store import Store
 
     with Store(url).engine.connect() as c:
         assert c.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"

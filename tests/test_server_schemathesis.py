@@ -11,9 +11,12 @@ import httpx
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
-from schemathesis.checks import (content_type_conformance, not_a_server_error, response_schema_conformance,
-                                 status_code_conformance)
-
+from schemathesis.checks import (
+    content_type_conformance,
+    not_a_server_error,
+    response_schema_conformance,
+    status_code_conformance,
+)
 from server_kit import ServerThread, synthetic_table
 
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]

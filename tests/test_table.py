@@ -7,8 +7,8 @@ import json
 import pytest
 
 from ucudnn.errors import TableError
+from ucudnn.planning.table import BenchmarkTable, builtin_tables
 from ucudnn.schemas import load_schema
-from ucudnn.table import BenchmarkTable, builtin_tables
 
 GOOD = {"format": "ucudnn-benchmark-table/1", "device": "NVIDIA H100 80GB HBM3", "cudnn_version": 91900,
         "kernels": [{"name": "conv2/forward", "op": "forward",

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from ucudnn import timing
+from ucudnn.binding import timing
 from ucudnn.errors import CaptureError, InputError
-from ucudnn.sources.base import TIMINGS, BenchSettings, time_config
+from ucudnn.measure.sources.base import TIMINGS, BenchSettings, time_config
 
 
 @pytest.fixture
@@ -43,7 +43,7 @@ def test_an_injected_timer_replaces_both_clocks(clocks):
 
 
 def test_benchmark_refuses_an_unknown_timing_before_touching_the_gpu():
-    from ucudnn.measure import benchmark
+    from ucudnn.measure.benchmarking import benchmark
 
     with pytest.raises(InputError, match="timing"):
         benchmark([], timing="graph")

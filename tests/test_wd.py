@@ -4,15 +4,16 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from hypothesis import given, settings, strategies as st
-
 import synthetic
-from ucudnn import planner, wr
-from ucudnn.arena import ALIGNMENT, align_up
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from ucudnn.errors import InfeasibleError, InputError
-from ucudnn.pareto import desirable_sets
-from ucudnn.plan import Plan
-from ucudnn.wd import plan_wd
+from ucudnn.planning import planner, wr
+from ucudnn.planning.arena import ALIGNMENT, align_up
+from ucudnn.planning.pareto import desirable_sets
+from ucudnn.planning.plan import Plan
+from ucudnn.planning.wd import plan_wd
 
 MiB = synthetic.MiB
 UNLIMITED = 1 << 40
@@ -200,7 +201,7 @@ def test_compare_prints_a_summary_table_for_people(table_file, capsys):
 
 
 def test_an_infeasible_budget_exits_3_naming_the_smallest_total(table_file, capsys):
-    from ucudnn.table import BenchmarkTable
+    from ucudnn.planning.table import BenchmarkTable
 
     t = BenchmarkTable.load(table_file)
     for k in t.kernels:
@@ -211,7 +212,7 @@ def test_an_infeasible_budget_exits_3_naming_the_smallest_total(table_file, caps
 
 
 def test_planning_a_network_needs_a_gpu_and_says_so_with_exit_code_4(capsys, monkeypatch):
-    from ucudnn import gpu
+    from ucudnn.binding import gpu
 
     if gpu.gpu_available():
         pytest.skip("a GPU is present: this checks the refusal without one")
@@ -223,7 +224,7 @@ def test_planning_a_network_needs_a_gpu_and_says_so_with_exit_code_4(capsys, mon
 # -- real tables recorded on an H100 (shipped in ucudnn/data/tables) ------------------------------------------------
 
 def _builtin(name):
-    from ucudnn.table import BenchmarkTable, builtin_tables
+    from ucudnn.planning.table import BenchmarkTable, builtin_tables
 
     if name not in builtin_tables():
         pytest.skip(f"no shipped table {name}")
@@ -240,7 +241,7 @@ def test_real_alexnet_wd_at_120mib_is_predicted_faster_than_wr_at_8mib_per_kerne
 
 
 def test_real_resnet50_table_expands_to_all_159_kernels_of_the_network():
-    from ucudnn.network import load_network
+    from ucudnn.planning.network import load_network
 
     t = _builtin("resnet50-b128-float32-NCHW-h100")
     net = load_network("resnet50").table_from(t)

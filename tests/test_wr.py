@@ -6,12 +6,12 @@ import itertools
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from synthetic import from_options
+
 from ucudnn.errors import InfeasibleError
-from ucudnn.planner import plan
-from ucudnn.table import BenchmarkTable
-from ucudnn.wr import min_feasible_workspace, plan_kernel
+from ucudnn.planning.planner import plan
+from ucudnn.planning.table import BenchmarkTable
+from ucudnn.planning.wr import min_feasible_workspace, plan_kernel
 
 MiB = 1 << 20
 

@@ -21,15 +21,17 @@ import threading
 import warnings
 from typing import Any
 
-from . import config, cudnn, numerics as num
+from . import config
+from . import numerics as num
+from .binding import cudnn
+from .binding.gpu import cupy, device_name
+from .catalog.store import Store
 from .errors import InputError
-from .execute import Executor
-from .gpu import cupy, device_name
-from .measure import benchmark
-from .plan import KernelPlan
+from .execute.executor import Executor
+from .measure.benchmarking import benchmark
+from .planning.plan import KernelPlan
 from .policy import normalize_policy
 from .problem import ConvProblem, KernelSpec
-from .store import Store
 from .units import parse_size
 
 _lock = threading.Lock()
@@ -62,7 +64,7 @@ def _cache_key(problem: ConvProblem, op: str, numerics: str, batch_policy: str, 
 
 def get_plan(problem: ConvProblem, op: str, *, workspace_limit: int | str | None = None,
              batch_policy: str | None = None, numerics: str | None = None) -> KernelPlan:
-    """The WR plan for one kernel, from the first layer that has it (see :mod:`ucudnn.lookup`), else benchmarked now."""
+    """The WR plan for one kernel, from the first layer that has it (see :mod:`ucudnn.catalog.lookup`), else benchmarked now."""
     return _executor(problem, op, workspace_limit, batch_policy, numerics).plan
 
 
@@ -85,8 +87,8 @@ def _executor(problem: ConvProblem, op: str, workspace_limit: Any, batch_policy:
 
 
 def _plan_from_store_or_bench(problem: ConvProblem, op: str, limit: int, bp: str, nm: str) -> KernelPlan:
-    """In-process, user cache, plan server, installed bundles, then benchmark here (see :mod:`ucudnn.lookup`)."""
-    from . import lookup
+    """In-process, user cache, plan server, installed bundles, then benchmark here (see :mod:`ucudnn.catalog.lookup`)."""
+    from .catalog import lookup
 
     return lookup.kernel_plan(
         _cache_key(problem, op, nm, bp, limit), _cache_key(problem, op, nm, bp),

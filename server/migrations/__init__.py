@@ -1,4 +1,4 @@
-"""Schema migrations of the ucudnn store (Alembic), applied by :meth:`ucudnn.store.Store.migrate`.
+"""Schema migrations of the ucudnn store (Alembic), applied by :meth:`ucudnn.catalog.store.Store.migrate`.
 
 Why Alembic: a cluster's PostgreSQL store outlives server versions, and the
 library's SQLite cache outlives package upgrades; each schema change is one

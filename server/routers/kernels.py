@@ -2,7 +2,7 @@
 
 ``ucudnn.api`` keys each kernel's measurements by (device, cuDNN version,
 problem, op, numerics, batch policy); with ``UCUDNN_PLAN_SERVER`` set it asks
-here (by the key's hash, ``ucudnn.store.key_id``) before benchmarking, and
+here (by the key's hash, ``ucudnn.catalog.store.key_id``) before benchmarking, and
 uploads what it measured.  Same rows as the library's own store.
 """
 from __future__ import annotations
@@ -13,9 +13,9 @@ from typing import Any
 from fastapi import APIRouter, Depends, Path, Response
 from pydantic import BaseModel, ConfigDict, Field
 
+from ucudnn.catalog.store import MAX_INT32, key_id
 from ucudnn.errors import InputError
-from ucudnn.store import MAX_INT32, key_id
-from ucudnn.table import FORMAT, BenchmarkTable
+from ucudnn.planning.table import FORMAT, BenchmarkTable
 
 from ..deps import ServiceState, get_state, require_token
 from ..limits import FiniteJSONRoute

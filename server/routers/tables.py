@@ -5,8 +5,8 @@ from typing import Any
 
 from fastapi import APIRouter, Body, Depends, Path, Query, Response
 
-from ucudnn.store import MAX_INT32
-from ucudnn.table import BenchmarkTable
+from ucudnn.catalog.store import MAX_INT32
+from ucudnn.planning.table import BenchmarkTable
 
 from ..deps import ServiceState, get_state, require_token
 from ..limits import FiniteJSONRoute

@@ -5,7 +5,7 @@ import json
 import sys
 from typing import Any
 
-from ..plan import Plan
+from ..planning.plan import Plan
 from ..units import format_size
 
 

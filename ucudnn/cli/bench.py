@@ -5,8 +5,8 @@ import argparse
 import sys
 
 from .. import config
-from ..problem import OPS, ConvProblem, KernelSpec
 from ..errors import InputError
+from ..problem import OPS, ConvProblem, KernelSpec
 
 
 def parse_problem(text: str, batch: int | None, dtype: str, layout: str) -> ConvProblem:
@@ -65,7 +65,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..measure import benchmark
+    from ..measure.benchmarking import benchmark
     from ..units import parse_size
 
     ops = [o.strip() for o in args.ops.split(",") if o.strip()]
@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
         if o not in OPS:
             raise InputError(f"unknown op {o!r}", "--ops")
     if args.network:
-        from ..network import load_network
+        from ..planning.network import load_network
 
         kernels = load_network(args.network).kernels(args.batch, args.dtype, args.layout, ops)
     else:
@@ -95,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _sources(names: str, graph_top_k: int | None) -> list:
     """``--sources`` names -> source instances (``--graph-top-k`` configures a graph source of its own)."""
-    from ..measure import resolve_sources
+    from ..measure.benchmarking import resolve_sources
 
     wanted = [n.strip() for n in names.split(",") if n.strip()]
     if graph_top_k is not None:
@@ -104,8 +104,8 @@ def _sources(names: str, graph_top_k: int | None) -> list:
         if "graph" not in wanted:
             raise InputError("only applies with --sources ...,graph", "--graph-top-k")
         # registered before resolving, so a relayout source wraps this very instance
-        from ..sources import registry
-        from ..sources.graph import GraphSource
+        from ..measure.sources import registry
+        from ..measure.sources.graph import GraphSource
 
         registry.register(GraphSource(top_k=graph_top_k))
     try:

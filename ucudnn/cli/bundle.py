@@ -36,8 +36,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run_export(args: argparse.Namespace) -> int:
-    from .. import bundle
-    from ..store import Store
+    from ..catalog import bundle
+    from ..catalog.store import Store
     from ._output import print_json
 
     counts = bundle.export(Store(args.store) if args.store else Store(), args.bundle, devices=args.device,
@@ -47,20 +47,20 @@ def run_export(args: argparse.Namespace) -> int:
 
 
 def run_import(args: argparse.Namespace) -> int:
-    from .. import bundle
-    from ..store import Store
+    from ..catalog import bundle
+    from ..catalog.store import Store
     from ._output import print_json
 
     dst = Store(args.store) if args.store else Store()
     counts = bundle.import_bundle(args.bundle, dst)
-    from ..precompute import safe_url
+    from ..cluster.precompute import safe_url
 
     print_json({"bundle": args.bundle, "store": safe_url(dst.url), "added": counts})
     return 0
 
 
 def run_list(args: argparse.Namespace) -> int:
-    from .. import bundle
+    from ..catalog import bundle
 
     plans = bundle.list_plans(args.bundle)
     if args.json:
@@ -71,7 +71,7 @@ def run_list(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from ..engines.base import Target
+    from ..cluster.engines.base import Target
     from ..units import format_size
 
     info = bundle.summary(args.bundle)

@@ -4,8 +4,8 @@ from __future__ import annotations
 import argparse
 
 from .. import config
-from ..planner import plan as make_plan
-from ..table import BenchmarkTable
+from ..planning.planner import plan as make_plan
+from ..planning.table import BenchmarkTable
 
 DEFAULT_TABLE = "builtin:alexnet-b256-float32-NCHW-h100"
 
@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         table = BenchmarkTable.merge([BenchmarkTable.load(t) for t in (args.tables or [DEFAULT_TABLE])])
         if args.network:
-            from ..network import load_network
+            from ..planning.network import load_network
 
             table = load_network(args.network).table_from(table, args.batch, args.dtype, args.layout)
     total = args.total_workspace or config.total_workspace_size()
@@ -62,8 +62,8 @@ def run(args: argparse.Namespace) -> int:
                        batch_policy=batch_policy)
     summary = None
     if args.compare:
+        from ..planning.wd import compare_policies, comparison_summary
         from ..units import parse_size
-        from ..wd import compare_policies, comparison_summary
 
         # the plan above fixes the memory: WD's total, or WR's / undivided's per-kernel limit
         comparison = compare_policies(
@@ -95,8 +95,8 @@ def _measure(args: argparse.Namespace, batch_policy: str) -> BenchmarkTable:
     """Benchmark ``--network`` on this GPU (raises GpuUnavailable without one: exit code 4)."""
     import sys
 
-    from ..measure import benchmark
-    from ..network import load_network
+    from ..measure.benchmarking import benchmark
+    from ..planning.network import load_network
 
     kernels = load_network(args.network).kernels(args.batch, args.dtype or "float32", args.layout or "NCHW")
     table = benchmark(kernels, batch_policy, progress=sys.stderr.isatty())

@@ -10,7 +10,7 @@ import sys
 
 from .. import config
 from ..errors import InputError
-from ..table import BenchmarkTable
+from ..planning.table import BenchmarkTable
 from ..units import format_size, parse_size
 
 
@@ -43,8 +43,8 @@ def _sizes(args: argparse.Namespace) -> tuple[int | None, int | None]:
 
 
 def run_desirable(args: argparse.Namespace) -> int:
-    from ..pareto import desirable_set, fastest_within
-    from ..plots import plot_desirable
+    from ..planning.pareto import desirable_set, fastest_within
+    from ..planning.plots import plot_desirable
 
     table = BenchmarkTable.merge([BenchmarkTable.load(t) for t in args.tables])
     batch_policy = args.batch_policy or config.batch_policy()
@@ -56,7 +56,7 @@ def run_desirable(args: argparse.Namespace) -> int:
     configs = desirable_set(kernel, batch_policy)
     total, limit = _sizes(args)
     if total is not None:  # WD divides the budget over the whole table: the kernel's share is the ILP's choice
-        from ..wd import plan_wd
+        from ..planning.wd import plan_wd
 
         chosen, how = plan_wd(table, total, batch_policy).kernel(kernel.name), f"WD, total {format_size(total)}"
     else:
@@ -71,8 +71,8 @@ def run_desirable(args: argparse.Namespace) -> int:
 
 def run_division(args: argparse.Namespace) -> int:
     from ..errors import InfeasibleError
-    from ..plots import plot_division
-    from ..wd import compare_policies
+    from ..planning.plots import plot_division
+    from ..planning.wd import compare_policies
 
     table = BenchmarkTable.merge([BenchmarkTable.load(t) for t in args.tables])
     batch_policy = args.batch_policy or config.batch_policy()

@@ -58,9 +58,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from .. import bundle
-    from ..engines import make_engine
-    from ..precompute import JobProgress, JobSpec, job_rows, merge_flags, open_store, print_summary, run_job
+    from ..catalog import bundle
+    from ..cluster.engines import make_engine
+    from ..cluster.precompute import JobProgress, JobSpec, job_rows, merge_flags, open_store, print_summary, run_job
 
     spec = merge_flags(JobSpec.load(args.job) if args.job else None, args)
     store = open_store(args.store, args.out)

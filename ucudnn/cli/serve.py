@@ -33,7 +33,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from ..server.app import create_app, default_store_url
+    from ucudnn.server.app import create_app, default_store_url
+
     from ..units import parse_size
 
     store = args.store or default_store_url()

@@ -1,0 +1,145 @@
+"""The GPU side's shared plumbing: CuPy import, cuDNN handles, descriptor sets.
+
+Everything that touches a device goes through here so the planning layers
+never import CuPy.  Descriptors are cached per (problem shape, micro-batch,
+math type): execution of a plan re-uses them on every call.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from ..errors import GpuUnavailable
+from ..problem import ConvProblem
+from . import cudnn
+
+_tls = threading.local()
+
+
+_cupy: Any = None
+
+
+def cupy() -> Any:
+    """Import CuPy or raise :class:`GpuUnavailable` with the reason (checked once, then cached: it is on the hot path)."""
+    global _cupy
+    if _cupy is not None:
+        return _cupy
+    try:
+        import cupy as cp  # noqa: F401
+    except Exception as e:  # ImportError, or CUDA libs missing
+        raise GpuUnavailable(f"CuPy is not usable here ({e}); install ucudnn[cuda13] on a machine with a GPU") from None
+    try:
+        if cp.cuda.runtime.getDeviceCount() < 1:
+            raise GpuUnavailable("no CUDA device is visible")
+    except cp.cuda.runtime.CUDARuntimeError as e:
+        raise GpuUnavailable(f"no usable CUDA device ({e})") from None
+    _cupy = cp
+    return cp
+
+
+def gpu_available() -> bool:
+    try:
+        cupy()
+        cudnn.load()
+        return True
+    except Exception:
+        return False
+
+
+def device_name(device_id: int | None = None) -> str:
+    cp = cupy()
+    dev = cp.cuda.Device() if device_id is None else cp.cuda.Device(device_id)
+    name = cp.cuda.runtime.getDeviceProperties(dev.id)["name"]
+    return name.decode() if isinstance(name, bytes) else str(name)
+
+
+def capture(fn: Any) -> Any:
+    """``fn``'s CUDA work captured into a CUDA graph on a stream of its own: nothing runs until the graph is
+    launched (on any stream).  Whatever the capture raises propagates (the capture is ended first)."""
+    cp = cupy()
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        stream.begin_capture()
+        try:
+            fn()
+        finally:
+            graph = stream.end_capture()
+    return graph
+
+
+def handle() -> int:
+    """This thread's cuDNN handle on the current device, bound to CuPy's current stream."""
+    cp = cupy()
+    dev = cp.cuda.Device().id
+    handles = getattr(_tls, "handles", None)
+    if handles is None:
+        handles = _tls.handles = {}
+    h = handles.get(dev)
+    if h is None:
+        h = handles[dev] = cudnn.create()
+    cudnn.set_stream(h, cp.cuda.get_current_stream().ptr)
+    return h
+
+
+def compute_type(dtype: str) -> str:
+    # float16 / bfloat16 accumulate in float32, as the frameworks configure cuDNN
+    return "float64" if dtype == "float64" else "float32"
+
+
+@dataclass
+class ConvDescriptors:
+    """x, w, y and convolution descriptors of one problem at one micro-batch size and math type."""
+
+    x: int
+    w: int
+    y: int
+    conv: int
+
+    def operands(self, op: str) -> tuple[int, int, int]:
+        """(a, b, out) descriptors in cuDNN's argument order for ``op``."""
+        return {"forward": (self.x, self.w, self.y), "backward_data": (self.w, self.y, self.x),
+                "backward_filter": (self.x, self.y, self.w)}[op]
+
+    def __del__(self) -> None:  # pragma: no cover - runs at interpreter exit too
+        try:
+            cudnn.destroy_tensor_descriptor(self.x)
+            cudnn.destroy_tensor_descriptor(self.y)
+            cudnn.destroy_filter_descriptor(self.w)
+            cudnn.destroy_convolution_descriptor(self.conv)
+        except Exception:
+            pass
+
+
+@lru_cache(maxsize=4096)
+def descriptors(problem: ConvProblem, math_type: str = "DEFAULT") -> ConvDescriptors:
+    """Descriptors for ``problem`` (its ``n`` is the micro-batch size)."""
+    p = problem
+    x = cudnn.create_tensor_descriptor()
+    cudnn.set_tensor_4d_descriptor(x, p.layout, p.dtype, p.n, p.c, p.h, p.w)
+    w = cudnn.create_filter_descriptor()
+    cudnn.set_filter_4d_descriptor(w, p.dtype, p.layout, p.k, p.c // p.groups, p.r, p.s)
+    conv = cudnn.create_convolution_descriptor()
+    cudnn.set_convolution_2d_descriptor(conv, p.pad, p.stride, p.dilation, compute_type(p.dtype))
+    if p.groups > 1:
+        cudnn.set_convolution_group_count(conv, p.groups)
+    cudnn.set_convolution_math_type(conv, math_type)
+    n, k, pp, q = cudnn.get_convolution_2d_forward_output_dim(conv, x, w)
+    assert (n, k, pp, q) == (p.n, p.k, p.p, p.q), f"cuDNN output dims {(n, k, pp, q)} != {(p.n, p.k, p.p, p.q)}"
+    y = cudnn.create_tensor_descriptor()
+    cudnn.set_tensor_4d_descriptor(y, p.layout, p.dtype, p.n, p.k, p.p, p.q)
+    return ConvDescriptors(x, w, y, conv)
+
+
+def cupy_dtype(dtype: str) -> Any:
+    import numpy as np
+
+    if dtype == "bfloat16":
+        try:
+            import ml_dtypes  # noqa: F401
+
+            return np.dtype("bfloat16")
+        except Exception as e:
+            raise GpuUnavailable("bfloat16 arrays need ml_dtypes") from e
+    return np.dtype(dtype)

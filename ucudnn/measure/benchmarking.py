@@ -1,0 +1,187 @@
+"""Benchmarking kernels at every micro-batch size a batch policy asks for (GPU).
+
+This is step (1) of WR: for each micro-batch size b, measure every
+configuration every algorithm source offers.  Identical (problem, op) pairs
+are measured once (ResNet repeats layers).  Output: a
+:class:`~ucudnn.planning.table.BenchmarkTable`, the interchange format.
+"""
+from __future__ import annotations
+
+import time
+from typing import Iterable, Sequence
+
+from .. import numerics as num
+from ..binding import cudnn
+from ..binding.gpu import cupy, cupy_dtype, device_name
+from ..errors import InputError
+from ..planning.table import BenchmarkTable, KernelBench, Measurement, Skipped
+from ..policy import micro_batch_sizes
+from ..problem import ConvProblem, KernelSpec
+from .sources.base import TIMINGS, AlgorithmSource, BenchSettings, Operands
+from .sources.legacy import LegacySource
+
+
+class Buffers:
+    """Random x, w, y (and their gradients share them) for one problem at its full mini-batch.
+
+    Micro-batches use prefixes: slicing along N keeps NCHW and NHWC contiguous.
+    """
+
+    def __init__(self, problem: ConvProblem):
+        cp = cupy()
+        dt = cupy_dtype(problem.dtype)
+        rng = cp.random.default_rng(12345)
+        self.problem = problem
+        self.x = rng.standard_normal(problem.x_shape(), dtype="float32").astype(dt)
+        self.w = rng.standard_normal(problem.w_shape(), dtype="float32").astype(dt)
+        self.y = rng.standard_normal(problem.y_shape(), dtype="float32").astype(dt)
+        self.dw = cp.empty_like(self.w)
+        self.dx = cp.empty_like(self.x)
+        self.out = cp.empty_like(self.y)
+
+    def arrays(self, op: str) -> tuple:
+        """(a, b, out) of ``op`` in cuDNN's operand order (see ucudnn.execute.executor.ROLES)."""
+        return {"forward": (self.x, self.w, self.out), "backward_data": (self.w, self.y, self.dx),
+                "backward_filter": (self.x, self.y, self.dw)}[op]
+
+    def operands(self, op: str, micro_batch: int) -> Operands:
+        # a micro-batch is a prefix of each batched tensor: same base pointers, smaller descriptors
+        a, b, out = self.arrays(op)
+        return Operands(a.data.ptr, b.data.ptr, out.data.ptr)
+
+
+def default_sources() -> list[AlgorithmSource]:
+    return [LegacySource()]
+
+
+#: Sources that wrap the other sources named (see :func:`resolve_sources`)
+WRAPPERS = ("relayout", "fold")
+
+
+def resolve_sources(sources: Iterable[AlgorithmSource | str] | str | None) -> list[AlgorithmSource]:
+    """Sources from names (``"legacy,graph"``, ``["legacy", "graph"]``) or instances; None: the defaults.
+
+    Two names wrap the other sources named instead of measuring cuDNN directly: ``relayout`` runs them in
+    the other layout through ucudnn's transform kernels, ``fold`` runs strided first layers as stride-1
+    convolutions over folded channels through ucudnn's fold kernels (and wraps a relayout named too).
+    ``"legacy,graph,relayout"``: both, and both again in the other layout; either wrapper alone wraps legacy.
+
+    Names resolve through :mod:`ucudnn.measure.sources.registry`, so execution later
+    finds the very instance that measured (the graph source keeps its built plans).
+    """
+    from .sources import registry
+
+    if sources is None:
+        return default_sources()
+    if isinstance(sources, str):
+        sources = [s.strip() for s in sources.split(",") if s.strip()]
+    sources = list(sources)
+    base = [registry.get(s) if isinstance(s, str) else s for s in sources if s not in WRAPPERS]
+    wrapped: dict[str, AlgorithmSource] = {}
+    if "relayout" in sources:
+        from .sources.relayout import RelayoutSource
+
+        wrapped["relayout"] = RelayoutSource(base or ["legacy"])
+    if "fold" in sources:
+        from .sources.fold import FoldSource
+
+        wrapped["fold"] = FoldSource(base + list(wrapped.values()) or ["legacy"])
+    for w in wrapped.values():
+        registry.register(w)
+    out = [wrapped[s] if s in WRAPPERS else base.pop(0) for s in sources]
+    if not out:
+        raise InputError("name at least one algorithm source (legacy, graph)", "sources")
+    return out
+
+
+def benchmark(kernels: Sequence[KernelSpec], batch_policy: str = "powerOfTwo", numerics: str | None = None, *,
+              sources: Iterable[AlgorithmSource | str] | str | None = None, repeat: int = 5, warmup: int = 1,
+              max_workspace: int | None = None, progress: bool = False, timing: str = "eager") -> BenchmarkTable:
+    """Measure ``kernels`` on the current device; never raises for an algorithm that fails.
+
+    ``timing``: ``eager`` (the default) times each configuration called back to back as the executor runs a
+    plan; ``replay`` times it captured into a CUDA graph, for plans their users capture and replay
+    (:func:`ucudnn.measure.sources.base.time_config`).  The table records which.
+    """
+    if timing not in TIMINGS:
+        raise InputError(f"unknown timing {timing!r}; use one of {', '.join(TIMINGS)}", "timing")
+    cp = cupy()
+    sources = resolve_sources(sources)
+    dtypes = {k.problem.dtype for k in kernels}
+    numerics = num.normalize(numerics, "float32" if "float32" in dtypes else next(iter(dtypes)))
+    if max_workspace is None:
+        free, _ = cp.cuda.runtime.memGetInfo()
+        max_workspace = min(4 << 30, free // 4)
+    settings = BenchSettings(numerics, repeat, warmup, max_workspace, timing=timing)
+    memo: dict[tuple[ConvProblem, str], KernelBench] = {}
+    steps = sum(len(micro_batch_sizes(batch_policy, k.problem.n)) for k in kernels)
+    bar = _progress(progress, steps)
+    out: list[KernelBench] = []
+    try:
+        workspace = cp.cuda.alloc(max_workspace) if max_workspace else None
+        ws_ptr = workspace.ptr if workspace is not None else 0
+        bufs: dict[ConvProblem, Buffers] = {}
+        for spec in kernels:
+            key = (spec.problem, spec.op)
+            if key in memo:
+                kb = memo[key]
+                out.append(KernelBench(spec.name, spec.op, spec.problem, kb.measurements, kb.skipped,
+                                       0.0))
+                bar.advance(len(micro_batch_sizes(batch_policy, spec.problem.n)), spec.name)
+                continue
+            t0 = time.perf_counter()
+            measurements: list[Measurement] = []
+            skipped: list[Skipped] = []
+            try:
+                if spec.problem not in bufs:
+                    bufs.clear()  # keep one problem's buffers alive at a time
+                    bufs[spec.problem] = Buffers(spec.problem)
+                buf = bufs[spec.problem]
+            except cp.cuda.memory.OutOfMemoryError as e:
+                skipped.append(Skipped(spec.problem.n, None, None, f"out of memory allocating tensors: {e}"))
+                buf = None
+            for mb in micro_batch_sizes(batch_policy, spec.problem.n):
+                if buf is not None:
+                    for src in sources:
+                        ms, sk = src.measure(spec.op, spec.problem.with_batch(mb), buf.operands(spec.op, mb),
+                                             ws_ptr, settings)
+                        measurements += [_tag(m, src.name) for m in ms]
+                        skipped += sk
+                bar.advance(1, spec.name)
+            cp.cuda.get_current_stream().synchronize()
+            kb = KernelBench(spec.name, spec.op, spec.problem, measurements, skipped, time.perf_counter() - t0)
+            memo[key] = kb
+            out.append(kb)
+    finally:
+        bar.close()
+    return BenchmarkTable(device_name(), cudnn.get_version(), out, numerics,
+                          {"batch_policy": batch_policy, "repeat": repeat, "timing": timing,
+                           "cupy_version": cp.__version__, "sources": [s.name for s in sources]})
+
+
+def _tag(m: Measurement, source: str) -> Measurement:
+    if m.source == source:
+        return m
+    return Measurement(m.micro_batch, m.algo, m.math_type, m.time_ms, m.workspace_bytes, source, m.engine, m.extra)
+
+
+class _progress:
+    """A rich progress bar when asked for (and a terminal or log is watching), else nothing."""
+
+    def __init__(self, enabled: bool, total: int):
+        self._p = None
+        if enabled:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+            self._p = Progress(TextColumn("{task.description:<24}"), BarColumn(), MofNCompleteColumn(),
+                               TimeRemainingColumn(), transient=False)
+            self._p.start()
+            self._task = self._p.add_task("benchmark", total=total)
+
+    def advance(self, n: int, what: str) -> None:
+        if self._p is not None:
+            self._p.update(self._task, advance=n, description=what)
+
+    def close(self) -> None:
+        if self._p is not None:
+            self._p.stop()

@@ -1,0 +1,88 @@
+"""Legacy cuDNN algorithms: ``cudnnFind*AlgorithmEx`` enumerates, CUDA events re-time.
+
+cuDNN 9's Find returns one algorithm id several times, under different math
+types and workspace sizes, so a micro-configuration is (micro-batch, algo,
+math type).  Find's own timing is one noisy run; unless ``repeat`` is 0 each
+successful configuration is re-run and the median of ``repeat`` event-timed
+runs is recorded (eagerly, or replayed from a CUDA graph: ``BenchSettings.timing``).
+Failures (unsupported, out of memory, not capturable) become ``Skipped`` rows
+with the reason; nothing raises out of :meth:`measure`.
+"""
+from __future__ import annotations
+
+from ... import numerics as num
+from ...binding import cudnn
+from ...binding.gpu import descriptors, handle
+from ...errors import CaptureError, CudnnError
+from ...planning.table import Measurement, Skipped
+from ...problem import ConvProblem
+from .base import BenchSettings, Launch, Operands, Prepared, time_config, timed_beta
+
+
+class LegacySource(Prepared):
+    name = "legacy"
+
+    def measure(self, op: str, problem: ConvProblem, ops: Operands, workspace: int,
+                settings: BenchSettings) -> tuple[list[Measurement], list[Skipped]]:
+        mb = problem.n
+        det_only = num.deterministic_only(settings.numerics)
+        h = handle()
+        results: list[cudnn.PerfResult] = []
+        skipped: list[Skipped] = []
+        for desc_math in num.allowed_math_types(settings.numerics, problem.dtype):
+            d = descriptors(problem, desc_math)
+            a, b, out = d.operands(op)
+            try:
+                results += cudnn.find_algorithm_ex(h, op, a, ops.a, b, ops.b, d.conv, out, ops.out,
+                                                   2 * cudnn.get_algorithm_max_count(h, op), workspace,
+                                                   settings.max_workspace)
+            except CudnnError as e:
+                skipped.append(Skipped(mb, None, desc_math, f"{e.call}: {e.status_name}"))
+        allowed = set(num.allowed_math_types(settings.numerics, problem.dtype))
+        beta = timed_beta(op)   # not Find's beta = 0 (see timed_beta)
+        measured: list[Measurement] = []
+        seen: set[tuple[int, str]] = set()
+        for r in results:
+            key = (r.algo, r.math_type)
+            if key in seen:
+                continue
+            seen.add(key)
+            if r.math_type not in allowed:
+                continue  # another numerics mode's configuration: not ours to record
+            if r.status != 0:
+                skipped.append(Skipped(mb, r.algo, r.math_type, r.status_name))
+                continue
+            if det_only and not r.deterministic:
+                skipped.append(Skipped(mb, r.algo, r.math_type, "non-deterministic"))
+                continue
+            if r.workspace_bytes > settings.max_workspace:
+                skipped.append(Skipped(mb, r.algo, r.math_type,
+                                       f"needs {r.workspace_bytes} bytes, over the benchmark cap"))
+                continue
+            config = Measurement(mb, r.algo, r.math_type, r.time_ms, r.workspace_bytes,
+                                 extra={"deterministic": r.deterministic})
+            if settings.repeat > 0:
+                try:
+                    launch = self.prepare(op, problem, config)
+                    t = time_config(lambda: launch(ops, workspace, r.workspace_bytes, 1.0, beta), settings)
+                except CudnnError as e:
+                    skipped.append(Skipped(mb, r.algo, r.math_type, f"{e.call}: {e.status_name}"))
+                    continue
+                except CaptureError as e:
+                    skipped.append(Skipped(mb, r.algo, r.math_type, str(e)))
+                    continue
+                config = Measurement(mb, r.algo, r.math_type, max(t, 1e-6), r.workspace_bytes,
+                                     extra={"deterministic": r.deterministic, "find_time_ms": round(r.time_ms, 6)})
+            measured.append(config)
+        return measured, skipped
+
+    def prepare(self, op: str, problem: ConvProblem, config: Measurement) -> Launch:
+        d = descriptors(problem, config.math_type)   # the launcher refers to d, so d outlives the descriptor cache
+        a, b, out = d.operands(op)
+        algo = int(config.algo)
+        call = cudnn.convolution
+
+        def launch(ops: Operands, workspace: int, workspace_bytes: int, alpha: float, beta: float) -> None:
+            call(handle(), op, alpha, a, ops.a, b, ops.b, d.conv, algo, workspace, workspace_bytes, beta, out, ops.out)
+
+        return launch

@@ -1,0 +1,184 @@
+"""Networks as data: a list of conv layers (``ucudnn-network/1``), instantiated at a batch size.
+
+Shipped specs live in ``ucudnn/data/networks`` (``alexnet``, ``resnet50``, ...);
+a JSON file path works too.  Each layer yields three kernels named
+``<layer>/forward``, ``<layer>/backward_data``, ``<layer>/backward_filter``.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Sequence
+
+from ..errors import InputError
+from ..problem import OPS, ConvProblem, KernelSpec
+from ..schemas import validate
+
+if TYPE_CHECKING:
+    from .table import BenchmarkTable
+
+FORMAT = "ucudnn-network/1"
+
+
+@dataclass
+class Network:
+    name: str
+    layers: list[dict[str, Any]]
+    default_batch: int = 1
+    description: str = ""
+
+    def kernels(self, batch: int | None = None, dtype: str = "float32", layout: str = "NCHW",
+                ops: Sequence[str] = OPS) -> list[KernelSpec]:
+        n = batch or self.default_batch
+        out = []
+        for layer in self.layers:
+            p = ConvProblem(n, layer["c"], layer["h"], layer["w"], layer["k"], layer["r"], layer["s"],
+                            tuple(layer.get("pad", (0, 0))), tuple(layer.get("stride", (1, 1))),
+                            tuple(layer.get("dilation", (1, 1))), layer.get("groups", 1), dtype, layout)
+            out.extend(KernelSpec(f"{layer['name']}/{op}", op, p) for op in ops)
+        return out
+
+    def predecessors(self) -> dict[str, list[str]]:
+        """Each layer's inputs among the layers: its ``after`` list, else the previous layer.
+
+        Layers with no path between them (an inception block's branches) are
+        independent: their kernels may run concurrently (see :mod:`ucudnn.planning.arena`).
+        """
+        out: dict[str, list[str]] = {}
+        prev: list[str] = []
+        for layer in self.layers:
+            out[layer["name"]] = list(layer.get("after", prev))
+            prev = [layer["name"]]
+        return out
+
+    def table_from(self, table: "BenchmarkTable", batch: int | None = None, dtype: str | None = None,
+                   layout: str | None = None) -> "BenchmarkTable":
+        """This network's kernels, each with the measurements ``table`` holds for its (problem, op).
+
+        Recorded tables keep one entry per distinct (problem, op) (ResNet-50:
+        69 of 159 kernels); whole-network planning needs every kernel, since
+        each takes its own workspace segment.  Batch, dtype and layout default
+        to those of the table.  A kernel the table lacks is an error naming it.
+        """
+        from .table import BenchmarkTable, KernelBench
+
+        first = table.kernels[0].problem
+        specs = self.kernels(batch or first.n, dtype or first.dtype, layout or first.layout)
+        by_key = {(k.problem, k.op): k for k in table.kernels}
+        missing = [s.name for s in specs if (s.problem, s.op) not in by_key]
+        if missing:
+            raise InputError(f"the table has no measurements for {len(missing)} of the network's {len(specs)} kernels "
+                             f"({', '.join(missing[:4])}{' ...' if len(missing) > 4 else ''}); benchmark them with "
+                             f"ucudnn bench --network {self.name}", "network")
+        kernels = []
+        for s in specs:
+            src = by_key[(s.problem, s.op)]
+            kernels.append(KernelBench(s.name, s.op, s.problem, src.measurements, src.skipped, src.benchmark_seconds))
+        return BenchmarkTable(table.device, table.cudnn_version, kernels, table.numerics,
+                              dict(table.extra, network=self.name))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"format": FORMAT, "name": self.name, "description": self.description,
+                "default_batch": self.default_batch, "layers": self.layers}
+
+
+def builtin_networks() -> list[str]:
+    root = resources.files("ucudnn.data.networks")
+    return sorted(p.name.removesuffix(".json") for p in root.iterdir() if p.name.endswith(".json"))
+
+
+def load_network(name_or_path: str | Path) -> Network:
+    """A shipped network by name (``alexnet``) or a ``ucudnn-network/1`` JSON file."""
+    s = str(name_or_path)
+    res = resources.files("ucudnn.data.networks").joinpath(s + ".json")
+    if res.is_file():
+        text = res.read_text()
+    else:
+        try:
+            text = Path(s).read_text()
+        except OSError:
+            raise InputError(f"no shipped network {s!r} and no such file; shipped: {', '.join(builtin_networks())}",
+                             "network") from None
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise InputError(f"not valid JSON: {e}", "network") from None
+    validate(doc, FORMAT)
+    _check_layer_graph(doc["layers"])
+    return Network(doc["name"], doc["layers"], doc.get("default_batch", 1), doc.get("description", ""))
+
+
+def _check_layer_graph(layers: list[dict[str, Any]]) -> None:
+    """Names are unique and ``after`` names earlier layers only (so the list is a topological order)."""
+    seen: set[str] = set()
+    for i, layer in enumerate(layers):
+        for j, dep in enumerate(layer.get("after", [])):
+            if dep not in seen:
+                raise InputError(f"{dep!r} is not the name of an earlier layer", f"layers[{i}].after[{j}]")
+        if layer["name"] in seen:
+            raise InputError(f"duplicate layer name {layer['name']!r}", f"layers[{i}].name")
+        seen.add(layer["name"])
+
+
+def from_torch(module: Any, input_shape: Sequence[int], name: str | None = None,
+               description: str = "") -> Network:
+    """The conv layers of a PyTorch ``module`` as a :class:`Network`, found by running it once.
+
+    Forward hooks on every ``torch.nn.Conv2d`` record the shape each one
+    actually receives, which a static walk of the module tree cannot know
+    (pooling, strides, branches).  The module runs once on CPU zeros of batch
+    1 (cheap even for big networks); ``input_shape[0]`` becomes the
+    network's default batch.  Layers are listed in call order, named by their
+    module path; a layer called twice (weight sharing) is listed once per call.
+    No ``after`` fields are inferred, so each layer depends on the previous
+    one: safe (nothing is assumed concurrent), if more serial than the graph.
+    torch is optional: this imports it lazily.
+    """
+    import torch  # optional dependency: only this function needs it
+
+    if len(input_shape) != 4 or any(not isinstance(d, int) or d < 1 for d in input_shape):
+        raise InputError(f"expected (N, C, H, W) positive integers, got {tuple(input_shape)!r}", "input_shape")
+    names = {m: n for n, m in module.named_modules()}
+    layers: list[dict[str, Any]] = []
+    calls: dict[str, int] = {}
+
+    def hook(conv: Any, inputs: tuple, _output: Any) -> None:
+        x = inputs[0]
+        base = names.get(conv) or f"conv{len(layers)}"
+        calls[base] = calls.get(base, 0) + 1
+        lname = base if calls[base] == 1 else f"{base}#{calls[base]}"
+        if isinstance(conv.padding, str):  # 'same' / 'valid': the padding PyTorch applies
+            if conv.padding == "valid":
+                pad = [0, 0]
+            else:
+                pad = [conv.dilation[d] * (conv.kernel_size[d] - 1) // 2 for d in range(2)]
+                if any(conv.dilation[d] * (conv.kernel_size[d] - 1) % 2 for d in range(2)):
+                    raise InputError(f"{lname}: asymmetric 'same' padding cannot be described", "module")
+        else:
+            pad = list(conv.padding)
+        layer = {"name": lname, "c": int(x.shape[1]), "h": int(x.shape[2]), "w": int(x.shape[3]),
+                 "k": int(conv.out_channels), "r": int(conv.kernel_size[0]), "s": int(conv.kernel_size[1]),
+                 "pad": pad, "stride": list(conv.stride)}
+        if tuple(conv.dilation) != (1, 1):
+            layer["dilation"] = list(conv.dilation)
+        if conv.groups != 1:
+            layer["groups"] = int(conv.groups)
+        layers.append(layer)
+
+    handles = [m.register_forward_hook(hook) for m in module.modules() if isinstance(m, torch.nn.Conv2d)]
+    if not handles:
+        raise InputError("the module has no Conv2d layers", "module")
+    was_training = module.training
+    try:
+        module.eval()
+        param = next(module.parameters(), None)
+        device = param.device if param is not None else "cpu"
+        with torch.no_grad():
+            module(torch.zeros((1, *input_shape[1:]), device=device))
+    finally:
+        for h in handles:
+            h.remove()
+        module.train(was_training)
+    return Network(name or type(module).__name__.lower(), layers, int(input_shape[0]), description)

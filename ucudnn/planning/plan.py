@@ -1,0 +1,139 @@
+"""Plans: which micro-configurations each kernel runs, and what that costs.
+
+``ucudnn-plan/1`` (schema: ``ucudnn/schemas/plan.schema.json``) is what the
+planners produce, the CLI prints, the service answers and execution reads.
+A plan carries its kernels' problems so it can be executed without the table.
+"""
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from ..problem import ConvProblem
+from .table import Measurement
+
+FORMAT = "ucudnn-plan/1"
+
+
+@dataclass(frozen=True)
+class MicroConfig(Measurement):
+    """One micro-batch of a kernel's plan: exactly the measured option it runs.
+
+    The same record as :class:`~ucudnn.planning.table.Measurement` (same fields, same
+    JSON), so a plan says precisely which measurement each step came from.
+    """
+
+    @classmethod
+    def of(cls, m: Measurement) -> "MicroConfig":
+        return cls(m.micro_batch, m.algo, m.math_type, m.time_ms, m.workspace_bytes, m.source, m.engine, m.extra)
+
+
+def division_summary(configs: Iterable[Measurement]) -> str:
+    """``128x2 a1/FMA + 64 a0/FMA``: micro-batch x count, algorithm / math type, in order of appearance."""
+    counts = Counter((c.micro_batch, c.algo, c.math_type) for c in configs)
+    return " + ".join(f"{mb}x{n} a{algo}/{math}" if n > 1 else f"{mb} a{algo}/{math}"
+                      for (mb, algo, math), n in counts.items())
+
+
+@dataclass
+class KernelPlan:
+    """A kernel's configuration: micro-batches that sum to the mini-batch, run one after another.
+
+    Micro-batches run sequentially and reuse one workspace, so the kernel needs
+    the largest of their workspaces, and takes the sum of their times.
+    ``offset`` is the kernel's segment in a shared workspace arena (WD plans).
+    """
+
+    name: str
+    op: str
+    problem: ConvProblem
+    configs: list[MicroConfig]
+    offset: int | None = None
+
+    @property
+    def time_ms(self) -> float:
+        return sum(c.time_ms for c in self.configs)
+
+    @property
+    def workspace_bytes(self) -> int:
+        return max((c.workspace_bytes for c in self.configs), default=0)
+
+    @property
+    def batch(self) -> int:
+        return sum(c.micro_batch for c in self.configs)
+
+    def summary(self) -> str:
+        return division_summary(self.configs)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {"name": self.name, "op": self.op, "problem": self.problem.to_dict(),
+             "time_ms": self.time_ms, "workspace_bytes": self.workspace_bytes,
+             "micro_batches": [c.to_dict() for c in self.configs]}
+        if self.offset is not None:
+            d["offset"] = self.offset
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "KernelPlan":
+        return cls(d["name"], d["op"], ConvProblem.from_dict(d["problem"]),
+                   [MicroConfig.from_dict(c) for c in d["micro_batches"]], d.get("offset"))
+
+
+@dataclass
+class Plan:
+    """A plan for a set of kernels under one policy and limit."""
+
+    policy: str                      # "wr" | "wd" | "undivided"
+    batch_policy: str
+    kernels: list[KernelPlan]
+    device: str = ""
+    cudnn_version: int = 0
+    workspace_limit: int | None = None   # per kernel (wr, undivided)
+    total_workspace: int | None = None   # whole network (wd)
+    numerics: str | None = None
+    stats: dict[str, Any] = field(default_factory=dict)  # solver info: variables, solve time, status
+
+    @property
+    def total_time_ms(self) -> float:
+        return sum(k.time_ms for k in self.kernels)
+
+    @property
+    def workspace_bytes(self) -> int:
+        """Workspace the plan needs: per-kernel max (wr) or the arena size (wd, with offsets)."""
+        if any(k.offset is not None for k in self.kernels):
+            return max((k.offset or 0) + k.workspace_bytes for k in self.kernels)
+        return max((k.workspace_bytes for k in self.kernels), default=0)
+
+    def kernel(self, name: str) -> KernelPlan:
+        for k in self.kernels:
+            if k.name == name:
+                return k
+        raise KeyError(name)
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "format": FORMAT, "policy": self.policy, "batch_policy": self.batch_policy,
+            "device": self.device, "cudnn_version": self.cudnn_version,
+            "workspace_limit": self.workspace_limit, "total_workspace": self.total_workspace,
+            "total_time_ms": self.total_time_ms, "workspace_bytes": self.workspace_bytes,
+            "kernels": [k.to_dict() for k in self.kernels],
+        }
+        if self.numerics is not None:
+            d["numerics"] = self.numerics
+        if self.stats:
+            d["stats"] = self.stats
+        return d
+
+    def to_json(self, indent: int | None = None) -> str:
+        return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Plan":
+        from ..schemas import validate
+
+        validate(d, FORMAT)
+        return cls(d["policy"], d["batch_policy"], [KernelPlan.from_dict(k) for k in d["kernels"]],
+                   d.get("device", ""), d.get("cudnn_version", 0), d.get("workspace_limit"),
+                   d.get("total_workspace"), d.get("numerics"), d.get("stats", {}))

@@ -1,0 +1,41 @@
+"""One entry point for planning a benchmark table under any policy.
+
+* ``wr`` — each kernel independently under ``workspace_limit`` (:mod:`ucudnn.planning.wr`).
+* ``undivided`` — what cuDNN alone does: the fastest algorithm at the full
+  mini-batch that fits ``workspace_limit`` (WR with the ``undivided`` policy).
+* ``wd`` — the whole table shares ``total_workspace`` (:mod:`ucudnn.planning.wd`).
+
+Kernels whose (problem, op) repeat (ResNet's blocks) are planned once.
+"""
+from __future__ import annotations
+
+from ..errors import InputError
+from ..policy import normalize_policy
+from ..units import parse_size
+from .plan import Plan
+from .table import BenchmarkTable
+from .wr import plan_wr
+
+__all__ = ["POLICIES", "plan", "plan_wr"]   # plan_wr lives in .wr; kept here for its old import path
+
+POLICIES = ("wr", "wd", "undivided")
+
+
+def plan(table: BenchmarkTable, policy: str = "wr", *, workspace_limit: int | str | None = None,
+         total_workspace: int | str | None = None, batch_policy: str = "powerOfTwo") -> Plan:
+    """Plan ``table``.  Sizes may be bytes or strings such as ``"64MiB"``."""
+    if policy not in POLICIES:
+        raise InputError(f"unknown policy {policy!r}; use one of {', '.join(POLICIES)}", "policy")
+    batch_policy = normalize_policy(batch_policy)
+    if policy == "wd":
+        if total_workspace is None:
+            raise InputError("the wd policy needs a total workspace budget", "total_workspace")
+        from . import wd
+
+        return wd.plan_wd(table, parse_size(total_workspace, "total_workspace"), batch_policy)
+    if workspace_limit is None:
+        raise InputError(f"the {policy} policy needs a per-kernel workspace limit", "workspace_limit")
+    limit = parse_size(workspace_limit, "workspace_limit")
+    if policy == "undivided":
+        return plan_wr(table, limit, "undivided", policy_name="undivided")
+    return plan_wr(table, limit, batch_policy)

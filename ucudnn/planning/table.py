@@ -1,0 +1,230 @@
+"""Benchmark tables: what was measured, on which device and cuDNN version.
+
+``ucudnn-benchmark-table/1`` is the one interchange format between the
+measurement layer (GPU), the planners (pure Python), the plan service and the
+cluster tools.  Its JSON Schema is ``ucudnn/schemas/benchmark-table.schema.json``.
+Loading validates structure against that schema and then the semantics the
+schema cannot express (finite numbers, known ops), always naming the field.
+"""
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, Iterable
+
+from ..errors import InputError, TableError
+from ..problem import ConvProblem
+from ..schemas import validate
+
+FORMAT = "ucudnn-benchmark-table/1"
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One micro-configuration option: run ``algo`` under ``math_type`` on ``micro_batch`` samples."""
+
+    micro_batch: int
+    algo: int | str
+    math_type: str
+    time_ms: float
+    workspace_bytes: int
+    source: str = "legacy"
+    engine: Any = None
+    extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = dict(self.extra)
+        d.update(micro_batch=self.micro_batch, algo=self.algo, math_type=self.math_type,
+                 time_ms=self.time_ms, workspace_bytes=self.workspace_bytes)
+        if self.source != "legacy":
+            d["source"] = self.source
+        if self.engine is not None:
+            d["engine"] = self.engine
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Measurement":
+        known = {"micro_batch", "algo", "math_type", "time_ms", "workspace_bytes", "source", "engine"}
+        return cls(micro_batch=d["micro_batch"], algo=d["algo"], math_type=d["math_type"],
+                   time_ms=float(d["time_ms"]), workspace_bytes=int(d["workspace_bytes"]),
+                   source=d.get("source", "legacy"), engine=d.get("engine"),
+                   extra={k: v for k, v in d.items() if k not in known})
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """An algorithm that could not be measured, and why (unsupported, out of memory, ...)."""
+
+    micro_batch: int
+    algo: int | str | None
+    math_type: str | None
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"micro_batch": self.micro_batch, "algo": self.algo, "math_type": self.math_type, "reason": self.reason}
+
+
+@dataclass
+class KernelBench:
+    """All measurements of one kernel: a problem and an op."""
+
+    name: str
+    op: str
+    problem: ConvProblem
+    measurements: list[Measurement]
+    skipped: list[Skipped] = field(default_factory=list)
+    benchmark_seconds: float | None = None
+
+    def micro_batches(self) -> list[int]:
+        return sorted({m.micro_batch for m in self.measurements})
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "KernelBench":
+        """From already-validated JSON (see :meth:`BenchmarkTable.from_dict`, which validates)."""
+        return cls(d["name"], d["op"], ConvProblem.from_dict(d["problem"]),
+                   [Measurement.from_dict(m) for m in d["measurements"]],
+                   [Skipped(s["micro_batch"], s.get("algo"), s.get("math_type"), s["reason"]) for s in d.get("skipped", [])],
+                   d.get("benchmark_seconds"))
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"name": self.name, "op": self.op, "problem": self.problem.to_dict(),
+                             "measurements": [m.to_dict() for m in self.measurements]}
+        if self.skipped:
+            d["skipped"] = [s.to_dict() for s in self.skipped]
+        if self.benchmark_seconds is not None:
+            d["benchmark_seconds"] = round(self.benchmark_seconds, 6)
+        return d
+
+
+@dataclass
+class BenchmarkTable:
+    device: str
+    cudnn_version: int
+    kernels: list[KernelBench]
+    numerics: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    # -- interchange -------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"format": FORMAT, "device": self.device, "cudnn_version": self.cudnn_version}
+        if self.numerics is not None:
+            d["numerics"] = self.numerics
+        d.update({k: v for k, v in self.extra.items() if k not in d and k != "kernels"})
+        d["kernels"] = [k.to_dict() for k in self.kernels]
+        return d
+
+    def to_json(self, indent: int | None = None) -> str:
+        return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
+
+    def content_id(self) -> str:
+        """Content hash: the same measurements give the same id (the store is idempotent on it)."""
+        return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:24]
+
+    @classmethod
+    def from_dict(cls, doc: Any) -> "BenchmarkTable":
+        if not isinstance(doc, dict):
+            raise TableError(f"expected a JSON object, got {type(doc).__name__}", "(document)")
+        if doc.get("format") != FORMAT:
+            raise TableError(f"expected {FORMAT!r}, got {doc.get('format')!r}", "format")
+        validate(doc, FORMAT, TableError)
+        kernels: list[KernelBench] = []
+        names: set[str] = set()
+        for i, kd in enumerate(doc["kernels"]):
+            where = f"kernels[{i}]"
+            if kd["name"] in names:
+                raise TableError(f"duplicate kernel name {kd['name']!r}", f"{where}.name")
+            names.add(kd["name"])
+            try:
+                problem = ConvProblem.from_dict(kd["problem"], f"{where}.problem")
+            except InputError as e:
+                raise TableError(str(e).split(": ", 1)[-1], e.field) from None
+            for j, md in enumerate(kd["measurements"]):
+                if not math.isfinite(md["time_ms"]):
+                    raise TableError(f"must be a finite positive number, got {md['time_ms']!r}",
+                                     f"{where}.measurements[{j}].time_ms")
+                if md["micro_batch"] > problem.n:
+                    raise TableError(f"micro-batch {md['micro_batch']} exceeds the mini-batch n={problem.n}",
+                                     f"{where}.measurements[{j}].micro_batch")
+            bs = kd.get("benchmark_seconds")
+            if bs is not None and not math.isfinite(bs):
+                raise TableError(f"must be a finite number, got {bs!r}", f"{where}.benchmark_seconds")
+            kernels.append(KernelBench.from_dict(kd))
+        extra = {k: v for k, v in doc.items() if k not in ("format", "device", "cudnn_version", "numerics", "kernels")}
+        return cls(doc["device"], doc["cudnn_version"], kernels, doc.get("numerics"), extra)
+
+    @classmethod
+    def loads(cls, text: str | bytes) -> "BenchmarkTable":
+        try:
+            doc = json.loads(text, parse_constant=_refuse_constant)
+        except json.JSONDecodeError as e:
+            raise TableError(f"not valid JSON: {e}", "(document)") from None
+        return cls.from_dict(doc)
+
+    @classmethod
+    def load(cls, path: str | Path) -> "BenchmarkTable":
+        """Load ``path``; ``builtin:NAME`` loads a table shipped with ucudnn (see :func:`builtin_tables`)."""
+        path = str(path)
+        if path.startswith("builtin:"):
+            name = path.removeprefix("builtin:")
+            root = resources.files("ucudnn.data.tables")
+            for suffix in (".json", ".json.gz"):
+                res = root.joinpath(name + suffix)
+                if res.is_file():
+                    raw = res.read_bytes()
+                    return cls.loads(gzip.decompress(raw) if suffix.endswith(".gz") else raw)
+            raise TableError(f"no shipped table {name!r}; shipped: {', '.join(builtin_tables())}", "table")
+        try:
+            raw = Path(path).read_bytes()
+            text = gzip.decompress(raw).decode() if raw[:2] == b"\x1f\x8b" else raw.decode()
+        except (OSError, UnicodeDecodeError, gzip.BadGzipFile) as e:
+            raise TableError(f"cannot read {path}: {getattr(e, 'strerror', None) or e}", "table") from None
+        return cls.loads(text)
+
+    def save(self, path: str | Path) -> None:
+        """Write JSON; a path ending in ``.gz`` is gzip-compressed (``all``-policy tables are large)."""
+        text = (self.to_json(indent=None if str(path).endswith(".gz") else 1) + "\n").encode()
+        Path(path).write_bytes(gzip.compress(text, mtime=0) if str(path).endswith(".gz") else text)
+
+    # -- queries -----------------------------------------------------------
+    def kernel(self, name: str) -> KernelBench:
+        for k in self.kernels:
+            if k.name == name:
+                return k
+        raise KeyError(name)
+
+    def restricted(self, math_types: Iterable[str], numerics: str | None = None) -> "BenchmarkTable":
+        """The same table keeping only measurements under ``math_types`` (e.g. what a DEFAULT-math caller gets)."""
+        keep = set(math_types)
+        kernels = [KernelBench(k.name, k.op, k.problem, [m for m in k.measurements if m.math_type in keep],
+                               k.skipped, k.benchmark_seconds) for k in self.kernels]
+        return BenchmarkTable(self.device, self.cudnn_version, kernels, numerics or self.numerics, dict(self.extra))
+
+    @staticmethod
+    def merge(tables: Iterable["BenchmarkTable"]) -> "BenchmarkTable":
+        """Concatenate tables of one device and cuDNN version (refuses to mix devices)."""
+        tables = list(tables)
+        first = tables[0]
+        kernels: list[KernelBench] = []
+        for t in tables:
+            if (t.device, t.cudnn_version, t.numerics) != (first.device, first.cudnn_version, first.numerics):
+                raise TableError(f"cannot merge a table of {t.device} / cuDNN {t.cudnn_version} / {t.numerics} "
+                                 f"with one of {first.device} / cuDNN {first.cudnn_version} / {first.numerics}", "device")
+            kernels.extend(t.kernels)
+        return BenchmarkTable(first.device, first.cudnn_version, kernels, first.numerics, dict(first.extra))
+
+
+def _refuse_constant(name: str) -> float:
+    # Python's json accepts NaN / Infinity, JSON does not: a table carrying them is malformed
+    raise TableError(f"{name} is not a JSON number", "(document)")
+
+
+def builtin_tables() -> list[str]:
+    """Names of the real benchmark tables shipped in ``ucudnn/data/tables``."""
+    root = resources.files("ucudnn.data.tables")
+    return sorted(p.name.removesuffix(".gz").removesuffix(".json") for p in root.iterdir()
+                  if p.name.endswith((".json", ".json.gz")))

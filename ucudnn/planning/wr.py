@@ -1,0 +1,130 @@
+"""WR: the per-kernel dynamic programme of μ-cuDNN (seed 003, section 3.2).
+
+Each kernel gets its own workspace limit M.  T(b), the fastest way to process
+b samples, is the best of running b at once with the fastest algorithm that
+fits M, or splitting off a micro-batch b_u and solving b - b_u recursively:
+
+    T(0) = 0
+    T(b) = min over measured b_u <= b of  T_u(b_u) + T(b - b_u)
+
+where T_u(b_u) is the fastest measured micro-configuration of size b_u whose
+workspace fits M.  Micro-batches run one after another and share one
+workspace, so a kernel's plan needs max(workspace) and costs sum(time).
+O(B x |sizes|) per kernel; pure Python, no GPU.
+"""
+from __future__ import annotations
+
+import math
+from typing import Iterable, Sequence
+
+from ..errors import InfeasibleError
+from ..policy import micro_batch_sizes
+from ..units import format_size
+from .plan import KernelPlan, MicroConfig, Plan
+from .table import BenchmarkTable, KernelBench, Measurement
+
+
+def fastest_per_size(measurements: Iterable[Measurement], sizes: Iterable[int], limit: int) -> dict[int, Measurement]:
+    """T_u: for each allowed micro-batch size, the fastest measurement that fits ``limit`` (ties: less workspace)."""
+    allowed = set(sizes)
+    best: dict[int, Measurement] = {}
+    for m in measurements:
+        if m.micro_batch not in allowed or m.workspace_bytes > limit:
+            continue
+        cur = best.get(m.micro_batch)
+        if cur is None or (m.time_ms, m.workspace_bytes) < (cur.time_ms, cur.workspace_bytes):
+            best[m.micro_batch] = m
+    return best
+
+
+def solve(batch: int, best: dict[int, Measurement]) -> list[Measurement] | None:
+    """The DP itself: the fastest sequence of micro-configurations summing to ``batch``, or None.
+
+    Ties in time go to fewer micro-batches (fewer launches, less to go wrong).
+    """
+    inf = (math.inf, 0)
+    cost: list[tuple[float, int]] = [inf] * (batch + 1)
+    choice: list[Measurement | None] = [None] * (batch + 1)
+    cost[0] = (0.0, 0)
+    options = sorted(best.items())
+    for b in range(1, batch + 1):
+        for bu, m in options:
+            if bu > b:
+                break
+            rest = cost[b - bu]
+            if rest[0] == math.inf:
+                continue
+            cand = (rest[0] + m.time_ms, rest[1] + 1)
+            if cand < cost[b]:
+                cost[b], choice[b] = cand, m
+    if cost[batch][0] == math.inf:
+        return None
+    out: list[Measurement] = []
+    b = batch
+    while b > 0:
+        m = choice[b]
+        assert m is not None
+        out.append(m)
+        b -= m.micro_batch
+    out.sort(key=lambda m: -m.micro_batch)  # largest first: a stable, readable order
+    return out
+
+
+def min_feasible_workspace(kernel: KernelBench, batch_policy: str) -> int | None:
+    """The smallest per-kernel limit under which ``kernel`` has any plan (None: no limit works)."""
+    sizes = micro_batch_sizes(batch_policy, kernel.problem.n)
+    allowed = set(sizes)
+    candidates = sorted({m.workspace_bytes for m in kernel.measurements if m.micro_batch in allowed})
+    if not candidates or solve(kernel.problem.n, fastest_per_size(kernel.measurements, sizes, candidates[-1])) is None:
+        return None
+    lo, hi = 0, len(candidates) - 1  # feasibility is monotone in the limit: binary search
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if solve(kernel.problem.n, fastest_per_size(kernel.measurements, sizes, candidates[mid])) is None:
+            lo = mid + 1
+        else:
+            hi = mid
+    return candidates[lo]
+
+
+def plan_kernel(kernel: KernelBench, workspace_limit: int, batch_policy: str = "powerOfTwo") -> list[Measurement]:
+    """WR-optimal micro-configurations for one kernel; :class:`InfeasibleError` if none fits."""
+    sizes: Sequence[int] = micro_batch_sizes(batch_policy, kernel.problem.n)
+    result = solve(kernel.problem.n, fastest_per_size(kernel.measurements, sizes, workspace_limit))
+    if result is None:
+        need = min_feasible_workspace(kernel, batch_policy)
+        if need is None:
+            raise InfeasibleError(
+                f"kernel {kernel.name!r}: no measured configuration covers a mini-batch of {kernel.problem.n} "
+                f"under batch policy {batch_policy!r} at any workspace limit", None, kernel.name)
+        raise InfeasibleError(
+            f"kernel {kernel.name!r}: no configuration fits a workspace limit of {format_size(workspace_limit)}; "
+            f"the smallest limit that works is {format_size(need)} ({need} bytes)", need, kernel.name)
+    return result
+
+
+def plan_wr(table: BenchmarkTable, workspace_limit: int, batch_policy: str = "powerOfTwo",
+            policy_name: str = "wr") -> Plan:
+    """Per-kernel plans; on an infeasible limit, the error names the smallest limit for the whole table."""
+    memo: dict[tuple[str, str], list] = {}
+    kernels: list[KernelPlan] = []
+    failures: list[InfeasibleError] = []
+    for k in table.kernels:
+        key = (k.problem.key(), k.op)
+        try:
+            if key not in memo:
+                memo[key] = plan_kernel(k, workspace_limit, batch_policy)
+            kernels.append(KernelPlan(k.name, k.op, k.problem, [MicroConfig.of(m) for m in memo[key]]))
+        except InfeasibleError as e:
+            failures.append(e)
+    if failures:
+        needs = [e.min_workspace for e in failures]
+        if any(n is None for n in needs):
+            raise failures[[n is None for n in needs].index(True)]
+        need = max(n for n in needs if n is not None)
+        names = ", ".join(e.kernel or "?" for e in failures[:5]) + (" ..." if len(failures) > 5 else "")
+        raise InfeasibleError(
+            f"workspace limit {format_size(workspace_limit)} is too small for {len(failures)} kernel(s) ({names}); "
+            f"the smallest per-kernel limit that works is {format_size(need)} ({need} bytes)", need)
+    return Plan(policy_name, batch_policy, kernels, table.device, table.cudnn_version,
+                workspace_limit=workspace_limit, numerics=table.numerics)
