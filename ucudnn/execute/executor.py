@@ -97,14 +97,24 @@ class Executor:
             if not arr.flags.c_contiguous:
                 raise InputError(f"{role} must be C-contiguous ({self.plan.problem.layout})", role)
         ws_ptr, ws_size = self._workspace(workspace, workspace_bytes)
-        ptrs = (a.data.ptr, b.data.ptr, out.data.ptr)
+        self.launch((a.data.ptr, b.data.ptr, out.data.ptr), ws_ptr, ws_size, alpha=alpha, beta=beta)
+        return out
+
+    def launch(self, ptrs: tuple[int, int, int], workspace_ptr: int, workspace_size: int, *, alpha: float = 1.0,
+               beta: float = 0.0) -> None:
+        """Run the plan on raw device pointers ``(a, b, out)`` on CuPy's current stream, unchecked.
+
+        For callers that own their tensors' memory and have checked shapes and
+        layouts themselves (``ucudnn.torch`` passes ``data_ptr()`` of torch
+        tensors, with a workspace from torch's caching allocator of at least
+        :attr:`workspace_bytes`).
+        """
         if self.replay and not self.replay_failures:
-            graph = self._graph((*ptrs, ws_ptr, ws_size, float(alpha), float(beta)))
+            graph = self._graph((*ptrs, workspace_ptr, workspace_size, float(alpha), float(beta)))
             if graph is not None:
                 graph.launch(cupy().cuda.get_current_stream())
-                return out
-        self._run(ptrs, ws_ptr, ws_size, alpha, beta)
-        return out
+                return
+        self._run(ptrs, workspace_ptr, workspace_size, alpha, beta)
 
     def _run(self, ptrs: tuple[int, int, int], ws_ptr: int, ws_size: int, alpha: float, beta: float) -> None:
         pa, pb, po = ptrs

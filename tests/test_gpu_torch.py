@@ -1,0 +1,223 @@
+"""ucudnn.torch on a GPU: converted layers compute nn.Conv2d's outputs and gradients, train like it, compile,
+capture, and take their workspace from torch's allocator."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+torch = pytest.importorskip("torch")
+nn = torch.nn
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs torch with a CUDA GPU")]
+
+import ucudnn.torch as ut  # noqa: E402
+from ucudnn.torch import runtime  # noqa: E402
+
+LIMIT = "1MiB"   # small: most of these plans are micro-batched
+
+
+@pytest.fixture(autouse=True)
+def strict_fp32():
+    tf32 = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = False
+    yield
+    torch.backends.cudnn.allow_tf32 = tf32
+
+
+CASES = {
+    "bias-odd-batch": (dict(in_channels=3, out_channels=16, kernel_size=3, padding=1), (7, 3, 20, 20)),
+    "no-bias-stride2": (dict(in_channels=8, out_channels=16, kernel_size=3, stride=2, bias=False), (9, 8, 17, 17)),
+    "same-non-square": (dict(in_channels=4, out_channels=8, kernel_size=(3, 5), padding="same"), (5, 4, 16, 12)),
+    "dilation": (dict(in_channels=6, out_channels=6, kernel_size=3, dilation=2, padding=2), (6, 6, 15, 15)),
+    "groups": (dict(in_channels=8, out_channels=16, kernel_size=3, groups=4, padding=1), (4, 8, 12, 12)),
+    "depthwise": (dict(in_channels=16, out_channels=16, kernel_size=3, groups=16, padding=1), (11, 16, 14, 14)),
+    "c1-stride4": (dict(in_channels=1, out_channels=8, kernel_size=(11, 7), stride=4), (3, 1, 40, 36)),
+    "valid-5x5": (dict(in_channels=32, out_channels=32, kernel_size=5), (13, 32, 24, 24)),
+}
+
+
+def _pair(case, channels_last=False, dtype=torch.float32):
+    kw, shape = CASES[case]
+    torch.manual_seed(0)
+    plain = nn.Conv2d(**kw).cuda()
+    ours = ut.convert(copy.deepcopy(plain), workspace_limit=LIMIT)
+    x = torch.randn(shape, device="cuda")
+    if channels_last:
+        x = x.to(memory_format=torch.channels_last)
+        plain, ours = plain.to(memory_format=torch.channels_last), ours.to(memory_format=torch.channels_last)
+    return plain, ours, x
+
+
+def _grads(model, x):
+    x = x.detach().clone().requires_grad_()
+    y = model(x)
+    torch.manual_seed(3)                      # the same upstream gradient for every model compared
+    g = torch.randn(y.shape, device=y.device).to(y.dtype)
+    y.backward(g)
+    return y.detach(), x.grad, [p.grad for p in model.parameters()]
+
+
+@pytest.mark.parametrize("channels_last", [False, True], ids=["NCHW", "NHWC"])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_outputs_and_gradients_equal_a_float64_reference(case, channels_last):
+    plain, ours, x = _pair(case, channels_last)
+    ref = copy.deepcopy(plain).double()
+    y, dx, dws = _grads(ours, x)
+    ry, rdx, rdws = _grads(ref, x.double())
+    assert y.is_contiguous(memory_format=torch.channels_last if channels_last else torch.contiguous_format)
+    for got, want in [(y, ry), (dx, rdx), *zip(dws, rdws)]:
+        torch.testing.assert_close(got.double(), want, rtol=2e-4, atol=2e-4)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_autocast_runs_the_half_precision_plans_like_nn_conv2d(dtype):
+    plain, ours, x = _pair("bias-odd-batch", channels_last=True)
+    seen = []
+    real = runtime.launch
+    runtime.launch = lambda op, problem, *a, **k: seen.append(problem.dtype) or real(op, problem, *a, **k)
+    try:
+        with torch.autocast("cuda", dtype=dtype):
+            y, dx, dws = _grads(ours, x)
+            ry, rdx, rdws = _grads(plain, x)
+    finally:
+        runtime.launch = real
+    assert y.dtype == ry.dtype == dtype and set(seen) == {str(dtype).split(".")[1]}
+    tol = 2e-2 if dtype == torch.float16 else 6e-2
+    for got, want in [(y, ry), (dx, rdx), *zip(dws, rdws)]:
+        torch.testing.assert_close(got.float(), want.float(), rtol=tol, atol=tol)
+
+
+def test_no_input_gradient_is_computed_when_autograd_needs_none(monkeypatch):
+    _, ours, x = _pair("bias-odd-batch")
+    ops = []
+    real = runtime.launch
+    monkeypatch.setattr(runtime, "launch", lambda op, *a, **k: ops.append(op) or real(op, *a, **k))
+    ours(x).sum().backward()         # x does not require grad: a first layer
+    assert ops == ["forward", "backward_filter"]
+    ops.clear()
+    ours.weight.requires_grad_(False)
+    ours.bias.requires_grad_(False)
+    x.requires_grad_()
+    ours(x).sum().backward()
+    assert ops == ["forward", "backward_data"]
+
+
+def _cnn():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(3, 16, 5, padding=2), nn.ReLU(), nn.Conv2d(16, 32, 3, stride=2, padding=1),
+                         nn.BatchNorm2d(32), nn.ReLU(), nn.Conv2d(32, 32, 3, padding=1, groups=4), nn.ReLU(),
+                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, 10)).cuda()
+
+
+def _train(model, steps=20):
+    torch.manual_seed(1)
+    data = [(torch.randn(33, 3, 24, 24, device="cuda"), torch.randint(0, 10, (33,), device="cuda"))
+            for _ in range(4)]
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    losses = []
+    for i in range(steps):
+        x, t = data[i % 4]
+        loss = nn.functional.cross_entropy(model(x), t)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+def test_twenty_training_steps_follow_nn_conv2ds_loss_curve():
+    plain = _train(_cnn())
+    ours = _train(ut.convert(_cnn(), workspace_limit=LIMIT))
+    assert ours[-1] < ours[0]                                  # it learns
+    torch.testing.assert_close(torch.tensor(ours), torch.tensor(plain), rtol=2e-3, atol=2e-3)
+
+
+def test_a_compiled_model_equals_eager():
+    model = ut.convert(_cnn(), workspace_limit=LIMIT)
+    x = torch.randn(17, 3, 24, 24, device="cuda")
+    eager = model(x)
+    compiled = torch.compile(model, fullgraph=True)
+    torch.testing.assert_close(compiled(x), eager, rtol=1e-5, atol=1e-5)
+
+
+def test_a_cuda_graph_captured_training_step_replays_correctly():
+    model = ut.convert(_cnn(), workspace_limit=LIMIT)
+    reference = copy.deepcopy(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.05)
+    static_x = torch.randn(16, 3, 24, 24, device="cuda")
+    static_t = torch.randint(0, 10, (16,), device="cuda")
+
+    def step(m, o, x, t):
+        o.zero_grad(set_to_none=False)
+        loss = nn.functional.cross_entropy(m(x), t)
+        loss.backward()
+        o.step()
+        return loss
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):        # warm-up finds the plans (benchmarking cannot be captured)
+        for _ in range(3):
+            step(model, opt, static_x, static_t)
+            step(reference, ref_opt, static_x, static_t)
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_loss = step(model, opt, static_x, static_t)
+    for i in range(3):
+        static_x.copy_(torch.randn(16, 3, 24, 24, device="cuda"))
+        graph.replay()
+        want = step(reference, ref_opt, static_x, static_t)
+        torch.testing.assert_close(static_loss, want, rtol=1e-4, atol=1e-4)
+    for p, q in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-4)
+
+
+WORKSPACE_CANDIDATES = [((16, 64, 16, 16), (64, 64, 5, 5)), ((32, 128, 14, 14), (128, 128, 3, 3)),
+                        ((8, 256, 28, 28), (256, 256, 3, 3))]
+
+
+def test_the_workspace_comes_from_torchs_allocator_and_shows_in_its_peak():
+    from ucudnn.torch import ops
+
+    settings = runtime.Settings(256 << 20)
+    for x_shape, w_shape in WORKSPACE_CANDIDATES:   # the first kernel whose plan uses workspace on this GPU
+        x = torch.randn(x_shape, device="cuda")
+        w = torch.randn(w_shape, device="cuda")
+        problem = runtime.problem_of(x.shape, w.shape, (1, 1), (0, 0), (1, 1), 1, torch.float32, "NCHW")
+        for op in ("forward", "backward_filter"):
+            ex = runtime.executor(problem, op, settings, "strict", x.device.index)
+            if ex.workspace_bytes > 0:
+                break
+        if ex.workspace_bytes > 0:
+            break
+    assert ex.workspace_bytes > 0, "none of the candidate kernels' plans uses workspace"
+    dy = torch.randn(problem.y_shape(), device="cuda")
+    args = ([1, 1], [0, 0], [1, 1], 1, "NCHW", "strict", settings.workspace_limit, "", "", False)
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    out = ops.conv2d(x, w, *args) if op == "forward" else ops.conv2d_backward_filter(dy, x, w, *args)
+    torch.cuda.synchronize()
+    assert torch.cuda.max_memory_allocated() - base >= ex.workspace_bytes + out.numel() * 4
+    assert torch.cuda.memory_allocated() - base < out.numel() * 4 + 1024   # the workspace went back to torch's pool
+
+
+@pytest.mark.parametrize("policy", ["wr", "wd"])
+def test_plan_up_front_covers_every_kernel_and_runs_the_model_unchanged(policy):
+    model = ut.convert(_cnn(), workspace_limit=LIMIT)
+    reference = copy.deepcopy(model)
+    x = torch.randn(8, 3, 24, 24, device="cuda")
+    p = ut.plan(model, x, policy, total_workspace="4MiB" if policy == "wd" else None)
+    ops = sorted((k.name.rsplit(".", 1)[1]) for k in p.kernels)
+    assert ops.count("forward") == 3 and ops.count("backward_filter") == 3 and ops.count("backward_data") == 2
+    if policy == "wd":
+        assert p.workspace_bytes <= 4 << 20
+    runtime.installed.clear() if policy == "wr" else None
+    y, dx, dws = _grads(model, x)
+    ry, rdx, rdws = _grads(ut.revert(reference), x)
+    runtime.installed.clear()
+    for got, want in [(y, ry), (dx, rdx), *zip(dws, rdws)]:
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)

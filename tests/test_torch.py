@@ -1,0 +1,246 @@
+"""ucudnn.torch on CPU: conversion keeps a model what it was, bad settings fail like nn.Conv2d's, the custom ops
+trace under torch.compile and make_fx with fake tensors, and what ucudnn cannot run goes through torch."""
+from __future__ import annotations
+
+import copy
+import logging
+
+import pytest
+
+torch = pytest.importorskip("torch")
+nn = torch.nn
+
+import ucudnn.torch as ut  # noqa: E402
+from ucudnn.errors import InputError  # noqa: E402
+from ucudnn.torch import runtime  # noqa: E402
+
+
+def small_cnn() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+        nn.Conv2d(8, 8, (3, 5), stride=2, padding="valid", bias=False),
+        nn.Conv2d(8, 8, 3, padding="same", groups=8),      # depthwise
+        nn.Sequential(nn.Conv2d(8, 4, 1, dilation=2)),
+    )
+
+
+def test_convert_keeps_every_parameter_object_the_state_dict_and_the_repr():
+    model = small_cnn()
+    params = [id(p) for p in model.parameters()]
+    state = copy.deepcopy(model.state_dict())
+    text = repr(model)
+    assert ut.convert(model, workspace_limit="8MiB") is model
+    convs = [m for m in model.modules() if isinstance(m, nn.Conv2d)]
+    assert len(convs) == 4 and all(type(m) is ut.Conv2d for m in convs)
+    assert [id(p) for p in model.parameters()] == params
+    assert repr(model) == text
+    after = model.state_dict()
+    assert list(after) == list(state) and all(torch.equal(after[k], state[k]) for k in state)
+    assert all(m.workspace_limit == 8 << 20 for m in convs)
+
+
+def test_revert_gives_back_plain_conv2d_layers_with_the_same_parameters():
+    model = small_cnn()
+    params = [id(p) for p in model.parameters()]
+    ut.revert(ut.convert(model))
+    assert all(type(m) is nn.Conv2d for m in model.modules() if isinstance(m, nn.Conv2d))
+    assert [id(p) for p in model.parameters()] == params
+    assert not any(hasattr(m, "workspace_limit") for m in model.modules())
+
+
+def test_optimizer_state_survives_a_convert():
+    model = small_cnn()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    model(torch.randn(2, 3, 16, 16)).sum().backward()
+    opt.step()
+    ut.convert(model)
+    assert all(p in opt.state for p in model.parameters() if p.grad is not None)
+    model(torch.randn(2, 3, 16, 16)).sum().backward()
+    opt.step()   # same Parameter objects: the momentum buffers keep working
+
+
+def test_a_checkpoint_saved_before_convert_loads_after_it_and_back(tmp_path):
+    model = small_cnn()
+    torch.save(model.state_dict(), tmp_path / "ck.pt")
+    converted = ut.convert(small_cnn())
+    converted.load_state_dict(torch.load(tmp_path / "ck.pt"))
+    torch.save(converted.state_dict(), tmp_path / "ck2.pt")
+    plain = small_cnn()
+    plain.load_state_dict(torch.load(tmp_path / "ck2.pt"))
+    x = torch.randn(2, 3, 16, 16)
+    model.eval(), plain.eval()
+    assert torch.equal(model(x), plain(x))
+
+
+def test_subclasses_of_conv2d_and_other_convolutions_are_left_alone():
+    class MyConv(nn.Conv2d):
+        def forward(self, x):
+            return super().forward(x) * 2
+
+    model = nn.Sequential(MyConv(3, 3, 1), nn.Conv1d(3, 3, 1), nn.ConvTranspose2d(3, 3, 2), nn.Conv3d(3, 3, 1))
+    ut.convert(model)
+    assert [type(m) for m in model] == [MyConv, nn.Conv1d, nn.ConvTranspose2d, nn.Conv3d]
+
+
+def test_the_constructor_is_nn_conv2ds_plus_ucudnns_settings():
+    m = ut.Conv2d(3, 16, (3, 5), stride=(2, 1), padding=(1, 2), dilation=1, groups=1, bias=False,
+                  padding_mode="zeros", workspace_limit="16MiB", batch_policy="powerOfTwo", sources="legacy",
+                  replay=True)
+    assert m.weight.shape == (16, 3, 3, 5) and m.bias is None
+    assert (m.workspace_limit, m.batch_policy, m.sources, m.replay) == (16 << 20, "powerOfTwo", "legacy", True)
+    assert repr(m) == repr(nn.Conv2d(3, 16, (3, 5), stride=(2, 1), padding=(1, 2), bias=False))
+
+
+@pytest.mark.parametrize("args, kwargs", [
+    ((3, 8, 3), {"groups": 2}),                       # in_channels not divisible by groups
+    ((3, 8, 3), {"padding": "same", "stride": 2}),    # 'same' with stride
+    ((3, 8, 3), {"padding": "full"}),
+    ((3, 8, 3), {"padding_mode": "mirror"}),
+])
+def test_construction_errors_are_nn_conv2ds_errors(args, kwargs):
+    with pytest.raises(ValueError) as plain:
+        nn.Conv2d(*args, **kwargs)
+    with pytest.raises(type(plain.value)) as ours:
+        ut.Conv2d(*args, **kwargs)
+    assert str(ours.value) == str(plain.value)
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    ({"workspace_limit": "lots"}, "workspace_limit"), ({"workspace_limit": -1}, "workspace_limit"),
+    ({"batch_policy": "fibonacci"}, "batch_policy"), ({"sources": "legacy,cudnn9"}, "sources"),
+    ({"replay": "yes"}, "replay"),
+])
+def test_bad_ucudnn_settings_name_their_field_and_leave_the_model_unchanged(kwargs, field):
+    with pytest.raises(InputError) as e:
+        ut.Conv2d(3, 8, 3, **kwargs)
+    assert e.value.field == field
+    model = small_cnn()
+    with pytest.raises(InputError):
+        ut.convert(model, **kwargs)
+    assert all(type(m) is nn.Conv2d for m in model.modules() if isinstance(m, nn.Conv2d))
+
+
+def test_convert_refuses_what_is_not_a_module():
+    with pytest.raises(InputError) as e:
+        ut.convert("resnet50")
+    assert e.value.field == "model"
+
+
+def test_what_ucudnn_cannot_run_goes_through_torch_with_the_reason_logged_once_per_layer(caplog):
+    torch.manual_seed(1)
+    plain = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1, padding_mode="reflect"), nn.Conv2d(4, 4, 4, padding="same"),
+                          nn.Conv2d(4, 2, 1)).double()
+    model = ut.convert(copy.deepcopy(plain))
+    x = torch.randn(3, 3, 9, 9, dtype=torch.float64)
+    with caplog.at_level(logging.WARNING, logger="ucudnn.torch"):
+        for _ in range(3):
+            assert torch.equal(model(x), plain(x))
+    reasons = [r.getMessage() for r in caplog.records]
+    assert len(reasons) == 3, reasons                 # one per layer, not one per call
+    assert all("cpu tensors" in r for r in reasons)
+
+
+def test_unsupported_reasons_name_the_cause():
+    m = ut.Conv2d(3, 3, 3, padding_mode="circular")
+    x = torch.randn(1, 3, 8, 8)
+    assert m._unsupported(x) == "cpu tensors"
+    assert ut.Conv2d(3, 3, 2, padding="same")._unsupported(x) is not None
+
+
+def test_numerics_follow_torchs_switches():
+    tf32, det = torch.backends.cudnn.allow_tf32, torch.are_deterministic_algorithms_enabled()
+    try:
+        torch.backends.cudnn.allow_tf32 = False
+        assert runtime.numerics_for(torch.float32) == "strict"
+        torch.backends.cudnn.allow_tf32 = True
+        assert runtime.numerics_for(torch.float32) == "tf32"
+        assert runtime.numerics_for(torch.float16) == "default"
+        torch.use_deterministic_algorithms(True)
+        assert runtime.numerics_for(torch.float32) == "tf32-deterministic"
+    finally:
+        torch.backends.cudnn.allow_tf32 = tf32
+        torch.use_deterministic_algorithms(det)
+
+
+def test_channels_last_inputs_run_the_nhwc_plans_and_contiguous_ones_the_nchw_plans():
+    x = torch.randn(2, 3, 8, 8)
+    assert runtime.layout_of(x) == "NCHW"
+    assert runtime.layout_of(x.to(memory_format=torch.channels_last)) == "NHWC"
+    # C = 1: both layouts hold; the strides say which was asked for, as PyTorch decides
+    assert runtime.layout_of(torch.randn(2, 1, 8, 8).to(memory_format=torch.channels_last)) == "NHWC"
+    assert runtime.layout_of(torch.randn(2, 1, 8, 8)) == "NCHW"
+    # a channels_last weight makes the convolution NHWC, as in PyTorch's cuDNN path
+    assert runtime.layout_of(x, torch.randn(4, 3, 3, 3).to(memory_format=torch.channels_last)) == "NHWC"
+
+
+def _op(x, w, layout):
+    return torch.ops.ucudnn.conv2d(x, w, [2, 1], [1, 2], [1, 1], 1, layout, "strict", 1 << 26, "", "", False)
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_the_fake_implementations_give_shapes_strides_and_gradients_under_make_fx(layout):
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    fmt = runtime.memory_format(layout)
+    x = torch.randn(3, 4, 9, 10).to(memory_format=fmt).requires_grad_()
+    w = torch.randn(6, 4, 3, 5).requires_grad_()
+    expected = torch.nn.functional.conv2d(x, w, stride=(2, 1), padding=(1, 2))
+    seen = {}
+
+    def step(x, w):
+        y = _op(x, w, layout)
+        seen["y"] = (tuple(y.shape), y.is_contiguous(memory_format=fmt))
+        dx, dw = torch.autograd.grad(y.sum(), (x, w))
+        seen["grads"] = (tuple(dx.shape), tuple(dw.shape))
+        return dx, dw
+
+    graph = make_fx(step, tracing_mode="fake")(x, w)
+    assert seen == {"y": (tuple(expected.shape), True), "grads": ((3, 4, 9, 10), (6, 4, 3, 5))}
+    code = graph.code
+    assert "ucudnn.conv2d.default" in code and "conv2d_backward_data" in code and "conv2d_backward_filter" in code
+
+
+def test_only_the_gradients_autograd_needs_are_computed():
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def step(x, w):
+        return torch.autograd.grad(_op(x, w, "NCHW").sum(), (w,))
+
+    code = make_fx(step, tracing_mode="fake")(torch.randn(2, 4, 8, 8), torch.randn(3, 4, 3, 3).requires_grad_()).code
+    assert "conv2d_backward_filter" in code and "conv2d_backward_data" not in code
+
+
+def test_torch_compile_traces_the_op_in_one_graph_without_a_break():
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return lambda *args: [torch.zeros(3, 6, 5, 10)]   # the real op needs a GPU: only the trace is checked here
+
+    f = torch.compile(lambda x, w: _op(x, w, "NCHW"), backend=backend, fullgraph=True)
+    f(torch.randn(3, 4, 9, 10), torch.randn(6, 4, 3, 5))
+    assert len(graphs) == 1
+    assert any("ucudnn.conv2d" in str(n.target) for n in graphs[0].graph.nodes)
+
+
+def test_plan_needs_converted_layers_and_a_known_policy():
+    with pytest.raises(InputError) as e:
+        ut.plan(small_cnn(), torch.randn(1, 3, 8, 8))
+    assert e.value.field == "model"
+    with pytest.raises(InputError) as e:
+        ut.plan(ut.convert(small_cnn()), torch.randn(1, 3, 8, 8), policy="fastest")
+    assert e.value.field == "policy"
+    with pytest.raises(InputError) as e:
+        ut.plan(ut.convert(small_cnn()), torch.randn(1, 3, 8, 8), policy="wd")
+    assert e.value.field == "total_workspace"
+
+
+def test_the_core_never_imports_torch():
+    import subprocess
+    import sys
+
+    code = ("import sys, ucudnn, ucudnn.api, ucudnn.execute, ucudnn.measure, ucudnn.catalog.lookup, ucudnn.cli\n"
+            "print('torch' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True).stdout.strip() == "False"

@@ -1,0 +1,19 @@
+"""ucudnn inside PyTorch models: a drop-in ``Conv2d``, ``convert``/``revert`` for whole models, ``plan`` up front.
+
+    import ucudnn.torch
+    model = ucudnn.torch.convert(torchvision.models.resnet50().cuda(), workspace_limit="64MiB")
+    # train as usual: every convolution runs a micro-batched plan under 64 MiB of workspace
+
+The interface layer for PyTorch users (extra ``torch``; the core never
+imports torch).  The convolutions are ``torch.library`` custom operators
+(``torch.ops.ucudnn.conv2d`` and its gradients, :mod:`.ops`) with fake
+implementations, so ``torch.compile`` does not graph-break on them and CUDA
+graph capture works; they run on the tensors' own memory, on torch's current
+stream, with their workspace from torch's caching allocator (:mod:`.runtime`).
+"""
+from __future__ import annotations
+
+from .modules import Conv2d, convert, converted, revert
+from .planning import plan
+
+__all__ = ["Conv2d", "convert", "converted", "plan", "revert"]

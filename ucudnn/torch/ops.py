@@ -1,0 +1,133 @@
+"""ucudnn's convolution as PyTorch custom operators: ``torch.ops.ucudnn.conv2d`` and its two gradients.
+
+Registered with ``torch.library.custom_op``, each with a fake (meta)
+implementation, so ``torch.compile`` traces through them without a graph break
+and FakeTensor shape propagation knows their outputs; autograd is registered on
+the forward op (``register_autograd``) and computes only what
+``ctx.needs_input_grad`` asks for (no dx for a network's first layer).
+
+Every op runs ucudnn's plan when it can and PyTorch's own convolution when
+ucudnn cannot (no plan fits the limit, no libcudnn, out of memory for the
+workspace): the reason is logged once and the result is the same convolution.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+from torch import Tensor
+
+from . import runtime
+
+_ARGS = "stride, padding, dilation, groups, layout, numerics, workspace_limit, batch_policy, sources, replay"
+
+
+def _out_hw(size: int, k: int, pad: int, stride: int, dil: int) -> int:
+    return (size + 2 * pad - dil * (k - 1) - 1) // stride + 1
+
+
+def _y_shape(x: Tensor, w: Tensor, stride: Sequence[int], padding: Sequence[int],
+             dilation: Sequence[int]) -> tuple[int, int, int, int]:
+    return (x.shape[0], w.shape[0], _out_hw(x.shape[2], w.shape[2], padding[0], stride[0], dilation[0]),
+            _out_hw(x.shape[3], w.shape[3], padding[1], stride[1], dilation[1]))
+
+
+def _empty(shape: Sequence[int], like: Tensor, layout: str) -> Tensor:
+    """The one way outputs are made, by the real ops and the fake ones alike (same strides under compile)."""
+    return torch.empty(tuple(shape), dtype=like.dtype, device=like.device, memory_format=runtime.memory_format(layout))
+
+
+def _settings(workspace_limit: int, batch_policy: str, sources: str, replay: bool) -> runtime.Settings:
+    return runtime.Settings(int(workspace_limit), batch_policy, sources, bool(replay))
+
+
+def _run(op: str, x: Tensor, w: Tensor, a: Tensor, b: Tensor, out: Tensor, stride, padding, dilation, groups,
+         layout, numerics, workspace_limit, batch_policy, sources, replay) -> bool:
+    """Run ``op`` by ucudnn into ``out``; False (reason logged once) when torch must do it instead."""
+    problem = runtime.problem_of(x.shape, w.shape, stride, padding, dilation, groups, x.dtype, layout)
+    try:
+        runtime.launch(op, problem, a, b, out, _settings(workspace_limit, batch_policy, sources, replay), numerics)
+        return True
+    except runtime.FALLBACK_ERRORS as e:
+        runtime.note_fallback(problem, op, e)
+        return False
+
+
+@torch.library.custom_op("ucudnn::conv2d", mutates_args=(), device_types="cuda")
+def conv2d(x: Tensor, weight: Tensor, stride: list[int], padding: list[int], dilation: list[int], groups: int,
+           layout: str, numerics: str, workspace_limit: int, batch_policy: str, sources: str, replay: bool) -> Tensor:
+    """y = conv2d(x, weight) (no bias: the module adds it, so autograd handles it natively)."""
+    fmt = runtime.memory_format(layout)
+    x, w = x.contiguous(memory_format=fmt), weight.contiguous(memory_format=fmt)
+    y = _empty(_y_shape(x, w, stride, padding, dilation), x, layout)
+    if _run("forward", x, w, x, w, y, stride, padding, dilation, groups, layout, numerics, workspace_limit,
+            batch_policy, sources, replay):
+        return y
+    return torch.ops.aten.convolution(x, w, None, stride, padding, dilation, False, [0, 0], groups).contiguous(
+        memory_format=fmt)
+
+
+@conv2d.register_fake
+def _conv2d_fake(x, weight, stride, padding, dilation, groups, layout, numerics, workspace_limit, batch_policy,
+                 sources, replay):
+    return _empty(_y_shape(x, weight, stride, padding, dilation), x, layout)
+
+
+@torch.library.custom_op("ucudnn::conv2d_backward_data", mutates_args=(), device_types="cuda")
+def conv2d_backward_data(grad_y: Tensor, x: Tensor, weight: Tensor, stride: list[int], padding: list[int],
+                         dilation: list[int], groups: int, layout: str, numerics: str, workspace_limit: int,
+                         batch_policy: str, sources: str, replay: bool) -> Tensor:
+    """dx of conv2d (``x`` gives the shape and the fallback's operand; its values are not read by ucudnn)."""
+    fmt = runtime.memory_format(layout)
+    dy, w = grad_y.contiguous(memory_format=fmt), weight.contiguous(memory_format=fmt)
+    dx = _empty(x.shape, dy, layout)
+    if _run("backward_data", x, w, w, dy, dx, stride, padding, dilation, groups, layout, numerics, workspace_limit,
+            batch_policy, sources, replay):
+        return dx
+    return torch.ops.aten.convolution_backward(dy, x.contiguous(memory_format=fmt), w, None, stride, padding,
+                                               dilation, False, [0, 0], groups, [True, False, False])[0].contiguous(
+        memory_format=fmt)
+
+
+@conv2d_backward_data.register_fake
+def _conv2d_backward_data_fake(grad_y, x, weight, stride, padding, dilation, groups, layout, numerics,
+                               workspace_limit, batch_policy, sources, replay):
+    return _empty(x.shape, grad_y, layout)
+
+
+@torch.library.custom_op("ucudnn::conv2d_backward_filter", mutates_args=(), device_types="cuda")
+def conv2d_backward_filter(grad_y: Tensor, x: Tensor, weight: Tensor, stride: list[int], padding: list[int],
+                           dilation: list[int], groups: int, layout: str, numerics: str, workspace_limit: int,
+                           batch_policy: str, sources: str, replay: bool) -> Tensor:
+    """dw of conv2d, summed over the batch (micro-batches accumulate in ucudnn's plan)."""
+    fmt = runtime.memory_format(layout)
+    dy, xc = grad_y.contiguous(memory_format=fmt), x.contiguous(memory_format=fmt)
+    dw = _empty(weight.shape, dy, layout)
+    if _run("backward_filter", xc, weight, xc, dy, dw, stride, padding, dilation, groups, layout, numerics,
+            workspace_limit, batch_policy, sources, replay):
+        return dw
+    return torch.ops.aten.convolution_backward(dy, xc, weight.contiguous(memory_format=fmt), None, stride, padding,
+                                               dilation, False, [0, 0], groups, [False, True, False])[1].contiguous(
+        memory_format=fmt)
+
+
+@conv2d_backward_filter.register_fake
+def _conv2d_backward_filter_fake(grad_y, x, weight, stride, padding, dilation, groups, layout, numerics,
+                                 workspace_limit, batch_policy, sources, replay):
+    return _empty(weight.shape, grad_y, layout)
+
+
+def _setup_context(ctx, inputs, output) -> None:
+    x, weight, *args = inputs
+    ctx.save_for_backward(x, weight)
+    ctx.args = args
+
+
+def _backward(ctx, grad_y: Tensor):
+    x, weight = ctx.saved_tensors
+    dx = conv2d_backward_data(grad_y, x, weight, *ctx.args) if ctx.needs_input_grad[0] else None
+    dw = conv2d_backward_filter(grad_y, x, weight, *ctx.args) if ctx.needs_input_grad[1] else None
+    return (dx, dw) + (None,) * len(ctx.args)
+
+
+torch.library.register_autograd("ucudnn::conv2d", _backward, setup_context=_setup_context)

@@ -1,0 +1,203 @@
+"""Running ucudnn plans on torch tensors: their own memory, torch's current stream, torch's allocator.
+
+The bridge between the torch layer and the layers below: a convolution's
+:class:`~ucudnn.problem.ConvProblem` from tensors and torch's flags, the
+:class:`~ucudnn.execute.Executor` for it (the lookup chain of
+:mod:`ucudnn.api`: in-process, user cache, plan server, bundles, else
+benchmark), and one launch on raw ``data_ptr()`` pointers.
+
+Why no copies and no second pool: ucudnn exists for memory pressure, so the
+workspace is a ``torch.empty`` of the plan's size from PyTorch's caching
+allocator (``torch.cuda.max_memory_allocated()`` counts it, the cap of
+``set_per_process_memory_fraction`` applies to it, and it is reused like any
+activation), and CuPy's own allocations (benchmark buffers) go through the
+same allocator (:func:`share_torch_memory`, what pytorch-pfn-extras'
+``use_torch_mempool_in_cupy`` does).
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from .. import numerics as num
+from ..errors import CudnnError, CudnnNotFound, GpuUnavailable, InfeasibleError, UcudnnError
+from ..problem import ConvProblem
+
+log = logging.getLogger("ucudnn.torch")
+
+#: torch dtype -> ucudnn dtype; anything else runs through torch unchanged
+DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
+
+_lock = threading.Lock()
+_shared = False
+_streams: dict[tuple[int, int], Any] = {}
+_logged: set[tuple] = set()
+#: set by :func:`ucudnn.torch.plan` while it traces a model: converted layers record their calls and run torch's
+recording: list | None = None
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What a converted layer asks of ucudnn: the same fields travel as the custom op's arguments."""
+
+    workspace_limit: int
+    batch_policy: str = ""       # "" : UCUDNN_BATCH_SIZE_POLICY or powerOfTwo
+    sources: str = ""            # "" : the default sources
+    replay: bool = False
+
+
+@dataclass
+class Installed:
+    """A plan put in place by :func:`ucudnn.torch.plan`: its executor and, for WD, its segment of one arena."""
+
+    executor: Any
+    workspace_ptr: int | None = None    # None: a workspace from torch's allocator per call
+    workspace_size: int = 0
+    owner: Any = None                   # keeps the arena alive (a NetworkExecutor)
+
+
+#: (device index, problem, op) -> an installed plan, preferred over per-kernel lookups
+installed: dict[tuple[int, ConvProblem, str], Installed] = {}
+
+
+def numerics_for(dtype: torch.dtype) -> str:
+    """ucudnn's numerics from torch's own switches, so a converted model computes what the original would.
+
+    float32: ``torch.backends.cudnn.allow_tf32`` picks ``tf32`` or ``strict``; half types: ucudnn's default
+    for them (float32 accumulation).  ``torch.use_deterministic_algorithms(True)`` or
+    ``torch.backends.cudnn.deterministic`` add ``-deterministic``.
+    """
+    base = ("tf32" if torch.backends.cudnn.allow_tf32 else "strict") if dtype == torch.float32 else \
+        num.normalize(None, DTYPES[dtype])
+    deterministic = torch.are_deterministic_algorithms_enabled() or torch.backends.cudnn.deterministic
+    return f"{base}-deterministic" if deterministic else base
+
+
+def memory_format(layout: str) -> torch.memory_format:
+    return torch.channels_last if layout == "NHWC" else torch.contiguous_format
+
+
+def _channels_last(t: torch.Tensor) -> bool:
+    """Whether ``t``'s strides are channels_last (for C = 1 or 1x1 maps both layouts hold: the C stride decides)."""
+    if t.dim() != 4 or not t.is_contiguous(memory_format=torch.channels_last):
+        return False
+    return not t.is_contiguous() or (t.stride(1) == 1 and t.shape[2] * t.shape[3] > 1)
+
+
+def layout_of(x: torch.Tensor, weight: torch.Tensor | None = None) -> str:
+    """NHWC when the input or the weight is channels_last, NCHW otherwise: PyTorch's own rule for cuDNN
+    (``cudnn_conv_suggest_memory_format``), so outputs come back in the memory format nn.Conv2d gives."""
+    return "NHWC" if _channels_last(x) or (weight is not None and _channels_last(weight)) else "NCHW"
+
+
+def problem_of(x_shape: Any, w_shape: Any, stride: Any, padding: Any, dilation: Any, groups: int, dtype: torch.dtype,
+               layout: str) -> ConvProblem:
+    """The problem of a convolution given in PyTorch's logical NCHW / KCRS shapes (whatever the memory format)."""
+    n, c, h, w = (int(v) for v in x_shape)
+    k, _, r, s = (int(v) for v in w_shape)
+    return ConvProblem(n, c, h, w, k, r, s, tuple(padding), tuple(stride), tuple(dilation), int(groups),
+                       DTYPES[dtype], layout)
+
+
+def share_torch_memory() -> None:
+    """Route CuPy's allocations through PyTorch's caching allocator (once per process).
+
+    Benchmark buffers and any CuPy-side allocation then count in torch's
+    statistics and obey its memory cap, and freed blocks go back to one pool.
+    """
+    global _shared
+    if _shared:
+        return
+    with _lock:
+        if _shared:
+            return
+        from ..binding.gpu import cupy
+
+        cp = cupy()
+
+        def malloc(size: int, device: int) -> int:
+            return torch.cuda.caching_allocator_alloc(size, device, torch.cuda.current_stream(device))
+
+        def free(ptr: int, device: int) -> None:
+            torch.cuda.caching_allocator_delete(ptr)
+
+        cp.cuda.set_allocator(cp.cuda.memory.PythonFunctionAllocator(malloc, free).malloc)
+        _shared = True
+
+
+def _cupy_stream(device: int) -> Any:
+    """CuPy's view of torch's current stream on ``device`` (cached per stream)."""
+    from ..binding.gpu import cupy
+
+    ptr = torch.cuda.current_stream(device).cuda_stream
+    s = _streams.get((device, ptr))
+    if s is None:
+        cp = cupy()
+        try:    # CuPy 14: through the CUDA stream protocol, which torch's streams implement
+            s = cp.cuda.Stream.from_external(torch.cuda.current_stream(device))
+        except (AttributeError, TypeError):
+            s = cp.cuda.ExternalStream(ptr, device)
+        _streams[(device, ptr)] = s
+    return s
+
+
+def executor(problem: ConvProblem, op: str, settings: Settings, numerics: str, device: int) -> Any:
+    """The executor for ``(problem, op)``: an installed plan's, else the API's cached one (lookup or benchmark)."""
+    from .. import api
+
+    hit = installed.get((device, problem, op))
+    if hit is not None:
+        return hit.executor
+    return api._executor(problem, op, settings.workspace_limit, settings.batch_policy or None, numerics,
+                         settings.replay)
+
+
+def launch(op: str, problem: ConvProblem, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, settings: Settings,
+           numerics: str) -> None:
+    """``out = op(a, b)`` by ucudnn's plan, on torch's current stream, workspace from torch's allocator.
+
+    Raises :class:`~ucudnn.errors.UcudnnError` (or torch's ``OutOfMemoryError``) when ucudnn cannot run it;
+    the custom ops catch that and fall back to torch (:func:`fallback_reason`).
+    """
+    device = a.device.index if a.device.index is not None else torch.cuda.current_device()
+    share_torch_memory()
+    from ..binding.gpu import cupy
+
+    with cupy().cuda.Device(device), _cupy_stream(device):
+        ex = executor(problem, op, settings, numerics, device)
+        hit = installed.get((device, problem, op))
+        ws: torch.Tensor | None = None
+        if hit is not None and hit.workspace_ptr is not None:
+            ws_ptr, ws_size = hit.workspace_ptr, hit.workspace_size
+        elif ex.workspace_bytes:
+            ws = torch.empty(ex.workspace_bytes, dtype=torch.uint8, device=a.device)
+            ws_ptr, ws_size = ws.data_ptr(), ex.workspace_bytes
+        else:
+            ws_ptr, ws_size = 0, 0
+        ex.launch((a.data_ptr(), b.data_ptr(), out.data_ptr()), ws_ptr, ws_size)
+        del ws  # back to torch's pool; stream-ordered, so the launches above finish first
+
+
+#: failures that mean "ucudnn cannot run this convolution here", answered by running torch's instead
+FALLBACK_ERRORS = (UcudnnError, torch.cuda.OutOfMemoryError)
+
+
+def note_fallback(problem: ConvProblem, op: str, error: BaseException) -> None:
+    """Log once per (problem, op, kind of failure) why torch ran it instead."""
+    kind = "infeasible" if isinstance(error, InfeasibleError) else \
+        "no-gpu" if isinstance(error, (GpuUnavailable, CudnnNotFound)) else \
+        "cudnn" if isinstance(error, CudnnError) else "oom" if isinstance(error, torch.cuda.OutOfMemoryError) else "other"
+    key = (problem, op, kind)
+    if key not in _logged:
+        _logged.add(key)
+        log.warning("ucudnn: %s %s runs through torch: %s", op, problem.describe(), str(error).splitlines()[0])
+
+
+def log_once(key: tuple, message: str) -> None:
+    if key not in _logged:
+        _logged.add(key)
+        log.warning("ucudnn: %s", message)
