@@ -182,3 +182,29 @@ def from_torch(module: Any, input_shape: Sequence[int], name: str | None = None,
             h.remove()
         module.train(was_training)
     return Network(name or type(module).__name__.lower(), layers, int(input_shape[0]), description)
+
+
+def from_factory(spec: str, input_shape: Sequence[int], batch: int = 1, name: str | None = None) -> Network:
+    """A network from a Python factory of PyTorch modules, ``"torchvision.models:resnet50"``: imported, called
+    with no arguments, traced by :func:`from_torch` on CPU at ``input_shape`` (C, H, W) and ``batch``.
+
+    For ``ucudnn precompute --torch-model``: a cluster precomputes plans for the models it trains, not only
+    for the shipped networks.
+    """
+    import importlib
+
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise InputError(f"expected MODULE:FACTORY such as torchvision.models:resnet50, got {spec!r}", "torch_model")
+    if len(input_shape) != 3:
+        raise InputError(f"expected C,H,W, got {tuple(input_shape)!r}", "input_shape")
+    try:
+        factory = importlib.import_module(module_name)
+        for part in attr.split("."):
+            factory = getattr(factory, part)
+    except (ImportError, AttributeError) as e:
+        raise InputError(f"cannot load {spec!r}: {e}", "torch_model") from None
+    if not callable(factory):
+        raise InputError(f"{spec!r} is not callable", "torch_model")
+    return from_torch(factory(), (int(batch), *(int(d) for d in input_shape)),
+                      name or attr.rsplit(".", 1)[-1], f"traced from {spec} at {tuple(input_shape)}")
