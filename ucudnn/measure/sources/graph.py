@@ -52,7 +52,13 @@ Pruning (benchmarking cost): ``top_k`` times only the first k configurations
 (in heuristic order) that build at each size; ``quick_margin`` times every
 configuration once and repeats the timing only for those not dominated (a
 configuration needing no more workspace is faster by the margin) — a
-dominated configuration can never be WR's choice at that size.
+dominated configuration can never be WR's choice at that size.  The quick
+sample is this source's cheap first estimate (the graph API has no Find), so
+it plays the role Find's times play for legacy: without ``quick_margin`` the
+benchmark's ``BenchSettings.prune_margin`` applies (the same rule,
+:func:`~ucudnn.measure.sources.base.dominated`), and once the kernel's budget
+is spent the quick sample is recorded.  Early stop needs nothing more here: the
+quick sample already is the first sample, so a hopeless one is a dominated one.
 """
 from __future__ import annotations
 
@@ -71,7 +77,7 @@ from ... import numerics as num
 from ...errors import CudnnError, InputError, UcudnnError
 from ...planning.table import Measurement, Skipped
 from ...problem import ROLES, ConvProblem
-from .base import BenchSettings, Launch, Operands, Prepared, time_config, timed_beta
+from .base import BenchSettings, Launch, Operands, Prepared, dominated, time_config, timed_beta
 
 #: Heuristic modes asked for, in this order (their lists are concatenated; duplicates are measured once).
 HEUR_MODES: tuple[str, ...] = ("A", "B", "FALLBACK")
@@ -478,13 +484,12 @@ class GraphSource(Prepared):
                 continue
             rows.append((i, ident, eng_ws, ws, behavior, build_ms + (time.perf_counter() - tq) * 1e3, build_ms,
                          rnk, fn))
+        margin = self.quick_margin if self.quick_margin is not None else settings.prune_margin
         for i, ident, eng_ws, ws, behavior, cost_ms, build_ms, rnk, fn in rows:
-            dominated = self.quick_margin is not None and any(
-                quick[j] * self.quick_margin < quick[i] and ws_j <= ws
-                for j, _, _, ws_j, *_ in rows if j != i)
+            pruned = dominated(quick[i], ws, [(quick[j], ws_j) for j, _, _, ws_j, *_ in rows if j != i], margin)
             t = quick[i]
             timing = "quick"
-            if settings.repeat > 0 and not dominated:
+            if settings.repeat > 0 and not pruned and not settings.budget_spent():
                 tf = time.perf_counter()
                 try:
                     t = time_config(fn, settings, self._timer)
