@@ -31,14 +31,16 @@ def test_a_configuration_is_dominated_only_by_a_faster_one_needing_no_more_works
     assert not dominated(100.0, 8 * MiB, others, None)     # rule off
 
 
-def test_hopeless_compares_the_first_sample_with_the_best_retimed_time_needing_no_more_workspace():
+def test_hopeless_compares_the_first_sample_with_the_best_retimed_time_at_that_micro_batch():
     p = Pruner(BenchSettings("strict", hopeless_factor=4.0))
+    assert not p.hopeless(50.0, 0)                         # nothing re-timed yet: no reference
     p.record(1.0, 8 * MiB, 1.2, "median")
     assert p.hopeless(5.0, 8 * MiB)
     assert not p.hopeless(4.5, 8 * MiB)
-    assert not p.hopeless(50.0, 1 * MiB)                   # less workspace than the only timed one
-    p.record(9.0, 0, None, "first-sample")                 # an untimed record is no reference
-    assert not p.hopeless(50.0, 0)
+    assert p.hopeless(50.0, 0)                             # its own sample is recorded: WR may still use it
+    q = Pruner(BenchSettings("strict", hopeless_factor=4.0))
+    q.record(9.0, 0, None, "first-sample")                 # a first sample is no reference
+    assert not q.hopeless(50.0, 0)
 
 
 def test_the_budget_prunes_once_spent():
@@ -170,3 +172,22 @@ def test_dominance_pruning_never_changes_the_wr_plan_when_find_is_exact(options,
     got = plan_kernel(sim.table.kernels[0], limit)
     assert sum(m.time_ms for m in got) == pytest.approx(sum(m.time_ms for m in ref))
     assert all(m.extra.get("timed") != "find" for m in got)
+
+
+# --- the graph source: the quick sample is its first estimate ------------------------------------
+def test_graph_prunes_by_the_settings_margin_and_stops_hopeless_engines_at_their_quick_sample():
+    from test_graph_source import OPS as GOPS
+    from test_graph_source import WS, Cfg, P, source
+
+    lists = {"A": [Cfg(1, ms=1.0, ws=0), Cfg(2, ms=5.0, ws=1 << 20), Cfg(3, ms=0.4, ws=8 << 20),
+                   Cfg(4, ms=1.2, ws=0), Cfg(5, ms=2.0, ws=0)]}
+    src, fe, timer, _ = source(lists)                       # no quick_margin: BenchSettings decides
+    s = BenchSettings("strict", repeat=3, min_sample_ms=0.0, prune_margin=2.0, hopeless_factor=4.0)
+    ms, _ = src.measure("forward", P, GOPS, WS, s)
+    timing = {m.engine["id"]: m.extra["timing"] for m in ms}
+    # 2: dominated by 1 (5x, more workspace); 5: within the margin of 1 but 5x the best median (3): hopeless
+    assert timing == {1: "median", 2: "quick", 3: "median", 4: "median", 5: "quick"}
+    assert [m.engine["id"] for m in ms] == [1, 2, 3, 4, 5]     # reported in heuristic order
+    off, *_ = source(lists)
+    ms, _ = off.measure("forward", P, GOPS, WS, BenchSettings.unpruned("strict", repeat=3, min_sample_ms=0.0))
+    assert {m.extra["timing"] for m in ms} == {"median"}

@@ -42,8 +42,8 @@ class BenchSettings:
       for graph) is more than ``prune_margin`` times another's at the same micro-batch, and that needs no
       less workspace, is recorded with that estimate instead of being re-timed.  None: re-time everything.
     * ``hopeless_factor`` — early stop: a configuration whose first timed sample is more than this many
-      times the best re-timed time at that micro-batch (among configurations needing no more workspace) is
-      recorded with that first sample.  None: never stop early.
+      times the best re-timed time at that micro-batch is recorded with that first sample (its own
+      timing, one sample instead of the median: :meth:`Pruner.hopeless`).  None: never stop early.
     * ``kernel_budget_s`` — per kernel (every micro-batch, every source): once spent, the remaining
       configurations are recorded with their first estimate.  None: no budget.
     """
@@ -122,9 +122,18 @@ class Pruner:
         return None
 
     def hopeless(self, first_ms: float, workspace: int) -> bool:
-        """Early stop: ``first_ms`` exceeds ``hopeless_factor`` x the best re-timed time needing no more workspace."""
+        """Early stop: ``first_ms`` exceeds ``hopeless_factor`` x the best re-timed time at this micro-batch.
+
+        Any workspace counts as the reference, unlike :func:`dominated`: what is recorded is this
+        configuration's own first sample (under the plan's beta), not another estimate, so WR may still
+        choose it where it needs the least workspace, and a single sample of a call k times slower than the
+        best is set by the call's own duration rather than launch jitter.  What is saved is the median's
+        ``repeat`` samples (on AlexNet fp16, legacy algorithm 0 without workspace takes 420 ms a call at
+        b256 where algorithm 1 takes 0.5 ms).  ``workspace`` is kept for the signature's symmetry with
+        :meth:`decide`.
+        """
         k = self.settings.hopeless_factor
-        return k is not None and any(t * k < first_ms and ws <= workspace for t, ws in self.timed)
+        return k is not None and any(t * k < first_ms for t, _ in self.timed)
 
     def record(self, estimate_ms: float, workspace: int, timed_ms: float | None, how: str) -> None:
         """``timed_ms``: the full median (None when the estimate or a first sample was recorded)."""
