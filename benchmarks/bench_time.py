@@ -32,6 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _report import md_header, provenance, write  # noqa: E402
+from core_wr import distinct_kernels  # noqa: E402
 
 MiB = 1 << 20
 BATCH = {"alexnet": 256, "resnet50": 128}
@@ -61,12 +62,7 @@ def one_run(net: str, dtype: str, sources: str, mode: str, table_out: str) -> di
         except GraphUnavailable as e:
             return {"skipped": f"graph source unavailable: {e}"}
         srcs.append(GraphSource())   # a fresh instance: no notes or plans cached from another run
-    specs = load_network(net).kernels(BATCH[net], dtype, layout)
-    seen, kernels = set(), []
-    for k in specs:
-        if (k.problem, k.op) not in seen:
-            seen.add((k.problem, k.op))
-            kernels.append(k)
+    kernels = distinct_kernels(load_network(net).kernels(BATCH[net], dtype, layout))
     rules = {} if mode == "on" else {"prune_margin": None, "hopeless_factor": None, "kernel_budget_s": None}
     cp.cuda.runtime.deviceSynchronize()
     t0 = time.perf_counter()

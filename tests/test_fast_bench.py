@@ -191,3 +191,34 @@ def test_graph_prunes_by_the_settings_margin_and_stops_hopeless_engines_at_their
     off, *_ = source(lists)
     ms, _ = off.measure("forward", P, GOPS, WS, BenchSettings.unpruned("strict", repeat=3, min_sample_ms=0.0))
     assert {m.extra["timing"] for m in ms} == {"median"}
+
+
+# --- wrappers (relayout, fold): the inner measurement is the first estimate ----------------------
+def test_wrappers_time_steps_under_the_same_rules_and_keep_input_order():
+    from ucudnn.errors import CaptureError
+    from ucudnn.measure.sources.wrapper import Wrapper
+    from ucudnn.planning.table import Measurement
+
+    true = {"a": 1.0, "b": 9.0, "c": 1.1, "d": 3.0, "e": 0.0}
+
+    class Fake(Wrapper):
+        name, key = "fake", "fake"
+        timed: list[str] = []
+
+        def time_step(self, op, problem, config, ops, workspace, settings, give_up=None):
+            if config.algo == "e":
+                raise CaptureError("cannot be captured into a CUDA graph: nope")
+            self.timed.append(config.algo)
+            if give_up is not None:
+                give_up(true[config.algo])   # the first sample; a stop returns it, as time_ms does
+            return true[config.algo]
+
+    cfgs = [Measurement(16, a, "FMA", est, ws, "fake") for a, est, ws in
+            [("b", 5.0, 8 * MiB), ("a", 1.0, 4 * MiB), ("c", 1.2, 0), ("d", 1.5, 8 * MiB), ("e", 1.3, 0)]]
+    got = Fake([]).time_steps("forward", PROBLEM, cfgs, Operands(0, 0, 0), 0,
+                              BenchSettings("strict", prune_margin=2.0, hopeless_factor=2.5))
+    assert got[0] == (5.0, "estimate")            # b: 5x a's estimate, more workspace: keeps its estimate
+    assert got[1] == (1.0, "median") and got[2] == (1.1, "median")
+    assert got[3] == (3.0, "first-sample")        # d: its first sample is 3x the best median
+    assert isinstance(got[4], CaptureError)
+    assert Fake.timed == ["a", "c", "d"]          # fastest estimate first; b never timed

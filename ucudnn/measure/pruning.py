@@ -28,8 +28,15 @@ def first_estimate(m: Measurement, estimate: str) -> float:
         for key in ("find_time_ms", "quick_ms"):
             v = m.extra.get(key)
             if isinstance(v, (int, float)) and v > 0:
-                return float(v)
+                via = m.extra.get("via") or {}
+                return float(v) + float(via.get("transform_ms", 0.0))   # relayout: inner estimate + transforms
     return m.time_ms
+
+
+def _group(m: Measurement) -> tuple:
+    """What one :class:`Pruner` sees together: a source's rows at one size (a wrapper's: per inner source and layout)."""
+    inner = m.extra.get("via") or m.extra.get("fold") or {}
+    return (m.micro_batch, m.source, str(inner.get("source", "")), str(inner.get("layout", "")))
 
 
 def retime_cost_ms(t: float, settings: BenchSettings, stopped: bool = False) -> float:
@@ -78,12 +85,12 @@ def simulate(table: BenchmarkTable, settings: BenchSettings, estimate: str = "re
         spent = 0.0
         sizes = micro_batch_sizes(policy, k.problem.n)
         rank = {b: i for i, b in enumerate(sizes)}
-        groups: dict[tuple[int, str], list[Measurement]] = {}
+        groups: dict[tuple, list[Measurement]] = {}
         for m in k.measurements:
-            groups.setdefault((m.micro_batch, m.source), []).append(m)
+            groups.setdefault(_group(m), []).append(m)
         kept: list[Measurement] = []
-        for (_, _), ms in sorted(groups.items(), key=lambda g: (rank.get(g[0][0], len(rank) + g[0][0]),
-                                                                order.get(g[0][1], len(order)), g[0][1])):
+        for _, ms in sorted(groups.items(), key=lambda g: (rank.get(g[0][0], len(rank) + g[0][0]),
+                                                           order.get(g[0][1], len(order)), g[0][1:])):
             pruner = Pruner(rules)
             for m in sorted(ms, key=lambda m: (first_estimate(m, estimate), m.workspace_bytes)):
                 est = first_estimate(m, estimate)

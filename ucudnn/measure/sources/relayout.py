@@ -97,24 +97,30 @@ class RelayoutSource(Wrapper):
             ms, sk = inner.measure(op, p2, inner_ops, workspace, settings)
             skipped += [Skipped(s.micro_batch, s.algo, s.math_type, f"relayout via {p2.layout} {inner.name}: {s.reason}")
                         for s in sk]
+            cfgs: list[Measurement] = []
             for m in ms:
                 via = {"layout": p2.layout, "source": inner.name, "inner_time_ms": round(m.time_ms, 6),
                        "transform_ms": round(t_transform, 6)}
+                if "timed" in m.extra:
+                    via["inner_timed"] = m.extra["timed"]
                 cfg = Measurement(mb, m.algo, m.math_type, m.time_ms + t_transform, m.workspace_bytes + extra_ws,
                                   self.name, m.engine, {**m.extra, "via": via})
                 if cfg.workspace_bytes > settings.max_workspace:
                     skipped.append(Skipped(mb, m.algo, m.math_type, f"relayout via {p2.layout} {inner.name}: needs "
                                            f"{cfg.workspace_bytes} bytes, over the benchmark cap"))
                     continue
-                if settings.repeat > 0:
-                    try:
-                        t = self.time_step(op, problem, cfg, ops, workspace, settings)
-                    except CaptureError as e:
-                        skipped.append(Skipped(mb, m.algo, m.math_type, f"relayout via {p2.layout} {inner.name}: {e}"))
-                        continue
-                    cfg = Measurement(mb, m.algo, m.math_type, t, cfg.workspace_bytes, self.name, m.engine,
-                                      {**m.extra, "via": {**via, "sum_of_parts_ms": round(m.time_ms + t_transform, 6)}})
-                measured.append(cfg)
+                cfgs.append(cfg)
+            if settings.repeat <= 0:
+                measured += cfgs
+                continue
+            for cfg, got in zip(cfgs, self.time_steps(op, problem, cfgs, ops, workspace, settings)):
+                if isinstance(got, CaptureError):
+                    skipped.append(Skipped(mb, cfg.algo, cfg.math_type, f"relayout via {p2.layout} {inner.name}: {got}"))
+                    continue
+                t, how = got
+                via = {**cfg.extra["via"], "sum_of_parts_ms": round(cfg.time_ms, 6)}
+                measured.append(Measurement(mb, cfg.algo, cfg.math_type, t, cfg.workspace_bytes, self.name, cfg.engine,
+                                            {**cfg.extra, "via": via, "timed": how}))
         return measured, skipped
 
     # -- running -----------------------------------------------------------------------------
