@@ -32,7 +32,6 @@ import math
 from functools import lru_cache
 from typing import Sequence
 
-from ...errors import CaptureError
 from ...planning.arena import align_up
 from ...planning.pareto import pareto
 from ...planning.table import Measurement, Skipped
@@ -183,17 +182,10 @@ class FoldSource(Wrapper):
                                                                     "over the benchmark cap"))
                     continue
                 cfgs.append(cfg)
-            if settings.repeat <= 0:
-                measured += cfgs
-                continue
             # packs, inner call, unpack, back to back (under the fast-benchmarking rules: Wrapper.time_steps)
-            for cfg, got in zip(cfgs, self.time_steps(op, problem, cfgs, ops, workspace, settings)):
-                if isinstance(got, CaptureError):
-                    skipped.append(Skipped(mb, cfg.algo, cfg.math_type, f"{what}: {got}"))
-                    continue
-                t, how = got
-                measured.append(Measurement(mb, cfg.algo, cfg.math_type, t, cfg.workspace_bytes, self.name, cfg.engine,
-                                            {**cfg.extra, "timed": how}))
+            rows, sk = self.timed_rows(op, problem, cfgs, ops, workspace, settings, what)
+            measured += rows
+            skipped += sk
         return measured, skipped
 
     # -- running -----------------------------------------------------------------------------

@@ -33,7 +33,6 @@ from functools import lru_cache
 from typing import Any
 
 from ...binding.timing import time_ms
-from ...errors import CaptureError
 from ...planning.arena import align_up
 from ...planning.table import Measurement, Skipped
 from ...problem import ConvProblem
@@ -110,17 +109,12 @@ class RelayoutSource(Wrapper):
                                            f"{cfg.workspace_bytes} bytes, over the benchmark cap"))
                     continue
                 cfgs.append(cfg)
-            if settings.repeat <= 0:
-                measured += cfgs
-                continue
-            for cfg, got in zip(cfgs, self.time_steps(op, problem, cfgs, ops, workspace, settings)):
-                if isinstance(got, CaptureError):
-                    skipped.append(Skipped(mb, cfg.algo, cfg.math_type, f"relayout via {p2.layout} {inner.name}: {got}"))
-                    continue
-                t, how = got
-                via = {**cfg.extra["via"], "sum_of_parts_ms": round(cfg.time_ms, 6)}
-                measured.append(Measurement(mb, cfg.algo, cfg.math_type, t, cfg.workspace_bytes, self.name, cfg.engine,
-                                            {**cfg.extra, "via": via, "timed": how}))
+            rows, sk = self.timed_rows(op, problem, cfgs, ops, workspace, settings,
+                                       f"relayout via {p2.layout} {inner.name}",
+                                       lambda c: {**c.extra, "via": {**c.extra["via"],
+                                                                     "sum_of_parts_ms": round(c.time_ms, 6)}})
+            measured += rows
+            skipped += sk
         return measured, skipped
 
     # -- running -----------------------------------------------------------------------------

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from ...planning.table import Measurement
+from ...planning.table import Measurement, Skipped
 from ...problem import ConvProblem
 from . import registry
 from ...errors import CaptureError
@@ -63,6 +63,25 @@ class Wrapper(Prepared):
             pruner.record(cfg.time_ms, cfg.workspace_bytes, None if stopped else t, how)
             out[i] = (t, how)
         return [out[i] for i in range(len(configs))]
+
+    def timed_rows(self, op: str, problem: ConvProblem, configs: list[Measurement], ops: Operands, workspace: int,
+                   settings: BenchSettings, what: str,
+                   extra: Callable[[Measurement], dict] = lambda c: c.extra) -> tuple[list[Measurement], list[Skipped]]:
+        """The rows a wrapper records for ``configs`` at one size: timed by :meth:`time_steps` (as they are when
+        ``settings.repeat`` is 0), ``extra(config)`` plus how each was timed; capture failures skipped as
+        ``what: reason``."""
+        if settings.repeat <= 0:
+            return list(configs), []
+        rows: list[Measurement] = []
+        skipped: list[Skipped] = []
+        for cfg, got in zip(configs, self.time_steps(op, problem, configs, ops, workspace, settings)):
+            if isinstance(got, CaptureError):
+                skipped.append(Skipped(cfg.micro_batch, cfg.algo, cfg.math_type, f"{what}: {got}"))
+                continue
+            t, how = got
+            rows.append(Measurement(cfg.micro_batch, cfg.algo, cfg.math_type, t, cfg.workspace_bytes, self.name,
+                                    cfg.engine, {**extra(cfg), "timed": how}))
+        return rows, skipped
 
     def time_step(self, op: str, problem: ConvProblem, config: Measurement, ops: Operands, workspace: int,
                   settings: BenchSettings, give_up: Callable[[float], bool] | None = None) -> float:
