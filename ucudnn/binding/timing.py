@@ -6,17 +6,25 @@ single call between two events would charge that latency to every small
 micro-batch (measured: 2x on 16-sample AlexNet micro-batches).  So each
 sample runs ``fn`` enough times back to back to last ``min_sample_ms`` and
 reports the mean per call; the median over ``repeat`` samples is returned.
+
+Two exits save benchmarking time (:mod:`ucudnn.measure.sources.base` decides
+when): ``give_up(first_sample_ms)`` returning True stops after the first
+sample and returns it (a configuration already hopeless needs no median), and
+``deadline`` (a :func:`time.perf_counter` value) stops sampling once passed,
+returning the median of the samples taken (at least one).
 """
 from __future__ import annotations
 
 import math
 import statistics
+import time
 from typing import Callable
 
 
 def time_ms(fn: Callable[[], None], repeat: int = 5, warmup: int = 1, min_sample_ms: float = 0.0,
-            max_inner: int = 64) -> float:
-    """Median per-call time of ``fn`` in milliseconds on CuPy's current stream."""
+            max_inner: int = 64, give_up: Callable[[float], bool] | None = None,
+            deadline: float | None = None) -> float:
+    """Median per-call time of ``fn`` in milliseconds on CuPy's current stream (early exits: module doc)."""
     import cupy as cp
 
     stream = cp.cuda.get_current_stream()
@@ -33,13 +41,21 @@ def time_ms(fn: Callable[[], None], repeat: int = 5, warmup: int = 1, min_sample
     for _ in range(warmup):
         fn()
     inner = 1
-    if min_sample_ms > 0:
+    samples: list[float] = []
+    if min_sample_ms > 0 or give_up is not None:
         first = sample(1)
-        inner = max(1, min(max_inner, math.ceil(min_sample_ms / max(first, 1e-3))))
-    return float(statistics.median(sample(inner) for _ in range(max(1, repeat))))
+        if give_up is not None and give_up(first):
+            return first
+        inner = max(1, min(max_inner, math.ceil(min_sample_ms / max(first, 1e-3)))) if min_sample_ms > 0 else 1
+    while len(samples) < max(1, repeat):
+        if samples and deadline is not None and time.perf_counter() > deadline:
+            break
+        samples.append(sample(inner))
+    return float(statistics.median(samples))
 
 
-def time_replay_ms(fn: Callable[[], None], repeat: int = 5, warmup: int = 2, min_sample_ms: float = 5.0) -> float:
+def time_replay_ms(fn: Callable[[], None], repeat: int = 5, warmup: int = 2, min_sample_ms: float = 5.0,
+                   give_up: Callable[[float], bool] | None = None, deadline: float | None = None) -> float:
     """Median ms per replay of ``fn`` captured once into a CUDA graph: its GPU time without the host's.
 
     Why: a plan of many small micro-batches can be bound by the host's launch work (several cuDNN and
@@ -56,4 +72,5 @@ def time_replay_ms(fn: Callable[[], None], repeat: int = 5, warmup: int = 2, min
         fn()
         stream.synchronize()
         graph = capture(fn)
-        return time_ms(lambda: graph.launch(stream), repeat=repeat, warmup=warmup, min_sample_ms=min_sample_ms)
+        return time_ms(lambda: graph.launch(stream), repeat=repeat, warmup=warmup, min_sample_ms=min_sample_ms,
+                       give_up=give_up, deadline=deadline)

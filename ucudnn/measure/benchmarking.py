@@ -96,8 +96,14 @@ def resolve_sources(sources: Iterable[AlgorithmSource | str] | str | None) -> li
 
 def benchmark(kernels: Sequence[KernelSpec], batch_policy: str = "powerOfTwo", numerics: str | None = None, *,
               sources: Iterable[AlgorithmSource | str] | str | None = None, repeat: int = 5, warmup: int = 1,
-              max_workspace: int | None = None, progress: bool = False, timing: str = "eager") -> BenchmarkTable:
+              max_workspace: int | None = None, progress: bool = False, timing: str = "eager",
+              prune_margin: float | None = BenchSettings.prune_margin,
+              hopeless_factor: float | None = BenchSettings.hopeless_factor,
+              kernel_budget_s: float | None = BenchSettings.kernel_budget_s) -> BenchmarkTable:
     """Measure ``kernels`` on the current device; never raises for an algorithm that fails.
+
+    ``prune_margin``, ``hopeless_factor``, ``kernel_budget_s``: fast benchmarking
+    (:class:`~ucudnn.measure.sources.base.BenchSettings`; None turns a rule off).  The table records them.
 
     ``timing``: ``eager`` (the default) times each configuration called back to back as the executor runs a
     plan; ``replay`` times it captured into a CUDA graph, for plans their users capture and replay
@@ -112,7 +118,8 @@ def benchmark(kernels: Sequence[KernelSpec], batch_policy: str = "powerOfTwo", n
     if max_workspace is None:
         free, _ = cp.cuda.runtime.memGetInfo()
         max_workspace = min(4 << 30, free // 4)
-    settings = BenchSettings(numerics, repeat, warmup, max_workspace, timing=timing)
+    settings = BenchSettings(numerics, repeat, warmup, max_workspace, timing=timing, prune_margin=prune_margin,
+                             hopeless_factor=hopeless_factor, kernel_budget_s=kernel_budget_s)
     memo: dict[tuple[ConvProblem, str], KernelBench] = {}
     steps = sum(len(micro_batch_sizes(batch_policy, k.problem.n)) for k in kernels)
     bar = _progress(progress, steps)
@@ -130,6 +137,7 @@ def benchmark(kernels: Sequence[KernelSpec], batch_policy: str = "powerOfTwo", n
                 bar.advance(len(micro_batch_sizes(batch_policy, spec.problem.n)), spec.name)
                 continue
             t0 = time.perf_counter()
+            settings.start_kernel()
             measurements: list[Measurement] = []
             skipped: list[Skipped] = []
             try:
@@ -156,7 +164,9 @@ def benchmark(kernels: Sequence[KernelSpec], batch_policy: str = "powerOfTwo", n
         bar.close()
     return BenchmarkTable(device_name(), cudnn.get_version(), out, numerics,
                           {"batch_policy": batch_policy, "repeat": repeat, "timing": timing,
-                           "cupy_version": cp.__version__, "sources": [s.name for s in sources]})
+                           "cupy_version": cp.__version__, "sources": [s.name for s in sources],
+                           "pruning": {"prune_margin": prune_margin, "hopeless_factor": hopeless_factor,
+                                       "kernel_budget_s": kernel_budget_s}})
 
 
 def _tag(m: Measurement, source: str) -> Measurement:

@@ -14,8 +14,9 @@ executor prepares every step once and measurement times the same launchers.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable, Protocol
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Protocol
 
 from ...planning.table import Measurement, Skipped
 from ...problem import ConvProblem
@@ -32,19 +33,122 @@ class Operands:
 
 @dataclass
 class BenchSettings:
+    """How a benchmark measures; the last four fields trade benchmarking time for nothing in the plans.
+
+    Pruning (issue 16, "the same plans, less time"; :class:`Pruner` applies the rules, and
+    ``benchmarks/pruning_cost.py`` reports what each costs in planned time on the recorded tables):
+
+    * ``prune_margin`` — a configuration whose first estimate (Find's own time for legacy, the quick sample
+      for graph) is more than ``prune_margin`` times another's at the same micro-batch, and that needs no
+      less workspace, is recorded with that estimate instead of being re-timed.  None: re-time everything.
+    * ``hopeless_factor`` — early stop: a configuration whose first timed sample is more than this many
+      times the best re-timed time at that micro-batch is recorded with that first sample (its own
+      timing, one sample instead of the median: :meth:`Pruner.hopeless`).  None: never stop early.
+    * ``kernel_budget_s`` — per kernel (every micro-batch, every source): once spent, the remaining
+      configurations are recorded with their first estimate.  None: no budget.
+    """
+
     numerics: str
     repeat: int = 5          # timed runs per configuration (median); 0 = trust the source's own timing
     warmup: int = 1
     max_workspace: int = 4 << 30   # workspace offered while benchmarking
     min_sample_ms: float = 1.0     # back-to-back calls per timing sample (see ucudnn.binding.timing)
     timing: str = "eager"          # how a configuration's call is timed: see time_config
+    prune_margin: float | None = 2.0
+    hopeless_factor: float | None = 4.0
+    kernel_budget_s: float | None = 60.0
+    deadline: float | None = None  # time.perf_counter() at which this kernel's budget ends (start_kernel)
+
+    def __post_init__(self) -> None:
+        from ...errors import InputError
+
+        for name in ("prune_margin", "hopeless_factor"):
+            v = getattr(self, name)
+            if v is not None and not v >= 1.0:
+                raise InputError(f"must be at least 1.0 (or None: off), got {v!r}", name)
+        if self.kernel_budget_s is not None and not self.kernel_budget_s > 0:
+            raise InputError(f"must be a positive number of seconds (or None: no budget), got {self.kernel_budget_s!r}",
+                             "kernel_budget_s")
+
+    def start_kernel(self) -> None:
+        """Start the per-kernel budget's clock (the benchmark loop calls it before each kernel's first size)."""
+        self.deadline = None if self.kernel_budget_s is None else time.perf_counter() + self.kernel_budget_s
+
+    def budget_spent(self) -> bool:
+        return self.deadline is not None and time.perf_counter() > self.deadline
+
+    @classmethod
+    def unpruned(cls, numerics: str, **kw: object) -> "BenchSettings":
+        """Every configuration re-timed in full: the reference the pruning rules are measured against."""
+        return cls(numerics, prune_margin=None, hopeless_factor=None, kernel_budget_s=None, **kw)  # type: ignore[arg-type]
+
+
+def dominated(estimate_ms: float, workspace: int, others: Iterable[tuple[float, int]], margin: float | None) -> bool:
+    """True iff some other configuration is faster by more than ``margin`` and needs no more workspace.
+
+    Why such a configuration need not be re-timed: WR picks, for each micro-batch size, the fastest
+    configuration that fits the limit, so it uses a slower one only when that one needs *less* workspace.
+    A configuration that is slower *and* needs no less workspace than another is never chosen while the
+    other fits, and the other fits whenever it does.  So with exact estimates pruning it changes no WR plan
+    (nor WD's, which chooses among WR's per-size Pareto fronts).  Estimates are not exact (Find times one run
+    with beta = 0, see :func:`timed_beta`; the quick sample is one call), so the margin must exceed their
+    error: a pruned configuration could only have been chosen if its estimate were wrong by more than that.
+    ``benchmarks/pruning_cost.py`` measures the cost of the default margin on the recorded tables.
+    """
+    if margin is None:
+        return False
+    return any(t * margin < estimate_ms and ws <= workspace for t, ws in others)
+
+
+@dataclass
+class Pruner:
+    """One source's bookkeeping at one micro-batch size: which configurations to re-time, and how long.
+
+    Feed it configurations in order of their first estimate, fastest first (so dominators and the best
+    re-timed time are known early); :meth:`decide` says how to record each, :meth:`record` what came out.
+    """
+
+    settings: BenchSettings
+    estimates: list[tuple[float, int]] = field(default_factory=list)   # (first estimate ms, workspace) recorded
+    timed: list[tuple[float, int]] = field(default_factory=list)       # (re-timed ms, workspace) recorded
+    counts: dict[str, int] = field(default_factory=dict)               # how each configuration was recorded
+
+    def decide(self, estimate_ms: float, workspace: int) -> str | None:
+        """None: re-time; else why the estimate is recorded instead (``dominated``, ``budget``)."""
+        if dominated(estimate_ms, workspace, self.estimates, self.settings.prune_margin):
+            return "dominated"
+        if self.settings.budget_spent():
+            return "budget"
+        return None
+
+    def hopeless(self, first_ms: float, workspace: int) -> bool:
+        """Early stop: ``first_ms`` exceeds ``hopeless_factor`` x the best re-timed time at this micro-batch.
+
+        Any workspace counts as the reference, unlike :func:`dominated`: what is recorded is this
+        configuration's own first sample (under the plan's beta), not another estimate, so WR may still
+        choose it where it needs the least workspace, and a single sample of a call k times slower than the
+        best is set by the call's own duration rather than launch jitter.  What is saved is the median's
+        ``repeat`` samples (on AlexNet fp16, legacy algorithm 0 without workspace takes 420 ms a call at
+        b256 where algorithm 1 takes 0.5 ms).  ``workspace`` is kept for the signature's symmetry with
+        :meth:`decide`.
+        """
+        k = self.settings.hopeless_factor
+        return k is not None and any(t * k < first_ms for t, _ in self.timed)
+
+    def record(self, estimate_ms: float, workspace: int, timed_ms: float | None, how: str) -> None:
+        """``timed_ms``: the full median (None when the estimate or a first sample was recorded)."""
+        self.estimates.append((estimate_ms, workspace))
+        if timed_ms is not None:
+            self.timed.append((timed_ms, workspace))
+        self.counts[how] = self.counts.get(how, 0) + 1
 
 
 TIMINGS = ("eager", "replay")
 
 
 def time_config(fn: Callable[[], None], settings: BenchSettings,
-                timer: Callable[..., float] | None = None) -> float:
+                timer: Callable[..., float] | None = None,
+                give_up: Callable[[float], bool] | None = None) -> float:
     """ms of one configuration's call as the plan will run it, by ``settings.timing``:
 
     * ``eager`` — called back to back from Python, as :class:`ucudnn.execute.Executor` runs a plan: the host's
@@ -54,17 +158,24 @@ def time_config(fn: Callable[[], None], settings: BenchSettings,
       NCHW Winograd, 12 samples): 165 us of host work per step, 104 us of GPU work.  A configuration that cannot
       be captured raises :class:`~ucudnn.errors.CaptureError` (sources record it as skipped).
 
-    ``timer`` replaces the clock (tests without a GPU).
+    ``give_up(first_sample_ms)``: early stop (:meth:`Pruner.hopeless`); sampling also stops at the kernel's
+    budget (``settings.deadline``).  ``timer`` replaces the clock (tests without a GPU); it is passed
+    ``give_up`` / ``deadline`` only when they are set.
     """
     from ...binding.timing import time_ms, time_replay_ms
 
-    kw = {"repeat": max(1, settings.repeat), "warmup": settings.warmup, "min_sample_ms": settings.min_sample_ms}
+    kw: dict[str, object] = {"repeat": max(1, settings.repeat), "warmup": settings.warmup,
+                             "min_sample_ms": settings.min_sample_ms}
+    if give_up is not None:
+        kw["give_up"] = give_up
+    if settings.deadline is not None:
+        kw["deadline"] = settings.deadline
     if timer is not None:
         return timer(fn, **kw)
     if settings.timing != "replay":
-        return time_ms(fn, **kw)
+        return time_ms(fn, **kw)  # type: ignore[arg-type]
     try:
-        return time_replay_ms(fn, **kw)
+        return time_replay_ms(fn, **kw)  # type: ignore[arg-type]
     except Exception as e:  # noqa: BLE001 - any failure inside capture means: not replayable
         from ...errors import CaptureError, summary
 

@@ -32,7 +32,6 @@ import math
 from functools import lru_cache
 from typing import Sequence
 
-from ...errors import CaptureError
 from ...planning.arena import align_up
 from ...planning.pareto import pareto
 from ...planning.table import Measurement, Skipped
@@ -170,23 +169,23 @@ class FoldSource(Wrapper):
             if dropped:
                 skipped.append(Skipped(mb, None, None, f"{what}: {dropped} inner configurations slower and larger "
                                                        "than another were not timed folded"))
+            cfgs: list[Measurement] = []
             for m in ms:
                 info = {"stride": list(problem.stride), "layout": layout, "source": inner.name,
                         "inner_time_ms": round(m.time_ms, 6)}
+                if "timed" in m.extra:
+                    info["inner_timed"] = m.extra["timed"]
                 cfg = Measurement(mb, m.algo, m.math_type, m.time_ms, m.workspace_bytes + extra_ws, self.name,
                                   m.engine, {**m.extra, "fold": info})
                 if cfg.workspace_bytes > settings.max_workspace:
                     skipped.append(Skipped(mb, m.algo, m.math_type, f"{what}: needs {cfg.workspace_bytes} bytes, "
                                                                     "over the benchmark cap"))
                     continue
-                if settings.repeat > 0:   # packs, inner call, unpack, back to back
-                    try:
-                        t = self.time_step(op, problem, cfg, ops, workspace, settings)
-                    except CaptureError as e:
-                        skipped.append(Skipped(mb, m.algo, m.math_type, f"{what}: {e}"))
-                        continue
-                    cfg = Measurement(mb, m.algo, m.math_type, t, cfg.workspace_bytes, self.name, m.engine, cfg.extra)
-                measured.append(cfg)
+                cfgs.append(cfg)
+            # packs, inner call, unpack, back to back (under the fast-benchmarking rules: Wrapper.time_steps)
+            rows, sk = self.timed_rows(op, problem, cfgs, ops, workspace, settings, what)
+            measured += rows
+            skipped += sk
         return measured, skipped
 
     # -- running -----------------------------------------------------------------------------

@@ -52,7 +52,15 @@ Pruning (benchmarking cost): ``top_k`` times only the first k configurations
 (in heuristic order) that build at each size; ``quick_margin`` times every
 configuration once and repeats the timing only for those not dominated (a
 configuration needing no more workspace is faster by the margin) — a
-dominated configuration can never be WR's choice at that size.
+dominated configuration can never be WR's choice at that size.  The quick
+sample is this source's cheap first estimate (the graph API has no Find), so
+it plays the role Find's times play for legacy: without ``quick_margin`` the
+benchmark's ``BenchSettings.prune_margin`` applies (the same rule,
+:func:`~ucudnn.measure.sources.base.dominated`), and once the kernel's budget
+is spent the quick sample is recorded.  Early stop: configurations are timed
+fastest-quick-sample first, and one whose quick sample (its first sample) is
+hopeless against the best median so far keeps that sample
+(:meth:`~ucudnn.measure.sources.base.Pruner.hopeless`).
 """
 from __future__ import annotations
 
@@ -71,7 +79,7 @@ from ... import numerics as num
 from ...errors import CudnnError, InputError, UcudnnError
 from ...planning.table import Measurement, Skipped
 from ...problem import ROLES, ConvProblem
-from .base import BenchSettings, Launch, Operands, Prepared, time_config, timed_beta
+from .base import BenchSettings, Launch, Operands, Prepared, Pruner, dominated, time_config, timed_beta
 
 #: Heuristic modes asked for, in this order (their lists are concatenated; duplicates are measured once).
 HEUR_MODES: tuple[str, ...] = ("A", "B", "FALLBACK")
@@ -478,13 +486,14 @@ class GraphSource(Prepared):
                 continue
             rows.append((i, ident, eng_ws, ws, behavior, build_ms + (time.perf_counter() - tq) * 1e3, build_ms,
                          rnk, fn))
-        for i, ident, eng_ws, ws, behavior, cost_ms, build_ms, rnk, fn in rows:
-            dominated = self.quick_margin is not None and any(
-                quick[j] * self.quick_margin < quick[i] and ws_j <= ws
-                for j, _, _, ws_j, *_ in rows if j != i)
+        margin = self.quick_margin if self.quick_margin is not None else settings.prune_margin
+        pruner = Pruner(settings)
+        for i, ident, eng_ws, ws, behavior, cost_ms, build_ms, rnk, fn in sorted(rows, key=lambda r: quick[r[0]]):
+            pruned = dominated(quick[i], ws, [(quick[j], ws_j) for j, _, _, ws_j, *_ in rows if j != i], margin)
+            pruned = pruned or settings.budget_spent() or pruner.hopeless(quick[i], ws)
             t = quick[i]
             timing = "quick"
-            if settings.repeat > 0 and not dominated:
+            if settings.repeat > 0 and not pruned:
                 tf = time.perf_counter()
                 try:
                     t = time_config(fn, settings, self._timer)
@@ -493,6 +502,7 @@ class GraphSource(Prepared):
                     skipped.append(Skipped(mb, ident.tag, None, f"graph execution failed: {_first_line(e)}"))
                     continue
                 cost_ms += (time.perf_counter() - tf) * 1e3
+                pruner.record(quick[i], ws, t, "median")
             self.stats["configs_timed" if timing == "median" else "configs_quick_only"] += 1
             eng_notes = notes.get(ident.engine_id)
             extra: dict[str, Any] = {"heuristic_rank": rnk, "build_ms": round(build_ms, 3),
@@ -510,6 +520,7 @@ class GraphSource(Prepared):
             measured.append(Measurement(mb, ident.tag, math_type_label(eng_notes, numerics, problem.dtype),
                                         max(t, 1e-6), ws, self.name, ident.to_json(), extra))
         self.stats["time_s"] += time.perf_counter() - t2
+        measured.sort(key=lambda m: m.extra["heuristic_rank"])   # timed fastest first, reported in heuristic order
         return measured, skipped
 
     @staticmethod

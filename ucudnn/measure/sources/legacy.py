@@ -7,6 +7,15 @@ successful configuration is re-run and the median of ``repeat`` event-timed
 runs is recorded (eagerly, or replayed from a CUDA graph: ``BenchSettings.timing``).
 Failures (unsupported, out of memory, not capturable) become ``Skipped`` rows
 with the reason; nothing raises out of :meth:`measure`.
+
+Fast benchmarking: Find has already timed every algorithm, so its times are
+the first estimate :class:`~ucudnn.measure.sources.base.Pruner` works with.
+Configurations are re-timed fastest-by-Find first; one dominated by Find's
+times (slower by ``prune_margin``, needing no less workspace) or met after the
+kernel's budget is spent is recorded with Find's time and
+``extra["timed"] = "find"``; one whose first sample is hopeless is recorded
+with that sample and ``extra["timed"] = "first-sample"``.  Re-timed ones carry
+``extra["timed"] = "median"``.
 """
 from __future__ import annotations
 
@@ -16,7 +25,7 @@ from ...binding.gpu import descriptors, handle
 from ...errors import CaptureError, CudnnError
 from ...planning.table import Measurement, Skipped
 from ...problem import ConvProblem
-from .base import BenchSettings, Launch, Operands, Prepared, time_config, timed_beta
+from .base import BenchSettings, Launch, Operands, Prepared, Pruner, time_config, timed_beta
 
 
 class LegacySource(Prepared):
@@ -40,7 +49,7 @@ class LegacySource(Prepared):
                 skipped.append(Skipped(mb, None, desc_math, f"{e.call}: {e.status_name}"))
         allowed = set(num.allowed_math_types(settings.numerics, problem.dtype))
         beta = timed_beta(op)   # not Find's beta = 0 (see timed_beta)
-        measured: list[Measurement] = []
+        candidates: list[cudnn.PerfResult] = []
         seen: set[tuple[int, str]] = set()
         for r in results:
             key = (r.algo, r.math_type)
@@ -59,21 +68,43 @@ class LegacySource(Prepared):
                 skipped.append(Skipped(mb, r.algo, r.math_type,
                                        f"needs {r.workspace_bytes} bytes, over the benchmark cap"))
                 continue
-            config = Measurement(mb, r.algo, r.math_type, r.time_ms, r.workspace_bytes,
-                                 extra={"deterministic": r.deterministic})
-            if settings.repeat > 0:
-                try:
-                    launch = self.prepare(op, problem, config)
-                    t = time_config(lambda: launch(ops, workspace, r.workspace_bytes, 1.0, beta), settings)
-                except CudnnError as e:
-                    skipped.append(Skipped(mb, r.algo, r.math_type, f"{e.call}: {e.status_name}"))
-                    continue
-                except CaptureError as e:
-                    skipped.append(Skipped(mb, r.algo, r.math_type, str(e)))
-                    continue
-                config = Measurement(mb, r.algo, r.math_type, max(t, 1e-6), r.workspace_bytes,
-                                     extra={"deterministic": r.deterministic, "find_time_ms": round(r.time_ms, 6)})
-            measured.append(config)
+            candidates.append(r)
+        measured: list[Measurement] = []
+        pruner = Pruner(settings)
+        # fastest by Find first: dominators and the best re-timed time are known before they are needed
+        for r in sorted(candidates, key=lambda r: (r.time_ms, r.workspace_bytes)):
+            extra = {"deterministic": r.deterministic}
+            config = Measurement(mb, r.algo, r.math_type, r.time_ms, r.workspace_bytes, extra=extra)
+            if settings.repeat <= 0:
+                measured.append(config)
+                continue
+            why = pruner.decide(r.time_ms, r.workspace_bytes)
+            if why is not None:
+                pruner.record(r.time_ms, r.workspace_bytes, None, why)
+                measured.append(Measurement(mb, r.algo, r.math_type, max(r.time_ms, 1e-6), r.workspace_bytes,
+                                            extra={**extra, "timed": "find", "pruned": why}))
+                continue
+            stopped: list[float] = []   # the first sample, when it was hopeless
+
+            def give_up(ms: float, ws: int = r.workspace_bytes, stopped: list[float] = stopped) -> bool:
+                if pruner.hopeless(ms, ws):
+                    stopped.append(ms)
+                return bool(stopped)
+
+            try:
+                launch = self.prepare(op, problem, config)
+                t = time_config(lambda: launch(ops, workspace, r.workspace_bytes, 1.0, beta), settings,
+                                give_up=give_up if settings.hopeless_factor is not None else None)
+            except CudnnError as e:
+                skipped.append(Skipped(mb, r.algo, r.math_type, f"{e.call}: {e.status_name}"))
+                continue
+            except CaptureError as e:
+                skipped.append(Skipped(mb, r.algo, r.math_type, str(e)))
+                continue
+            how = "first-sample" if stopped else "median"
+            pruner.record(r.time_ms, r.workspace_bytes, None if stopped else t, how)
+            measured.append(Measurement(mb, r.algo, r.math_type, max(t, 1e-6), r.workspace_bytes,
+                                        extra={**extra, "find_time_ms": round(r.time_ms, 6), "timed": how}))
         return measured, skipped
 
     def prepare(self, op: str, problem: ConvProblem, config: Measurement) -> Launch:

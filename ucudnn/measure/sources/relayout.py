@@ -33,7 +33,6 @@ from functools import lru_cache
 from typing import Any
 
 from ...binding.timing import time_ms
-from ...errors import CaptureError
 from ...planning.arena import align_up
 from ...planning.table import Measurement, Skipped
 from ...problem import ConvProblem
@@ -97,24 +96,25 @@ class RelayoutSource(Wrapper):
             ms, sk = inner.measure(op, p2, inner_ops, workspace, settings)
             skipped += [Skipped(s.micro_batch, s.algo, s.math_type, f"relayout via {p2.layout} {inner.name}: {s.reason}")
                         for s in sk]
+            cfgs: list[Measurement] = []
             for m in ms:
                 via = {"layout": p2.layout, "source": inner.name, "inner_time_ms": round(m.time_ms, 6),
                        "transform_ms": round(t_transform, 6)}
+                if "timed" in m.extra:
+                    via["inner_timed"] = m.extra["timed"]
                 cfg = Measurement(mb, m.algo, m.math_type, m.time_ms + t_transform, m.workspace_bytes + extra_ws,
                                   self.name, m.engine, {**m.extra, "via": via})
                 if cfg.workspace_bytes > settings.max_workspace:
                     skipped.append(Skipped(mb, m.algo, m.math_type, f"relayout via {p2.layout} {inner.name}: needs "
                                            f"{cfg.workspace_bytes} bytes, over the benchmark cap"))
                     continue
-                if settings.repeat > 0:
-                    try:
-                        t = self.time_step(op, problem, cfg, ops, workspace, settings)
-                    except CaptureError as e:
-                        skipped.append(Skipped(mb, m.algo, m.math_type, f"relayout via {p2.layout} {inner.name}: {e}"))
-                        continue
-                    cfg = Measurement(mb, m.algo, m.math_type, t, cfg.workspace_bytes, self.name, m.engine,
-                                      {**m.extra, "via": {**via, "sum_of_parts_ms": round(m.time_ms + t_transform, 6)}})
-                measured.append(cfg)
+                cfgs.append(cfg)
+            rows, sk = self.timed_rows(op, problem, cfgs, ops, workspace, settings,
+                                       f"relayout via {p2.layout} {inner.name}",
+                                       lambda c: {**c.extra, "via": {**c.extra["via"],
+                                                                     "sum_of_parts_ms": round(c.time_ms, 6)}})
+            measured += rows
+            skipped += sk
         return measured, skipped
 
     # -- running -----------------------------------------------------------------------------

@@ -6,12 +6,13 @@ both are below, so no module imports the other back.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
-from ...planning.table import Measurement
+from ...planning.table import Measurement, Skipped
 from ...problem import ConvProblem
 from . import registry
-from .base import AlgorithmSource, BenchSettings, Operands, Prepared, time_config, timed_beta
+from ...errors import CaptureError
+from .base import AlgorithmSource, BenchSettings, Operands, Prepared, Pruner, time_config, timed_beta
 
 
 class Wrapper(Prepared):
@@ -27,15 +28,71 @@ class Wrapper(Prepared):
         if any(s.name == self.name for s in self.inner):
             raise ValueError(f"a {self.name} source cannot wrap itself")
 
+    def time_steps(self, op: str, problem: ConvProblem, configs: Sequence[Measurement], ops: Operands,
+                   workspace: int, settings: BenchSettings) -> list[tuple[float, str] | CaptureError]:
+        """Each of ``configs`` timed by :meth:`time_step` under the fast-benchmarking rules, in input order.
+
+        A configuration's ``time_ms`` (the inner measurement, plus the transforms' for relayout) is its first
+        estimate, as Find's time is for legacy: configurations are timed fastest estimate first; one dominated
+        by the estimates (:func:`~ucudnn.measure.sources.base.dominated`) or met past the kernel's budget keeps
+        its estimate (``"estimate"``), one whose first sample is hopeless keeps that (``"first-sample"``), the
+        rest get the median (``"median"``).  A configuration that cannot be captured gives its error."""
+        out: dict[int, tuple[float, str] | CaptureError] = {}
+        pruner = Pruner(settings)
+        for i in sorted(range(len(configs)), key=lambda i: (configs[i].time_ms, configs[i].workspace_bytes)):
+            cfg = configs[i]
+            why = pruner.decide(cfg.time_ms, cfg.workspace_bytes)
+            if why is not None:
+                pruner.record(cfg.time_ms, cfg.workspace_bytes, None, why)
+                out[i] = (cfg.time_ms, "estimate")
+                continue
+            stopped: list[float] = []
+
+            def give_up(ms: float, ws: int = cfg.workspace_bytes, stopped: list[float] = stopped) -> bool:
+                if pruner.hopeless(ms, ws):
+                    stopped.append(ms)
+                return bool(stopped)
+
+            try:
+                t = self.time_step(op, problem, cfg, ops, workspace, settings,
+                                   give_up if settings.hopeless_factor is not None else None)
+            except CaptureError as e:
+                out[i] = e
+                continue
+            how = "first-sample" if stopped else "median"
+            pruner.record(cfg.time_ms, cfg.workspace_bytes, None if stopped else t, how)
+            out[i] = (t, how)
+        return [out[i] for i in range(len(configs))]
+
+    def timed_rows(self, op: str, problem: ConvProblem, configs: list[Measurement], ops: Operands, workspace: int,
+                   settings: BenchSettings, what: str,
+                   extra: Callable[[Measurement], dict] = lambda c: c.extra) -> tuple[list[Measurement], list[Skipped]]:
+        """The rows a wrapper records for ``configs`` at one size: timed by :meth:`time_steps` (as they are when
+        ``settings.repeat`` is 0), ``extra(config)`` plus how each was timed; capture failures skipped as
+        ``what: reason``."""
+        if settings.repeat <= 0:
+            return list(configs), []
+        rows: list[Measurement] = []
+        skipped: list[Skipped] = []
+        for cfg, got in zip(configs, self.time_steps(op, problem, configs, ops, workspace, settings)):
+            if isinstance(got, CaptureError):
+                skipped.append(Skipped(cfg.micro_batch, cfg.algo, cfg.math_type, f"{what}: {got}"))
+                continue
+            t, how = got
+            rows.append(Measurement(cfg.micro_batch, cfg.algo, cfg.math_type, t, cfg.workspace_bytes, self.name,
+                                    cfg.engine, {**extra(cfg), "timed": how}))
+        return rows, skipped
+
     def time_step(self, op: str, problem: ConvProblem, config: Measurement, ops: Operands, workspace: int,
-                  settings: BenchSettings) -> float:
+                  settings: BenchSettings, give_up: Callable[[float], bool] | None = None) -> float:
         """ms of one step of ``config`` timed as execution runs it (the wrapper's moves, the inner call and the
         host work between them, back to back): summing separately timed parts under-predicted small
         micro-batches of relayout by up to 1.7x on an H100.  Replay timing (``settings.timing``) times the
         same step captured into a CUDA graph."""
         launch = self.prepare(op, problem, config)
         beta = timed_beta(op)
-        return time_config(lambda: launch(ops, workspace, config.workspace_bytes, 1.0, beta), settings)
+        return time_config(lambda: launch(ops, workspace, config.workspace_bytes, 1.0, beta), settings,
+                           give_up=give_up)
 
     def inner_config(self, config: Measurement, own_bytes: int) -> tuple[AlgorithmSource, Measurement]:
         """The inner source and configuration ``config`` wraps; ``own_bytes`` of its workspace are the wrapper's."""

@@ -1,0 +1,206 @@
+"""Issue 16: benchmarking wall time and planned WR time, pruning off (before) vs on (after), on the GPU.
+
+For each network (AlexNet b256, ResNet-50 b128), data type (FP32 strict NCHW, FP16 NHWC with numerics
+``default``), source set (``legacy``; ``legacy,graph``) and mode (``off``: every configuration re-timed in
+full, as before issue 16; ``on``: the default fast-benchmarking rules), benchmark the network's distinct
+kernels under ``powerOfTwo`` in a fresh process (so neither mode inherits the other's warm caches), then
+plan WR at 64 MiB per kernel.  Reported per combination: wall seconds off/on, planned WR total off/on
+(each from its own table), the ``on`` plan priced at the ``off`` table's full timings (the real cost of
+pruning, free of run-to-run noise in the pruned rows), and how the ``on`` run recorded its rows.
+
+Bars printed beside the numbers: AlexNet FP32 under 3 s and FP16 NHWC under 10 s with ``legacy``; with
+``legacy,graph`` under 3x those; planned totals within 1% of the unpruned plans.  ``legacy,graph`` needs
+``nvidia-cudnn-frontend``: skipped with a note where it does not import.
+
+One GPU command may run at most 10 minutes: ``--time-cap`` (seconds, default 540) bounds the whole run
+(a run that would pass it is cut and reported as such), and the flags restrict it, e.g.
+
+    python benchmarks/bench_time.py --networks alexnet --dtypes float32 --sources legacy --time-cap 300
+
+Writes ``--out``/``bench_time[-SUFFIX].json`` and ``.md`` (device, versions, command, date).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _report import md_header, provenance, write  # noqa: E402
+from core_wr import distinct_kernels  # noqa: E402
+
+MiB = 1 << 20
+BATCH = {"alexnet": 256, "resnet50": 128}
+LAYOUT = {"float32": ("NCHW", "strict"), "float16": ("NHWC", "default")}
+#: Bars (seconds) with the legacy source; with more sources, 3x.
+LEGACY_BAR_S = {("alexnet", "float32"): 3.0, ("alexnet", "float16"): 10.0}
+PLAN_BAR = 0.01
+
+
+def one_run(net: str, dtype: str, sources: str, mode: str, table_out: str) -> dict:
+    """Benchmark one combination in this process; the parent reads the returned summary as JSON."""
+    import cupy as cp
+
+    from ucudnn.measure.benchmarking import benchmark
+    from ucudnn.measure.sources.base import BenchSettings
+    from ucudnn.measure.sources.legacy import LegacySource
+    from ucudnn.planning.network import load_network
+    from ucudnn.planning.planner import plan
+
+    layout, numerics = LAYOUT[dtype]
+    srcs: list = [LegacySource()]
+    if "graph" in sources.split(","):
+        from ucudnn.measure.sources.graph import GraphSource, GraphUnavailable, frontend
+
+        try:
+            frontend()
+        except GraphUnavailable as e:
+            return {"skipped": f"graph source unavailable: {e}"}
+        srcs.append(GraphSource())   # a fresh instance: no notes or plans cached from another run
+    kernels = distinct_kernels(load_network(net).kernels(BATCH[net], dtype, layout))
+    rules = {} if mode == "on" else {"prune_margin": None, "hopeless_factor": None, "kernel_budget_s": None}
+    cp.cuda.runtime.deviceSynchronize()
+    t0 = time.perf_counter()
+    table = benchmark(kernels, "powerOfTwo", numerics, sources=srcs, **rules)
+    cp.cuda.runtime.deviceSynchronize()
+    wall = time.perf_counter() - t0
+    table.save(table_out)
+    counts: dict[str, int] = {}
+    for k in table.kernels:
+        for m in k.measurements:
+            how = str(m.extra.get("timed", m.extra.get("timing", "?")))
+            counts[how] = counts.get(how, 0) + 1
+    p = plan(table, "wr", workspace_limit=64 * MiB)
+    defaults = BenchSettings(numerics)
+    return {"wall_s": round(wall, 3), "planned_wr64_ms": round(p.total_time_ms, 4), "kernels": len(kernels),
+            "recorded_as": counts, "numerics": numerics, "layout": layout,
+            "rules": rules or {"prune_margin": defaults.prune_margin, "hopeless_factor": defaults.hopeless_factor,
+                               "kernel_budget_s": defaults.kernel_budget_s}}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--networks", default="alexnet,resnet50")
+    ap.add_argument("--dtypes", default="float32,float16")
+    ap.add_argument("--sources", default="legacy;legacy,graph", help="source sets separated by ';'")
+    ap.add_argument("--modes", default="off,on", help="off (before: no pruning), on (after: the defaults)")
+    ap.add_argument("--time-cap", type=float, default=540.0, help="seconds for the whole command")
+    ap.add_argument("--out", default="benchmarks/results")
+    ap.add_argument("--suffix", default="", help="bench_time-SUFFIX.{json,md}: keep several partial runs")
+    ap.add_argument("--merge", help="comma-separated bench_time-*.json files: concatenate into bench_time.{json,md}")
+    ap.add_argument("--one", help=argparse.SUPPRESS)         # net:dtype:sources:mode:table_path (child process)
+    args = ap.parse_args()
+    if args.one:
+        net, dtype, sources, mode, table_out = args.one.split(":", 4)
+        print("RESULT " + json.dumps(one_run(net, dtype, sources, mode, table_out)), flush=True)
+        return
+
+    if args.merge:
+        docs = [json.loads(Path(f).read_text()) for f in args.merge.split(",")]
+        prov = {**docs[0]["provenance"], "command": " ; ".join(d["provenance"]["command"] for d in docs),
+                "date": " ; ".join(d["provenance"]["date"] for d in docs)}
+        rows = [r for d in docs for r in d["rows"]]
+        write(args.out, "bench_time", {"provenance": prov, "merged_from": args.merge.split(","), "rows": rows},
+              markdown(prov, rows))
+        return
+    deadline = time.monotonic() + args.time_cap
+    prov = provenance()
+    prov["ucudnn"] = _version("ucudnn")
+    prov["cudnn_frontend"] = _version("nvidia-cudnn-frontend")
+    rows = []
+    tmp = Path(tempfile.mkdtemp(prefix="bench_time_"))
+    for net in args.networks.split(","):
+        for dtype in args.dtypes.split(","):
+            for sources in args.sources.split(";"):
+                row = {"network": net, "batch": BATCH[net], "dtype": dtype, "layout": LAYOUT[dtype][0],
+                       "numerics": LAYOUT[dtype][1], "sources": sources, "runs": {}}
+                tables = {}
+                for mode in args.modes.split(","):
+                    left = deadline - time.monotonic()
+                    if left < 10:
+                        row["runs"][mode] = {"skipped": "time cap reached before this run"}
+                        continue
+                    tables[mode] = str(tmp / f"{net}-{dtype}-{sources.replace(',', '+')}-{mode}.json")
+                    cmd = [sys.executable, __file__, "--one", f"{net}:{dtype}:{sources}:{mode}:{tables[mode]}"]
+                    print(f"== {net} {dtype} {sources} pruning {mode} (time left {left:.0f} s)", flush=True)
+                    try:
+                        done = subprocess.run(cmd, capture_output=True, text=True, timeout=left, env=os.environ)
+                        res = next((json.loads(ln[7:]) for ln in done.stdout.splitlines() if ln.startswith("RESULT ")),
+                                   {"error": (done.stderr or done.stdout).strip().splitlines()[-3:]})
+                    except subprocess.TimeoutExpired:
+                        res = {"skipped": f"cut by the time cap after {left:.0f} s"}
+                    print(f"   {res}", flush=True)
+                    row["runs"][mode] = res
+                if all("wall_s" in row["runs"].get(m, {}) for m in ("off", "on")):
+                    row["on_plan_at_off_times_ms"] = _price(tables["on"], tables["off"])
+                rows.append(row)
+                _save(args, prov, rows)
+    _save(args, prov, rows)
+
+
+def _version(dist: str) -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _price(on_path: str, off_path: str) -> float | None:
+    """The ``on`` table's WR 64 MiB plan priced at the ``off`` table's full timings (None: a configuration the
+    off run did not record, e.g. a graph engine one run offered and the other did not)."""
+    from ucudnn.measure.pruning import true_time_ms
+    from ucudnn.planning.planner import plan
+    from ucudnn.planning.table import BenchmarkTable
+
+    try:
+        return round(true_time_ms(plan(BenchmarkTable.load(on_path), "wr", workspace_limit=64 * MiB),
+                                  BenchmarkTable.load(off_path)), 4)
+    except KeyError:
+        return None
+
+
+def _save(args, prov, rows) -> None:
+    name = "bench_time" + (f"-{args.suffix}" if args.suffix else "")
+    write(args.out, name, {"provenance": prov, "time_cap_s": args.time_cap, "rows": rows}, markdown(prov, rows))
+
+
+def markdown(prov, rows) -> str:
+    lines = [md_header("Benchmarking time, pruning off (before) vs on (after), and planned WR at 64 MiB", prov),
+             f"- ucudnn `{prov.get('ucudnn')}`, nvidia-cudnn-frontend `{prov.get('cudnn_frontend')}`", "",
+             "Each run in a fresh process; distinct kernels, `powerOfTwo`. Planned: WR 64 MiB per kernel, total ms, "
+             "from each run's own table; `on@off`: the on plan priced at the off table's full timings.", "",
+             "| network | dtype / layout / numerics | sources | bench s off | bench s on | bar (on) | "
+             "WR64 ms off | WR64 ms on | on@off | plan bar | on recorded as |",
+             "|---|---|---|---:|---:|---|---:|---:|---:|---|---|"]
+    for r in rows:
+        off, on = r["runs"].get("off", {}), r["runs"].get("on", {})
+
+        def cell(run, key):
+            return run.get(key, run.get("skipped") or ("error" if "error" in run else "-"))
+
+        bar = LEGACY_BAR_S.get((r["network"], r["dtype"]))
+        bar_s = "-"
+        if bar is not None:
+            bar = bar if r["sources"] == "legacy" else 3 * bar
+            bar_s = f"< {bar:g} s: " + ("ok" if on.get("wall_s", 1e9) < bar else "MISS") if "wall_s" in on else f"< {bar:g} s"
+        plan_s = "-"
+        if "planned_wr64_ms" in on and "planned_wr64_ms" in off:
+            ref = off["planned_wr64_ms"]
+            got = r.get("on_plan_at_off_times_ms") or on["planned_wr64_ms"]
+            plan_s = f"{(got / ref - 1) * 100:+.2f}%: " + ("ok" if got <= ref * (1 + PLAN_BAR) else "MISS")
+        counts = ", ".join(f"{k} {v}" for k, v in sorted(on.get("recorded_as", {}).items()))
+        lines.append(f"| {r['network']} b{r['batch']} | {r['dtype']} / {r['layout']} / {r['numerics']} | {r['sources']} | "
+                     f"{cell(off, 'wall_s')} | {cell(on, 'wall_s')} | {bar_s} | {cell(off, 'planned_wr64_ms')} | "
+                     f"{cell(on, 'planned_wr64_ms')} | {r.get('on_plan_at_off_times_ms', '-')} | {plan_s} | {counts} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,224 @@
+"""Fast benchmarking (issue 16): Find's times prune, hopeless configurations stop early, a budget bounds a
+kernel, and on exact estimates the dominance rule never changes a WR plan.  No GPU: Find and the clock are fakes."""
+from __future__ import annotations
+
+import time
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from synthetic import from_options
+
+from ucudnn.binding.cudnn import PerfResult
+from ucudnn.errors import InputError
+from ucudnn.measure import pruning
+from ucudnn.measure.sources import legacy as L
+from ucudnn.measure.sources.base import BenchSettings, Operands, Pruner, dominated
+from ucudnn.planning.table import BenchmarkTable
+from ucudnn.planning.wr import plan_kernel
+from ucudnn.problem import ConvProblem
+
+MiB = 1 << 20
+
+
+# --- the rules -----------------------------------------------------------------------------------
+def test_a_configuration_is_dominated_only_by_a_faster_one_needing_no_more_workspace():
+    others = [(1.0, 8 * MiB)]
+    assert dominated(2.5, 8 * MiB, others, 2.0)            # 2.5x slower, same workspace
+    assert dominated(2.5, 16 * MiB, others, 2.0)           # slower and needs more
+    assert not dominated(2.5, 4 * MiB, others, 2.0)        # slower but needs less: WR may want it
+    assert not dominated(1.9, 8 * MiB, others, 2.0)        # within the margin: re-time it
+    assert not dominated(100.0, 8 * MiB, others, None)     # rule off
+
+
+def test_hopeless_compares_the_first_sample_with_the_best_retimed_time_at_that_micro_batch():
+    p = Pruner(BenchSettings("strict", hopeless_factor=4.0))
+    assert not p.hopeless(50.0, 0)                         # nothing re-timed yet: no reference
+    p.record(1.0, 8 * MiB, 1.2, "median")
+    assert p.hopeless(5.0, 8 * MiB)
+    assert not p.hopeless(4.5, 8 * MiB)
+    assert p.hopeless(50.0, 0)                             # its own sample is recorded: WR may still use it
+    q = Pruner(BenchSettings("strict", hopeless_factor=4.0))
+    q.record(9.0, 0, None, "first-sample")                 # a first sample is no reference
+    assert not q.hopeless(50.0, 0)
+
+
+def test_the_budget_prunes_once_spent():
+    s = BenchSettings("strict", prune_margin=None, kernel_budget_s=0.01)
+    s.start_kernel()
+    p = Pruner(s)
+    assert p.decide(1.0, 0) is None
+    time.sleep(0.02)
+    assert p.decide(1.0, 0) == "budget"
+    assert BenchSettings("strict", kernel_budget_s=None).budget_spent() is False
+
+
+@pytest.mark.parametrize("field,value", [("prune_margin", 0.5), ("hopeless_factor", 0.0), ("kernel_budget_s", -1.0)])
+def test_settings_name_the_field_they_refuse(field, value):
+    with pytest.raises(InputError) as e:
+        BenchSettings("strict", **{field: value})
+    assert e.value.field == field
+
+
+def test_unpruned_settings_turn_every_rule_off():
+    s = BenchSettings.unpruned("strict", repeat=3)
+    assert (s.prune_margin, s.hopeless_factor, s.kernel_budget_s, s.repeat) == (None, None, None, 3)
+
+
+# --- the legacy source with a fake Find ---------------------------------------------------------
+class FakeDescriptors:
+    conv = 0
+
+    def operands(self, op):
+        return 0, 0, 0
+
+
+def fake_legacy(monkeypatch, find, true_ms):
+    """Find returns ``find`` [(algo, find ms, workspace)]; re-timing algo a takes ``true_ms[a]`` per sample."""
+    calls: list[tuple[int, bool]] = []
+
+    def find_ex(*args):
+        return [PerfResult(a, 0, "SUCCESS", t, ws, True, "FMA") for a, t, ws in find]
+
+    def timer(fn, settings, give_up=None):
+        fn()
+        algo = calls[-1][0]
+        stopped = give_up is not None and give_up(true_ms[algo])
+        calls[-1] = (algo, stopped)
+        return true_ms[algo]
+
+    monkeypatch.setattr(L, "handle", lambda: 1)
+    monkeypatch.setattr(L, "descriptors", lambda p, m: FakeDescriptors())
+    monkeypatch.setattr(L.cudnn, "find_algorithm_ex", find_ex)
+    monkeypatch.setattr(L.cudnn, "get_algorithm_max_count", lambda h, op: 8)
+    monkeypatch.setattr(L.cudnn, "convolution", lambda h, op, alpha, a, pa, b, pb, conv, algo, *rest: calls.append((algo, False)))
+    monkeypatch.setattr(L, "time_config", timer)
+    return calls
+
+
+PROBLEM = ConvProblem(16, 64, 28, 28, 64, 3, 3, (1, 1))
+
+
+def measure(settings):
+    ms, sk = L.LegacySource().measure("forward", PROBLEM, Operands(0, 0, 0), 0, settings)
+    assert not sk
+    return {m.algo: m for m in ms}
+
+
+def test_legacy_records_find_time_for_a_dominated_configuration_and_does_not_retime_it(monkeypatch):
+    calls = fake_legacy(monkeypatch, [(0, 1.0, 4 * MiB), (1, 3.0, 8 * MiB), (2, 3.0, 0)], {0: 1.1, 1: 2.9, 2: 3.2})
+    got = measure(BenchSettings("strict", prune_margin=2.0, hopeless_factor=None))
+    assert [a for a, _ in calls] == [0, 2]                  # algo 1: slower by Find and needs more workspace
+    assert got[1].time_ms == 3.0 and got[1].extra["timed"] == "find" and got[1].extra["pruned"] == "dominated"
+    assert got[2].extra["timed"] == "median" and got[2].time_ms == 3.2   # needs less: WR may want it
+    assert got[0].extra == {"deterministic": True, "find_time_ms": 1.0, "timed": "median"}
+
+
+def test_legacy_stops_early_on_a_hopeless_first_sample(monkeypatch):
+    calls = fake_legacy(monkeypatch, [(0, 1.0, 4 * MiB), (1, 1.5, 8 * MiB)], {0: 1.0, 1: 9.0})
+    got = measure(BenchSettings("strict", prune_margin=2.0, hopeless_factor=4.0))
+    assert calls == [(0, False), (1, True)]
+    assert got[1].time_ms == 9.0 and got[1].extra["timed"] == "first-sample"
+
+
+def test_legacy_unpruned_retimes_everything(monkeypatch):
+    calls = fake_legacy(monkeypatch, [(0, 1.0, 4 * MiB), (1, 30.0, 8 * MiB)], {0: 1.0, 1: 30.0})
+    got = measure(BenchSettings.unpruned("strict"))
+    assert [a for a, _ in calls] == [0, 1] and {m.extra["timed"] for m in got.values()} == {"median"}
+
+
+def test_legacy_with_repeat_zero_trusts_find_as_before(monkeypatch):
+    calls = fake_legacy(monkeypatch, [(0, 1.0, 0), (1, 30.0, 0)], {0: 1.0, 1: 30.0})
+    got = measure(BenchSettings("strict", repeat=0))
+    assert calls == [] and all("timed" not in m.extra for m in got.values())
+
+
+# --- simulation on recorded tables ---------------------------------------------------------------
+def test_simulation_on_a_shipped_table_prunes_and_keeps_the_wr_plans():
+    from ucudnn.planning.planner import plan
+
+    table = BenchmarkTable.load("builtin:alexnet-b256-float32-NCHW-h100")
+    sim = pruning.simulate(table, BenchSettings(table.numerics), "exact")
+    assert sim.counts["dominated"] > 0 and sim.retime_ms < sim.retime_ms_unpruned
+    for limit in (8 * MiB, 64 * MiB):
+        ref = plan(table, "wr", workspace_limit=limit)
+        got = plan(sim.table, "wr", workspace_limit=limit)
+        assert pruning.true_time_ms(got, table) == pytest.approx(ref.total_time_ms)
+
+
+def test_simulation_refuses_an_unknown_estimate():
+    with pytest.raises(InputError) as e:
+        pruning.simulate(BenchmarkTable("x", 1, []), BenchSettings("strict"), "guess")
+    assert e.value.field == "estimate"
+
+
+option_lists = st.dictionaries(
+    st.sampled_from([1, 2, 4, 8]),
+    st.lists(st.tuples(st.floats(0.01, 10, allow_nan=False), st.integers(0, 8).map(lambda m: m * MiB)),
+             min_size=1, max_size=5),
+    min_size=1)
+
+
+@settings(max_examples=200, deadline=None)
+@given(options=option_lists, margin=st.floats(1.0, 4.0), limit_mib=st.integers(0, 8))
+def test_dominance_pruning_never_changes_the_wr_plan_when_find_is_exact(options, margin, limit_mib):
+    """With exact first estimates a pruned configuration keeps its true time, and it is never WR's choice."""
+    options[1] = options.get(1, []) + [(20.0, 0)]    # something always fits
+    table = BenchmarkTable("fake", 1, [from_options(8, options)], "strict", {"batch_policy": "powerOfTwo"})
+    sim = pruning.simulate(table, BenchSettings("strict", prune_margin=margin, hopeless_factor=None,
+                                                kernel_budget_s=None), "exact")
+    limit = limit_mib * MiB
+    ref = plan_kernel(table.kernels[0], limit)
+    got = plan_kernel(sim.table.kernels[0], limit)
+    assert sum(m.time_ms for m in got) == pytest.approx(sum(m.time_ms for m in ref))
+    assert all(m.extra.get("timed") != "find" for m in got)
+
+
+# --- the graph source: the quick sample is its first estimate ------------------------------------
+def test_graph_prunes_by_the_settings_margin_and_stops_hopeless_engines_at_their_quick_sample():
+    from test_graph_source import OPS as GOPS
+    from test_graph_source import WS, Cfg, P, source
+
+    lists = {"A": [Cfg(1, ms=1.0, ws=0), Cfg(2, ms=5.0, ws=1 << 20), Cfg(3, ms=0.4, ws=8 << 20),
+                   Cfg(4, ms=1.2, ws=0), Cfg(5, ms=2.0, ws=0)]}
+    src, fe, timer, _ = source(lists)                       # no quick_margin: BenchSettings decides
+    s = BenchSettings("strict", repeat=3, min_sample_ms=0.0, prune_margin=2.0, hopeless_factor=4.0)
+    ms, _ = src.measure("forward", P, GOPS, WS, s)
+    timing = {m.engine["id"]: m.extra["timing"] for m in ms}
+    # 2: dominated by 1 (5x, more workspace); 5: within the margin of 1 but 5x the best median (3): hopeless
+    assert timing == {1: "median", 2: "quick", 3: "median", 4: "median", 5: "quick"}
+    assert [m.engine["id"] for m in ms] == [1, 2, 3, 4, 5]     # reported in heuristic order
+    off, *_ = source(lists)
+    ms, _ = off.measure("forward", P, GOPS, WS, BenchSettings.unpruned("strict", repeat=3, min_sample_ms=0.0))
+    assert {m.extra["timing"] for m in ms} == {"median"}
+
+
+# --- wrappers (relayout, fold): the inner measurement is the first estimate ----------------------
+def test_wrappers_time_steps_under_the_same_rules_and_keep_input_order():
+    from ucudnn.errors import CaptureError
+    from ucudnn.measure.sources.wrapper import Wrapper
+    from ucudnn.planning.table import Measurement
+
+    true = {"a": 1.0, "b": 9.0, "c": 1.1, "d": 3.0, "e": 0.0}
+
+    class Fake(Wrapper):
+        name, key = "fake", "fake"
+        timed: list[str] = []
+
+        def time_step(self, op, problem, config, ops, workspace, settings, give_up=None):
+            if config.algo == "e":
+                raise CaptureError("cannot be captured into a CUDA graph: nope")
+            self.timed.append(config.algo)
+            if give_up is not None:
+                give_up(true[config.algo])   # the first sample; a stop returns it, as time_ms does
+            return true[config.algo]
+
+    cfgs = [Measurement(16, a, "FMA", est, ws, "fake") for a, est, ws in
+            [("b", 5.0, 8 * MiB), ("a", 1.0, 4 * MiB), ("c", 1.2, 0), ("d", 1.5, 8 * MiB), ("e", 1.3, 0)]]
+    got = Fake([]).time_steps("forward", PROBLEM, cfgs, Operands(0, 0, 0), 0,
+                              BenchSettings("strict", prune_margin=2.0, hopeless_factor=2.5))
+    assert got[0] == (5.0, "estimate")            # b: 5x a's estimate, more workspace: keeps its estimate
+    assert got[1] == (1.0, "median") and got[2] == (1.1, "median")
+    assert got[3] == (3.0, "first-sample")        # d: its first sample is 3x the best median
+    assert isinstance(got[4], CaptureError)
+    assert Fake.timed == ["a", "c", "d"]          # fastest estimate first; b never timed

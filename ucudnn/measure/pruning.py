@@ -1,0 +1,142 @@
+"""What the fast-benchmarking rules would have done to a recorded table (pure Python, no GPU).
+
+Why: the rules (:class:`~ucudnn.measure.sources.base.BenchSettings`) save benchmarking time only if the
+plans stay the same.  A recorded table holds every configuration re-timed in full, and for most rows the
+first estimate the rules would have seen (``find_time_ms``: Find's own time, legacy; ``quick_ms``: the
+graph source's quick sample).  :func:`simulate` replays the rules on it with the same
+:class:`~ucudnn.measure.sources.base.Pruner` the sources use, in the order the benchmark meets the
+configurations, and returns the table the pruned benchmark would have written; :func:`true_time_ms`
+prices a plan made from it at the recorded (full) times, which is what it would really cost to run.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from ..planning.plan import Plan
+from ..planning.table import BenchmarkTable, KernelBench, Measurement
+from ..policy import micro_batch_sizes
+from .sources.base import BenchSettings, Pruner
+
+#: Where the first estimate comes from: ``exact`` takes the recorded time itself (what Find's time would be
+#: if it were exact); ``recorded`` takes Find's time / the quick sample where the table kept it.
+ESTIMATES = ("exact", "recorded")
+
+
+def first_estimate(m: Measurement, estimate: str) -> float:
+    """The time a rule would have seen before re-timing ``m`` (see :data:`ESTIMATES`)."""
+    if estimate == "recorded":
+        for key in ("find_time_ms", "quick_ms"):
+            v = m.extra.get(key)
+            if isinstance(v, (int, float)) and v > 0:
+                via = m.extra.get("via") or {}
+                return float(v) + float(via.get("transform_ms", 0.0))   # relayout: inner estimate + transforms
+    return m.time_ms
+
+
+def _group(m: Measurement) -> tuple:
+    """What one :class:`Pruner` sees together: a source's rows at one size (a wrapper's: per inner source and layout)."""
+    inner = m.extra.get("via") or m.extra.get("fold") or {}
+    return (m.micro_batch, m.source, str(inner.get("source", "")), str(inner.get("layout", "")))
+
+
+def retime_cost_ms(t: float, settings: BenchSettings, stopped: bool = False) -> float:
+    """A model of the GPU time :func:`ucudnn.binding.timing.time_ms` spends re-timing a ``t`` ms call.
+
+    Warm-up and one calibration call, then ``repeat`` samples of enough calls to last ``min_sample_ms``
+    (at most 64); an early stop ends after the calibration call.  Host overhead is left out.
+    """
+    head = (settings.warmup + 1) * t
+    if stopped:
+        return head
+    inner = max(1, min(64, math.ceil(settings.min_sample_ms / max(t, 1e-3)))) if settings.min_sample_ms > 0 else 1
+    return head + max(1, settings.repeat) * inner * t
+
+
+@dataclass
+class Simulated:
+    """A pruned table and what the rules did: configurations by how they were recorded, modelled GPU time."""
+
+    table: BenchmarkTable
+    counts: dict[str, int] = field(default_factory=dict)
+    retime_ms: float = 0.0            # modelled re-timing time with the rules
+    retime_ms_unpruned: float = 0.0   # modelled re-timing time without them
+
+
+def simulate(table: BenchmarkTable, settings: BenchSettings, estimate: str = "recorded",
+             batch_policy: str | None = None) -> Simulated:
+    """``table`` as a benchmark under ``settings``' rules would have recorded it (module doc).
+
+    Order follows :func:`ucudnn.measure.benchmark`: per kernel, micro-batch sizes in policy order, sources
+    in the table's order, configurations by first estimate.  The budget is spent by the modelled
+    re-timing cost (:func:`retime_cost_ms`), not a clock.  An early stop records the first sample, taken
+    to be the first estimate (one run, as Find's and the quick sample are).
+    """
+    if estimate not in ESTIMATES:
+        from ..errors import InputError
+
+        raise InputError(f"unknown estimate {estimate!r}; use one of {', '.join(ESTIMATES)}", "estimate")
+    policy = batch_policy or table.extra.get("batch_policy", "powerOfTwo")
+    rules = replace(settings, kernel_budget_s=None, deadline=None)   # the budget is modelled here
+    budget_ms = None if settings.kernel_budget_s is None else settings.kernel_budget_s * 1e3
+    out = Simulated(table)
+    kernels: list[KernelBench] = []
+    order = {s: i for i, s in enumerate(table.extra.get("sources", []))}
+    for k in table.kernels:
+        spent = 0.0
+        sizes = micro_batch_sizes(policy, k.problem.n)
+        rank = {b: i for i, b in enumerate(sizes)}
+        groups: dict[tuple, list[Measurement]] = {}
+        for m in k.measurements:
+            groups.setdefault(_group(m), []).append(m)
+        kept: list[Measurement] = []
+        for _, ms in sorted(groups.items(), key=lambda g: (rank.get(g[0][0], len(rank) + g[0][0]),
+                                                           order.get(g[0][1], len(order)), g[0][1:])):
+            pruner = Pruner(rules)
+            for m in sorted(ms, key=lambda m: (first_estimate(m, estimate), m.workspace_bytes)):
+                est = first_estimate(m, estimate)
+                out.retime_ms_unpruned += retime_cost_ms(m.time_ms, settings)
+                why = pruner.decide(est, m.workspace_bytes)
+                if why is None and budget_ms is not None and spent > budget_ms:
+                    why = "budget"
+                if why is not None:
+                    pruner.record(est, m.workspace_bytes, None, why)
+                    kept.append(_retimed(m, est, "find", why))
+                    continue
+                if pruner.hopeless(est, m.workspace_bytes):
+                    cost = retime_cost_ms(m.time_ms, settings, stopped=True)
+                    pruner.record(est, m.workspace_bytes, None, "first-sample")
+                    kept.append(_retimed(m, est, "first-sample", None))
+                else:
+                    cost = retime_cost_ms(m.time_ms, settings)
+                    pruner.record(est, m.workspace_bytes, m.time_ms, "median")
+                    kept.append(m)
+                spent += cost
+                out.retime_ms += cost
+            for how, n in pruner.counts.items():
+                out.counts[how] = out.counts.get(how, 0) + n
+        kernels.append(KernelBench(k.name, k.op, k.problem, kept, k.skipped, k.benchmark_seconds))
+    out.table = BenchmarkTable(table.device, table.cudnn_version, kernels, table.numerics, dict(table.extra))
+    return out
+
+
+def _retimed(m: Measurement, t: float, how: str, why: str | None) -> Measurement:
+    extra = {**m.extra, "timed": how, "recorded_ms": m.time_ms}
+    if why is not None:
+        extra["pruned"] = why
+    return Measurement(m.micro_batch, m.algo, m.math_type, max(t, 1e-6), m.workspace_bytes, m.source, m.engine,
+                       extra)
+
+
+def true_time_ms(plan: Plan, reference: BenchmarkTable) -> float:
+    """``plan``'s total time priced at ``reference``'s (fully re-timed) measurements of the same configurations."""
+    by_kernel = {k.name: {_identity(m): m.time_ms for m in k.measurements} for k in reference.kernels}
+    by_problem = {(k.problem.key(), k.op): by_kernel[k.name] for k in reference.kernels}
+    total = 0.0
+    for kp in plan.kernels:
+        times = by_kernel.get(kp.name) or by_problem[(kp.problem.key(), kp.op)]
+        total += sum(times[_identity(c)] for c in kp.configs)
+    return total
+
+
+def _identity(m: Measurement) -> tuple:
+    return (m.micro_batch, m.source, str(m.algo), m.math_type, repr(m.engine), m.workspace_bytes)
