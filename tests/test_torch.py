@@ -224,6 +224,47 @@ def test_torch_compile_traces_the_op_in_one_graph_without_a_break():
     assert any("ucudnn.conv2d" in str(n.target) for n in graphs[0].graph.nodes)
 
 
+def test_the_module_path_traces_the_custom_op_under_compile_and_runs_the_same_implementation_eagerly(monkeypatch):
+    from ucudnn.torch import ops
+
+    args = ([2, 1], [1, 2], [1, 1], 1, "NCHW", "strict", 1 << 26, "", "", False)
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return lambda *a: [torch.zeros(3, 6, 5, 10)]
+
+    torch.compile(lambda x, w: ops.conv2d_any(x, w, *args), backend=backend, fullgraph=True)(
+        torch.randn(3, 4, 9, 10), torch.randn(6, 4, 3, 5))
+    assert any("ucudnn.conv2d" in str(n.target) for n in graphs[0].graph.nodes)
+
+    # eagerly: no custom-op dispatch; on a CPU ucudnn cannot run, so the implementation's fallback answers,
+    # and the result and both gradients are nn.functional.conv2d's
+    monkeypatch.setattr(ops, "conv2d", lambda *a: pytest.fail("eager calls must not dispatch the custom op"))
+    x = torch.randn(3, 4, 9, 10, requires_grad=True)
+    w = torch.randn(6, 4, 3, 5, requires_grad=True)
+    y = ops.conv2d_any(x, w, *args)
+    y.square().sum().backward()
+    xr, wr = x.detach().requires_grad_(), w.detach().requires_grad_()
+    ref = torch.nn.functional.conv2d(xr, wr, stride=(2, 1), padding=(1, 2))
+    ref.square().sum().backward()
+    torch.testing.assert_close(y, ref)
+    torch.testing.assert_close(x.grad, xr.grad)
+    torch.testing.assert_close(w.grad, wr.grad)
+
+
+def test_the_eager_path_computes_only_the_gradients_autograd_needs(monkeypatch):
+    from ucudnn.torch import ops
+
+    asked = []
+    real = ops.backward_impl
+    monkeypatch.setattr(ops, "backward_impl", lambda which, *a: asked.append(which) or real(which, *a))
+    x = torch.randn(2, 4, 8, 8)                      # a first layer: no dx wanted
+    w = torch.randn(3, 4, 3, 3, requires_grad=True)
+    ops.conv2d_any(x, w, [1, 1], [1, 1], [1, 1], 1, "NCHW", "strict", 1 << 26, "", "", False).sum().backward()
+    assert asked == ["dw"] and w.grad is not None
+
+
 def test_plan_needs_converted_layers_and_a_known_policy():
     with pytest.raises(InputError) as e:
         ut.plan(small_cnn(), torch.randn(1, 3, 8, 8))

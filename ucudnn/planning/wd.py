@@ -19,11 +19,15 @@ arena fits", with integer coefficients the solver handles without
 round-off.  A kernel's configurations that could not fit even if every
 other kernel took its smallest one are dropped before the model is built.
 
-Solver: CBC, which PuLP bundles, by default; HiGHS (``solver="highs"``, or
-``"auto"`` to prefer it) when ``highspy`` is installed.
+Solver: ``"auto"`` (the default) takes HiGHS (``highspy``, a dependency) and CBC where HiGHS is missing;
+``"highs"`` or ``"cbc"`` name one.  PuLP up to 3.x bundles a CBC binary; PuLP 4 bundles no solver
+(CBC comes with ``pulp[cbc]``), which is why HiGHS is the default.  Both solve to optimality (gap 0).
 """
 from __future__ import annotations
 
+import os
+import sys
+import threading
 import time
 import warnings
 from typing import Any
@@ -41,7 +45,7 @@ SOLVERS = ("cbc", "highs", "auto")
 
 
 def plan_wd(table: BenchmarkTable, total_workspace: int | str, batch_policy: str = "powerOfTwo", *,
-            solver: str = "cbc", alignment: int = ALIGNMENT, time_limit: float | None = None) -> Plan:
+            solver: str = "auto", alignment: int = ALIGNMENT, time_limit: float | None = None) -> Plan:
     """The time-optimal division of ``total_workspace`` bytes among ``table``'s kernels.
 
     Raises :class:`InfeasibleError` naming the smallest feasible budget when
@@ -107,6 +111,52 @@ def _solve(table: BenchmarkTable, options: dict[str, list[Configuration]], budge
     import pulp  # imported here: planning WR never pays for it
 
     t0 = time.perf_counter()
+    budget_units = budget // alignment
+    prob, variables, symmetry = _model(table, options, budget_units, alignment)
+    model_seconds = time.perf_counter() - t0
+
+    backend = _backend(solver, time_limit)
+    solve_seconds = 0.0
+    for _attempt in range(3):
+        t1 = time.perf_counter()
+        with warnings.catch_warnings():  # PuLP 3.x announces its 4.0 solver renames on every solve
+            warnings.simplefilter("ignore", DeprecationWarning)
+            result = prob.solve(backend)
+        solve_seconds += time.perf_counter() - t1
+        found, optimal, status = _outcome(prob, result)
+        if not found:
+            raise UcudnnError(f"the ILP solver {backend.name} found no solution (status {status}) although one exists")
+        picks = [max(range(len(xs)), key=lambda j: xs[j].value() or 0.0) for xs in variables]
+        chosen = [options[k.name][j] for k, j in zip(table.kernels, picks)]
+        used = sum(align_up(c.workspace_bytes, alignment) for c in chosen)
+        if used <= budget:
+            break
+        # the solver's integrality tolerance let a rounded solution overshoot: tighten by the overshoot and
+        # re-solve a fresh model (PuLP 4 does not let a constraint's constant change after it is added)
+        budget_units -= -(-(used - budget) // alignment)
+        t0 = time.perf_counter()
+        prob, variables, symmetry = _model(table, options, budget_units, alignment)
+        model_seconds += time.perf_counter() - t0
+    else:
+        raise UcudnnError(f"the ILP solver {backend.name} kept returning solutions over the budget")
+    stats = {"solver": backend.name, "status": status, "optimal": optimal,
+             "variables": sum(len(xs) for xs in variables), "constraints": prob.numConstraints(),
+             "symmetry_constraints": symmetry,
+             "model_seconds": round(model_seconds, 6), "solve_seconds": round(solve_seconds, 6),
+             "arena_bytes": used}
+    return chosen, stats
+
+
+def _model(table: BenchmarkTable, options: dict[str, list[Configuration]], budget_units: int,
+           alignment: int) -> tuple[Any, list[list[Any]], int]:
+    """The WD ILP: one binary per (kernel, option), one option per kernel, the options' workspace within budget.
+
+    Written with ``lpSum`` and comparison operators only: the subset of PuLP's modelling API that 2.8 to
+    4.x share (4.x builds expressions in Rust and no longer takes lists of pairs or edits to a constraint).
+    Returns the problem, the variables per kernel and how many symmetry-breaking rows it has.
+    """
+    import pulp
+
     prob = pulp.LpProblem("ucudnn_wd", pulp.LpMinimize)
     # PuLP >= 3.3 attaches variables to the model (the 4.0 API); older ones construct them free-standing
     new_var = getattr(prob, "add_variable", None) or (lambda name, lo, up, cat: pulp.LpVariable(name, lo, up, cat))
@@ -117,10 +167,10 @@ def _solve(table: BenchmarkTable, options: dict[str, list[Configuration]], budge
         variables.append(xs)
         prob += pulp.lpSum(xs) == 1, f"one_configuration_{i}"
         for x, c in zip(xs, options[k.name]):
-            objective.append((x, c.time_ms))
+            objective.append(c.time_ms * x)
             units = align_up(c.workspace_bytes, alignment) // alignment
             if units:
-                usage.append((x, units))
+                usage.append(units * x)
     # Identical kernels (ResNet's repeated blocks) have identical options, so any optimum can be permuted
     # among them: B&B would explore every permutation.  Ordering their choices (the option index, i.e. the
     # workspace rank, never falls along the group) keeps one representative; on ResNet-50 (`all`, b256,
@@ -135,39 +185,52 @@ def _solve(table: BenchmarkTable, options: dict[str, list[Configuration]], budge
                 prob += (pulp.lpSum(j * x for j, x in enumerate(variables[a]))
                          <= pulp.lpSum(j * x for j, x in enumerate(variables[b]))), f"order_{a}_{b}"
                 symmetry += 1
-    prob += pulp.LpAffineExpression(objective)
-    budget_units = budget // alignment
-    budget_row = pulp.LpAffineExpression(usage) <= budget_units
-    prob += budget_row, "total_workspace"
-    model_seconds = time.perf_counter() - t0
+    prob += pulp.lpSum(objective)
+    prob += pulp.lpSum(usage) <= budget_units, "total_workspace"
+    return prob, variables, symmetry
 
-    backend = _backend(solver, time_limit)
-    solve_seconds = 0.0
-    for _attempt in range(3):
-        t1 = time.perf_counter()
-        with warnings.catch_warnings():  # PuLP 3.x announces its 4.0 solver renames on every solve
-            warnings.simplefilter("ignore", DeprecationWarning)
-            prob.solve(backend)
-        solve_seconds += time.perf_counter() - t1
-        if prob.sol_status not in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible):
-            raise UcudnnError(f"the ILP solver {backend.name} found no solution "
-                              f"(status {pulp.LpStatus[prob.status]}) although one exists")
-        picks = [max(range(len(xs)), key=lambda j: xs[j].value() or 0.0) for xs in variables]
-        chosen = [options[k.name][j] for k, j in zip(table.kernels, picks)]
-        used = sum(align_up(c.workspace_bytes, alignment) for c in chosen)
-        if used <= budget:
-            break
-        # the solver's integrality tolerance let a rounded solution overshoot: tighten by the overshoot, re-solve
-        budget_row.constant += -(-(used - budget) // alignment)
-    else:
-        raise UcudnnError(f"the ILP solver {backend.name} kept returning solutions over the budget")
-    stats = {"solver": backend.name, "status": pulp.LpStatus[prob.status],
-             "optimal": prob.sol_status == pulp.LpSolutionOptimal,
-             "variables": sum(len(xs) for xs in variables), "constraints": prob.numConstraints(),
-             "symmetry_constraints": symmetry,
-             "model_seconds": round(model_seconds, 6), "solve_seconds": round(solve_seconds, 6),
-             "arena_bytes": used}
-    return chosen, stats
+
+def _outcome(prob: Any, result: Any) -> tuple[bool, bool, str]:
+    """(a solution came back, it is proven optimal, the status's name) under PuLP 2.8-3.x and 4.x alike.
+
+    PuLP 4's ``solve`` returns an ``LpSolveStats``; earlier ones return a status code and leave
+    ``sol_status`` on the problem.
+    """
+    import pulp
+
+    if hasattr(result, "has_solution"):
+        return bool(result.has_solution), int(result.status) == 1, getattr(result.status, "name", str(result.status))
+    sol = prob.sol_status
+    return (sol in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible), sol == pulp.LpSolutionOptimal,
+            pulp.LpStatus[prob.status])
+
+
+_banner_lock = threading.Lock()
+_banner_done = False
+
+
+def _silence_highs_banner() -> None:
+    """Create HiGHS's first instance with file descriptor 1 on /dev/null, once per process.
+
+    HiGHS prints a copyright banner on standard output when its first instance is made, before any
+    option can turn output off; ``ucudnn plan --json`` and the plan service write documents there.
+    """
+    global _banner_done
+    with _banner_lock:
+        if _banner_done:
+            return
+        import highspy
+
+        sys.stdout.flush()
+        saved, devnull = os.dup(1), os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, 1)
+            highspy.Highs()
+        finally:
+            os.dup2(saved, 1)
+            os.close(saved)
+            os.close(devnull)
+            _banner_done = True
 
 
 def _backend(solver: str, time_limit: float | None) -> Any:
@@ -177,17 +240,22 @@ def _backend(solver: str, time_limit: float | None) -> Any:
     if solver == "highs" and not highs_ok:
         raise InputError("HiGHS is not installed (pip install highspy); use 'cbc'", "solver")
     if solver == "highs" or (solver == "auto" and highs_ok):
+        _silence_highs_banner()
         return pulp.HiGHS(msg=False, timeLimit=time_limit, gapRel=0.0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         coin = pulp.COIN_CMD(msg=False, timeLimit=time_limit, gapRel=0.0)
         if coin.available():  # a CBC installed separately (pulp[cbc]): PuLP 4's way
             return coin
-        return pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit, gapRel=0.0)  # the binary PuLP <= 3 bundles
+        bundled = getattr(pulp, "PULP_CBC_CMD", None)  # the binary PuLP <= 3 bundles; gone in PuLP 4
+        if bundled is not None and bundled(msg=False).available():
+            return bundled(msg=False, timeLimit=time_limit, gapRel=0.0)
+    raise InputError(f"no MILP solver for WD: PuLP {pulp.__version__} finds neither HiGHS nor CBC "
+                     "(pip install highspy, or pulp[cbc])", "solver")
 
 
 def compare_policies(table: BenchmarkTable, batch_policy: str = "powerOfTwo", *, total_workspace: int | None = None,
-                     workspace_limit: int | None = None, solver: str = "cbc") -> dict[str, Any]:
+                     workspace_limit: int | None = None, solver: str = "auto") -> dict[str, Any]:
     """WD against its baselines at the same memory, as in the seed's Fig. 12.
 
     WD gets ``total_workspace``; WR and undivided (cuDNN alone) get

@@ -44,7 +44,10 @@ def _settings(workspace_limit: int, batch_policy: str, sources: str, replay: boo
 def _run(op: str, x: Tensor, w: Tensor, a: Tensor, b: Tensor, out: Tensor, stride, padding, dilation, groups,
          layout, numerics, workspace_limit, batch_policy, sources, replay) -> bool:
     """Run ``op`` by ucudnn into ``out``; False (reason logged once) when torch must do it instead."""
-    problem = runtime.problem_of(x.shape, w.shape, stride, padding, dilation, groups, x.dtype, layout)
+    if a.device.type != "cuda":   # modules send other devices to torch before this; direct callers may not
+        return False
+    problem = runtime.problem_of(tuple(x.shape), tuple(w.shape), tuple(stride), tuple(padding), tuple(dilation),
+                                 groups, x.dtype, layout)
     try:
         runtime.launch(op, problem, a, b, out, _settings(workspace_limit, batch_policy, sources, replay), numerics)
         return True
@@ -53,10 +56,10 @@ def _run(op: str, x: Tensor, w: Tensor, a: Tensor, b: Tensor, out: Tensor, strid
         return False
 
 
-@torch.library.custom_op("ucudnn::conv2d", mutates_args=(), device_types="cuda")
-def conv2d(x: Tensor, weight: Tensor, stride: list[int], padding: list[int], dilation: list[int], groups: int,
-           layout: str, numerics: str, workspace_limit: int, batch_policy: str, sources: str, replay: bool) -> Tensor:
-    """y = conv2d(x, weight) (no bias: the module adds it, so autograd handles it natively)."""
+# --- the implementations: called by the custom ops (torch.compile) and by the eager autograd function ---------
+def forward_impl(x: Tensor, weight: Tensor, stride, padding, dilation, groups, layout, numerics, workspace_limit,
+                 batch_policy, sources, replay) -> Tensor:
+    """y = conv2d(x, weight), no bias (the module adds it, so autograd handles it natively)."""
     fmt = runtime.memory_format(layout)
     x, w = x.contiguous(memory_format=fmt), weight.contiguous(memory_format=fmt)
     y = _empty(_y_shape(x, w, stride, padding, dilation), x, layout)
@@ -65,6 +68,34 @@ def conv2d(x: Tensor, weight: Tensor, stride: list[int], padding: list[int], dil
         return y
     return torch.ops.aten.convolution(x, w, None, stride, padding, dilation, False, [0, 0], groups).contiguous(
         memory_format=fmt)
+
+
+#: gradient -> (ucudnn op, index in aten.convolution_backward's output mask and result)
+_GRADIENTS = {"dx": ("backward_data", 0), "dw": ("backward_filter", 1)}
+
+
+def backward_impl(which: str, grad_y: Tensor, x: Tensor, weight: Tensor, stride, padding, dilation, groups, layout,
+                  numerics, workspace_limit, batch_policy, sources, replay) -> Tensor:
+    """dx (``which="dx"``; ``x`` only gives the shape) or dw (``"dw"``, summed over the batch) of conv2d."""
+    op, index = _GRADIENTS[which]
+    fmt = runtime.memory_format(layout)
+    dy, xc, w = (t.contiguous(memory_format=fmt) for t in (grad_y, x, weight))
+    a, b, out = (w, dy, _empty(x.shape, dy, layout)) if which == "dx" else (xc, dy, _empty(weight.shape, dy, layout))
+    if _run(op, xc, w, a, b, out, stride, padding, dilation, groups, layout, numerics, workspace_limit, batch_policy,
+            sources, replay):
+        return out
+    mask = [index == 0, index == 1, False]
+    return torch.ops.aten.convolution_backward(dy, xc, w, None, stride, padding, dilation, False, [0, 0], groups,
+                                               mask)[index].contiguous(memory_format=fmt)
+
+
+# --- custom ops: what torch.compile traces (fake implementations give shapes and strides) ----------------------
+@torch.library.custom_op("ucudnn::conv2d", mutates_args=(), device_types="cuda")
+def conv2d(x: Tensor, weight: Tensor, stride: list[int], padding: list[int], dilation: list[int], groups: int,
+           layout: str, numerics: str, workspace_limit: int, batch_policy: str, sources: str, replay: bool) -> Tensor:
+    """y = conv2d(x, weight) (no bias: the module adds it, so autograd handles it natively)."""
+    return forward_impl(x, weight, stride, padding, dilation, groups, layout, numerics, workspace_limit,
+                        batch_policy, sources, replay)
 
 
 @conv2d.register_fake
@@ -78,15 +109,8 @@ def conv2d_backward_data(grad_y: Tensor, x: Tensor, weight: Tensor, stride: list
                          dilation: list[int], groups: int, layout: str, numerics: str, workspace_limit: int,
                          batch_policy: str, sources: str, replay: bool) -> Tensor:
     """dx of conv2d (``x`` gives the shape and the fallback's operand; its values are not read by ucudnn)."""
-    fmt = runtime.memory_format(layout)
-    dy, w = grad_y.contiguous(memory_format=fmt), weight.contiguous(memory_format=fmt)
-    dx = _empty(x.shape, dy, layout)
-    if _run("backward_data", x, w, w, dy, dx, stride, padding, dilation, groups, layout, numerics, workspace_limit,
-            batch_policy, sources, replay):
-        return dx
-    return torch.ops.aten.convolution_backward(dy, x.contiguous(memory_format=fmt), w, None, stride, padding,
-                                               dilation, False, [0, 0], groups, [True, False, False])[0].contiguous(
-        memory_format=fmt)
+    return backward_impl("dx", grad_y, x, weight, stride, padding, dilation, groups, layout, numerics,
+                         workspace_limit, batch_policy, sources, replay)
 
 
 @conv2d_backward_data.register_fake
@@ -100,15 +124,8 @@ def conv2d_backward_filter(grad_y: Tensor, x: Tensor, weight: Tensor, stride: li
                            dilation: list[int], groups: int, layout: str, numerics: str, workspace_limit: int,
                            batch_policy: str, sources: str, replay: bool) -> Tensor:
     """dw of conv2d, summed over the batch (micro-batches accumulate in ucudnn's plan)."""
-    fmt = runtime.memory_format(layout)
-    dy, xc = grad_y.contiguous(memory_format=fmt), x.contiguous(memory_format=fmt)
-    dw = _empty(weight.shape, dy, layout)
-    if _run("backward_filter", xc, weight, xc, dy, dw, stride, padding, dilation, groups, layout, numerics,
-            workspace_limit, batch_policy, sources, replay):
-        return dw
-    return torch.ops.aten.convolution_backward(dy, xc, weight.contiguous(memory_format=fmt), None, stride, padding,
-                                               dilation, False, [0, 0], groups, [False, True, False])[1].contiguous(
-        memory_format=fmt)
+    return backward_impl("dw", grad_y, x, weight, stride, padding, dilation, groups, layout, numerics,
+                         workspace_limit, batch_policy, sources, replay)
 
 
 @conv2d_backward_filter.register_fake
@@ -131,3 +148,34 @@ def _backward(ctx, grad_y: Tensor):
 
 
 torch.library.register_autograd("ucudnn::conv2d", _backward, setup_context=_setup_context)
+
+
+# --- eager: the same implementations without the custom-op dispatcher -------------------------------------------
+class EagerConv2d(torch.autograd.Function):
+    """conv2d for eager execution: what ``torch.ops.ucudnn.conv2d`` computes, without its dispatch.
+
+    Why both: a custom op is what ``torch.compile`` needs (no graph break, fake tensors), but each call
+    through ``torch.library``'s Python dispatch costs hundreds of microseconds of host time, and a
+    ResNet-50 training step makes 159 of them: measured on an H100 in TF32 that made the step host-bound
+    (``benchmarks/results/torch_profile-*.md``).  Modules use this class when not being compiled.
+    """
+
+    @staticmethod
+    def forward(ctx, x: Tensor, weight: Tensor, *args) -> Tensor:
+        ctx.save_for_backward(x, weight)
+        ctx.args = args
+        return forward_impl(x, weight, *args)
+
+    @staticmethod
+    def backward(ctx, grad_y: Tensor):
+        x, weight = ctx.saved_tensors
+        dx = backward_impl("dx", grad_y, x, weight, *ctx.args) if ctx.needs_input_grad[0] else None
+        dw = backward_impl("dw", grad_y, x, weight, *ctx.args) if ctx.needs_input_grad[1] else None
+        return (dx, dw) + (None,) * len(ctx.args)
+
+
+def conv2d_any(x: Tensor, weight: Tensor, *args) -> Tensor:
+    """The custom op under ``torch.compile`` / export, the eager autograd function otherwise (same results)."""
+    if torch.compiler.is_compiling():
+        return conv2d(x, weight, *args)
+    return EagerConv2d.apply(x, weight, *args)

@@ -16,6 +16,7 @@ same allocator (:func:`share_torch_memory`, what pytorch-pfn-extras'
 """
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from dataclasses import dataclass
@@ -96,7 +97,18 @@ def layout_of(x: torch.Tensor, weight: torch.Tensor | None = None) -> str:
 
 def problem_of(x_shape: Any, w_shape: Any, stride: Any, padding: Any, dilation: Any, groups: int, dtype: torch.dtype,
                layout: str) -> ConvProblem:
-    """The problem of a convolution given in PyTorch's logical NCHW / KCRS shapes (whatever the memory format)."""
+    """The problem of a convolution given in PyTorch's logical NCHW / KCRS shapes (whatever the memory format).
+
+    Cached: a training step asks for the same few problems hundreds of times, and building (validating)
+    a ConvProblem costs tens of microseconds of host time.
+    """
+    key = (tuple(x_shape), tuple(w_shape), tuple(stride), tuple(padding), tuple(dilation), int(groups), dtype, layout)
+    return _problem_cached(*key)
+
+
+@functools.lru_cache(maxsize=4096)
+def _problem_cached(x_shape: tuple, w_shape: tuple, stride: tuple, padding: tuple, dilation: tuple, groups: int,
+                    dtype: torch.dtype, layout: str) -> ConvProblem:
     n, c, h, w = (int(v) for v in x_shape)
     k, _, r, s = (int(v) for v in w_shape)
     return ConvProblem(n, c, h, w, k, r, s, tuple(padding), tuple(stride), tuple(dilation), int(groups),
@@ -129,11 +141,18 @@ def share_torch_memory() -> None:
         _shared = True
 
 
+def _raw_stream(device: int) -> int:
+    """torch's current stream on ``device`` as a ``cudaStream_t`` (torch's internal getter when it has one:
+    it skips building a ``torch.cuda.Stream`` object on every call)."""
+    getter = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    return getter(device) if getter is not None else torch.cuda.current_stream(device).cuda_stream
+
+
 def _cupy_stream(device: int) -> Any:
     """CuPy's view of torch's current stream on ``device`` (cached per stream)."""
     from ..binding.gpu import cupy
 
-    ptr = torch.cuda.current_stream(device).cuda_stream
+    ptr = _raw_stream(device)
     s = _streams.get((device, ptr))
     if s is None:
         cp = cupy()
