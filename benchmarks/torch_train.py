@@ -47,7 +47,8 @@ def worker(a: argparse.Namespace) -> dict:
     import torchvision
 
     rec = {"model": a.model, "batch": a.batch, "mode": a.mode, "impl": a.impl, "cap_pct": a.cap_pct,
-           "cap_bytes": a.cap_bytes}
+           "cap_bytes": a.cap_bytes, "device": torch.cuda.get_device_name(), "torch": torch.__version__,
+           "cudnn": torch.backends.cudnn.version()}
     torch.backends.cudnn.benchmark = True
     torch.backends.cudnn.allow_tf32 = a.mode != "fp32"
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -226,8 +227,11 @@ def report(path: Path) -> int:
             x = u256["images_per_s"] / torch_base["images_per_s"]
             bars.append(f"- bar 3, {model} b{batch} {mode}: ucudnn-256 uncapped {x:.2f}x PyTorch "
                         f"({'met' if x >= 0.95 else 'missed'}: needs 0.95x)")
-    meta = {"device": torch.cuda.get_device_name() if torch.cuda.is_available() else "unknown",
-            "torch": torch.__version__, "cudnn": torch.backends.cudnn.version(),
+    # where the runs were measured: the records say (older records without it: the reporting machine)
+    measured = next((r for r in recs.values() if r.get("device")), None)
+    here = {"device": torch.cuda.get_device_name() if torch.cuda.is_available() else "unknown",
+            "torch": torch.__version__, "cudnn": torch.backends.cudnn.version()}
+    meta = {**(here if measured is None else {k: measured[k] for k in here}),
             "date": datetime.now(timezone.utc).isoformat(timespec="minutes"),
             "command": "python benchmarks/torch_train.py " + " ".join(sys.argv[1:])}
     (RESULTS / "torch_train.json").write_text(json.dumps({"meta": meta, "runs": list(recs.values())}, indent=1))
