@@ -63,7 +63,11 @@ def one_run(net: str, dtype: str, sources: str, mode: str, table_out: str) -> di
             return {"skipped": f"graph source unavailable: {e}"}
         srcs.append(GraphSource())   # a fresh instance: no notes or plans cached from another run
     kernels = distinct_kernels(load_network(net).kernels(BATCH[net], dtype, layout))
-    rules = {} if mode == "on" else {"prune_margin": None, "hopeless_factor": None, "kernel_budget_s": None}
+    rules = {"off": {"prune_margin": None, "hopeless_factor": None, "kernel_budget_s": None}, "on": {},
+             # the defaults' rules with shorter timing: 3 samples of at least 0.5 ms instead of 5 of 1 ms
+             "fast": {"repeat": 3, "min_sample_ms": 0.5},
+             # off again: the run-to-run noise floor of "plan from one table, priced at another's timings"
+             "off2": {"prune_margin": None, "hopeless_factor": None, "kernel_budget_s": None}}[mode]
     cp.cuda.runtime.deviceSynchronize()
     t0 = time.perf_counter()
     table = benchmark(kernels, "powerOfTwo", numerics, sources=srcs, **rules)
@@ -88,7 +92,8 @@ def main() -> None:
     ap.add_argument("--networks", default="alexnet,resnet50")
     ap.add_argument("--dtypes", default="float32,float16")
     ap.add_argument("--sources", default="legacy;legacy,graph", help="source sets separated by ';'")
-    ap.add_argument("--modes", default="off,on", help="off (before: no pruning), on (after: the defaults)")
+    ap.add_argument("--modes", default="off,on", help="off (before: no pruning), on (after: the defaults), "
+                    "fast (the defaults with 3 samples of 0.5 ms), off2 (off again: the noise floor of mode@off)")
     ap.add_argument("--time-cap", type=float, default=540.0, help="seconds for the whole command")
     ap.add_argument("--out", default="benchmarks/results")
     ap.add_argument("--suffix", default="", help="bench_time-SUFFIX.{json,md}: keep several partial runs")
@@ -136,8 +141,10 @@ def main() -> None:
                         res = {"skipped": f"cut by the time cap after {left:.0f} s"}
                     print(f"   {res}", flush=True)
                     row["runs"][mode] = res
-                if all("wall_s" in row["runs"].get(m, {}) for m in ("off", "on")):
-                    row["on_plan_at_off_times_ms"] = _price(tables["on"], tables["off"])
+                for m in row["runs"]:
+                    if m != "off" and all("wall_s" in row["runs"].get(k, {}) for k in ("off", m)):
+                        row.setdefault("plan_at_off_times_ms", {})[m] = _price(tables[m], tables["off"])
+                row["on_plan_at_off_times_ms"] = row.get("plan_at_off_times_ms", {}).get("on")
                 rows.append(row)
                 _save(args, prov, rows)
     _save(args, prov, rows)
@@ -175,30 +182,38 @@ def markdown(prov, rows) -> str:
     lines = [md_header("Benchmarking time, pruning off (before) vs on (after), and planned WR at 64 MiB", prov),
              f"- ucudnn `{prov.get('ucudnn')}`, nvidia-cudnn-frontend `{prov.get('cudnn_frontend')}`", "",
              "Each run in a fresh process; distinct kernels, `powerOfTwo`. Planned: WR 64 MiB per kernel, total ms, "
-             "from each run's own table; `on@off`: the on plan priced at the off table's full timings.", "",
-             "| network | dtype / layout / numerics | sources | bench s off | bench s on | bar (on) | "
-             "WR64 ms off | WR64 ms on | on@off | plan bar | on recorded as |",
-             "|---|---|---|---:|---:|---|---:|---:|---:|---|---|"]
+             "from each run's own table; `mode@off`: that mode's plan priced at the off table's full timings (`off2@off`: the "
+             "same unpruned benchmark run twice, i.e. the noise floor of this comparison).", "",
+             "| network | dtype / layout / numerics | sources | mode | bench s off | bench s mode | bar | "
+             "WR64 ms off | WR64 ms mode | mode@off | plan bar | mode recorded as |",
+             "|---|---|---|---|---:|---:|---|---:|---:|---:|---|---|"]
     for r in rows:
-        off, on = r["runs"].get("off", {}), r["runs"].get("on", {})
+        off = r["runs"].get("off", {})
 
         def cell(run, key):
             return run.get(key, run.get("skipped") or ("error" if "error" in run else "-"))
 
-        bar = LEGACY_BAR_S.get((r["network"], r["dtype"]))
-        bar_s = "-"
-        if bar is not None:
-            bar = bar if r["sources"] == "legacy" else 3 * bar
-            bar_s = f"< {bar:g} s: " + ("ok" if on.get("wall_s", 1e9) < bar else "MISS") if "wall_s" in on else f"< {bar:g} s"
-        plan_s = "-"
-        if "planned_wr64_ms" in on and "planned_wr64_ms" in off:
-            ref = off["planned_wr64_ms"]
-            got = r.get("on_plan_at_off_times_ms") or on["planned_wr64_ms"]
-            plan_s = f"{(got / ref - 1) * 100:+.2f}%: " + ("ok" if got <= ref * (1 + PLAN_BAR) else "MISS")
-        counts = ", ".join(f"{k} {v}" for k, v in sorted(on.get("recorded_as", {}).items()))
-        lines.append(f"| {r['network']} b{r['batch']} | {r['dtype']} / {r['layout']} / {r['numerics']} | {r['sources']} | "
-                     f"{cell(off, 'wall_s')} | {cell(on, 'wall_s')} | {bar_s} | {cell(off, 'planned_wr64_ms')} | "
-                     f"{cell(on, 'planned_wr64_ms')} | {r.get('on_plan_at_off_times_ms', '-')} | {plan_s} | {counts} |")
+        for mode, on in r["runs"].items():
+            if mode == "off":
+                continue
+            bar = LEGACY_BAR_S.get((r["network"], r["dtype"]))
+            bar_s = "-"
+            if bar is not None:
+                bar = bar if r["sources"] == "legacy" else 3 * bar
+                bar_s = (f"< {bar:g} s: " + ("ok" if on["wall_s"] < bar else "MISS")) if "wall_s" in on else f"< {bar:g} s"
+            priced = (r.get("plan_at_off_times_ms") or {}).get(mode)
+            if priced is None and mode == "on":
+                priced = r.get("on_plan_at_off_times_ms")
+            plan_s = "-"
+            if "planned_wr64_ms" in on and "planned_wr64_ms" in off:
+                ref = off["planned_wr64_ms"]
+                got = priced or on["planned_wr64_ms"]
+                plan_s = f"{(got / ref - 1) * 100:+.2f}%: " + ("ok" if got <= ref * (1 + PLAN_BAR) else "MISS")
+            counts = ", ".join(f"{k} {v}" for k, v in sorted(on.get("recorded_as", {}).items()))
+            lines.append(f"| {r['network']} b{r['batch']} | {r['dtype']} / {r['layout']} / {r['numerics']} | "
+                         f"{r['sources']} | {mode} | {cell(off, 'wall_s')} | {cell(on, 'wall_s')} | {bar_s} | "
+                         f"{cell(off, 'planned_wr64_ms')} | {cell(on, 'planned_wr64_ms')} | {priced or '-'} | {plan_s} | "
+                         f"{counts} |")
     return "\n".join(lines)
 
 

@@ -96,6 +96,7 @@ def resolve_sources(sources: Iterable[AlgorithmSource | str] | str | None) -> li
 
 def benchmark(kernels: Sequence[KernelSpec], batch_policy: str = "powerOfTwo", numerics: str | None = None, *,
               sources: Iterable[AlgorithmSource | str] | str | None = None, repeat: int = 5, warmup: int = 1,
+              min_sample_ms: float = BenchSettings.min_sample_ms,
               max_workspace: int | None = None, progress: bool = False, timing: str = "eager",
               prune_margin: float | None = BenchSettings.prune_margin,
               hopeless_factor: float | None = BenchSettings.hopeless_factor,
@@ -118,7 +119,7 @@ def benchmark(kernels: Sequence[KernelSpec], batch_policy: str = "powerOfTwo", n
     if max_workspace is None:
         free, _ = cp.cuda.runtime.memGetInfo()
         max_workspace = min(4 << 30, free // 4)
-    settings = BenchSettings(numerics, repeat, warmup, max_workspace, timing=timing, prune_margin=prune_margin,
+    settings = BenchSettings(numerics, repeat, warmup, max_workspace, min_sample_ms=min_sample_ms, timing=timing, prune_margin=prune_margin,
                              hopeless_factor=hopeless_factor, kernel_budget_s=kernel_budget_s)
     memo: dict[tuple[ConvProblem, str], KernelBench] = {}
     steps = sum(len(micro_batch_sizes(batch_policy, k.problem.n)) for k in kernels)
@@ -163,7 +164,8 @@ def benchmark(kernels: Sequence[KernelSpec], batch_policy: str = "powerOfTwo", n
     finally:
         bar.close()
     return BenchmarkTable(device_name(), cudnn.get_version(), out, numerics,
-                          {"batch_policy": batch_policy, "repeat": repeat, "timing": timing,
+                          {"batch_policy": batch_policy, "repeat": repeat, "min_sample_ms": min_sample_ms,
+                           "timing": timing,
                            "cupy_version": cp.__version__, "sources": [s.name for s in sources],
                            "pruning": {"prune_margin": prune_margin, "hopeless_factor": hopeless_factor,
                                        "kernel_budget_s": kernel_budget_s}})
