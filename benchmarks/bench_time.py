@@ -1,7 +1,7 @@
 """Issue 16: benchmarking wall time and planned WR time, pruning off (before) vs on (after), on the GPU.
 
 For each network (AlexNet b256, ResNet-50 b128), data type (FP32 strict NCHW, FP16 NHWC with numerics
-``default``), source set (``legacy``; ``legacy,graph``) and mode (``off``: every configuration re-timed in
+``default``), source set (``legacy``; ``default``: the library's default sources) and mode (``off``: every configuration re-timed in
 full, as before issue 16; ``on``: the default fast-benchmarking rules), benchmark the network's distinct
 kernels under ``powerOfTwo`` in a fresh process (so neither mode inherits the other's warm caches), then
 plan WR at 64 MiB per kernel.  Reported per combination: wall seconds off/on, planned WR total off/on
@@ -9,8 +9,8 @@ plan WR at 64 MiB per kernel.  Reported per combination: wall seconds off/on, pl
 pruning, free of run-to-run noise in the pruned rows), and how the ``on`` run recorded its rows.
 
 Bars printed beside the numbers: AlexNet FP32 under 3 s and FP16 NHWC under 10 s with ``legacy``; with
-``legacy,graph`` under 3x those; planned totals within 1% of the unpruned plans.  ``legacy,graph`` needs
-``nvidia-cudnn-frontend``: skipped with a note where it does not import.
+the default sources under 3x those; planned totals within 1% of the unpruned plans.  A set naming ``graph``
+needs ``nvidia-cudnn-frontend``: skipped with a note where it does not import.
 
 One GPU command may run at most 10 minutes: ``--time-cap`` (seconds, default 540) bounds the whole run
 (a run that would pass it is cut and reported as such), and the flags restrict it, e.g.
@@ -46,22 +46,22 @@ def one_run(net: str, dtype: str, sources: str, mode: str, table_out: str) -> di
     """Benchmark one combination in this process; the parent reads the returned summary as JSON."""
     import cupy as cp
 
-    from ucudnn.measure.benchmarking import benchmark
+    from ucudnn import source_names
+    from ucudnn.measure.benchmarking import benchmark, resolve_sources
     from ucudnn.measure.sources.base import BenchSettings
-    from ucudnn.measure.sources.legacy import LegacySource
     from ucudnn.planning.network import load_network
     from ucudnn.planning.planner import plan
 
     layout, numerics = LAYOUT[dtype]
-    srcs: list = [LegacySource()]
-    if "graph" in sources.split(","):
-        from ucudnn.measure.sources.graph import GraphSource, GraphUnavailable, frontend
+    names = source_names.canonical(None if sources == "default" else sources)
+    if "graph" in names:
+        from ucudnn.measure.sources.graph import GraphUnavailable, frontend
 
         try:
             frontend()
         except GraphUnavailable as e:
             return {"skipped": f"graph source unavailable: {e}"}
-        srcs.append(GraphSource())   # a fresh instance: no notes or plans cached from another run
+    srcs = resolve_sources(list(names))   # fresh instances: each run is a process of its own
     kernels = distinct_kernels(load_network(net).kernels(BATCH[net], dtype, layout))
     rules = {"off": {"prune_margin": None, "hopeless_factor": None, "kernel_budget_s": None}, "on": {},
              # the defaults' rules with shorter timing: 3 samples of at least 0.5 ms instead of 5 of 1 ms
@@ -82,6 +82,7 @@ def one_run(net: str, dtype: str, sources: str, mode: str, table_out: str) -> di
     p = plan(table, "wr", workspace_limit=64 * MiB)
     defaults = BenchSettings(numerics)
     return {"wall_s": round(wall, 3), "planned_wr64_ms": round(p.total_time_ms, 4), "kernels": len(kernels),
+            "sources": ",".join(names),
             "recorded_as": counts, "numerics": numerics, "layout": layout,
             "rules": rules or {"prune_margin": defaults.prune_margin, "hopeless_factor": defaults.hopeless_factor,
                                "kernel_budget_s": defaults.kernel_budget_s}}
@@ -91,7 +92,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--networks", default="alexnet,resnet50")
     ap.add_argument("--dtypes", default="float32,float16")
-    ap.add_argument("--sources", default="legacy;legacy,graph", help="source sets separated by ';'")
+    ap.add_argument("--sources", default="legacy;default", help="source sets separated by ';' (default: the "
+                    "library's default sources, ucudnn.source_names.default_names, resolved on the GPU machine)")
     ap.add_argument("--modes", default="off,on", help="off (before: no pruning), on (after: the defaults), "
                     "fast (the defaults with 3 samples of 0.5 ms), off2 (off again: the noise floor of mode@off)")
     ap.add_argument("--time-cap", type=float, default=540.0, help="seconds for the whole command")

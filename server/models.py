@@ -39,6 +39,11 @@ class ErrorBody(BaseModel):
 
 class TableCreated(BaseModel):
     id: str = Field(description="content hash of the table: the same measurements always get the same id")
+    numerics: str | None = Field(None, description="the numerics the table's plans are made under: its own field, or "
+                                                   "what a table without one is taken to have")
+    numerics_note: str | None = Field(None, description="only for a table without a numerics field: how it was "
+                                                        "taken, e.g. 'no numerics field; taken as strict (float32 "
+                                                        "default)'")
 
 
 class TableSummary(BaseModel):

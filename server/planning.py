@@ -102,6 +102,7 @@ class PlanService:
         table: BenchmarkTable | None = None
         if req.table is not None:
             table = await loop.run_in_executor(self.pool, BenchmarkTable.from_dict, req.table)
+            table = table.resolved()  # stored and planned with the numerics it is taken to have
             table_id = table.content_id()
         else:
             assert req.table_id is not None
@@ -148,6 +149,7 @@ class PlanService:
             table = self._tables.get(table_id) or self.store.get_table(table_id)
             if table is None:
                 raise UnknownId(f"no table with id {table_id!r}; store it with POST /v1/tables first", "table_id")
+            table = table.resolved()  # a table stored without numerics (older stores): the plan records them
         else:
             self.store.put_table(table)  # an inline table is stored as POST /v1/tables would
         self.remember_table(table_id, table)

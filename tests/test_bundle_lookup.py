@@ -179,11 +179,12 @@ def fake_gpu(monkeypatch, kb):
 
     calls: list[str] = []
 
-    def benchmark(kernels, bp, nm):
+    def benchmark(kernels, bp, nm, sources=None):
         calls.append(kernels[0].op)
         return BenchmarkTable(api.device_name(), api.cudnn.get_version(), [kb], nm)
 
     monkeypatch.setattr(api, "benchmark", benchmark)
+    monkeypatch.setenv("UCUDNN_SOURCES", "legacy")   # the bundles here hold legacy measurements
     monkeypatch.setattr(api, "_store", None)
     monkeypatch.setattr(api, "_plans", {})
     monkeypatch.setattr(api.cudnn, "get_version", lambda: CUDNN)

@@ -2,7 +2,7 @@
 
 Layers, bottom up; a module may import its own layer and those below it, never above:
 
-    basics      errors, units, config, problem, numerics, policy, schemas, data
+    basics      errors, units, config, problem, numerics, policy, source_names, schemas, data
     planning    ucudnn.planning               pure Python: no GPU, no CuPy, no torch
     binding     ucudnn.binding                ctypes over libcudnn, CuPy plumbing, CUDA-event timing
     kernels     ucudnn.kernels                ucudnn's own CUDA kernels
@@ -27,7 +27,7 @@ PREFIXES = {
     "ucudnn": "interfaces", "ucudnn.__main__": "interfaces", "ucudnn.api": "interfaces", "ucudnn.cli": "interfaces",
     "ucudnn.torch": "interfaces", "ucudnn.server": "interfaces", "ucudnn._moved": "interfaces",
     "ucudnn.errors": "basics", "ucudnn.units": "basics", "ucudnn.config": "basics", "ucudnn.problem": "basics",
-    "ucudnn.numerics": "basics", "ucudnn.policy": "basics", "ucudnn.schemas": "basics", "ucudnn.data": "basics",
+    "ucudnn.numerics": "basics", "ucudnn.policy": "basics", "ucudnn.source_names": "basics", "ucudnn.schemas": "basics", "ucudnn.data": "basics",
     "ucudnn.planning": "planning", "ucudnn.binding": "binding", "ucudnn.kernels": "kernels",
     "ucudnn.measure": "measure", "ucudnn.execute": "execute", "ucudnn.catalog": "catalog",
     "ucudnn.server.migrations": "catalog",     # the store's schema history: the store migrates itself on open

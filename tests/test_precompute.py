@@ -34,6 +34,13 @@ RESNET = "builtin:resnet50-b128-float32-NCHW-h100"
 H100 = Target("NVIDIA H100 80GB HBM3", 91900)
 
 
+@pytest.fixture(autouse=True)
+def _legacy_sources(monkeypatch):
+    """The recorded tables these jobs replay were measured with the legacy source alone."""
+    monkeypatch.setenv("UCUDNN_SOURCES", "legacy")
+
+
+
 @pytest.fixture(scope="module")
 def recorded() -> list[BenchmarkTable]:
     return [BenchmarkTable.load(ALEXNET), BenchmarkTable.load(RESNET)]
@@ -120,7 +127,10 @@ def test_a_unit_key_is_the_library_cache_key(monkeypatch):
     monkeypatch.setattr(api.cudnn, "get_version", lambda: H100.cudnn_version)
     spec = load_network("alexnet").kernels(256)[1]
     unit = Unit(H100, spec.problem, spec.op, "strict", "powerOfTwo")
-    assert unit.key() == api._cache_key(spec.problem, spec.op, "strict", "powerOfTwo")
+    assert unit.key() == api._cache_key(spec.problem, spec.op, "strict", "powerOfTwo", sources=unit.sources)
+    assert unit.sources == api._source_names(None)        # the library's default sources
+    legacy = Unit(H100, spec.problem, spec.op, "strict", "powerOfTwo", ("legacy",))
+    assert legacy.key() == api._cache_key(spec.problem, spec.op, "strict", "powerOfTwo")   # keys before sources
 
 
 def test_accelerator_type_follows_rays_naming():
@@ -204,13 +214,13 @@ def test_retries_prefer_another_worker(tmp_path, recorded):
     engine = InlineEngine(source, workers=2)
     run_job(spec_for(tables=[ALEXNET], workspace_limits=[64 << 20]), engine, Store(tmp_path / "s.sqlite"),
             source=source)
-    conv1 = Unit(H100, recorded[0].kernels[0].problem, "forward", "strict", "powerOfTwo").id
+    conv1 = Unit(H100, recorded[0].kernels[0].problem, "forward", "strict", "powerOfTwo", ("legacy",)).id
     workers = [w for w, uid in engine.calls if uid == conv1]
     assert len(workers) == 2 and workers[0] != workers[1]
 
 
 def test_a_worker_that_dies_is_restarted_and_its_unit_retried(tmp_path, recorded):
-    conv1 = Unit(H100, recorded[0].kernels[0].problem, "forward", "strict", "powerOfTwo").id
+    conv1 = Unit(H100, recorded[0].kernels[0].problem, "forward", "strict", "powerOfTwo", ("legacy",)).id
     engine = InlineEngine(ReplaySource(recorded), die_on={conv1})
     summary = run_job(spec_for(tables=[ALEXNET], workspace_limits=[64 << 20]), engine, Store(tmp_path / "s.sqlite"),
                       source=ReplaySource(recorded))
@@ -466,3 +476,21 @@ def test_the_ray_engine_without_ray_is_a_clear_error(monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
     assert main(["precompute", "--from-table", ALEXNET, "--engine", "ray"]) == 2
     assert "ucudnn[cluster]" in capsys.readouterr().err
+
+
+def test_units_carry_the_sources_they_are_measured_with(monkeypatch, recorded):
+    """A network job measures with the library's default sources, or --sources; a recorded table replays only units
+    of the sources it was measured with, and says so when asked for others."""
+    monkeypatch.setenv("UCUDNN_SOURCES", "legacy,graph")
+    spec = spec_for(networks=[NetworkRequest("alexnet", [256])], workspace_limits=[64 << 20])
+    [req] = expand(spec, [H100])
+    assert {u.sources for _, u in req.kernels} == {("legacy", "graph")} and req.extra["sources"] == ["legacy", "graph"]
+    with pytest.raises(UnitError, match="with numerics strict and sources legacy,graph"):
+        ReplaySource(recorded).measure(req.kernels[0][1])
+    spec.sources = ["legacy"]
+    [req] = expand(spec, [H100])
+    assert ReplaySource(recorded).measure(req.kernels[0][1]).measurements
+    assert JobSpec.from_dict({"networks": ["alexnet"], "sources": "graph, legacy"}).sources == ["legacy", "graph"]
+    with pytest.raises(InputError) as e:
+        JobSpec.from_dict({"networks": ["alexnet"], "sources": "legacy,nope"})
+    assert e.value.field == "job.sources"

@@ -28,6 +28,13 @@ ALEXNET = "builtin:alexnet-b256-float32-NCHW-h100"
 RESNET = "builtin:resnet50-b128-float32-NCHW-h100"
 
 
+@pytest.fixture(autouse=True)
+def _legacy_sources(monkeypatch):
+    """The recorded tables these jobs replay were measured with the legacy source alone."""
+    monkeypatch.setenv("UCUDNN_SOURCES", "legacy")
+
+
+
 @pytest.fixture(scope="module", autouse=True)
 def ray_cluster():
     """Two logical GPUs on a node Ray labels H100 (as it labels a real H100 node)."""

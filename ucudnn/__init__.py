@@ -29,7 +29,7 @@ from .units import format_size, parse_size
 
 _moved.install()
 
-_API = ("conv2d_forward", "conv2d_backward_data", "conv2d_backward_filter", "Conv2d", "get_plan")
+_API = ("conv2d_forward", "conv2d_backward_data", "conv2d_backward_filter", "Conv2d", "get_plan", "wait_for_benchmarks")
 
 
 def __getattr__(name: str):
@@ -53,5 +53,5 @@ __all__ = [
     "BenchmarkTable", "ConvProblem", "Conv2d", "CudnnError", "CudnnNotFound", "GpuUnavailable", "InfeasibleError",
     "InputError", "KernelBench", "KernelPlan", "Measurement", "MicroConfig", "Plan", "TableError", "UcudnnError",
     "conv2d_backward_data", "conv2d_backward_filter", "conv2d_forward", "format_size", "get_plan", "parse_size",
-    "plan",
+    "plan", "wait_for_benchmarks",
 ]

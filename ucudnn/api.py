@@ -5,10 +5,15 @@
     dw = ucudnn.conv2d_backward_filter(x, dy, w_shape=w.shape, ...)
 
 The first call for a (device, cuDNN version, problem, op, numerics, batch
-policy) benchmarks that kernel at the policy's micro-batch sizes; the WR plan
-for the requested limit is then cached in-process and on disk (the store at
-``UCUDNN_DATABASE`` or the user cache directory), so later calls and later
-processes skip straight to execution.
+policy, sources) benchmarks that kernel at the policy's micro-batch sizes with
+the algorithm sources asked for (``sources=``; default: ``UCUDNN_SOURCES``,
+else legacy + graph where ``nvidia-cudnn-frontend`` is installed + fold, see
+:mod:`ucudnn.source_names`); the WR plan for the requested limit is then
+cached in-process and on disk (the store at ``UCUDNN_DATABASE`` or the user
+cache directory), so later calls and later processes skip straight to
+execution.  With ``UCUDNN_BENCHMARK=heuristic`` a first call does not wait:
+it runs cuDNN's heuristic choice within the limit, micro-batched if needed,
+while a background thread benchmarks (:func:`wait_for_benchmarks`).
 
 ``replay=True`` runs the plan through ``Executor(replay=True)``: the first call
 with a set of buffers captures the plan's steps into a CUDA graph, later calls
@@ -17,12 +22,16 @@ them fixed) replay it, without the host's per-step launch work.
 """
 from __future__ import annotations
 
+import functools
+import logging
+import queue
 import threading
 import warnings
 from typing import Any
 
 from . import config
 from . import numerics as num
+from . import source_names
 from .binding import cudnn
 from .binding.gpu import cupy, device_name
 from .catalog.store import Store
@@ -39,6 +48,7 @@ _executors: dict[tuple, Executor] = {}
 _store: Store | None = None
 _store_failed = False
 _plans: dict[str, KernelPlan] = {}  # the lookup's in-process layer (plan key id -> plan)
+log = logging.getLogger("ucudnn")
 
 
 def _get_store() -> Store | None:
@@ -54,47 +64,161 @@ def _get_store() -> Store | None:
     return _store
 
 
-def _cache_key(problem: ConvProblem, op: str, numerics: str, batch_policy: str, limit: int | None = None) -> dict:
+def _cache_key(problem: ConvProblem, op: str, numerics: str, batch_policy: str, limit: int | None = None,
+               sources: tuple[str, ...] = (source_names.LEGACY_ONLY,)) -> dict:
+    """The kernel-cache key: device, cuDNN version, problem, op, numerics, batch policy, sources (left out for legacy
+    alone, so keys written before sources joined the key still answer), and the limit for a plan's key."""
     key = {"device": device_name(), "cudnn_version": cudnn.get_version(), "problem": problem.to_dict(), "op": op,
            "numerics": numerics, "batch_policy": batch_policy}
+    field = source_names.key_field(sources)
+    if field is not None:
+        key["sources"] = field
     if limit is not None:
         key["workspace_limit"] = limit
     return key
 
 
 def get_plan(problem: ConvProblem, op: str, *, workspace_limit: int | str | None = None,
-             batch_policy: str | None = None, numerics: str | None = None) -> KernelPlan:
-    """The WR plan for one kernel, from the first layer that has it (see :mod:`ucudnn.catalog.lookup`), else benchmarked now."""
-    return _executor(problem, op, workspace_limit, batch_policy, numerics).plan
+             batch_policy: str | None = None, numerics: str | None = None,
+             sources: str | list[str] | None = None) -> KernelPlan:
+    """The WR plan for one kernel, from the first layer that has it (see :mod:`ucudnn.catalog.lookup`), else
+    benchmarked now (``UCUDNN_BENCHMARK=heuristic``: cuDNN's heuristic plan until the benchmark is done)."""
+    return _executor(problem, op, workspace_limit, batch_policy, numerics, sources=sources).plan
+
+
+@functools.lru_cache(maxsize=256)
+def _names(sources: str | tuple[str, ...]) -> tuple[str, ...]:
+    from .measure.sources import registry
+
+    return source_names.canonical(sources, known=registry.known())
+
+
+def _source_names(sources: Any) -> tuple[str, ...]:
+    """Canonical source names (None: the defaults, read each call so ``UCUDNN_SOURCES`` changes are seen)."""
+    if sources is None:
+        return source_names.default_names()
+    return _names(sources if isinstance(sources, str) else tuple(sources))
 
 
 def _executor(problem: ConvProblem, op: str, workspace_limit: Any, batch_policy: str | None,
-              numerics: str | None, replay: bool = False) -> Executor:
+              numerics: str | None, replay: bool = False, sources: Any = None) -> Executor:
     limit = parse_size(workspace_limit if workspace_limit is not None else config.default_workspace_limit(),
                        "workspace_limit")
     bp = normalize_policy(batch_policy or config.batch_policy())
     nm = num.normalize(numerics, problem.dtype)
-    mem_key = (cupy().cuda.Device().id, problem, op, limit, bp, nm, bool(replay))
+    names = _source_names(sources)
+    mem_key = (cupy().cuda.Device().id, problem, op, limit, bp, nm, names, bool(replay))
     ex = _executors.get(mem_key)
     if ex is not None:
         return ex
     with _lock:
         ex = _executors.get(mem_key)
         if ex is None:
-            ex = _executors[mem_key] = Executor(_plan_from_store_or_bench(problem, op, limit, bp, nm),
+            ex = _executors[mem_key] = Executor(_plan_from_store_or_bench(problem, op, limit, bp, nm, names),
                                                 replay=bool(replay))
     return ex
 
 
-def _plan_from_store_or_bench(problem: ConvProblem, op: str, limit: int, bp: str, nm: str) -> KernelPlan:
-    """In-process, user cache, plan server, installed bundles, then benchmark here (see :mod:`ucudnn.catalog.lookup`)."""
+class _Deferred(Exception):
+    """Raised in place of a benchmark in heuristic mode: no cache layer had the plan."""
+
+
+def _lookup(problem: ConvProblem, op: str, limit: int, bp: str, nm: str, names: tuple[str, ...],
+            benchmark_now: bool = True) -> KernelPlan:
+    """The lookup chain (in-process, user cache, plan server, installed bundles: :mod:`ucudnn.catalog.lookup`),
+    then a benchmark here, or :class:`_Deferred` instead of one when ``benchmark_now`` is False."""
     from .catalog import lookup
 
+    def measure() -> Any:
+        if not benchmark_now:
+            raise _Deferred
+        return benchmark([KernelSpec(f"{op}", op, problem)], bp, nm, sources=list(names)).kernels[0]
+
     return lookup.kernel_plan(
-        _cache_key(problem, op, nm, bp, limit), _cache_key(problem, op, nm, bp),
-        benchmark=lambda: benchmark([KernelSpec(f"{op}", op, problem)], bp, nm).kernels[0],
-        memory=_plans, store=_get_store(), server=lookup.server_from_env(),
+        _cache_key(problem, op, nm, bp, limit, names), _cache_key(problem, op, nm, bp, sources=names),
+        benchmark=measure, memory=_plans, store=_get_store(), server=lookup.server_from_env(),
         bundles=lookup.installed_bundles()).plan
+
+
+def _plan_from_store_or_bench(problem: ConvProblem, op: str, limit: int, bp: str, nm: str,
+                              sources: Any = None) -> KernelPlan:
+    """The plan an executor starts with: looked up, else benchmarked here; in heuristic mode
+    (``UCUDNN_BENCHMARK=heuristic``), when no cache layer has it, cuDNN's heuristic plan now and the benchmark
+    in the background (:func:`wait_for_benchmarks`)."""
+    names = _source_names(sources)
+    if config.benchmark_mode() != "heuristic":
+        return _lookup(problem, op, limit, bp, nm, names)
+    try:
+        return _lookup(problem, op, limit, bp, nm, names, benchmark_now=False)
+    except _Deferred:
+        from .measure.heuristic import heuristic_plan
+
+        plan = heuristic_plan(problem, op, limit, bp, nm)
+        _background.submit((cupy().cuda.Device().id, problem, op, limit, bp, nm, names))
+        return plan
+
+
+class _Background:
+    """One daemon thread that benchmarks, one kernel at a time, what heuristic mode ran without a benchmark.
+
+    One at a time and on a stream of its own: two benchmarks on one GPU would time each other.  When a
+    kernel is done its measurements are in the caches (so later processes skip straight to the plan) and
+    every executor made from its heuristic plan is replaced by one of the measured plan; the call in flight
+    finishes on the old one.  A failed benchmark keeps the heuristic plan and logs why.
+    """
+
+    def __init__(self) -> None:
+        self._queue: queue.Queue = queue.Queue()
+        self._pending: set[tuple] = set()
+        self._thread: threading.Thread | None = None
+        self._cond = threading.Condition()
+
+    def submit(self, key: tuple) -> None:
+        """Benchmark ``(device, problem, op, limit, batch policy, numerics, sources)`` (once, however often asked)."""
+        with self._cond:
+            if key in self._pending:
+                return
+            self._pending.add(key)
+            self._queue.put(key)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="ucudnn-benchmark", daemon=True)
+                self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            key = self._queue.get()
+            device, problem, op = key[:3]
+            try:
+                cp = cupy()
+                with cp.cuda.Device(device), cp.cuda.Stream(non_blocking=True):
+                    plan = _lookup(*key[1:])
+                with _lock:
+                    for mem_key, old in list(_executors.items()):
+                        if mem_key[:-1] == key:
+                            _executors[mem_key] = Executor(plan, replay=old.replay)
+            except Exception as e:  # noqa: BLE001 - the heuristic plan keeps running
+                log.warning("ucudnn: background benchmark of %s %s failed; cuDNN's heuristic plan stays: %s",
+                            op, problem.describe(), e)
+            finally:
+                with self._cond:
+                    self._pending.discard(key)
+                    self._cond.notify_all()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        with self._cond:
+            return self._cond.wait_for(lambda: not self._pending, timeout)
+
+
+_background = _Background()
+
+
+def wait_for_benchmarks(timeout: float | None = None) -> bool:
+    """Block until the background benchmarks of heuristic mode (``UCUDNN_BENCHMARK=heuristic``) are done, so
+    later calls run measured plans; True when none is left (False: ``timeout`` seconds passed first).
+
+    Call it before capturing CUDA graphs: a benchmark running in another thread would break the capture.
+    """
+    return _background.wait(timeout)
 
 
 def _layout_of(x: Any, layout: str | None) -> str:
@@ -120,11 +244,12 @@ def _problem(x_shape, w_shape, layout: str, dtype: str, stride, padding, dilatio
 def conv2d_forward(x: Any, w: Any, *, stride: Any = 1, padding: Any = 0, dilation: Any = 1, groups: int = 1,
                    layout: str | None = None, workspace_limit: int | str | None = None,
                    batch_policy: str | None = None, numerics: str | None = None, y: Any = None,
-                   alpha: float = 1.0, beta: float = 0.0, workspace: Any = None, replay: bool = False) -> Any:
+                   alpha: float = 1.0, beta: float = 0.0, workspace: Any = None, replay: bool = False,
+                   sources: str | list[str] | None = None) -> Any:
     """y = alpha * conv(x, w) + beta * y, micro-batched to fit ``workspace_limit`` (default 64 MiB)."""
     layout = _layout_of(x, layout)
     p = _problem(x.shape, w.shape, layout, str(x.dtype), stride, padding, dilation, groups)
-    ex = _executor(p, "forward", workspace_limit, batch_policy, numerics, replay)
+    ex = _executor(p, "forward", workspace_limit, batch_policy, numerics, replay, sources)
     if y is None:
         y = cupy().empty(p.y_shape(), dtype=x.dtype)
     return ex(x, w, y, alpha=alpha, beta=beta, workspace=workspace)
@@ -134,11 +259,12 @@ def conv2d_backward_data(w: Any, dy: Any, x_shape: tuple[int, ...], *, stride: A
                          dilation: Any = 1, groups: int = 1, layout: str | None = None,
                          workspace_limit: int | str | None = None, batch_policy: str | None = None,
                          numerics: str | None = None, dx: Any = None, alpha: float = 1.0, beta: float = 0.0,
-                         workspace: Any = None, replay: bool = False) -> Any:
+                         workspace: Any = None, replay: bool = False,
+                         sources: str | list[str] | None = None) -> Any:
     """dx = alpha * conv_transpose(dy, w) + beta * dx (the gradient with respect to x)."""
     layout = _layout_of(dy, layout)
     p = _problem(tuple(x_shape), w.shape, layout, str(dy.dtype), stride, padding, dilation, groups)
-    ex = _executor(p, "backward_data", workspace_limit, batch_policy, numerics, replay)
+    ex = _executor(p, "backward_data", workspace_limit, batch_policy, numerics, replay, sources)
     if dx is None:
         dx = cupy().empty(p.x_shape(), dtype=dy.dtype)
     return ex(w, dy, dx, alpha=alpha, beta=beta, workspace=workspace)
@@ -148,11 +274,12 @@ def conv2d_backward_filter(x: Any, dy: Any, w_shape: tuple[int, ...], *, stride:
                            dilation: Any = 1, groups: int = 1, layout: str | None = None,
                            workspace_limit: int | str | None = None, batch_policy: str | None = None,
                            numerics: str | None = None, dw: Any = None, alpha: float = 1.0, beta: float = 0.0,
-                           workspace: Any = None, replay: bool = False) -> Any:
+                           workspace: Any = None, replay: bool = False,
+                         sources: str | list[str] | None = None) -> Any:
     """dw = alpha * sum over the batch of x (*) dy + beta * dw; micro-batches accumulate into dw."""
     layout = _layout_of(x, layout)
     p = _problem(x.shape, tuple(w_shape), layout, str(x.dtype), stride, padding, dilation, groups)
-    ex = _executor(p, "backward_filter", workspace_limit, batch_policy, numerics, replay)
+    ex = _executor(p, "backward_filter", workspace_limit, batch_policy, numerics, replay, sources)
     if dw is None:
         dw = cupy().empty(p.w_shape(), dtype=x.dtype)
     return ex(x, dy, dw, alpha=alpha, beta=beta, workspace=workspace)
@@ -167,9 +294,11 @@ class Conv2d:
 
     def __init__(self, *, stride: Any = 1, padding: Any = 0, dilation: Any = 1, groups: int = 1,
                  layout: str | None = None, workspace_limit: int | str | None = None,
-                 batch_policy: str | None = None, numerics: str | None = None, replay: bool = False):
+                 batch_policy: str | None = None, numerics: str | None = None, replay: bool = False,
+                 sources: str | list[str] | None = None):
         self.kw = dict(stride=stride, padding=padding, dilation=dilation, groups=groups, layout=layout,
-                       workspace_limit=workspace_limit, batch_policy=batch_policy, numerics=numerics, replay=replay)
+                       workspace_limit=workspace_limit, batch_policy=batch_policy, numerics=numerics, replay=replay,
+                       sources=None if sources is None else ",".join(source_names.canonical(sources)))
 
     def forward(self, x: Any, w: Any, **kw: Any) -> Any:
         return conv2d_forward(x, w, **self.kw, **kw)

@@ -13,6 +13,9 @@ defaults that explicit arguments and CLI flags override.
 | ``UCUDNN_CUDNN_LIBRARY`` | path of libcudnn.so.9 to load | search wheels, then system |
 | ``UCUDNN_PLAN_SERVER`` | plan service URL consulted before benchmarking | unset |
 | ``UCUDNN_BUNDLE_PATH`` | ``:``-separated plan bundles to look plans up in | unset |
+| ``UCUDNN_SOURCES`` | algorithm sources benchmarked (``legacy,graph,fold``; see :mod:`ucudnn.source_names`) | legacy, graph where installed, fold |
+| ``UCUDNN_BENCHMARK`` | ``full``: a kernel no cache knows is benchmarked before its first call runs; ``heuristic``: it runs at once on cuDNN's heuristic choice and is benchmarked in a background thread | ``full`` |
+| ``UCUDNN_PROGRESS`` | ``1`` / ``0``: benchmark progress on stderr always / never | after 2 s |
 """
 from __future__ import annotations
 
@@ -62,6 +65,19 @@ def benchmark_devices(device_count: int | None = None) -> list[int] | None:
         from .errors import InputError
 
         raise InputError(f"expected comma-separated device ids or 'all', got {v!r}", "UCUDNN_BENCHMARK_DEVICES") from None
+
+
+BENCHMARK_MODES = ("full", "heuristic")
+
+
+def benchmark_mode() -> str:
+    """``UCUDNN_BENCHMARK``: ``full`` (default) or ``heuristic`` (see :func:`ucudnn.api.wait_for_benchmarks`)."""
+    v = (_env("UCUDNN_BENCHMARK") or "full").lower()
+    if v not in BENCHMARK_MODES:
+        from .errors import InputError
+
+        raise InputError(f"expected one of {', '.join(BENCHMARK_MODES)}, got {v!r}", "UCUDNN_BENCHMARK")
+    return v
 
 
 def cache_dir() -> Path:

@@ -13,6 +13,8 @@ modes are never mixed: a table records its mode, plans inherit it.
 """
 from __future__ import annotations
 
+from typing import Iterable
+
 from .errors import InputError
 
 MODES = ("strict", "tf32", "default")
@@ -49,3 +51,23 @@ def allowed_math_types(numerics: str, dtype: str) -> tuple[str, ...]:
     if base == "default":
         return ("DEFAULT", "TENSOR_OP", "TENSOR_OP_ALLOW_CONVERSION")
     return ("DEFAULT", "TENSOR_OP", "FMA")
+
+
+def inferred(dtype: str, math_types: Iterable[str]) -> str | None:
+    """The numerics that measurements of ``dtype`` data under ``math_types`` are taken to have (a table without
+    a ``numerics`` field, :func:`ucudnn.planning.table.effective_numerics`).
+
+    The dtype's default (:func:`normalize` of None: ``strict`` for float32, ``default`` otherwise) when it allows
+    every one of the math types, else the narrowest mode that does, in the order strict, tf32, default (a mode
+    allows its own math types and every stricter mode's): an FP32 table with TENSOR_OP rows is ``tf32``, never
+    labelled ``strict``.  None when no mode allows them all (a math type cuDNN does not have).  Never
+    ``-deterministic``: math types do not say whether an algorithm is.
+    """
+    seen = set(math_types)
+    start = MODES.index(normalize(None, dtype))
+    allowed: set[str] = set()
+    for i, mode in enumerate(MODES):
+        allowed.update(allowed_math_types(mode, dtype))
+        if i >= start and seen <= allowed:
+            return mode
+    return None

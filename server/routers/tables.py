@@ -6,7 +6,7 @@ from typing import Any
 from fastapi import APIRouter, Body, Depends, Path, Query, Response
 
 from ucudnn.catalog.store import MAX_INT32
-from ucudnn.planning.table import BenchmarkTable
+from ucudnn.planning.table import BenchmarkTable, effective_numerics
 
 from ..deps import ServiceState, get_state, require_token
 from ..limits import FiniteJSONRoute
@@ -21,11 +21,17 @@ router = APIRouter(prefix="/v1/tables", tags=["tables"], route_class=FiniteJSONR
              responses=errors(401, 413, 422))
 def put_table(document: dict[str, Any] = Body(description="a ucudnn-benchmark-table/1 document"),
               state: ServiceState = Depends(get_state)) -> TableCreated:
-    """Store a benchmark table. Its id is a hash of its content: storing it again answers the same id."""
+    """Store a benchmark table. Its id is a hash of its content: storing it again answers the same id.
+
+    A table without a ``numerics`` field is stored with the numerics it is taken to have (its dtype's
+    default, or the narrowest numerics its math types allow); the answer says which, and how.
+    """
     table = BenchmarkTable.from_dict(document)
+    numerics, note = effective_numerics(table)
+    table = table.resolved()  # the same content id: ids hash the numerics a table is taken to have
     table_id = state.store.put_table(table)
     state.plans.remember_table(table_id, table)  # its first plan need not parse it again
-    return TableCreated(id=table_id)
+    return TableCreated(id=table_id, numerics=numerics, numerics_note=note)
 
 
 @router.get("", response_model=list[TableSummary], responses=errors(422))

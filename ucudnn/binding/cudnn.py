@@ -53,7 +53,7 @@ class AlgoPerf(ctypes.Structure):
 
 @dataclass(frozen=True)
 class PerfResult:
-    """One row of a Find call, as Python values."""
+    """One row of a Find call or a heuristic query (:func:`get_algorithm_v7`), as Python values."""
 
     algo: int
     status: int
@@ -132,6 +132,9 @@ _SIGNATURES: dict[str, list] = {
     "cudnnFindConvolutionForwardAlgorithmEx": [_P, _P, _P, _P, _P, _P, _P, _P, _I, _PI, _PERF, _P, _S],
     "cudnnFindConvolutionBackwardDataAlgorithmEx": [_P, _P, _P, _P, _P, _P, _P, _P, _I, _PI, _PERF, _P, _S],
     "cudnnFindConvolutionBackwardFilterAlgorithmEx": [_P, _P, _P, _P, _P, _P, _P, _P, _I, _PI, _PERF, _P, _S],
+    "cudnnGetConvolutionForwardAlgorithm_v7": [_P, _P, _P, _P, _P, _I, _PI, _PERF],
+    "cudnnGetConvolutionBackwardDataAlgorithm_v7": [_P, _P, _P, _P, _P, _I, _PI, _PERF],
+    "cudnnGetConvolutionBackwardFilterAlgorithm_v7": [_P, _P, _P, _P, _P, _I, _PI, _PERF],
     "cudnnGetConvolutionForwardWorkspaceSize": [_P, _P, _P, _P, _P, _I, _PS],
     "cudnnGetConvolutionBackwardDataWorkspaceSize": [_P, _P, _P, _P, _P, _I, _PS],
     "cudnnGetConvolutionBackwardFilterWorkspaceSize": [_P, _P, _P, _P, _P, _I, _PS],
@@ -277,10 +280,32 @@ def find_algorithm_ex(handle: int, op: str, a_desc: int, a: int, b_desc: int, b:
     got = ctypes.c_int()
     _call(f"cudnnFindConvolution{_OP_SUFFIX[op]}AlgorithmEx", handle, a_desc, a, b_desc, b, conv, out_desc, out,
           requested, ctypes.byref(got), perf, workspace, workspace_bytes)
+    return _perf_results(perf, got.value)
+
+
+def get_algorithm_v7(handle: int, op: str, a_desc: int, b_desc: int, conv: int, out_desc: int,
+                     requested: int) -> list[PerfResult]:
+    """cudnnGetConvolution{Forward,BackwardData,BackwardFilter}Algorithm_v7: cuDNN's heuristic ranking.
+
+    Nothing runs and no memory is touched, so it answers in a fraction of Find's time: what a first call that
+    must not wait on a benchmark can go on.  Rows come best first (kept in that order); ``time_ms`` is -1 (not
+    timed); ``workspace_bytes`` is the heuristic's own figure (it matched :func:`get_workspace_size` on every
+    row seen on an H100 with cuDNN 9.19, but the executor checks the latter).  Descriptor order as in
+    :func:`find_algorithm_ex`.
+    """
+    perf = (AlgoPerf * requested)()
+    got = ctypes.c_int()
+    _call(f"cudnnGetConvolution{_OP_SUFFIX[op]}Algorithm_v7", handle, a_desc, b_desc, conv, out_desc, requested,
+          ctypes.byref(got), perf)
+    return _perf_results(perf, got.value)
+
+
+def _perf_results(perf, count: int) -> list[PerfResult]:
+    """The first ``count`` rows of an AlgoPerf array (the three ops' perf structs share its layout)."""
     return [PerfResult(p.algo, p.status, status_name(p.status) if p.status else "CUDNN_STATUS_SUCCESS",
                        float(p.time), int(p.memory), p.determinism == DETERMINISTIC,
                        MATH_TYPE_NAMES.get(p.mathType, str(p.mathType)))
-            for p in perf[: got.value]]
+            for p in perf[:count]]
 
 
 def get_workspace_size(handle: int, op: str, a_desc: int, b_desc: int, conv: int, out_desc: int, algo: int) -> int:

@@ -28,6 +28,7 @@ from sqlalchemy import create_engine, select
 from sqlalchemy.orm import Session
 
 from ..errors import InputError
+from ..planning.table import BenchmarkTable, effective_numerics
 from .store import KernelBenchRow, PlanRow, Store, TableRow
 from .target import Target
 
@@ -77,8 +78,25 @@ class BundleReader(Store):
         self.engine.dispose()
 
 
-def _copy_rows(src: Store, dst: Store, where: dict[type, Any]) -> dict[str, int]:
-    """Copy rows of each type matching ``where[type]`` (a SQLAlchemy filter or None); existing ids are kept."""
+def _table_numerics(values: dict[str, Any]) -> dict[str, Any]:
+    """A table row as a bundle carries it: with the numerics its table is taken to have (``effective_numerics``).
+
+    Tables stored without the field (``ucudnn-benchmark-table/1`` began without it) get it spelled out in
+    the body and the ``numerics`` column, so whoever reads the bundle sees the numerics its plans were made
+    under; the id is kept (plans refer to it).
+    """
+    if values.get("numerics") is None:
+        table = BenchmarkTable.loads(values["body"]).resolved()
+        values = {**values, "numerics": table.numerics, "body": table.to_json()}
+    return values
+
+
+def _copy_rows(src: Store, dst: Store, where: dict[type, Any],
+               fix: dict[type, Any] | None = None) -> dict[str, int]:
+    """Copy rows of each type matching ``where[type]`` (a SQLAlchemy filter or None); existing ids are kept.
+
+    ``fix[type]``, where given, maps a row's column values to the values written.
+    """
     counts: dict[str, int] = {}
     with Session(src.engine) as s_in, Session(dst.engine) as s_out:
         for cls in ROW_TYPES:
@@ -89,7 +107,10 @@ def _copy_rows(src: Store, dst: Store, where: dict[type, Any]) -> dict[str, int]
             n = 0
             for row in s_in.execute(q).scalars():
                 if s_out.get(cls, row.id) is None:
-                    s_out.add(cls(**{c: getattr(row, c) for c in cols}))
+                    values = {c: getattr(row, c) for c in cols}
+                    if fix and cls in fix:
+                        values = fix[cls](values)
+                    s_out.add(cls(**values))
                     n += 1
             counts[cls.__tablename__] = n
         s_out.commit()
@@ -131,7 +152,7 @@ def export(src: Store, out: str | Path, *, devices: Iterable[str] | None = None,
             conds.append(cls.id.in_(list(ids)))
         where[cls] = _and(conds)
     try:
-        counts = _copy_rows(src, dst, where)
+        counts = _copy_rows(src, dst, where, {TableRow: _table_numerics})
     finally:
         dst.engine.dispose()
     finalize(out)
@@ -148,15 +169,20 @@ def import_bundle(bundle: str | Path, dst: Store) -> dict[str, int]:
 
 
 def list_plans(bundle: str | Path) -> list[dict[str, Any]]:
-    """One entry per stored plan: its table (id, name, kernel count), policy, sizes, device, cuDNN, time."""
+    """One entry per stored plan: its table (id, name, kernel count, numerics), policy, sizes, device, cuDNN, time.
+
+    ``numerics`` is the numerics the plan's table is taken to have (``effective_numerics``: its own field,
+    or, for a table stored without one, the rule for such tables).
+    """
     reader = BundleReader(bundle)
     try:
         tables = {}
         with Session(reader.engine) as s:
             for tid, body in s.execute(select(TableRow.id, TableRow.body)):
                 doc = json.loads(body)
+                numerics = doc.get("numerics") or effective_numerics(BenchmarkTable.from_dict(doc)).numerics
                 tables[tid] = {"name": doc.get("precompute") or doc.get("network"), "kernels": len(doc["kernels"]),
-                               "numerics": doc.get("numerics")}
+                               "numerics": numerics}
         out = []
         for p in reader.list_plans():
             t = tables.get(p["table_id"] or "", {})

@@ -51,10 +51,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-policy", default=None, help="all | powerOfTwo | powerOfTwoAndMidpoints | undivided")
     p.add_argument("--repeat", type=int, default=5, help="timed runs per configuration, median kept (0: cuDNN Find's time)")
     p.add_argument("--max-workspace", default=None, help="largest workspace offered while benchmarking (default min(4GiB, free/4))")
-    p.add_argument("--sources", default="legacy", help="comma-separated algorithm sources: legacy (cudnnFind*), "
+    p.add_argument("--sources", default=None, help="comma-separated algorithm sources: legacy (cudnnFind*), "
                    "graph (cuDNN graph-API engines; needs ucudnn[graph]), relayout (the other sources named, run in the "
                    "other layout through ucudnn's transform kernels), fold (the other sources named, run on strided "
-                   "first layers folded into stride-1 convolutions by ucudnn's fold kernels) (default: legacy)")
+                   "first layers folded into stride-1 convolutions by ucudnn's fold kernels) (default: UCUDNN_SOURCES, else "
+                   "legacy,graph,fold where nvidia-cudnn-frontend is installed, legacy,fold otherwise)")
     p.add_argument("--graph-top-k", type=int, default=None, help="graph source: time only the first K engine "
                    "configurations (heuristic order) that build at each micro-batch size (default: all)")
     p.add_argument("--timing", default="eager", choices=("eager", "replay"), help="eager: each configuration "
@@ -85,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
     table = benchmark(kernels, args.batch_policy or config.batch_policy(), args.numerics, sources=sources,
                       repeat=args.repeat,
                       max_workspace=parse_size(args.max_workspace) if args.max_workspace else None,
-                      progress=sys.stderr.isatty(), timing=args.timing)
+                      timing=args.timing)
     table.save(args.out)
     n = sum(len(k.measurements) for k in table.kernels)
     print(f"wrote {args.out}: {len(table.kernels)} kernels, {n} measurements on {table.device}, "
@@ -93,11 +94,13 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _sources(names: str, graph_top_k: int | None) -> list:
-    """``--sources`` names -> source instances (``--graph-top-k`` configures a graph source of its own)."""
+def _sources(names: str | None, graph_top_k: int | None) -> list:
+    """``--sources`` names (None: the defaults) -> source instances (``--graph-top-k`` configures a graph source
+    of its own)."""
+    from .. import source_names
     from ..measure.benchmarking import resolve_sources
 
-    wanted = [n.strip() for n in names.split(",") if n.strip()]
+    wanted = list(source_names.canonical(names, "--sources"))
     if graph_top_k is not None:
         if graph_top_k < 1:
             raise InputError(f"must be a positive integer, got {graph_top_k}", "--graph-top-k")

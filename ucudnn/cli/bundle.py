@@ -80,12 +80,13 @@ def run_list(args: argparse.Namespace) -> int:
         con.print(f"{t['device']} / cuDNN {t['cudnn_version']}: {t['benchmark_tables']} tables, "
                   f"{t['kernel_benches']} kernel measurements, {t['plans']} plans")
     tab = Table(title=f"plans in {args.bundle}", title_justify="left")
-    for col in ("table", "policy", "limit", "batch policy", "GPU", "cuDNN", "time ms"):
+    for col in ("table", "policy", "limit", "batch policy", "numerics", "GPU", "cuDNN", "time ms"):
         tab.add_column(col, justify="right" if col in ("limit", "time ms") else "left")
     for p in plans:
         size = p["total_workspace"] if p["policy"] == "wd" else p["workspace_limit"]
         tab.add_row(f"{p['table_name'] or ''} {p['table'][:12]}", p["policy"],
                     ("total " if p["policy"] == "wd" else "") + format_size(size or 0), p["batch_policy"],
+                    p["numerics"] or "",
                     Target(p["device"], p["cudnn_version"]).accelerator_type, str(p["cudnn_version"]),
                     f"{p['total_time_ms']:.3f}")
     con.print(tab)

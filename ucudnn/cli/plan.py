@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 
 from .. import config
+from ..errors import InputError
 from ..planning.planner import plan as make_plan
 from ..planning.table import BenchmarkTable
 
@@ -27,6 +28,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--layout", default=None, choices=("NCHW", "NHWC"),
                    help="with --network (default: the table's, else NCHW)")
     p.add_argument("--save-table", metavar="T.json", help="with --network alone: also write the measured table here")
+    p.add_argument("--sources", default=None, metavar="NAMES",
+                   help="with --network alone: algorithm sources to benchmark (see `ucudnn bench --sources`; "
+                        "default: UCUDNN_SOURCES, else legacy,graph,fold where nvidia-cudnn-frontend is installed)")
     p.add_argument("--policy", choices=("wr", "wd", "undivided"), default=None,
                    help="wr: per-kernel limit (default); wd: whole-network budget "
                         "(default when UCUDNN_TOTAL_WORKSPACE_SIZE is set); undivided: cuDNN alone")
@@ -46,6 +50,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     batch_policy = args.batch_policy or config.batch_policy()
+    if args.sources is not None and (args.tables or not args.network):
+        raise InputError("only applies when --network is benchmarked (without --from-table)", "--sources")
     if args.network and not args.tables:
         table = _measure(args, batch_policy)
     else:
@@ -93,13 +99,12 @@ def run(args: argparse.Namespace) -> int:
 
 def _measure(args: argparse.Namespace, batch_policy: str) -> BenchmarkTable:
     """Benchmark ``--network`` on this GPU (raises GpuUnavailable without one: exit code 4)."""
-    import sys
-
+    from .bench import _sources
     from ..measure.benchmarking import benchmark
     from ..planning.network import load_network
 
     kernels = load_network(args.network).kernels(args.batch, args.dtype or "float32", args.layout or "NCHW")
-    table = benchmark(kernels, batch_policy, progress=sys.stderr.isatty())
+    table = benchmark(kernels, batch_policy, sources=_sources(args.sources, None))
     if args.save_table:
         table.save(args.save_table)
     return table

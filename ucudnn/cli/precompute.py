@@ -23,6 +23,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--network", action="append", metavar="NAME[@B,...]",
                    help="a shipped network (alexnet, resnet50, ...) or a ucudnn-network/1 file, optionally with "
                         "batch sizes: resnet50@64,128 (repeatable)")
+    p.add_argument("--torch-model", dest="torch_models", action="append", metavar="MODULE:FACTORY[@B,...]",
+                   help="a PyTorch model to precompute, e.g. torchvision.models:resnet50@128: the factory is called "
+                        "with no arguments and its Conv2d layers traced on CPU at --input-shape, then treated like "
+                        "a --network (torch extra; batch sizes after @ or from --batch; repeatable)")
+    p.add_argument("--input-shape", metavar="C,H,W",
+                   help="with --torch-model: the shape of one input sample, e.g. 3,224,224")
     p.add_argument("--from-table", dest="tables", action="append", metavar="T.json",
                    help="a recorded benchmark table ('builtin:NAME' for a shipped one): replayed instead of "
                         "measured, no GPU needed; planned as it is unless --network is given (repeatable)")
@@ -37,6 +43,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--total-workspaces", metavar="SIZE[,SIZE...]", help="whole-table budgets to plan with WD, e.g. 1GiB")
     p.add_argument("--gpu-models", metavar="M[,M...]", help="only these GPU models (H100, H200, or full device names)")
     p.add_argument("--repeat", type=int, default=None, help="timed runs per configuration (default 5; 0: Find's time)")
+    p.add_argument("--sources", metavar="NAMES", default=None,
+                   help="algorithm sources to measure networks with (legacy, graph, relayout, fold; default: "
+                        "UCUDNN_SOURCES, else legacy,graph,fold where nvidia-cudnn-frontend is installed, legacy,fold "
+                        "otherwise); recorded tables keep the sources they were measured with")
     p.add_argument("--max-retries", type=int, default=None,
                    help="further attempts of a failing unit before it is reported failed (default 2)")
     p.add_argument("--engine", choices=("local", "ray"), default="local",
@@ -71,6 +81,8 @@ def run(args: argparse.Namespace) -> int:
         summary = run_job(spec, engine, store, progress=progress)
     finally:
         engine.close()
+    for note in summary.get("notes", []):  # e.g. a recorded table without a numerics field: what it was taken as
+        print(f"ucudnn precompute: {note}", file=sys.stderr)
     if args.out:
         if writes_bundle_directly:
             store.engine.dispose()

@@ -38,18 +38,22 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from .. import numerics as num
+from .. import source_names
 from ..catalog.store import Store
 from ..errors import InputError
-from ..planning.table import BenchmarkTable, KernelBench
+from ..planning.table import BenchmarkTable, KernelBench, effective_numerics
 from ..policy import normalize_policy
 from ..problem import DTYPES, LAYOUTS, OPS
 from ..schemas import validate
 from ..units import parse_size
 from .engines import Engine, GpuSource, PlanTask, ReplaySource, Target, Unit, UnitOutcome, dispatch
 from .engines.sources import UnitSource
+
+if TYPE_CHECKING:
+    from ..planning.network import Network
 
 SCHEMA = "precompute-job.schema.json"
 PLAN_TASK_SIZE = 6  # (table, limit) plans per CPU task
@@ -58,10 +62,24 @@ PLAN_KEY_VERSION = 1  # ucudnn.server.planning.KEY_VERSION: plans are stored und
 
 @dataclass
 class NetworkRequest:
-    """A network (shipped name or ``ucudnn-network/1`` file) at some batch sizes (None: its default)."""
+    """A network (shipped name or ``ucudnn-network/1`` file) at some batch sizes (None: its default).
+
+    A ``--torch-model`` is a request whose network was traced from a PyTorch factory (:func:`torch_model`):
+    ``built`` holds it, ``network`` names the factory, ``input_shape`` is what it was traced at.
+    """
 
     network: str
     batch_sizes: list[int] | None = None
+    built: "Network | None" = field(default=None, repr=False, compare=False)
+    input_shape: tuple[int, int, int] | None = None
+
+    def load(self) -> "Network":
+        """The network: the traced one, else the shipped name or file."""
+        if self.built is not None:
+            return self.built
+        from ..planning.network import load_network
+
+        return load_network(self.network)
 
     @classmethod
     def parse(cls, text: str, field: str) -> "NetworkRequest":
@@ -95,6 +113,8 @@ class JobSpec:
     gpu_models: list[str] | None = None
     repeat: int = 5
     max_retries: int = 2
+    #: algorithm sources to measure with (None: the library's default, resolved where the job is planned)
+    sources: list[str] | None = None
 
     @classmethod
     def from_dict(cls, doc: Any, where: str = "job") -> "JobSpec":
@@ -117,6 +137,8 @@ class JobSpec:
                                 for i, v in enumerate(doc.get(key, []))])
         spec.repeat = int(doc.get("repeat", spec.repeat))
         spec.max_retries = int(doc.get("max_retries", spec.max_retries))
+        if doc.get("sources") is not None:
+            spec.sources = list(source_names.canonical(doc["sources"], f"{where}.sources"))
         spec.check(where)
         return spec
 
@@ -157,12 +179,14 @@ class JobSpec:
             raise InputError("must not be negative", f"{where}.max_retries")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"networks": [{"name": n.network, "batch_sizes": n.batch_sizes} for n in self.networks],
+        return {"networks": [{"name": n.network, "batch_sizes": n.batch_sizes,
+                              **({"torch_model": n.network, "input_shape": list(n.input_shape)}
+                                 if n.input_shape is not None else {})} for n in self.networks],
                 "tables": self.tables, "batch_sizes": self.batch_sizes, "dtypes": self.dtypes,
                 "layouts": self.layouts, "numerics": self.numerics, "ops": self.ops,
                 "batch_policy": self.batch_policy, "workspace_limits": self.workspace_limits,
                 "total_workspaces": self.total_workspaces, "gpu_models": self.gpu_models,
-                "repeat": self.repeat, "max_retries": self.max_retries}
+                "repeat": self.repeat, "max_retries": self.max_retries, "sources": self.sources}
 
 
 @dataclass
@@ -174,6 +198,7 @@ class TableRequest:
     numerics: str
     kernels: list[tuple[str, Unit]]          # (kernel name in the table, its unit)
     extra: dict[str, Any]
+    numerics_note: str | None = None         # a recorded table without the field: what it was taken as
 
 
 def expand(spec: JobSpec, targets: Sequence[Target],
@@ -184,13 +209,12 @@ def expand(spec: JobSpec, targets: Sequence[Target],
     source); without, each recorded table is itself a request, on its own
     device and cuDNN version, so its plans are made from exactly its rows.
     """
-    from ..planning.network import load_network
-
     bp = spec.batch_policy
     out: list[TableRequest] = []
     if spec.networks:
+        srcs = source_names.canonical(spec.sources, "sources")
         for i, req in enumerate(spec.networks):
-            net = load_network(req.network)
+            net = req.load()
             for batch in req.batch_sizes or spec.batch_sizes or [net.default_batch]:
                 for dtype in spec.dtypes:
                     for layout in spec.layouts:
@@ -200,14 +224,16 @@ def expand(spec: JobSpec, targets: Sequence[Target],
                             for t in targets:
                                 name = f"{net.name}-b{batch}-{dtype}-{layout}-{nm}"
                                 out.append(TableRequest(
-                                    name, t, nm, [(s.name, Unit(t, s.problem, s.op, nm, bp)) for s in specs],
-                                    {"batch_policy": bp, "network": net.name, "precompute": name}))
+                                    name, t, nm, [(s.name, Unit(t, s.problem, s.op, nm, bp, srcs)) for s in specs],
+                                    {"batch_policy": bp, "network": net.name, "precompute": name,
+                                     "sources": list(srcs)}))
         return out
     for name, t in recorded:
         target = Target(t.device, t.cudnn_version)
-        nm = t.numerics or num.normalize(None, t.kernels[0].problem.dtype)
-        out.append(TableRequest(name, target, nm, [(k.name, Unit(target, k.problem, k.op, nm, bp)) for k in t.kernels
-                                     if k.op in spec.ops], dict(t.extra)))
+        nm, note = effective_numerics(t)
+        out.append(TableRequest(name, target, nm, [(k.name, Unit(target, k.problem, k.op, nm, bp,
+                                                                 source_names.of_table(t.extra))) for k in t.kernels
+                                     if k.op in spec.ops], dict(t.extra), note))
     return out
 
 
@@ -280,12 +306,33 @@ def default_source(spec: JobSpec) -> UnitSource:
     return ReplaySource(spec.tables) if spec.tables else GpuSource(repeat=spec.repeat)
 
 
+def resolve_replayed(source: UnitSource) -> dict[str, str]:
+    """Give a replay source's tables the numerics they are taken to have (``effective_numerics``).
+
+    The source answers a unit from the table of the unit's numerics, and units carry the numerics the
+    table is taken to have, so a table without the field must carry it too before the source is indexed
+    or shipped to workers.  Returns ``{table name: note}`` for the tables that lacked it.
+    """
+    if not isinstance(source, ReplaySource):
+        return {}
+    notes = {}
+    for name, t in zip(source.names, source.tables):
+        note = effective_numerics(t).note
+        if note is not None:
+            notes[name] = note
+    if notes:
+        source.tables = [t.resolved() for t in source.tables]
+        source._index = None  # keyed on numerics: rebuilt from the resolved tables
+    return notes
+
+
 def run_job(spec: JobSpec, engine: Engine, store: Store, *, source: UnitSource | None = None,
             progress: JobProgress | None = None) -> dict[str, Any]:
     """Run ``spec`` on ``engine`` into ``store``; the JSON summary.  The caller closes the engine."""
     t_start = time.perf_counter()
     progress = progress or JobProgress(False)
     source = source or default_source(spec)
+    notes = resolve_replayed(source)
     workers = engine.start(source)
     startup_s = time.perf_counter() - t_start
     targets: list[Target] = []
@@ -295,7 +342,13 @@ def run_job(spec: JobSpec, engine: Engine, store: Store, *, source: UnitSource |
     if not spec.networks:  # the recorded tables are the requests (loaded once when the source holds them)
         have = dict(zip(source.names, source.tables)) if isinstance(source, ReplaySource) else {}
         recorded = [(p, have.get(p) or BenchmarkTable.load(p)) for p in spec.tables]
+        for p, t in recorded:
+            note = effective_numerics(t).note
+            if note is not None:
+                notes.setdefault(p, note)
     requests = expand(spec, targets, recorded)
+    for r in requests:
+        r.numerics_note = r.numerics_note or notes.get(r.name)
     if spec.gpu_models:
         models = {m.lower() for m in spec.gpu_models}
         requests = [r for r in requests if r.target.accelerator_type.lower() in models or r.target.device.lower() in models]
@@ -404,6 +457,7 @@ def run_job(spec: JobSpec, engine: Engine, store: Store, *, source: UnitSource |
     for r, done in zip(requests, stored):
         distinct = {u.id for _, u in r.kernels}
         rep: dict[str, Any] = {"name": r.name, **r.target.to_dict(), "numerics": r.numerics,
+                               **({"numerics_note": r.numerics_note} if r.numerics_note else {}),
                                "kernels": len(r.kernels), "units": len(distinct),
                                "gpu_seconds": round(sum(by_id[i].seconds for i in distinct if i in by_id), 3),
                                "recorded_benchmark_seconds": round(sum(
@@ -442,6 +496,7 @@ def run_job(spec: JobSpec, engine: Engine, store: Store, *, source: UnitSource |
         "dispatch_overhead_seconds": round(sum(o.dispatch_seconds for o in outcomes), 3),
         "failed_units": [o.report() for o in failed],
         "tables": table_reports,
+        "notes": [f"{name}: {note}" for name, note in notes.items()],
         "plans": {"requested": sum(len(t.requests) for t in tasks) + sum(r.get("plans_already_stored", 0)
                                                                            for r in table_reports),
                   "stored": len(plans_stored), "already_stored": sum(r.get("plans_already_stored", 0)
@@ -473,11 +528,83 @@ def open_store(store_url: str | None, out: str | None) -> Store:
     return Store()
 
 
+def parse_input_shape(text: str, flag: str = "--input-shape") -> tuple[int, int, int]:
+    """``3,224,224`` -> (C, H, W): the per-sample shape a ``--torch-model`` is traced at."""
+    parts = [p.strip() for p in text.replace("x", ",").split(",")]
+    try:
+        dims = tuple(int(p) for p in parts)
+    except ValueError:
+        dims = ()
+    if len(dims) != 3 or min(dims) < 1:
+        raise InputError(f"expected C,H,W as three positive integers such as 3,224,224, got {text!r}", flag)
+    return dims  # type: ignore[return-value]
+
+
+#: The batch a ``--torch-model`` is precomputed at when neither ``@B`` nor ``--batch`` names one (the shipped
+#: ResNet-50's; a traced model has no batch of its own), said on stderr when used
+TORCH_MODEL_BATCH = 128
+
+
+def parse_torch_model(text: str, flag: str = "--torch-model") -> NetworkRequest:
+    """``MODULE:FACTORY[@B,...]`` checked (its form, and that PyTorch is installed), not yet traced."""
+    import importlib.util
+
+    req = NetworkRequest.parse(text.strip(), flag)
+    module, sep, attr = req.network.partition(":")
+    if not sep or not module.strip() or not attr.strip():
+        raise InputError(f"expected MODULE:FACTORY[@BATCH,...] such as torchvision.models:resnet50@128, "
+                         f"got {text!r}", flag)
+    if importlib.util.find_spec("torch") is None:
+        raise InputError(f"tracing {req.network} needs PyTorch, which is not installed: pip install ucudnn[torch]",
+                         flag)
+    return req
+
+
+def torch_model(text: str, input_shape: Sequence[int], flag: str = "--torch-model") -> NetworkRequest:
+    """``MODULE:FACTORY[@B,...]`` traced into a network (:func:`ucudnn.planning.network.from_factory`): the
+    factory is imported and called with no arguments, its Conv2d layers recorded on CPU at ``input_shape``.
+
+    The request is then a network like any ``--network``: the job crosses it with batch sizes, dtypes,
+    layouts and numerics, and its convolutions are units shared with every other request.  Errors name
+    ``flag`` (or ``--input-shape``); torch is imported only here, never when the module is.
+    """
+    req = parse_torch_model(text, flag)
+    from ..planning.network import from_factory
+
+    try:
+        net = from_factory(req.network, tuple(input_shape), batch=TORCH_MODEL_BATCH, name=req.network)
+    except InputError as e:  # from_factory names its own parameters; the user wrote flags
+        message = str(e).removeprefix(f"{e.field}: ") if e.field else str(e)
+        raise InputError(message, "--input-shape" if e.field == "input_shape" else flag) from None
+    except Exception as e:  # noqa: BLE001 - the factory or the model's forward pass: both are the user's code
+        shape = ",".join(str(d) for d in input_shape)
+        raise InputError(f"tracing {req.network} at --input-shape {shape} failed: {type(e).__name__}: {e}",
+                         flag) from None
+    return NetworkRequest(req.network, req.batch_sizes, built=net,
+                          input_shape=tuple(int(d) for d in input_shape))  # type: ignore[arg-type]
+
+
 def merge_flags(spec: JobSpec | None, args: Any) -> JobSpec:
     """Job-file fields overridden by the flags given on the command line."""
     spec = spec or JobSpec()
     if args.network:
         spec.networks = [NetworkRequest.parse(n.strip(), "--network") for n in args.network]
+    torch_models = getattr(args, "torch_models", None) or []
+    input_shape = getattr(args, "input_shape", None)
+    if input_shape is not None and not torch_models:
+        raise InputError("is the shape --torch-model models are traced at; give --torch-model MODULE:FACTORY too",
+                         "--input-shape")
+    if torch_models:
+        if input_shape is None:
+            raise InputError("needs --input-shape C,H,W (e.g. 3,224,224): the shape of one sample to trace the "
+                             "model at", "--input-shape")
+        shape = parse_input_shape(input_shape)
+        for t in torch_models:  # checked before tracing anything
+            req = parse_torch_model(t)
+            if not (req.batch_sizes or args.batch or spec.batch_sizes):
+                print(f"ucudnn precompute: {req.network}: no batch size given ({req.network}@B or --batch B); "
+                      f"precomputing batch {TORCH_MODEL_BATCH}", file=sys.stderr)
+        spec.networks = spec.networks + [torch_model(t, shape) for t in torch_models]
     if args.tables:
         spec.tables = list(args.tables)
     if args.batch:
@@ -501,6 +628,8 @@ def merge_flags(spec: JobSpec | None, args: Any) -> JobSpec:
         spec.repeat = args.repeat
     if args.max_retries is not None:
         spec.max_retries = args.max_retries
+    if getattr(args, "sources", None) is not None:
+        spec.sources = list(source_names.canonical(args.sources, "--sources"))
     if not spec.workspace_limits and not spec.total_workspaces:
         from ..config import default_workspace_limit, total_workspace_size
 
@@ -522,8 +651,10 @@ def job_rows(spec: JobSpec, summary: dict[str, Any], store: Store) -> tuple[list
         if table is None:
             continue
         target = Target(table.device, table.cudnn_version)
-        numerics = table.numerics or num.normalize(None, table.kernels[0].problem.dtype)
-        bench_ids |= {key_id(Unit(target, k.problem, k.op, numerics, spec.batch_policy).key()) for k in table.kernels}
+        numerics = effective_numerics(table).numerics
+        srcs = source_names.of_table(table.extra)
+        bench_ids |= {key_id(Unit(target, k.problem, k.op, numerics, spec.batch_policy, srcs).key())
+                      for k in table.kernels}
     wanted = set(table_ids)
     plan_ids = [p["id"] for p in store.list_plans() if p["table_id"] in wanted]
     return table_ids, sorted(bench_ids), plan_ids

@@ -11,6 +11,7 @@ import time
 from typing import Iterable, Sequence
 
 from .. import numerics as num
+from .. import source_names
 from ..binding import cudnn
 from ..binding.gpu import cupy, cupy_dtype, device_name
 from ..errors import InputError
@@ -18,7 +19,6 @@ from ..planning.table import BenchmarkTable, KernelBench, Measurement, Skipped
 from ..policy import micro_batch_sizes
 from ..problem import ConvProblem, KernelSpec
 from .sources.base import TIMINGS, AlgorithmSource, BenchSettings, Operands
-from .sources.legacy import LegacySource
 
 
 class Buffers:
@@ -50,12 +50,14 @@ class Buffers:
         return Operands(a.data.ptr, b.data.ptr, out.data.ptr)
 
 
-def default_sources() -> list[AlgorithmSource]:
-    return [LegacySource()]
-
-
 #: Sources that wrap the other sources named (see :func:`resolve_sources`)
-WRAPPERS = ("relayout", "fold")
+WRAPPERS = source_names.WRAPPERS
+
+
+def default_sources() -> list[AlgorithmSource]:
+    """The default sources (:func:`ucudnn.source_names.default_names`: ``UCUDNN_SOURCES``, else legacy, graph
+    where ``nvidia-cudnn-frontend`` is installed, and fold)."""
+    return resolve_sources(source_names.default_names())
 
 
 def resolve_sources(sources: Iterable[AlgorithmSource | str] | str | None) -> list[AlgorithmSource]:
@@ -73,9 +75,7 @@ def resolve_sources(sources: Iterable[AlgorithmSource | str] | str | None) -> li
 
     if sources is None:
         return default_sources()
-    if isinstance(sources, str):
-        sources = [s.strip() for s in sources.split(",") if s.strip()]
-    sources = list(sources)
+    sources = source_names.split(sources)
     base = [registry.get(s) if isinstance(s, str) else s for s in sources if s not in WRAPPERS]
     wrapped: dict[str, AlgorithmSource] = {}
     if "relayout" in sources:
@@ -97,7 +97,7 @@ def resolve_sources(sources: Iterable[AlgorithmSource | str] | str | None) -> li
 def benchmark(kernels: Sequence[KernelSpec], batch_policy: str = "powerOfTwo", numerics: str | None = None, *,
               sources: Iterable[AlgorithmSource | str] | str | None = None, repeat: int = 5, warmup: int = 1,
               min_sample_ms: float = BenchSettings.min_sample_ms,
-              max_workspace: int | None = None, progress: bool = False, timing: str = "eager",
+              max_workspace: int | None = None, progress: bool | None = None, timing: str = "eager",
               prune_margin: float | None = BenchSettings.prune_margin,
               hopeless_factor: float | None = BenchSettings.hopeless_factor,
               kernel_budget_s: float | None = BenchSettings.kernel_budget_s) -> BenchmarkTable:
@@ -105,6 +105,8 @@ def benchmark(kernels: Sequence[KernelSpec], batch_policy: str = "powerOfTwo", n
 
     ``prune_margin``, ``hopeless_factor``, ``kernel_budget_s``: fast benchmarking
     (:class:`~ucudnn.measure.sources.base.BenchSettings`; None turns a rule off).  The table records them.
+
+    ``progress``: None (default) shows progress on stderr once the benchmark has run 2 s; True at once; False never.
 
     ``timing``: ``eager`` (the default) times each configuration called back to back as the executor runs a
     plan; ``replay`` times it captured into a CUDA graph, for plans their users capture and replay
@@ -178,22 +180,82 @@ def _tag(m: Measurement, source: str) -> Measurement:
 
 
 class _progress:
-    """A rich progress bar when asked for (and a terminal or log is watching), else nothing."""
+    """Benchmark progress on stderr: a rich bar on a terminal, a plain line every 10 s otherwise.
 
-    def __init__(self, enabled: bool, total: int):
-        self._p = None
-        if enabled:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+    ``enabled``: True shows it from the start, False never, None (the default everywhere) shows it once the
+    benchmark has run for :data:`PROGRESS_AFTER_S` (``UCUDNN_PROGRESS=0`` / ``1``: never / at once), so a
+    first call that benchmarks says so instead of stalling silently, and quick benchmarks stay quiet.
+    A timer thread starts it, since one micro-batch size of one kernel can take longer than the delay.
+    """
 
-            self._p = Progress(TextColumn("{task.description:<24}"), BarColumn(), MofNCompleteColumn(),
-                               TimeRemainingColumn(), transient=False)
-            self._p.start()
-            self._task = self._p.add_task("benchmark", total=total)
+    def __init__(self, enabled: bool | None, total: int):
+        import os
+        import threading
+
+        env = os.environ.get("UCUDNN_PROGRESS", "").strip()
+        if enabled is None and env in ("0", "1"):
+            enabled = env == "1"
+        self.total, self.done, self.what = total, 0, ""
+        self._t0 = time.perf_counter()
+        self._p = self._console = self._timer = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        if enabled is False:
+            return
+        self._timer = threading.Timer(0.0 if enabled else PROGRESS_AFTER_S, self._start)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _start(self) -> None:
+        import threading
+
+        from rich.console import Console
+
+        with self._lock:
+            if self._stop.is_set():
+                return
+            self._console = Console(stderr=True)
+            if self._console.is_terminal or self._console.is_jupyter:
+                from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+                self._p = Progress(TextColumn("ucudnn benchmark {task.description:<24}"), BarColumn(),
+                                   MofNCompleteColumn(), TimeRemainingColumn(), console=self._console,
+                                   transient=False)
+                self._p.start()
+                self._task = self._p.add_task(self.what, total=self.total, completed=self.done)
+                return
+        self._line("benchmarking (results are cached: this happens once per kernel)")
+        threading.Thread(target=self._tick, daemon=True).start()
+
+    def _line(self, note: str = "") -> None:
+        self._console.print(f"ucudnn: {self.done}/{self.total} micro-batch sizes measured, "
+                            f"{time.perf_counter() - self._t0:.1f} s{f' ({self.what})' if self.what else ''}"
+                            f"{f'; {note}' if note else ''}", highlight=False, soft_wrap=True)
+
+    def _tick(self) -> None:
+        while not self._stop.wait(PROGRESS_EVERY_S):
+            with self._lock:
+                self._line()
 
     def advance(self, n: int, what: str) -> None:
-        if self._p is not None:
-            self._p.update(self._task, advance=n, description=what)
+        with self._lock:
+            self.done += n
+            self.what = what
+            if self._p is not None:
+                self._p.update(self._task, advance=n, description=what)
 
     def close(self) -> None:
-        if self._p is not None:
-            self._p.stop()
+        with self._lock:
+            self._stop.set()
+            if self._timer is not None:
+                self._timer.cancel()
+            if self._p is not None:
+                self._p.stop()
+            elif self._console is not None:
+                self._line("done")
+
+
+#: Seconds a benchmark runs before its progress shows (issue 16: "whenever a benchmark takes longer than 2 s")
+PROGRESS_AFTER_S = 2.0
+#: Seconds between plain progress lines where stderr is not a terminal
+PROGRESS_EVERY_S = 10.0

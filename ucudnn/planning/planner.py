@@ -27,6 +27,7 @@ def plan(table: BenchmarkTable, policy: str = "wr", *, workspace_limit: int | st
     if policy not in POLICIES:
         raise InputError(f"unknown policy {policy!r}; use one of {', '.join(POLICIES)}", "policy")
     batch_policy = normalize_policy(batch_policy)
+    table = table.resolved()   # a table without a numerics field: its plans record what it is taken as
     if policy == "wd":
         if total_workspace is None:
             raise InputError("the wd policy needs a total workspace budget", "total_workspace")

@@ -15,8 +15,9 @@ import math
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, NamedTuple
 
+from .. import numerics as num
 from ..errors import InputError, TableError
 from ..problem import ConvProblem
 from ..schemas import validate
@@ -122,8 +123,19 @@ class BenchmarkTable:
         return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
 
     def content_id(self) -> str:
-        """Content hash: the same measurements give the same id (the store is idempotent on it)."""
-        return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:24]
+        """Content hash: the same measurements give the same id (the store is idempotent on it).
+
+        Hashed with the numerics the table is taken to have (:func:`effective_numerics`), so a table
+        without the field and the same table with it spelled out are one table, with one id.
+        """
+        return hashlib.sha256(json.dumps(self.resolved().to_dict(), sort_keys=True).encode()).hexdigest()[:24]
+
+    def resolved(self) -> "BenchmarkTable":
+        """This table with its ``numerics`` field filled in (:func:`effective_numerics`); itself when it has one."""
+        if self.numerics is not None:
+            return self
+        return BenchmarkTable(self.device, self.cudnn_version, self.kernels, effective_numerics(self).numerics,
+                              dict(self.extra))
 
     @classmethod
     def from_dict(cls, doc: Any) -> "BenchmarkTable":
@@ -206,16 +218,65 @@ class BenchmarkTable:
 
     @staticmethod
     def merge(tables: Iterable["BenchmarkTable"]) -> "BenchmarkTable":
-        """Concatenate tables of one device and cuDNN version (refuses to mix devices)."""
+        """Concatenate tables of one device, cuDNN version and numerics (refuses to mix them).
+
+        The result always has its numerics (:func:`effective_numerics`): tables without the field are
+        merged as one such table (taken as what the union of their measurements is), a mix is compared
+        by the numerics each is taken to have.
+        """
         tables = list(tables)
         first = tables[0]
+        spelled = any(t.numerics is not None for t in tables)
+        nm = [effective_numerics(t).numerics if spelled else None for t in tables]
         kernels: list[KernelBench] = []
-        for t in tables:
-            if (t.device, t.cudnn_version, t.numerics) != (first.device, first.cudnn_version, first.numerics):
-                raise TableError(f"cannot merge a table of {t.device} / cuDNN {t.cudnn_version} / {t.numerics} "
-                                 f"with one of {first.device} / cuDNN {first.cudnn_version} / {first.numerics}", "device")
+        for t, n in zip(tables, nm):
+            if (t.device, t.cudnn_version, n) != (first.device, first.cudnn_version, nm[0]):
+                raise TableError(f"cannot merge a table of {t.device} / cuDNN {t.cudnn_version} / {n} "
+                                 f"with one of {first.device} / cuDNN {first.cudnn_version} / {nm[0]}", "device")
             kernels.extend(t.kernels)
-        return BenchmarkTable(first.device, first.cudnn_version, kernels, first.numerics, dict(first.extra))
+        return BenchmarkTable(first.device, first.cudnn_version, kernels, nm[0], dict(first.extra)).resolved()
+
+
+class EffectiveNumerics(NamedTuple):
+    """The numerics a table's measurements were made under, and, when the table does not say, how it was taken."""
+
+    numerics: str
+    note: str | None  # None: the table's own field; else "no numerics field; taken as strict (float32 default)"
+
+
+def effective_numerics(table: BenchmarkTable) -> EffectiveNumerics:
+    """The numerics ``table`` is taken to have: its ``numerics`` field, or the rule for tables without one.
+
+    ``ucudnn-benchmark-table/1`` was first specified without the field.  Such a table is taken to have its
+    dtype's default numerics (``strict`` for float32, ``default`` for float16 / bfloat16) when every math type
+    it records is allowed under it, and otherwise the narrowest numerics that allows them all
+    (:func:`ucudnn.numerics.inferred`: an FP32 table with TENSOR_OP rows is ``tf32``).  Its rows are never
+    filtered, so precompute, bundles and the plan service plan exactly the rows ``ucudnn plan --from-table``
+    plans; the numerics only labels the plans and keys the units, and never claims stricter math than was
+    recorded.  A math type cuDNN does not have makes it ``default``, the one mode that claims nothing.
+    """
+    if table.numerics is not None:
+        return EffectiveNumerics(table.numerics, None)
+    per_dtype: dict[str, set[str]] = {}
+    for k in table.kernels:
+        per_dtype.setdefault(k.problem.dtype, set()).update(m.math_type for m in k.measurements)
+    per_dtype = per_dtype or {"float32": set()}
+    modes = {dtype: num.inferred(dtype, seen) for dtype, seen in per_dtype.items()}
+    unknown = sorted(dtype for dtype, mode in modes.items() if mode is None)
+    if unknown:
+        mode = "default"
+        odd = sorted({m for d in unknown for m in per_dtype[d] if num.inferred(d, [m]) is None})
+        why = f"math types {', '.join(odd)} are not cuDNN's; default is the one numerics that claims nothing"
+    else:
+        mode = max(modes.values(), key=num.MODES.index)  # type: ignore[arg-type]
+        defaults = {dtype: num.normalize(None, dtype) for dtype in per_dtype}
+        if all(defaults[d] == mode for d in per_dtype):
+            why = " and ".join(sorted(per_dtype)) + " default"
+        else:
+            recorded = sorted({m for seen in per_dtype.values() for m in seen})
+            why = (f"the narrowest numerics allowing the math types recorded ({', '.join(recorded)}) for "
+                   f"{' and '.join(sorted(per_dtype))} data")
+    return EffectiveNumerics(mode, f"no numerics field; taken as {mode} ({why})")
 
 
 def _refuse_constant(name: str) -> float:

@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from ... import source_names
 from ...catalog.store import key_id
 from ...catalog.target import Target
 from ...errors import UcudnnError
@@ -29,13 +30,19 @@ from ...problem import ConvProblem
 
 @dataclass(frozen=True)
 class Unit:
-    """One (target, problem, op, numerics, batch policy): measured once, stored under :meth:`key`."""
+    """One (target, problem, op, numerics, batch policy, sources): measured once, stored under :meth:`key`.
+
+    ``sources``: the algorithm sources measured, canonical (:func:`ucudnn.source_names.canonical`); the default
+    is the library's, so precomputed units answer ``conv2d_*`` calls made with the default sources.  A unit
+    replayed from a recorded table carries the sources that table was measured with.
+    """
 
     target: Target
     problem: ConvProblem
     op: str
     numerics: str
     batch_policy: str
+    sources: tuple[str, ...] = field(default_factory=source_names.default_names)
 
     @property
     def micro_batches(self) -> list[int]:
@@ -43,9 +50,13 @@ class Unit:
 
     def key(self) -> dict[str, Any]:
         """The library's kernel-cache key (``ucudnn.api._cache_key``): precomputed units are its cache hits."""
-        return {"device": self.target.device, "cudnn_version": self.target.cudnn_version,
-                "problem": self.problem.to_dict(), "op": self.op, "numerics": self.numerics,
-                "batch_policy": self.batch_policy}
+        key = {"device": self.target.device, "cudnn_version": self.target.cudnn_version,
+               "problem": self.problem.to_dict(), "op": self.op, "numerics": self.numerics,
+               "batch_policy": self.batch_policy}
+        sources = source_names.key_field(self.sources)
+        if sources is not None:
+            key["sources"] = sources
+        return key
 
     @property
     def id(self) -> str:
@@ -67,7 +78,7 @@ class Unit:
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "op": self.op, "problem": self.problem.describe(), "numerics": self.numerics,
-                "batch_policy": self.batch_policy, **self.target.to_dict()}
+                "batch_policy": self.batch_policy, "sources": ",".join(self.sources), **self.target.to_dict()}
 
 
 class UnitError(UcudnnError):

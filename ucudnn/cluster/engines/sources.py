@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Iterable, Protocol
 
+from ... import source_names
 from ...planning.table import BenchmarkTable, KernelBench
 from .base import Target, Unit, UnitError
 
@@ -55,7 +56,8 @@ class GpuSource:
         from ...problem import KernelSpec
 
         table = benchmark([KernelSpec(unit.op, unit.op, unit.problem)], unit.batch_policy, unit.numerics,
-                          repeat=self.repeat, max_workspace=self.max_workspace)
+                          sources=list(unit.sources), repeat=self.repeat, max_workspace=self.max_workspace,
+                          progress=False)
         if (table.device, table.cudnn_version) != (unit.target.device, unit.target.cudnn_version):
             raise UnitError(f"worker is a {table.device} / cuDNN {table.cudnn_version}, "
                             f"the unit needs {unit.target.device} / cuDNN {unit.target.cudnn_version}")
@@ -97,8 +99,9 @@ class ReplaySource:
         if self._index is None:
             idx: dict[tuple, KernelBench] = {}
             for t in self.tables:
+                srcs = source_names.of_table(t.extra)
                 for k in t.kernels:
-                    idx.setdefault((t.device, t.cudnn_version, t.numerics, k.problem, k.op), k)
+                    idx.setdefault((t.device, t.cudnn_version, t.numerics, srcs, k.problem, k.op), k)
             self._index = idx
         return self._index
 
@@ -107,13 +110,14 @@ class ReplaySource:
 
     def lookup(self, unit: Unit) -> KernelBench | None:
         """The recorded kernel for ``unit`` (any micro-batch sizes), or None."""
-        return self.index().get((unit.target.device, unit.target.cudnn_version, unit.numerics, unit.problem, unit.op))
+        return self.index().get((unit.target.device, unit.target.cudnn_version, unit.numerics, unit.sources,
+                                 unit.problem, unit.op))
 
     def measure(self, unit: Unit) -> KernelBench:
         kb = self.lookup(unit)
         if kb is None:
-            raise UnitError(f"no recorded measurements of {unit.label()} with numerics {unit.numerics} "
-                            f"on {unit.target.device} / cuDNN {unit.target.cudnn_version}")
+            raise UnitError(f"no recorded measurements of {unit.label()} with numerics {unit.numerics} and sources "
+                            f"{','.join(unit.sources)} on {unit.target.device} / cuDNN {unit.target.cudnn_version}")
         want = set(unit.micro_batches)
         missing = sorted(want - set(kb.micro_batches()) - {s.micro_batch for s in kb.skipped})
         if missing:

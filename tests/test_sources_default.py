@@ -1,0 +1,241 @@
+"""Issue 16: algorithm sources everywhere, with good defaults; heuristic mode; progress on long benchmarks.
+
+What the library measures with is part of every cache key, the default is the fastest exact set the installed
+extras allow, and a first call in ``UCUDNN_BENCHMARK=heuristic`` mode runs at once while the benchmark happens
+in the background.  Runs without a GPU: the GPU-facing pieces are replaced by fakes that record what they were
+asked.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+import threading
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from ucudnn import source_names
+from ucudnn.errors import InputError
+from ucudnn.planning.plan import KernelPlan, MicroConfig
+from ucudnn.planning.table import BenchmarkTable, KernelBench, Measurement
+from ucudnn.problem import ConvProblem
+
+PROBLEM = ConvProblem(8, 16, 12, 12, 32, 3, 3, pad=1)
+H100, CUDNN = "NVIDIA H100 80GB HBM3", 91900
+
+
+# -- names ----------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("written, canonical", [
+    ("legacy", ("legacy",)),
+    ("graph,legacy", ("legacy", "graph")),
+    (" legacy , graph ,", ("legacy", "graph")),
+    (["fold", "graph", "legacy"], ("legacy", "graph", "fold")),
+    ("fold,relayout,legacy,legacy", ("legacy", "relayout", "fold")),
+])
+def test_equal_requests_have_one_canonical_spelling(written, canonical):
+    assert source_names.canonical(written) == canonical
+
+
+@pytest.mark.parametrize("written, message", [("legacy,cufft", "unknown algorithm source 'cufft'; known: fold, graph, legacy, relayout"),
+                                              ("", "name at least one algorithm source"),
+                                              (",,", "name at least one algorithm source")])
+def test_bad_source_names_name_the_field(written, message):
+    with pytest.raises(InputError, match=re.escape(message)) as e:
+        source_names.canonical(written, "--sources")
+    assert e.value.field == "--sources"
+
+
+def test_the_default_is_legacy_graph_and_fold_where_the_frontend_is_installed(monkeypatch):
+    monkeypatch.delenv("UCUDNN_SOURCES", raising=False)
+    monkeypatch.setattr(source_names, "graph_installed", lambda: True)
+    assert source_names.canonical(None) == ("legacy", "graph", "fold")
+    monkeypatch.setattr(source_names, "graph_installed", lambda: False)
+    assert source_names.canonical(None) == ("legacy", "fold")
+
+
+def test_UCUDNN_SOURCES_sets_the_default_and_is_checked(monkeypatch):
+    monkeypatch.setenv("UCUDNN_SOURCES", "graph,legacy,relayout")
+    assert source_names.default_names() == ("legacy", "graph", "relayout")
+    monkeypatch.setenv("UCUDNN_SOURCES", "legacy,nope")
+    with pytest.raises(InputError) as e:
+        source_names.default_names()
+    assert e.value.field == "UCUDNN_SOURCES"
+
+
+def test_legacy_alone_keeps_the_keys_written_before_sources_joined_them():
+    assert source_names.key_field(("legacy",)) is None
+    assert source_names.key_field(("legacy", "graph", "fold")) == "legacy,graph,fold"
+
+
+# -- the library's cache key and lookups ------------------------------------------------------------------------
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    """ucudnn.api on a pretend GPU: benchmarks are fakes that record their sources; no store, no server."""
+    import ucudnn.api as api
+
+    calls: list[tuple] = []
+
+    def benchmark(kernels, bp, nm, sources=None):
+        calls.append((kernels[0].op, tuple(sources)))
+        k = kernels[0]
+        ms = [Measurement(mb, 1, "FMA", 1.0 * mb, 0) for mb in (1, 2, 4, 8)]
+        return BenchmarkTable(H100, CUDNN, [KernelBench(k.name, k.op, k.problem, ms)], nm)
+
+    class Device(contextlib.nullcontext):
+        id = 0
+
+    fake_cupy = SimpleNamespace(cuda=SimpleNamespace(Device=lambda *a: Device(),
+                                                     Stream=lambda **kw: contextlib.nullcontext()))
+    monkeypatch.setattr(api, "benchmark", benchmark)
+    monkeypatch.setattr(api, "device_name", lambda: H100)
+    monkeypatch.setattr(api.cudnn, "get_version", lambda: CUDNN)
+    monkeypatch.setattr(api, "_store", None)
+    monkeypatch.setattr(api, "_store_failed", True)
+    monkeypatch.setattr(api, "_plans", {})
+    monkeypatch.setattr(api, "_executors", {})
+    monkeypatch.setattr(api, "cupy", lambda: fake_cupy)
+    monkeypatch.delenv("UCUDNN_PLAN_SERVER", raising=False)
+    monkeypatch.delenv("UCUDNN_BUNDLE_PATH", raising=False)
+    monkeypatch.delenv("UCUDNN_SOURCES", raising=False)
+    monkeypatch.delenv("UCUDNN_BENCHMARK", raising=False)
+    api.calls = calls
+    return api
+
+
+def test_the_cache_key_names_the_sources_except_legacy_alone(fake_gpu):
+    api = fake_gpu
+    legacy = api._cache_key(PROBLEM, "forward", "strict", "powerOfTwo", sources=("legacy",))
+    both = api._cache_key(PROBLEM, "forward", "strict", "powerOfTwo", sources=("legacy", "graph"))
+    assert "sources" not in legacy and both["sources"] == "legacy,graph"
+    assert {k: v for k, v in both.items() if k != "sources"} == legacy
+
+
+def test_the_sources_asked_for_are_the_sources_benchmarked(fake_gpu):
+    api = fake_gpu
+    api._plan_from_store_or_bench(PROBLEM, "forward", 64 << 20, "powerOfTwo", "strict", "graph, legacy")
+    api._plan_from_store_or_bench(PROBLEM, "forward", 64 << 20, "powerOfTwo", "strict", ["legacy"])
+    # a different spelling of a set already measured is an in-process hit, not a second benchmark
+    api._plan_from_store_or_bench(PROBLEM, "forward", 64 << 20, "powerOfTwo", "strict", "legacy,graph")
+    assert api.calls == [("forward", ("legacy", "graph")), ("forward", ("legacy",))]
+
+
+def test_no_sources_means_the_default_sources(fake_gpu, monkeypatch):
+    api = fake_gpu
+    monkeypatch.setattr(source_names, "graph_installed", lambda: True)
+    api._plan_from_store_or_bench(PROBLEM, "forward", 64 << 20, "powerOfTwo", "strict")
+    monkeypatch.setenv("UCUDNN_SOURCES", "legacy")
+    api._plan_from_store_or_bench(PROBLEM, "backward_data", 64 << 20, "powerOfTwo", "strict")
+    assert api.calls == [("forward", ("legacy", "graph", "fold")), ("backward_data", ("legacy",))]
+
+
+def test_conv2d_layer_checks_its_sources_when_made():
+    import ucudnn
+
+    with pytest.raises(InputError) as e:
+        ucudnn.Conv2d(sources="legacy,fft")
+    assert e.value.field == "sources"
+    assert ucudnn.Conv2d(sources=["graph", "legacy"]).kw["sources"] == "legacy,graph"
+
+
+# -- heuristic mode ---------------------------------------------------------------------------------------------
+def _heuristic(problem, op, limit, bp, nm, name=None):
+    return KernelPlan(op, op, problem, [MicroConfig(problem.n, 0, "FMA", 1.0, 0, extra={"timed": "heuristic"})])
+
+
+def test_heuristic_mode_runs_at_once_and_benchmarks_in_the_background(fake_gpu, monkeypatch):
+    api = fake_gpu
+    import ucudnn.measure.heuristic as heuristic
+
+    release = threading.Event()
+    real = api.benchmark
+
+    def slow_benchmark(*a, **kw):
+        release.wait(10)
+        return real(*a, **kw)
+
+    monkeypatch.setattr(api, "benchmark", slow_benchmark)
+    monkeypatch.setattr(heuristic, "heuristic_plan", _heuristic)
+    monkeypatch.setenv("UCUDNN_BENCHMARK", "heuristic")
+    monkeypatch.setattr(api, "Executor", lambda plan, replay=False: SimpleNamespace(plan=plan, replay=replay))
+    t0 = time.perf_counter()
+    ex = api._executor(PROBLEM, "forward", "64MiB", "powerOfTwo", "strict", sources="legacy")
+    assert time.perf_counter() - t0 < 1.0
+    assert ex.plan.configs[0].extra["timed"] == "heuristic"        # cuDNN's choice, not a measurement
+    assert api._executor(PROBLEM, "forward", "64MiB", "powerOfTwo", "strict", sources="legacy") is ex
+    assert not api.wait_for_benchmarks(timeout=0.05)                 # still benchmarking
+    release.set()
+    assert api.wait_for_benchmarks(timeout=10)
+    measured = api._executor(PROBLEM, "forward", "64MiB", "powerOfTwo", "strict", sources="legacy")
+    assert measured is not ex and "timed" not in measured.plan.configs[0].extra
+    assert api.calls == [("forward", ("legacy",))]                   # once, in the background
+
+
+def test_heuristic_mode_uses_a_cached_plan_when_there_is_one(fake_gpu, monkeypatch):
+    api = fake_gpu
+    import ucudnn.measure.heuristic as heuristic
+
+    api._plan_from_store_or_bench(PROBLEM, "forward", 64 << 20, "powerOfTwo", "strict", "legacy")
+    monkeypatch.setattr(heuristic, "heuristic_plan", _heuristic)
+    monkeypatch.setenv("UCUDNN_BENCHMARK", "heuristic")
+    kp = api._plan_from_store_or_bench(PROBLEM, "forward", 64 << 20, "powerOfTwo", "strict", "legacy")
+    assert "timed" not in kp.configs[0].extra and len(api.calls) == 1
+
+
+def test_a_failed_background_benchmark_keeps_the_heuristic_plan(fake_gpu, monkeypatch, caplog):
+    api = fake_gpu
+    import ucudnn.measure.heuristic as heuristic
+
+    def broken(*a, **kw):
+        raise RuntimeError("cudnnFind exploded")
+
+    monkeypatch.setattr(api, "benchmark", broken)
+    monkeypatch.setattr(heuristic, "heuristic_plan", _heuristic)
+    monkeypatch.setenv("UCUDNN_BENCHMARK", "heuristic")
+    monkeypatch.setattr(api, "Executor", lambda plan, replay=False: SimpleNamespace(plan=plan, replay=replay))
+    ex = api._executor(PROBLEM, "forward", "64MiB", "powerOfTwo", "strict", sources="legacy")
+    assert api.wait_for_benchmarks(timeout=10)
+    assert api._executor(PROBLEM, "forward", "64MiB", "powerOfTwo", "strict", sources="legacy") is ex
+    assert "cudnnFind exploded" in caplog.text and "heuristic plan stays" in caplog.text
+
+
+def test_UCUDNN_BENCHMARK_is_checked(monkeypatch):
+    from ucudnn import config
+
+    monkeypatch.setenv("UCUDNN_BENCHMARK", "Heuristic")
+    assert config.benchmark_mode() == "heuristic"
+    monkeypatch.setenv("UCUDNN_BENCHMARK", "sometimes")
+    with pytest.raises(InputError) as e:
+        config.benchmark_mode()
+    assert e.value.field == "UCUDNN_BENCHMARK"
+
+
+# -- progress -------------------------------------------------------------------------------------------------------
+def _progress_output(monkeypatch, enabled, seconds: float, after: float = 0.05) -> str:
+    import rich.console
+
+    from ucudnn.measure import benchmarking
+
+    buf = io.StringIO()
+    real = rich.console.Console
+    monkeypatch.setattr(rich.console, "Console", lambda **kw: real(file=buf, force_terminal=False, width=200))
+    monkeypatch.setattr(benchmarking, "PROGRESS_AFTER_S", after)
+    monkeypatch.delenv("UCUDNN_PROGRESS", raising=False)
+    bar = benchmarking._progress(enabled, 4)
+    bar.advance(1, "conv1/forward")
+    time.sleep(seconds)
+    bar.advance(1, "conv2/forward")
+    bar.close()
+    return buf.getvalue()
+
+
+def test_a_benchmark_longer_than_the_delay_says_so_on_stderr(monkeypatch):
+    out = _progress_output(monkeypatch, None, 0.3)
+    assert "ucudnn: 1/4 micro-batch sizes measured" in out and "(conv1/forward)" in out
+    assert "2/4 micro-batch sizes measured" in out and out.rstrip().endswith("done")
+
+
+def test_a_quick_benchmark_stays_quiet(monkeypatch):
+    assert _progress_output(monkeypatch, None, 0.0, after=5.0) == ""
+    assert _progress_output(monkeypatch, False, 0.3) == ""
