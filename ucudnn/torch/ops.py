@@ -44,7 +44,7 @@ def _settings(workspace_limit: int, batch_policy: str, sources: str, replay: boo
 def _run(op: str, x: Tensor, w: Tensor, a: Tensor, b: Tensor, out: Tensor, stride, padding, dilation, groups,
          layout, numerics, workspace_limit, batch_policy, sources, replay) -> bool:
     """Run ``op`` by ucudnn into ``out``; False (reason logged once) when torch must do it instead."""
-    if a.device.type != "cuda":   # modules send other devices to torch before this; direct callers may not
+    if not runtime.runs_here(a):   # modules send other devices to torch before this; direct callers may not
         return False
     problem = runtime.problem_of(tuple(x.shape), tuple(w.shape), tuple(stride), tuple(padding), tuple(dilation),
                                  groups, x.dtype, layout)
@@ -70,21 +70,28 @@ def forward_impl(x: Tensor, weight: Tensor, stride, padding, dilation, groups, l
         memory_format=fmt)
 
 
-#: gradient -> (ucudnn op, index in aten.convolution_backward's output mask and result)
+#: gradient -> (ucudnn op, index in aten.convolution_backward's output mask and result, which is also the index
+#: of the operand (x, weight) whose shape it has; ucudnn's op reads the other operand and dy)
 _GRADIENTS = {"dx": ("backward_data", 0), "dw": ("backward_filter", 1)}
 
 
 def backward_impl(which: str, grad_y: Tensor, x: Tensor, weight: Tensor, stride, padding, dilation, groups, layout,
                   numerics, workspace_limit, batch_policy, sources, replay) -> Tensor:
-    """dx (``which="dx"``; ``x`` only gives the shape) or dw (``"dw"``, summed over the batch) of conv2d."""
+    """dx (``which="dx"``; ``x`` only gives the shape) or dw (``"dw"``, summed over the batch) of conv2d.
+
+    One body for both gradients: operands in the layout's memory format, the output made by :func:`_empty`
+    (as the fake implementations make it), ucudnn's plan, else ``aten.convolution_backward`` asked for this
+    gradient alone.
+    """
     op, index = _GRADIENTS[which]
     fmt = runtime.memory_format(layout)
     dy, xc, w = (t.contiguous(memory_format=fmt) for t in (grad_y, x, weight))
-    a, b, out = (w, dy, _empty(x.shape, dy, layout)) if which == "dx" else (xc, dy, _empty(weight.shape, dy, layout))
-    if _run(op, xc, w, a, b, out, stride, padding, dilation, groups, layout, numerics, workspace_limit, batch_policy,
-            sources, replay):
+    operands = (xc, w)
+    out = _empty(operands[index].shape, dy, layout)
+    if _run(op, xc, w, operands[1 - index], dy, out, stride, padding, dilation, groups, layout, numerics,
+            workspace_limit, batch_policy, sources, replay):
         return out
-    mask = [index == 0, index == 1, False]
+    mask = [i == index for i in range(3)]
     return torch.ops.aten.convolution_backward(dy, xc, w, None, stride, padding, dilation, False, [0, 0], groups,
                                                mask)[index].contiguous(memory_format=fmt)
 
@@ -140,11 +147,16 @@ def _setup_context(ctx, inputs, output) -> None:
     ctx.args = args
 
 
-def _backward(ctx, grad_y: Tensor):
+def _gradients(ctx, grad_y: Tensor, dx_fn, dw_fn) -> tuple:
+    """The gradients autograd asks for (``ctx.needs_input_grad``), None for the rest: both backward paths."""
     x, weight = ctx.saved_tensors
-    dx = conv2d_backward_data(grad_y, x, weight, *ctx.args) if ctx.needs_input_grad[0] else None
-    dw = conv2d_backward_filter(grad_y, x, weight, *ctx.args) if ctx.needs_input_grad[1] else None
+    dx = dx_fn(grad_y, x, weight, *ctx.args) if ctx.needs_input_grad[0] else None
+    dw = dw_fn(grad_y, x, weight, *ctx.args) if ctx.needs_input_grad[1] else None
     return (dx, dw) + (None,) * len(ctx.args)
+
+
+def _backward(ctx, grad_y: Tensor):
+    return _gradients(ctx, grad_y, conv2d_backward_data, conv2d_backward_filter)
 
 
 torch.library.register_autograd("ucudnn::conv2d", _backward, setup_context=_setup_context)
@@ -168,10 +180,7 @@ class EagerConv2d(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_y: Tensor):
-        x, weight = ctx.saved_tensors
-        dx = backward_impl("dx", grad_y, x, weight, *ctx.args) if ctx.needs_input_grad[0] else None
-        dw = backward_impl("dw", grad_y, x, weight, *ctx.args) if ctx.needs_input_grad[1] else None
-        return (dx, dw) + (None,) * len(ctx.args)
+        return _gradients(ctx, grad_y, lambda *a: backward_impl("dx", *a), lambda *a: backward_impl("dw", *a))
 
 
 def conv2d_any(x: Tensor, weight: Tensor, *args) -> Tensor:

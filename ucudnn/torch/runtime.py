@@ -89,6 +89,11 @@ def _channels_last(t: torch.Tensor) -> bool:
     return not t.is_contiguous() or (t.stride(1) == 1 and t.shape[2] * t.shape[3] > 1)
 
 
+def runs_here(t: torch.Tensor) -> bool:
+    """Whether ucudnn runs convolutions on ``t``'s device (CUDA); tensors elsewhere go to torch unchanged."""
+    return t.device.type == "cuda"
+
+
 def layout_of(x: torch.Tensor, weight: torch.Tensor | None = None) -> str:
     """NHWC when the input or the weight is channels_last, NCHW otherwise: PyTorch's own rule for cuDNN
     (``cudnn_conv_suggest_memory_format``), so outputs come back in the memory format nn.Conv2d gives."""
@@ -165,14 +170,18 @@ def _cupy_stream(device: int) -> Any:
 
 
 def executor(problem: ConvProblem, op: str, settings: Settings, numerics: str, device: int) -> Any:
-    """The executor for ``(problem, op)``: an installed plan's, else the API's cached one (lookup or benchmark)."""
+    """The executor for ``(problem, op)``: an installed plan's, else the API's cached one (lookup or benchmark).
+
+    Every setting of the layer goes to the lookup: ``sources`` too ("" : None, the library's default sources),
+    since the sources change what is measured and so which plan is right.
+    """
     from .. import api
 
     hit = installed.get((device, problem, op))
     if hit is not None:
         return hit.executor
     return api._executor(problem, op, settings.workspace_limit, settings.batch_policy or None, numerics,
-                         settings.replay)
+                         settings.replay, sources=settings.sources or None)
 
 
 def launch(op: str, problem: ConvProblem, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, settings: Settings,
