@@ -16,8 +16,11 @@ odd batch 255, non-square 1x7 filter, depthwise 3x3 stride 2, C = 1 grayscale 5x
 from __future__ import annotations
 
 import argparse
+import cProfile
+import io
 import json
 import os
+import pstats
 import statistics
 import subprocess
 import sys
@@ -41,6 +44,21 @@ CASES = {
 BAR_S = 1.0
 
 
+def init_only() -> dict:
+    """What any first call pays before ucudnn does anything of its own: loading cuDNN and creating a handle."""
+    import cupy as cp
+
+    from ucudnn.binding import cudnn
+    from ucudnn.binding.gpu import handle
+
+    cp.zeros(1).sum()
+    cp.cuda.runtime.deviceSynchronize()
+    t0 = time.perf_counter()
+    cudnn.load()
+    handle()
+    return {"cudnn_load_and_handle_s": round(time.perf_counter() - t0, 4)}
+
+
 def one(case: str, mode: str) -> dict:
     """One first call in this (fresh) process."""
     import cupy as cp
@@ -60,10 +78,18 @@ def one(case: str, mode: str) -> dict:
             "backward_data": lambda: ucudnn.conv2d_backward_data(wt, dy, x.shape, **kw),
             "backward_filter": lambda: ucudnn.conv2d_backward_filter(x, dy, wt.shape, **kw)}[op]
     cp.cuda.runtime.deviceSynchronize()
+    prof = cProfile.Profile() if os.environ.get("FIRST_CALL_PROFILE") else None
     t0 = time.perf_counter()
+    if prof is not None:
+        prof.enable()
     call()
     cp.cuda.runtime.deviceSynchronize()
     first = time.perf_counter() - t0
+    if prof is not None:   # where a first call's time goes (cumulative, top 30): for diagnosis, not the table
+        prof.disable()
+        text = io.StringIO()
+        pstats.Stats(prof, stream=text).sort_stats("cumulative").print_stats(30)
+        print(text.getvalue(), file=sys.stderr)
     out = {"first_call_s": round(first, 4), "problem": p.describe(), "op": op}
     plan = ucudnn.get_plan(p, op, workspace_limit="64MiB")
     out["first_plan"] = plan.summary()
@@ -82,6 +108,15 @@ def one(case: str, mode: str) -> dict:
         return round(statistics.median(times), 4)
 
     if mode == "heuristic":
+        # the first call of another kernel in this process, cuDNN already loaded: a model's later layers
+        x2, dy2 = x[: n - 1], dy[: n - 1]
+        other = {"forward": lambda: ucudnn.conv2d_forward(x2, wt, **kw),
+                 "backward_data": lambda: ucudnn.conv2d_backward_data(wt, dy2, x2.shape, **kw),
+                 "backward_filter": lambda: ucudnn.conv2d_backward_filter(x2, dy2, wt.shape, **kw)}[op]
+        t0 = time.perf_counter()
+        other()
+        cp.cuda.runtime.deviceSynchronize()
+        out["next_kernel_first_call_s"] = round(time.perf_counter() - t0, 4)
         out["heuristic_plan_ms"] = median_ms()
         t1 = time.perf_counter()
         ucudnn.wait_for_benchmarks()
@@ -100,9 +135,13 @@ def main() -> None:
     args = ap.parse_args()
     if args.one:
         case, mode = args.one.split(":")
-        print("RESULT " + json.dumps(one(case, mode)), flush=True)
+        print("RESULT " + json.dumps(init_only() if case == "init" else one(case, mode)), flush=True)
         return
     prov = provenance()
+    done = subprocess.run([sys.executable, __file__, "--one", "init:-"], capture_output=True, text=True, timeout=120)
+    prov["init"] = next((json.loads(ln[7:]) for ln in done.stdout.splitlines() if ln.startswith("RESULT ")),
+                        {"error": done.stderr.strip().splitlines()[-3:]})
+    print(f"init: {prov['init']}", flush=True)
     rows = []
     for case in args.cases.split(","):
         row = {"case": case, "runs": {}}
@@ -116,6 +155,8 @@ def main() -> None:
             res = next((json.loads(ln[7:]) for ln in done.stdout.splitlines() if ln.startswith("RESULT ")),
                        {"error": (done.stderr or done.stdout).strip().splitlines()[-3:]})
             print(f"{case} {mode}: {res}", flush=True)
+            if os.environ.get("FIRST_CALL_PROFILE"):
+                print(done.stderr[-6000:], file=sys.stderr)
             row["runs"][mode] = res
         rows.append(row)
         write(args.out, "first_call", {"provenance": prov, "bar_s": BAR_S, "rows": rows}, markdown(prov, rows))
@@ -124,16 +165,19 @@ def main() -> None:
 def markdown(prov: dict, rows: list) -> str:
     lines = [md_header("First API call: full benchmark vs heuristic mode (fresh process, empty cache, 64 MiB)", prov),
              "", f"Bar: a first call in heuristic mode under {BAR_S:g} s. Plan times: median of 20 calls; the "
-             "heuristic plan runs until the background benchmark is done.", "",
-             "| case | first call, full (s) | first call, heuristic (s) | bar | heuristic plan ms | measured plan ms "
-             "| background benchmark s | heuristic plan | measured plan |",
-             "|---|---:|---:|---|---:|---:|---:|---|---|"]
+             "heuristic plan runs until the background benchmark is done. 'next kernel': the first call of a "
+             "second kernel in the same process (cuDNN loaded). Loading cuDNN and creating a handle alone, in a "
+             f"fresh process: {prov.get('init')}.", "",
+             "| case | first call, full (s) | first call, heuristic (s) | bar | next kernel, heuristic (s) | "
+             "heuristic plan ms | measured plan ms | background benchmark s | heuristic plan | measured plan |",
+             "|---|---:|---:|---|---:|---:|---:|---:|---|---|"]
     for r in rows:
         f, h = r["runs"].get("full", {}), r["runs"].get("heuristic", {})
         first = h.get("first_call_s")
         bar = "-" if first is None else ("ok" if first < BAR_S else "MISS")
         lines.append(f"| {r['case']} | {f.get('first_call_s', f.get('error', '-'))} | "
-                     f"{first if first is not None else h.get('error', '-')} | {bar} | {h.get('heuristic_plan_ms', '-')} | "
+                     f"{first if first is not None else h.get('error', '-')} | {bar} | "
+                     f"{h.get('next_kernel_first_call_s', '-')} | {h.get('heuristic_plan_ms', '-')} | "
                      f"{h.get('measured_plan_ms', f.get('measured_plan_ms', '-'))} | {h.get('background_benchmark_s', '-')} | "
                      f"{h.get('first_plan', '-')} | {h.get('measured_plan', f.get('first_plan', '-'))} |")
     return "\n".join(lines)

@@ -75,6 +75,8 @@ def fake_gpu(monkeypatch):
     """ucudnn.api on a pretend GPU: benchmarks are fakes that record their sources; no store, no server."""
     import ucudnn.api as api
 
+    monkeypatch.setattr(api._Background, "START_DELAY_S", 0.05)
+
     calls: list[tuple] = []
 
     def benchmark(kernels, bp, nm, sources=None):
@@ -170,6 +172,26 @@ def test_heuristic_mode_runs_at_once_and_benchmarks_in_the_background(fake_gpu, 
     measured = api._executor(PROBLEM, "forward", "64MiB", "powerOfTwo", "strict", sources="legacy")
     assert measured is not ex and "timed" not in measured.plan.configs[0].extra
     assert api.calls == [("forward", ("legacy",))]                   # once, in the background
+
+
+def test_background_benchmarks_wait_until_first_calls_stop_coming(fake_gpu, monkeypatch):
+    """A model's first forward pass submits a kernel per layer: no benchmark competes with it for the GPU."""
+    api = fake_gpu
+    import ucudnn.measure.heuristic as heuristic
+
+    started: list[float] = []
+    real = api.benchmark
+    monkeypatch.setattr(api, "benchmark", lambda *a, **kw: started.append(time.monotonic()) or real(*a, **kw))
+    monkeypatch.setattr(heuristic, "heuristic_plan", _heuristic)
+    monkeypatch.setattr(api._Background, "START_DELAY_S", 0.3)
+    monkeypatch.setenv("UCUDNN_BENCHMARK", "heuristic")
+    monkeypatch.setattr(api, "Executor", lambda plan, replay=False: SimpleNamespace(plan=plan, replay=replay))
+    for n in (8, 16, 32):            # three layers' first calls, 0.1 s apart
+        api._executor(PROBLEM.with_batch(n), "forward", "64MiB", "powerOfTwo", "strict", sources="legacy")
+        last = time.monotonic()
+        time.sleep(0.1)
+    assert api.wait_for_benchmarks(timeout=10) and len(started) == 3
+    assert min(started) >= last + 0.3
 
 
 def test_heuristic_mode_uses_a_cached_plan_when_there_is_one(fake_gpu, monkeypatch):

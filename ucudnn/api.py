@@ -26,6 +26,7 @@ import functools
 import logging
 import queue
 import threading
+import time
 import warnings
 from typing import Any
 
@@ -167,11 +168,17 @@ class _Background:
     finishes on the old one.  A failed benchmark keeps the heuristic plan and logs why.
     """
 
+    #: Seconds without a new submission before a benchmark starts: a model's first forward pass submits one
+    #: kernel per layer, and a benchmark started under it would compete with those first calls for the GPU
+    #: (cudnnFind's allocations synchronise the device), which is what heuristic mode exists to avoid.
+    START_DELAY_S = 1.0
+
     def __init__(self) -> None:
         self._queue: queue.Queue = queue.Queue()
         self._pending: set[tuple] = set()
         self._thread: threading.Thread | None = None
         self._cond = threading.Condition()
+        self._last_submit = 0.0
 
     def submit(self, key: tuple) -> None:
         """Benchmark ``(device, problem, op, limit, batch policy, numerics, sources)`` (once, however often asked)."""
@@ -179,6 +186,7 @@ class _Background:
             if key in self._pending:
                 return
             self._pending.add(key)
+            self._last_submit = time.monotonic()
             self._queue.put(key)
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="ucudnn-benchmark", daemon=True)
@@ -188,6 +196,8 @@ class _Background:
         while True:
             key = self._queue.get()
             device, problem, op = key[:3]
+            while (quiet := time.monotonic() - self._last_submit) < self.START_DELAY_S:
+                time.sleep(self.START_DELAY_S - quiet)
             try:
                 cp = cupy()
                 with cp.cuda.Device(device), cp.cuda.Stream(non_blocking=True):
