@@ -131,6 +131,10 @@ def main() -> None:
     ap.add_argument("--cases", default=",".join(CASES))
     ap.add_argument("--modes", default="heuristic,full")
     ap.add_argument("--out", default="benchmarks/results")
+    ap.add_argument("--cache", choices=("fresh", "existing"), default="fresh", help="fresh: no plan cache yet (a "
+                    "first run on this machine: the cache is created and migrated inside the first call); existing: an "
+                    "empty cache made beforehand (later processes)")
+    ap.add_argument("--suffix", default="", help="first_call[-SUFFIX].{json,md}")
     ap.add_argument("--one", help=argparse.SUPPRESS)   # case:mode (child process)
     args = ap.parse_args()
     if args.one:
@@ -138,6 +142,7 @@ def main() -> None:
         print("RESULT " + json.dumps(init_only() if case == "init" else one(case, mode)), flush=True)
         return
     prov = provenance()
+    prov["cache"] = args.cache
     done = subprocess.run([sys.executable, __file__, "--one", "init:-"], capture_output=True, text=True, timeout=120)
     prov["init"] = next((json.loads(ln[7:]) for ln in done.stdout.splitlines() if ln.startswith("RESULT ")),
                         {"error": done.stderr.strip().splitlines()[-3:]})
@@ -148,6 +153,10 @@ def main() -> None:
         for mode in args.modes.split(","):
             with tempfile.TemporaryDirectory() as d:
                 env = {**os.environ, "UCUDNN_BENCHMARK": mode, "UCUDNN_DATABASE": str(Path(d) / "cache.sqlite")}
+                if args.cache == "existing":   # a user's cache from earlier runs: made, migrated, holding nothing
+                    from ucudnn.catalog.store import Store
+
+                    Store(env["UCUDNN_DATABASE"])
                 env.pop("UCUDNN_PLAN_SERVER", None)
                 env.pop("UCUDNN_BUNDLE_PATH", None)
                 done = subprocess.run([sys.executable, __file__, "--one", f"{case}:{mode}"], capture_output=True,
@@ -159,11 +168,13 @@ def main() -> None:
                 print(done.stderr[-6000:], file=sys.stderr)
             row["runs"][mode] = res
         rows.append(row)
-        write(args.out, "first_call", {"provenance": prov, "bar_s": BAR_S, "rows": rows}, markdown(prov, rows))
+        write(args.out, "first_call" + (f"-{args.suffix}" if args.suffix else ""),
+              {"provenance": prov, "bar_s": BAR_S, "cache": args.cache, "rows": rows}, markdown(prov, rows))
 
 
 def markdown(prov: dict, rows: list) -> str:
-    lines = [md_header("First API call: full benchmark vs heuristic mode (fresh process, empty cache, 64 MiB)", prov),
+    lines = [md_header(f"First API call: full benchmark vs heuristic mode (fresh process, {prov.get('cache')} plan "
+                       "cache, 64 MiB)", prov),
              "", f"Bar: a first call in heuristic mode under {BAR_S:g} s. Plan times: median of 20 calls; the "
              "heuristic plan runs until the background benchmark is done. 'next kernel': the first call of a "
              "second kernel in the same process (cuDNN loaded). Loading cuDNN and creating a handle alone, in a "

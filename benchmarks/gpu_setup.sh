@@ -10,4 +10,7 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 PYTEST_DISABLE_PLUGIN_AUTOLOAD=1
 [ -e ucudnn/server ] || ln -s ../server ucudnn/server
 [ -e ucudnn/kernels ] || ln -s ../kernels ucudnn/kernels
+# bytecode, as pip writes it on install (the image sets no-compile installs and may not write .pyc at import):
+# without it every fresh process recompiles SQLAlchemy, Alembic and ucudnn, ~1.4 s a first call would not pay
+python3 -m compileall -q -j 0 /tmp/site ucudnn server kernels >/dev/null 2>&1
 python3 -c "import ucudnn, ucudnn.kernels, ucudnn.server, cudnn; print('ucudnn', ucudnn.__file__, 'cudnn-frontend', cudnn.__version__)"

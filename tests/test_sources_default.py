@@ -261,3 +261,29 @@ def test_a_benchmark_longer_than_the_delay_says_so_on_stderr(monkeypatch):
 def test_a_quick_benchmark_stays_quiet(monkeypatch):
     assert _progress_output(monkeypatch, None, 0.0, after=5.0) == ""
     assert _progress_output(monkeypatch, False, 0.3) == ""
+
+
+# -- the default graph source's top-k, replayed on recorded tables ------------------------------------------------
+def _top_k(table: BenchmarkTable, k: int) -> BenchmarkTable:
+    """``table`` as a graph source with ``top_k=k`` would have recorded it: per kernel and micro-batch, the k
+    graph configurations first in cuDNN's heuristic order (every legacy row kept)."""
+    kernels = []
+    for kb in table.kernels:
+        graph = sorted((m for m in kb.measurements if m.source == "graph"), key=lambda m: m.extra["heuristic_rank"])
+        kept = [m for m in kb.measurements if m.source != "graph"]
+        for mb in {m.micro_batch for m in graph}:
+            kept += [m for m in graph if m.micro_batch == mb][:k]
+        kernels.append(KernelBench(kb.name, kb.op, kb.problem, kept, kb.skipped, kb.benchmark_seconds))
+    return BenchmarkTable(table.device, table.cudnn_version, kernels, table.numerics, dict(table.extra))
+
+
+@pytest.mark.parametrize("fixture", ["alexnet-b256-float32-NHWC-strict-legacy-graph-h100.json.gz",
+                                     "alexnet-b256-float32-NHWC-tf32-legacy-graph-fold-h100.json.gz",
+                                     "alexnet-b256-float32-NCHW-tf32-legacy-graph-fold-h100.json.gz"])
+def test_the_default_graph_top_k_plans_as_well_as_every_configuration(fixtures, fixture):
+    from ucudnn.measure.sources.registry import DEFAULT_GRAPH_TOP_K
+    from ucudnn.planning.planner import plan
+
+    table = BenchmarkTable.load(fixtures / fixture)
+    full = plan(table, "wr", workspace_limit=64 << 20).total_time_ms
+    assert plan(_top_k(table, DEFAULT_GRAPH_TOP_K), "wr", workspace_limit=64 << 20).total_time_ms <= full * 1.001

@@ -57,7 +57,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "first layers folded into stride-1 convolutions by ucudnn's fold kernels) (default: UCUDNN_SOURCES, else "
                    "legacy,graph,fold where nvidia-cudnn-frontend is installed, legacy,fold otherwise)")
     p.add_argument("--graph-top-k", type=int, default=None, help="graph source: time only the first K engine "
-                   "configurations (heuristic order) that build at each micro-batch size (default: all)")
+                   "configurations (heuristic order) that build at each micro-batch size (default: 12)")
     p.add_argument("--timing", default="eager", choices=("eager", "replay"), help="eager: each configuration "
                    "called back to back from Python, as plans run by default; replay: captured into a CUDA graph and "
                    "replayed, for plans you capture (GPU time without the host's launch work)")

@@ -169,6 +169,7 @@ def benchmark(kernels: Sequence[KernelSpec], batch_policy: str = "powerOfTwo", n
                           {"batch_policy": batch_policy, "repeat": repeat, "min_sample_ms": min_sample_ms,
                            "timing": timing,
                            "cupy_version": cp.__version__, "sources": [s.name for s in sources],
+                           **{f"{s.name}_top_k": s.top_k for s in sources if getattr(s, "top_k", None)},
                            "pruning": {"prune_margin": prune_margin, "hopeless_factor": hopeless_factor,
                                        "kernel_budget_s": kernel_budget_s}})
 
