@@ -63,11 +63,12 @@ def one_run(net: str, dtype: str, sources: str, mode: str, table_out: str) -> di
             return {"skipped": f"graph source unavailable: {e}"}
     srcs = resolve_sources(list(names))   # fresh instances: each run is a process of its own
     kernels = distinct_kernels(load_network(net).kernels(BATCH[net], dtype, layout))
-    rules = {"off": {"prune_margin": None, "hopeless_factor": None, "kernel_budget_s": None}, "on": {},
+    off = {"prune_margin": None, "hopeless_factor": None, "kernel_budget_s": None, "trust_estimate_ms": None}
+    rules = {"off": off, "on": {},
              # the defaults' rules with shorter timing: 3 samples of at least 0.5 ms instead of 5 of 1 ms
              "fast": {"repeat": 3, "min_sample_ms": 0.5},
              # off again: the run-to-run noise floor of "plan from one table, priced at another's timings"
-             "off2": {"prune_margin": None, "hopeless_factor": None, "kernel_budget_s": None}}[mode]
+             "off2": off}[mode]
     cp.cuda.runtime.deviceSynchronize()
     t0 = time.perf_counter()
     table = benchmark(kernels, "powerOfTwo", numerics, sources=srcs, **rules)
@@ -85,7 +86,8 @@ def one_run(net: str, dtype: str, sources: str, mode: str, table_out: str) -> di
             "sources": ",".join(names),
             "recorded_as": counts, "numerics": numerics, "layout": layout,
             "rules": rules or {"prune_margin": defaults.prune_margin, "hopeless_factor": defaults.hopeless_factor,
-                               "kernel_budget_s": defaults.kernel_budget_s}}
+                               "kernel_budget_s": defaults.kernel_budget_s,
+                               "trust_estimate_ms": defaults.trust_estimate_ms}}
 
 
 def main() -> None:

@@ -62,7 +62,8 @@ def test_settings_name_the_field_they_refuse(field, value):
 
 def test_unpruned_settings_turn_every_rule_off():
     s = BenchSettings.unpruned("strict", repeat=3)
-    assert (s.prune_margin, s.hopeless_factor, s.kernel_budget_s, s.repeat) == (None, None, None, 3)
+    assert (s.prune_margin, s.hopeless_factor, s.kernel_budget_s, s.trust_estimate_ms, s.repeat) == \
+        (None, None, None, None, 3)
 
 
 # --- the legacy source with a fake Find ---------------------------------------------------------
@@ -121,6 +122,19 @@ def test_legacy_stops_early_on_a_hopeless_first_sample(monkeypatch):
     assert got[1].time_ms == 9.0 and got[1].extra["timed"] == "first-sample"
 
 
+def test_legacy_records_find_time_for_a_long_call_except_in_backward_filter(monkeypatch):
+    """One run of a call of 5 ms or more is as good as a median; Find's wgrad time is taken with beta = 0."""
+    find = [(0, 1.0, 4 * MiB), (1, 6.0, 0), (2, 30.0, 0)]
+    calls = fake_legacy(monkeypatch, find, {0: 1.1, 1: 6.2, 2: 31.0})
+    got = measure(BenchSettings("strict", prune_margin=None, hopeless_factor=None, trust_estimate_ms=5.0))
+    assert [a for a, _ in calls] == [0]
+    assert got[1].time_ms == 6.0 and got[1].extra["timed"] == "find" and got[1].extra["pruned"] == "long"
+    calls.clear()
+    ms, _ = L.LegacySource().measure("backward_filter", PROBLEM, Operands(0, 0, 0), 0,
+                                     BenchSettings("strict", prune_margin=None, hopeless_factor=None))
+    assert sorted(a for a, _ in calls) == [0, 1, 2] and {m.extra["timed"] for m in ms} == {"median"}
+
+
 def test_legacy_unpruned_retimes_everything(monkeypatch):
     calls = fake_legacy(monkeypatch, [(0, 1.0, 4 * MiB), (1, 30.0, 8 * MiB)], {0: 1.0, 1: 30.0})
     got = measure(BenchSettings.unpruned("strict"))
@@ -166,7 +180,7 @@ def test_dominance_pruning_never_changes_the_wr_plan_when_find_is_exact(options,
     options[1] = options.get(1, []) + [(20.0, 0)]    # something always fits
     table = BenchmarkTable("fake", 1, [from_options(8, options)], "strict", {"batch_policy": "powerOfTwo"})
     sim = pruning.simulate(table, BenchSettings("strict", prune_margin=margin, hopeless_factor=None,
-                                                kernel_budget_s=None), "exact")
+                                                kernel_budget_s=None, trust_estimate_ms=None), "exact")
     limit = limit_mib * MiB
     ref = plan_kernel(table.kernels[0], limit)
     got = plan_kernel(sim.table.kernels[0], limit)

@@ -100,10 +100,11 @@ def benchmark(kernels: Sequence[KernelSpec], batch_policy: str = "powerOfTwo", n
               max_workspace: int | None = None, progress: bool | None = None, timing: str = "eager",
               prune_margin: float | None = BenchSettings.prune_margin,
               hopeless_factor: float | None = BenchSettings.hopeless_factor,
-              kernel_budget_s: float | None = BenchSettings.kernel_budget_s) -> BenchmarkTable:
+              kernel_budget_s: float | None = BenchSettings.kernel_budget_s,
+              trust_estimate_ms: float | None = BenchSettings.trust_estimate_ms) -> BenchmarkTable:
     """Measure ``kernels`` on the current device; never raises for an algorithm that fails.
 
-    ``prune_margin``, ``hopeless_factor``, ``kernel_budget_s``: fast benchmarking
+    ``prune_margin``, ``hopeless_factor``, ``kernel_budget_s``, ``trust_estimate_ms``: fast benchmarking
     (:class:`~ucudnn.measure.sources.base.BenchSettings`; None turns a rule off).  The table records them.
 
     ``progress``: None (default) shows progress on stderr once the benchmark has run 2 s; True at once; False never.
@@ -122,7 +123,8 @@ def benchmark(kernels: Sequence[KernelSpec], batch_policy: str = "powerOfTwo", n
         free, _ = cp.cuda.runtime.memGetInfo()
         max_workspace = min(4 << 30, free // 4)
     settings = BenchSettings(numerics, repeat, warmup, max_workspace, min_sample_ms=min_sample_ms, timing=timing, prune_margin=prune_margin,
-                             hopeless_factor=hopeless_factor, kernel_budget_s=kernel_budget_s)
+                             hopeless_factor=hopeless_factor, kernel_budget_s=kernel_budget_s,
+                             trust_estimate_ms=trust_estimate_ms)
     memo: dict[tuple[ConvProblem, str], KernelBench] = {}
     steps = sum(len(micro_batch_sizes(batch_policy, k.problem.n)) for k in kernels)
     bar = _progress(progress, steps)
@@ -171,7 +173,7 @@ def benchmark(kernels: Sequence[KernelSpec], batch_policy: str = "powerOfTwo", n
                            "cupy_version": cp.__version__, "sources": [s.name for s in sources],
                            **{f"{s.name}_top_k": s.top_k for s in sources if getattr(s, "top_k", None)},
                            "pruning": {"prune_margin": prune_margin, "hopeless_factor": hopeless_factor,
-                                       "kernel_budget_s": kernel_budget_s}})
+                                       "kernel_budget_s": kernel_budget_s, "trust_estimate_ms": trust_estimate_ms}})
 
 
 def _tag(m: Measurement, source: str) -> Measurement:

@@ -89,9 +89,9 @@ def simulate(table: BenchmarkTable, settings: BenchSettings, estimate: str = "re
         for m in k.measurements:
             groups.setdefault(_group(m), []).append(m)
         kept: list[Measurement] = []
-        for _, ms in sorted(groups.items(), key=lambda g: (rank.get(g[0][0], len(rank) + g[0][0]),
-                                                           order.get(g[0][1], len(order)), g[0][1:])):
-            pruner = Pruner(rules)
+        for group, ms in sorted(groups.items(), key=lambda g: (rank.get(g[0][0], len(rank) + g[0][0]),
+                                                               order.get(g[0][1], len(order)), g[0][1:])):
+            pruner = Pruner(rules, trust_long=k.op != "backward_filter" or group[1] != "legacy")
             for m in sorted(ms, key=lambda m: (first_estimate(m, estimate), m.workspace_bytes)):
                 est = first_estimate(m, estimate)
                 out.retime_ms_unpruned += retime_cost_ms(m.time_ms, settings)

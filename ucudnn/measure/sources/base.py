@@ -46,6 +46,12 @@ class BenchSettings:
       timing, one sample instead of the median: :meth:`Pruner.hopeless`).  None: never stop early.
     * ``kernel_budget_s`` — per kernel (every micro-batch, every source): once spent, the remaining
       configurations are recorded with their first estimate.  None: no budget.
+    * ``trust_estimate_ms`` — a configuration whose first estimate is at least this long is recorded with it
+      instead of being re-timed (``pruned = "long"``): one run of a call that long is as exact as the median of
+      five, and re-timing it costs the most (``warmup + repeat`` runs of the slowest calls).  Backward filter
+      is exempt where the estimate was taken with beta = 0 (Find's: :func:`timed_beta`).  Replayed on the
+      recorded tables (``benchmarks/pruning_cost.py``): no change to any WR or WD plan at 5 ms, and on
+      AlexNet fp16 NHWC four fifths of the re-timing time saved.  None: re-time whatever its length.
     """
 
     numerics: str
@@ -57,6 +63,7 @@ class BenchSettings:
     prune_margin: float | None = 2.0
     hopeless_factor: float | None = 4.0
     kernel_budget_s: float | None = 60.0
+    trust_estimate_ms: float | None = 5.0
     deadline: float | None = None  # time.perf_counter() at which this kernel's budget ends (start_kernel)
 
     def __post_init__(self) -> None:
@@ -66,6 +73,9 @@ class BenchSettings:
             v = getattr(self, name)
             if v is not None and not v >= 1.0:
                 raise InputError(f"must be at least 1.0 (or None: off), got {v!r}", name)
+        if self.trust_estimate_ms is not None and not self.trust_estimate_ms > 0:
+            raise InputError(f"must be a positive number of ms (or None: off), got {self.trust_estimate_ms!r}",
+                             "trust_estimate_ms")
         if self.kernel_budget_s is not None and not self.kernel_budget_s > 0:
             raise InputError(f"must be a positive number of seconds (or None: no budget), got {self.kernel_budget_s!r}",
                              "kernel_budget_s")
@@ -80,7 +90,8 @@ class BenchSettings:
     @classmethod
     def unpruned(cls, numerics: str, **kw: object) -> "BenchSettings":
         """Every configuration re-timed in full: the reference the pruning rules are measured against."""
-        return cls(numerics, prune_margin=None, hopeless_factor=None, kernel_budget_s=None, **kw)  # type: ignore[arg-type]
+        return cls(numerics, prune_margin=None, hopeless_factor=None, kernel_budget_s=None,  # type: ignore[arg-type]
+                   trust_estimate_ms=None, **kw)
 
 
 def dominated(estimate_ms: float, workspace: int, others: Iterable[tuple[float, int]], margin: float | None) -> bool:
@@ -109,14 +120,18 @@ class Pruner:
     """
 
     settings: BenchSettings
+    trust_long: bool = True    # False where the estimate is not the plan's call (Find's beta = 0 for wgrad)
     estimates: list[tuple[float, int]] = field(default_factory=list)   # (first estimate ms, workspace) recorded
     timed: list[tuple[float, int]] = field(default_factory=list)       # (re-timed ms, workspace) recorded
     counts: dict[str, int] = field(default_factory=dict)               # how each configuration was recorded
 
     def decide(self, estimate_ms: float, workspace: int) -> str | None:
-        """None: re-time; else why the estimate is recorded instead (``dominated``, ``budget``)."""
+        """None: re-time; else why the estimate is recorded instead (``dominated``, ``long``, ``budget``)."""
         if dominated(estimate_ms, workspace, self.estimates, self.settings.prune_margin):
             return "dominated"
+        trust = self.settings.trust_estimate_ms
+        if self.trust_long and trust is not None and estimate_ms >= trust:
+            return "long"
         if self.settings.budget_spent():
             return "budget"
         return None

@@ -70,7 +70,7 @@ class LegacySource(Prepared):
                 continue
             candidates.append(r)
         measured: list[Measurement] = []
-        pruner = Pruner(settings)
+        pruner = Pruner(settings, trust_long=op != "backward_filter")   # Find times wgrad with beta = 0
         # fastest by Find first: dominators and the best re-timed time are known before they are needed
         for r in sorted(candidates, key=lambda r: (r.time_ms, r.workspace_bytes)):
             extra = {"deterministic": r.deterministic}
