@@ -131,7 +131,8 @@ def test_legacy_records_find_time_for_a_long_call_except_in_backward_filter(monk
     assert got[1].time_ms == 6.0 and got[1].extra["timed"] == "find" and got[1].extra["pruned"] == "long"
     calls.clear()
     ms, _ = L.LegacySource().measure("backward_filter", PROBLEM, Operands(0, 0, 0), 0,
-                                     BenchSettings("strict", prune_margin=None, hopeless_factor=None))
+                                     BenchSettings("strict", prune_margin=None, hopeless_factor=None,
+                                                   trust_estimate_ms=5.0))
     assert sorted(a for a, _ in calls) == [0, 1, 2] and {m.extra["timed"] for m in ms} == {"median"}
 
 

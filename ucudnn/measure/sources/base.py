@@ -49,9 +49,12 @@ class BenchSettings:
     * ``trust_estimate_ms`` — a configuration whose first estimate is at least this long is recorded with it
       instead of being re-timed (``pruned = "long"``): one run of a call that long is as exact as the median of
       five, and re-timing it costs the most (``warmup + repeat`` runs of the slowest calls).  Backward filter
-      is exempt where the estimate was taken with beta = 0 (Find's: :func:`timed_beta`).  Replayed on the
-      recorded tables (``benchmarks/pruning_cost.py``): no change to any WR or WD plan at 5 ms, and on
-      AlexNet fp16 NHWC four fifths of the re-timing time saved.  None: re-time whatever its length.
+      is exempt where the estimate was taken with beta = 0 (Find's: :func:`timed_beta`).  Off by default:
+      replayed on the recorded tables (``benchmarks/pruning_cost.py``) 5 ms changed no WR or WD plan and
+      saved four fifths of AlexNet fp16 NHWC's re-timing, but measured on an H100 (``bench_time``, AlexNet
+      b256 fp16 NHWC, legacy) it cut the benchmark from 25.7 to 20.9 s and made the WR 64 MiB plan 31% slower
+      at the unpruned timings: Find's single runs there are not the calls the plan makes.  None: re-time
+      whatever its length.
     """
 
     numerics: str
@@ -63,7 +66,7 @@ class BenchSettings:
     prune_margin: float | None = 2.0
     hopeless_factor: float | None = 4.0
     kernel_budget_s: float | None = 60.0
-    trust_estimate_ms: float | None = 5.0
+    trust_estimate_ms: float | None = None
     deadline: float | None = None  # time.perf_counter() at which this kernel's budget ends (start_kernel)
 
     def __post_init__(self) -> None:
