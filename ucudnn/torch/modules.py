@@ -25,19 +25,13 @@ _ATTRS = ("workspace_limit", "batch_policy", "sources", "replay")
 
 
 def _validate_sources(sources: Any) -> str:
-    """A comma-separated list of known source names ("" : the default), checked now, not at the first call."""
+    """Canonical comma-separated source names ("" : the default), checked now, not at the first call."""
     if sources is None or sources == "":
         return ""
-    names = [s.strip() for s in (sources.split(",") if isinstance(sources, str) else sources)]
-    if not names or not all(isinstance(s, str) and s for s in names):
-        raise InputError(f"expected source names such as 'legacy,graph', got {sources!r}", "sources")
+    from .. import source_names
     from ..measure.sources import registry
 
-    unknown = [s for s in names if s not in registry.known()]
-    if unknown:
-        raise InputError(f"unknown algorithm source(s) {', '.join(unknown)}; known: {', '.join(registry.known())}",
-                         "sources")
-    return ",".join(names)
+    return ",".join(source_names.canonical(sources, "sources", known=registry.known()))
 
 
 def _configure(m: nn.Conv2d, workspace_limit: Any, batch_policy: Any, sources: Any, replay: Any) -> None:
