@@ -1,0 +1,67 @@
+"""benchmarks/torch_train.py's report: issue 15's bars computed from recorded runs alone (no GPU, no torch).
+
+The records are synthetic so every verdict is known in advance; the real H100 records are in
+benchmarks/results/torch_train_h100.jsonl.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def tt():
+    spec = importlib.util.spec_from_file_location("torch_train", ROOT / "benchmarks" / "torch_train.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["torch_train"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def run(model, mode, impl, images, cap=None, status="ok", sources_used=None, batch=128):
+    return {"model": model, "batch": batch, "mode": mode, "impl": impl, "cap_pct": cap,
+            "cap_base": "peak_reserved" if cap is not None else None, "status": status,
+            "images_per_s": images if status == "ok" else None, "peak_allocated": 1 << 30, "peak_reserved": 2 << 30,
+            "first_step_s": 1.0, "sources_used": sources_used, "device": "NVIDIA H100 80GB HBM3"}
+
+
+def records(tmp_path, rows):
+    path = tmp_path / "runs.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    return path
+
+
+def test_bars_follow_the_recorded_runs(tt, tmp_path):
+    rows = [run("resnet50", "fp32", "torch", 100.0), run("resnet50", "fp32", "ucudnn-256", 96.0),
+            run("resnet50", "fp32", "ucudnn-64", 90.0),
+            # PyTorch survives 85% but not 80%; ucudnn-64 survives 75% (<= 0.9 x 85) but not 70%
+            run("resnet50", "fp32", "torch", 50.0, cap=85), run("resnet50", "fp32", "torch", 0, cap=80, status="oom"),
+            run("resnet50", "fp32", "ucudnn-64", 70.0, cap=85), run("resnet50", "fp32", "ucudnn-64", 65.0, cap=75),
+            run("resnet50", "fp32", "ucudnn-64", 0, cap=70, status="oom"),
+            run("resnet50", "amp", "torch", 400.0), run("resnet50", "amp", "ucudnn-256", 200.0,
+                                                        sources_used="legacy,graph,fold")]
+    s = tt.summarize(tt.load(records(tmp_path, rows))[0])
+    [b1] = s["bar1"]
+    assert (b1["torch_cap"], b1["ucudnn_cap"], b1["met"], b1["decided"]) == (85, 75, True, True)
+    [b2] = s["bar2"]
+    assert b2["speedup"] == pytest.approx(70 / 50) and b2["met"]            # 1.4x >= 1.3x
+    b3 = {(b["mode"], b["sources"]): b for b in s["bar3"]}
+    assert b3[("fp32", "legacy")]["met"] and b3[("fp32", "legacy")]["ratio"] == pytest.approx(0.96)
+    assert not b3[("amp", "legacy,graph,fold")]["met"]                      # 0.5x < 0.95x
+    assert s["modes_not_measured"] == ["default"]
+
+
+def test_the_report_says_where_runs_were_measured_and_never_reads_this_machine(tt, tmp_path):
+    rows = [run("vgg16", "fp32", "torch", 100.0, batch=64), run("vgg16", "fp32", "ucudnn-256", 120.0, batch=64)]
+    rows[1].pop("device")
+    md = tmp_path / "report.md"
+    assert tt.report(records(tmp_path, rows), md) == 0
+    text = md.read_text()
+    assert "NVIDIA H100 80GB HBM3 (not recorded for 1 of 2 runs)" in text
+    assert "| VGG-16 b64 | fp32 | ucudnn-256 | legacy | 120 | 1.20x |" in text
