@@ -287,3 +287,15 @@ def test_the_default_graph_top_k_plans_as_well_as_every_configuration(fixtures, 
     table = BenchmarkTable.load(fixtures / fixture)
     full = plan(table, "wr", workspace_limit=64 << 20).total_time_ms
     assert plan(_top_k(table, DEFAULT_GRAPH_TOP_K), "wr", workspace_limit=64 << 20).total_time_ms <= full * 1.001
+
+
+def test_no_background_benchmark_starts_once_the_interpreter_is_exiting(fake_gpu, monkeypatch):
+    api = fake_gpu
+    import ucudnn.measure.heuristic as heuristic
+
+    monkeypatch.setattr(api, "_background", api._Background())
+    monkeypatch.setattr(heuristic, "heuristic_plan", _heuristic)
+    monkeypatch.setenv("UCUDNN_BENCHMARK", "heuristic")
+    api._background.stop()                    # what atexit does
+    api._plan_from_store_or_bench(PROBLEM, "forward", 64 << 20, "powerOfTwo", "strict", "legacy")
+    assert api.wait_for_benchmarks(timeout=10) and api.calls == []

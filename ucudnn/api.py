@@ -22,6 +22,7 @@ them fixed) replay it, without the host's per-step launch work.
 """
 from __future__ import annotations
 
+import atexit
 import functools
 import logging
 import queue
@@ -179,6 +180,14 @@ class _Background:
         self._thread: threading.Thread | None = None
         self._cond = threading.Condition()
         self._last_submit = 0.0
+        self._stopping = False
+        atexit.register(self.stop)
+
+    def stop(self) -> None:
+        """Start no further benchmark (at interpreter exit: the one under way, if any, is abandoned with the
+        daemon thread; what it had measured is not stored, so the next process benchmarks that kernel)."""
+        with self._cond:
+            self._stopping = True
 
     def submit(self, key: tuple) -> None:
         """Benchmark ``(device, problem, op, limit, batch policy, numerics, sources)`` (once, however often asked)."""
@@ -198,6 +207,11 @@ class _Background:
             device, problem, op = key[:3]
             while (quiet := time.monotonic() - self._last_submit) < self.START_DELAY_S:
                 time.sleep(self.START_DELAY_S - quiet)
+            if self._stopping:
+                with self._cond:
+                    self._pending.discard(key)
+                    self._cond.notify_all()
+                continue
             try:
                 cp = cupy()
                 with cp.cuda.Device(device), cp.cuda.Stream(non_blocking=True):

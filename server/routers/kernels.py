@@ -1,7 +1,7 @@
 """``/v1/kernel-benches``: the library's kernel measurements, shared between nodes.
 
 ``ucudnn.api`` keys each kernel's measurements by (device, cuDNN version,
-problem, op, numerics, batch policy); with ``UCUDNN_PLAN_SERVER`` set it asks
+problem, op, numerics, batch policy, and the algorithm sources unless legacy alone); with ``UCUDNN_PLAN_SERVER`` set it asks
 here (by the key's hash, ``ucudnn.catalog.store.key_id``) before benchmarking, and
 uploads what it measured.  Same rows as the library's own store.
 """
@@ -29,7 +29,7 @@ router = APIRouter(prefix="/v1/kernel-benches", tags=["kernel benches"], route_c
 class KernelBenchIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     key: dict[str, Any] = Field(description="the library's cache key: device, cudnn_version, problem, op, "
-                                            "numerics, batch_policy")
+                                            "numerics, batch_policy, and sources (absent for legacy alone)")
     bench: dict[str, Any] = Field(description="one kernel of a ucudnn-benchmark-table/1 (name, op, problem, "
                                               "measurements)")
 
