@@ -306,24 +306,13 @@ def default_source(spec: JobSpec) -> UnitSource:
     return ReplaySource(spec.tables) if spec.tables else GpuSource(repeat=spec.repeat)
 
 
-def resolve_replayed(source: UnitSource) -> dict[str, str]:
-    """Give a replay source's tables the numerics they are taken to have (``effective_numerics``).
-
-    The source answers a unit from the table of the unit's numerics, and units carry the numerics the
-    table is taken to have, so a table without the field must carry it too before the source is indexed
-    or shipped to workers.  Returns ``{table name: note}`` for the tables that lacked it.
-    """
+def replay_notes(source: UnitSource) -> dict[str, str]:
+    """``{table name: note}`` for a replay source's tables without a numerics field: what each is taken as
+    (``effective_numerics``; the source answers units of that numerics from it)."""
     if not isinstance(source, ReplaySource):
         return {}
-    notes = {}
-    for name, t in zip(source.names, source.tables):
-        note = effective_numerics(t).note
-        if note is not None:
-            notes[name] = note
-    if notes:
-        source.tables = [t.resolved() for t in source.tables]
-        source._index = None  # keyed on numerics: rebuilt from the resolved tables
-    return notes
+    return {name: note for name, t in zip(source.names, source.tables)
+            if (note := effective_numerics(t).note) is not None}
 
 
 def run_job(spec: JobSpec, engine: Engine, store: Store, *, source: UnitSource | None = None,
@@ -332,7 +321,7 @@ def run_job(spec: JobSpec, engine: Engine, store: Store, *, source: UnitSource |
     t_start = time.perf_counter()
     progress = progress or JobProgress(False)
     source = source or default_source(spec)
-    notes = resolve_replayed(source)
+    notes = replay_notes(source)
     workers = engine.start(source)
     startup_s = time.perf_counter() - t_start
     targets: list[Target] = []

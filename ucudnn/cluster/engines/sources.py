@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Iterable, Protocol
 
 from ... import source_names
-from ...planning.table import BenchmarkTable, KernelBench
+from ...planning.table import BenchmarkTable, KernelBench, effective_numerics
 from .base import Target, Unit, UnitError
 
 
@@ -99,9 +99,10 @@ class ReplaySource:
         if self._index is None:
             idx: dict[tuple, KernelBench] = {}
             for t in self.tables:
-                srcs = source_names.of_table(t.extra)
+                # a table without a numerics field answers units of the numerics it is taken to have
+                nm, srcs = effective_numerics(t).numerics, source_names.of_table(t.extra)
                 for k in t.kernels:
-                    idx.setdefault((t.device, t.cudnn_version, t.numerics, srcs, k.problem, k.op), k)
+                    idx.setdefault((t.device, t.cudnn_version, nm, srcs, k.problem, k.op), k)
             self._index = idx
         return self._index
 
