@@ -63,7 +63,9 @@ def one_run(net: str, dtype: str, sources: str, mode: str, table_out: str) -> di
             return {"skipped": f"graph source unavailable: {e}"}
     srcs = resolve_sources(list(names))   # fresh instances: each run is a process of its own
     kernels = distinct_kernels(load_network(net).kernels(BATCH[net], dtype, layout))
-    off = {"prune_margin": None, "hopeless_factor": None, "kernel_budget_s": None, "trust_estimate_ms": None}
+    # off: the reference, as every configuration was timed before issue 16 (no rule, 5 samples of at least 1 ms)
+    off = {"prune_margin": None, "hopeless_factor": None, "kernel_budget_s": None, "trust_estimate_ms": None,
+           "repeat": 5, "min_sample_ms": 1.0}
     rules = {"off": off, "on": {},
              # the defaults' rules with shorter timing: 3 samples of at least 0.5 ms instead of 5 of 1 ms
              "fast": {"repeat": 3, "min_sample_ms": 0.5},
@@ -82,7 +84,9 @@ def one_run(net: str, dtype: str, sources: str, mode: str, table_out: str) -> di
             counts[how] = counts.get(how, 0) + 1
     p = plan(table, "wr", workspace_limit=64 * MiB)
     defaults = BenchSettings(numerics)
+    stats = {s.name: {k: round(v, 3) for k, v in s.stats.items()} for s in srcs if isinstance(getattr(s, "stats", None), dict)}
     return {"wall_s": round(wall, 3), "planned_wr64_ms": round(p.total_time_ms, 4), "kernels": len(kernels),
+            "source_stats": stats,
             "sources": ",".join(names),
             "recorded_as": counts, "numerics": numerics, "layout": layout,
             "rules": rules or {"prune_margin": defaults.prune_margin, "hopeless_factor": defaults.hopeless_factor,
@@ -97,11 +101,12 @@ def main() -> None:
     ap.add_argument("--sources", default="legacy;default", help="source sets separated by ';' (default: the "
                     "library's default sources, ucudnn.source_names.default_names, resolved on the GPU machine)")
     ap.add_argument("--modes", default="off,on", help="off (before: no pruning), on (after: the defaults), "
-                    "fast (the defaults with 3 samples of 0.5 ms), off2 (off again: the noise floor of mode@off)")
+                    "fast (3 samples of 0.5 ms: the defaults since the second pass), off2 (off again: the noise floor of mode@off)")
     ap.add_argument("--time-cap", type=float, default=540.0, help="seconds for the whole command")
     ap.add_argument("--out", default="benchmarks/results")
     ap.add_argument("--suffix", default="", help="bench_time-SUFFIX.{json,md}: keep several partial runs")
     ap.add_argument("--merge", help="comma-separated bench_time-*.json files: concatenate into bench_time.{json,md}")
+    ap.add_argument("--tables", help="keep each run's benchmark table in this folder (default: a temporary one)")
     ap.add_argument("--one", help=argparse.SUPPRESS)         # net:dtype:sources:mode:table_path (child process)
     args = ap.parse_args()
     if args.one:
@@ -122,7 +127,8 @@ def main() -> None:
     prov["ucudnn"] = _version("ucudnn")
     prov["cudnn_frontend"] = _version("nvidia-cudnn-frontend")
     rows = []
-    tmp = Path(tempfile.mkdtemp(prefix="bench_time_"))
+    tmp = Path(args.tables) if args.tables else Path(tempfile.mkdtemp(prefix="bench_time_"))
+    tmp.mkdir(parents=True, exist_ok=True)
     for net in args.networks.split(","):
         for dtype in args.dtypes.split(","):
             for sources in args.sources.split(";"):

@@ -44,7 +44,9 @@ def rules():
     out += [(f"dominance margin {m}", replace(off, prune_margin=m)) for m in (1.1, 1.25, 1.5, 3.0)]
     out += [(f"early-stop k={k}", replace(off, hopeless_factor=k)) for k in (1.5, 2.0)]
     out += [("budget 0.1 s (tight)", replace(off, kernel_budget_s=0.1))]
-    out += [(f"long calls >= {t} ms (off by default)", replace(off, trust_estimate_ms=t)) for t in (1.0, 5.0)]
+    out += [(f"long calls >= {t} ms", replace(off, trust_estimate_ms=t)) for t in (1.0, 2.0, 5.0)]
+    out += [("defaults before issue 16's second pass (margin 2, early stop 4x, no trust)",
+             replace(d, prune_margin=2.0, hopeless_factor=4.0, trust_estimate_ms=None, repeat=5, min_sample_ms=1.0))]
     return out
 
 

@@ -7,9 +7,13 @@ shows whether it is, and where the host time goes:
 * per implementation (``torch``, ``ucudnn-256``): GPU step time (CUDA events) and host time per step
   (the Python loop's wall time with the GPU queue kept full, i.e. how fast the host can issue a step);
 * a cProfile of ``--profile-steps`` ucudnn steps, top functions by own time;
-* the host cost of one custom-op call on a tiny convolution (GPU time negligible), per op.
+* the host cost of one call on a tiny convolution (GPU time negligible), float32 NCHW and autocast float16
+  channels_last, with a layer-by-layer breakdown of one forward (``call_breakdown``) and a cProfile;
+* GPU kernel time per step (torch.profiler), so a host-bound step still shows what the GPU alone would take;
+* ``--bisect``: the converted model's step with one layer of ucudnn's call path stubbed out at a time.
 
     python benchmarks/torch_profile.py --model resnet50 --batch 128 --mode default
+    python benchmarks/torch_profile.py --mode amp --sources legacy,graph,fold --bisect --out /tmp/out
 
 Writes ``--out``/torch_profile-MODEL-MODE.{json,md}.
 """
@@ -28,7 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _report import md_header, provenance, write  # noqa: E402
 
 
-def build(model_name: str, batch: int, mode: str, limit: str | None):
+def build(model_name: str, batch: int, mode: str, limit: str | None, sources: str | None = None,
+          replay: bool = False):
     import torch
     import torchvision
 
@@ -40,7 +45,7 @@ def build(model_name: str, batch: int, mode: str, limit: str | None):
     if limit:
         import ucudnn.torch
 
-        ucudnn.torch.convert(model, workspace_limit=limit)
+        ucudnn.torch.convert(model, workspace_limit=limit, sources=sources, replay=replay)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     x = torch.randn(batch, 3, 224, 224, device="cuda").to(memory_format=fmt)
     t = torch.randint(0, 1000, (batch,), device="cuda")
@@ -72,33 +77,188 @@ def step_times(step, n: int) -> dict:
     return {"gpu_ms": s.elapsed_time(e) / n, "host_issue_ms": host * 1e3}
 
 
-def op_overhead(reps: int = 300) -> dict:
-    """Host microseconds per call of each custom op on an 8x8x8 convolution (launch-bound)."""
+def _tiny(channels_last: bool):
+    """A launch-bound convolution (GPU time negligible): 2x8x8x8, 3x3, both implementations."""
     import torch
 
     import ucudnn.torch  # noqa: F401  (registers the ops)
 
-    x = torch.randn(2, 8, 8, 8, device="cuda", requires_grad=True)
-    conv = ucudnn.torch.Conv2d(8, 8, 3, padding=1, bias=False, workspace_limit="64MiB").cuda()
-    ref = torch.nn.Conv2d(8, 8, 3, padding=1, bias=False).cuda()
+    fmt = torch.channels_last if channels_last else torch.contiguous_format
+    x = torch.randn(2, 8, 8, 8, device="cuda").to(memory_format=fmt).requires_grad_()
+    conv = ucudnn.torch.Conv2d(8, 8, 3, padding=1, bias=False, workspace_limit="64MiB").cuda().to(memory_format=fmt)
+    ref = torch.nn.Conv2d(8, 8, 3, padding=1, bias=False).cuda().to(memory_format=fmt)
+    return x, conv, ref
+
+
+def op_overhead(reps: int = 300, amp: bool = False) -> dict:
+    """Host microseconds per call on a tiny convolution (launch-bound): forward alone, forward + backward;
+    ``amp``: under autocast float16 with channels_last (ResNet-50's AMP path), else float32 NCHW."""
+    import torch
+
+    x, conv, ref = _tiny(channels_last=amp)
     out = {}
     for name, m in (("ucudnn", conv), ("torch", ref)):
-        for _ in range(5):
-            m(x).sum().backward()
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(reps):
-            y = m(x)
-        torch.cuda.synchronize()
-        out[f"{name}_forward_us"] = (time.perf_counter() - t0) / reps * 1e6
-        g = torch.ones_like(y)
-        t0 = time.perf_counter()
-        for _ in range(reps):
-            y = m(x)
-            y.backward(g)
-        torch.cuda.synchronize()
-        out[f"{name}_fwd_bwd_us"] = (time.perf_counter() - t0) / reps * 1e6
+        with torch.autocast("cuda", dtype=torch.float16, enabled=amp):
+            for _ in range(5):
+                m(x).float().sum().backward()
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                y = m(x)
+            torch.cuda.synchronize()
+            out[f"{name}_forward_us"] = (time.perf_counter() - t0) / reps * 1e6
+            g = torch.ones_like(y)
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                y = m(x)
+                y.backward(g)
+            torch.cuda.synchronize()
+            out[f"{name}_fwd_bwd_us"] = (time.perf_counter() - t0) / reps * 1e6
     return out
+
+
+def op_profile(reps: int = 300, amp: bool = True) -> str:
+    """cProfile of ``reps`` forward + backward calls of the tiny ucudnn convolution: where one call's host time
+    goes (top functions by own time; ``ncalls`` / ``reps`` is the count per call)."""
+    import torch
+
+    x, conv, _ = _tiny(channels_last=amp)
+    with torch.autocast("cuda", dtype=torch.float16, enabled=amp):
+        for _ in range(5):
+            y = conv(x)
+            y.backward(torch.ones_like(y))
+        g = torch.ones_like(y)
+        torch.cuda.synchronize()
+        prof = cProfile.Profile()
+        prof.enable()
+        for _ in range(reps):
+            y = conv(x)
+            y.backward(g)
+        prof.disable()
+    torch.cuda.synchronize()
+    buf = io.StringIO()
+    pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(45)
+    return buf.getvalue()
+
+
+def _per_call_us(fn, reps: int = 2000) -> float:
+    """Host microseconds per call of ``fn`` (wall clock, best of three runs of ``reps`` calls)."""
+    import torch
+
+    best = float("inf")
+    for _ in range(3):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        best = min(best, (time.perf_counter() - t0) / reps * 1e6)
+    torch.cuda.synchronize()
+    return round(best, 2)
+
+
+def call_breakdown() -> dict:
+    """Host microseconds per call of each layer of one ucudnn forward on a tiny float16 NHWC convolution
+    (launch-bound), outermost first, beside PyTorch's: what each layer adds is the difference to the next.
+
+    Wall clock, no profiler (cProfile's per-call cost would dwarf the layers measured)."""
+    import torch
+
+    from ucudnn.binding.gpu import handle
+    from ucudnn.torch import ops, runtime
+
+    x, conv, ref = _tiny(channels_last=True)
+    x = x.detach()
+    x16, w16 = x.half(), conv.weight.detach().half().contiguous(memory_format=torch.channels_last)
+    args = ([1, 1], [1, 1], [1, 1], 1, "NHWC", "default", conv.workspace_limit, "", "", False)
+    y = ops.forward_impl(x16, w16, *args)                      # finds the plan
+    problem = runtime.problem_of(x16.shape, w16.shape, (1, 1), (1, 1), (1, 1), 1, torch.float16, "NHWC")
+    settings = runtime.Settings(conv.workspace_limit)
+    ex = runtime.executor(problem, "forward", settings, "default", 0)
+    cp = runtime._cp
+    stream = runtime._cupy_stream(0)
+    ws = torch.empty(max(ex.workspace_bytes, 1), dtype=torch.uint8, device="cuda")
+    ptrs = (x16.data_ptr(), w16.data_ptr(), y.data_ptr())
+    operands = _operands(ptrs)
+    out: dict = {"plan": [f"{s.config.source}:{s.micro_batch}" for s in ex.steps],
+                 "workspace_bytes": ex.workspace_bytes}
+
+    def in_ctx(fn):
+        def call():
+            with cp.cuda.Device(0), stream:
+                fn()
+        return call
+
+    rows = [
+        ("torch F.conv2d fp16 (no grad)", lambda: torch.nn.functional.conv2d(x16, w16, padding=1)),
+        ("torch.empty(y)", lambda: torch.empty(y.shape, dtype=y.dtype, device=y.device,
+                                               memory_format=torch.channels_last)),
+        ("torch.empty(workspace) + free", lambda: torch.empty(max(ex.workspace_bytes, 1), dtype=torch.uint8,
+                                                              device="cuda")),
+        ("x.to(float16)", lambda: x.to(torch.float16)),
+        ("cupy device + stream context", in_ctx(lambda: None)),
+        ("binding.gpu.handle() in context", in_ctx(handle)),
+        ("step launch (source) in context", in_ctx(
+            lambda: ex.steps[0].launch(operands, ws.data_ptr(), ex.workspace_bytes, 1.0, 0.0))),
+        ("Executor.launch in context", in_ctx(lambda: ex.launch(ptrs, ws.data_ptr(), ex.workspace_bytes))),
+        ("runtime.launch", lambda: runtime.launch("forward", problem, x16, w16, y, settings, "default")),
+        ("ops.forward_impl", lambda: ops.forward_impl(x16, w16, *args)),
+    ]
+    with torch.no_grad():
+        for name, fn in rows:
+            try:
+                out[name] = _per_call_us(fn)
+            except Exception as e:  # noqa: BLE001 - a diagnostic: report, go on
+                out[name] = f"error: {str(e)[:120]}"
+    xg = x.clone().requires_grad_()
+    with torch.autocast("cuda", dtype=torch.float16):
+        out["module forward, autocast, grad (ucudnn)"] = _per_call_us(lambda: conv(xg), 1000)
+        out["module forward, autocast, grad (torch)"] = _per_call_us(lambda: ref(xg), 1000)
+    return out
+
+
+def _operands(ptrs):
+    from ucudnn.measure.sources.base import Operands
+
+    return Operands(*ptrs)
+
+
+def plan_shapes(step) -> dict:
+    """How the converted model's kernels run: plans by number of steps and by the sources of their steps."""
+    from collections import Counter
+
+    from ucudnn.torch import runtime
+
+    runtime._calls.clear()     # a cache: only this model's kernels are prepared again
+    step()
+    steps, sources = Counter(), Counter()
+    for call in runtime._calls.values():
+        steps[len(call.executor.steps)] += 1
+        sources.update(s.config.source for s in call.executor.steps)
+    return {"kernels": len(runtime._calls), "by_steps": dict(steps), "steps_by_source": dict(sources)}
+
+
+def gpu_kernel_ms(step, n: int = 3) -> dict:
+    """GPU time per step summed over its kernels (torch.profiler), so host-bound steps still show what the
+    GPU alone would take; with the five longest kernels' names."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    step()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(n):
+            step()
+        torch.cuda.synchronize()
+    total = 0.0
+    rows = []
+    for e in prof.key_averages():
+        t = getattr(e, "self_device_time_total", None) or getattr(e, "self_cuda_time_total", 0.0) or 0.0
+        if t > 0:
+            total += t
+            rows.append((t, e.key))
+    rows.sort(reverse=True)
+    return {"kernel_ms_per_step": round(total / n / 1e3, 2),
+            "top": [f"{t / n / 1e3:.2f} ms {k[:90]}" for t, k in rows[:6]]}
 
 
 def launch_overhead(reps: int = 500) -> dict:
@@ -139,6 +299,80 @@ def launch_overhead(reps: int = 500) -> dict:
     return out
 
 
+def bisect(model_name: str, batch: int, mode: str, limit: str, sources: str | None, steps: int) -> dict:
+    """Host and GPU ms per training step of the converted model with one layer of ucudnn's call path taken out
+    at a time (the results of the stubbed variants are wrong: only their time counts), so the difference to
+    the full path is what that layer costs in the real step:
+
+    * ``full``: as shipped; ``gc off``: Python's cyclic garbage collector disabled while timing;
+    * ``no source launches``: every ``Executor.launch`` returns at once (the cuDNN calls of the plans' steps);
+    * ``no runtime.launch``: ucudnn's launch layer skipped too (prepared-call lookup, CuPy contexts, workspace);
+    * ``glue + torch convs``: the module, autograd function and ops run, torch's own convolutions instead of
+      ucudnn's plans (``ops._run`` declines every call);
+    * ``replay``: the layers converted with ``replay=True`` (each call's steps replayed as a CUDA graph).
+
+    ``launch_us``: host microseconds per ``Executor.launch`` in the full path, by (op, first step's source,
+    steps), with the count per step.
+    """
+    import gc
+    from collections import defaultdict
+
+    from ucudnn.execute.executor import Executor
+    from ucudnn.torch import ops, runtime
+
+    out: dict = {}
+    step = build(model_name, batch, mode, limit, sources)
+    out["full"] = step_times(step, steps)
+    gc.collect()
+    gc.disable()
+    try:
+        out["gc off"] = step_times(step, steps)
+    finally:
+        gc.enable()
+    orig_exec = Executor.launch
+    stats: dict = defaultdict(lambda: [0, 0.0])
+
+    def timed(self, *a, **k):
+        t0 = time.perf_counter()
+        orig_exec(self, *a, **k)
+        st = stats[(self.plan.op, self.steps[0].config.source, len(self.steps))]
+        st[0] += 1
+        st[1] += time.perf_counter() - t0
+
+    n = 3
+    Executor.launch = timed
+    try:
+        for _ in range(n):
+            step()
+    finally:
+        Executor.launch = orig_exec
+    import torch
+
+    torch.cuda.synchronize()
+    out["launch_us"] = {f"{op} {src} x{k}": {"per_step": c // n, "us": round(t / c * 1e6, 1)}
+                        for (op, src, k), (c, t) in sorted(stats.items())}
+    for name, target, attr, stub in (("no source launches", Executor, "launch", lambda *a, **k: None),
+                                     ("no runtime.launch", runtime, "launch", lambda *a, **k: None),
+                                     ("glue + torch convs", ops, "_run", lambda *a, **k: False)):
+        saved = getattr(target, attr)
+        setattr(target, attr, stub)
+        try:
+            out[name] = _safe(step_times, step, steps)
+        finally:
+            setattr(target, attr, saved)
+    del step
+    out["torch"] = _safe(lambda: step_times(build(model_name, batch, mode, None), steps))
+    out["replay"] = _safe(lambda: step_times(build(model_name, batch, mode, limit, sources, replay=True), steps))
+    return out
+
+
+def _safe(fn, *args) -> dict:
+    try:
+        return fn(*args)
+    except Exception as e:  # noqa: BLE001 - a diagnostic: report, go on
+        return {"error": f"{type(e).__name__}: {str(e)[:200]}"}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="resnet50")
@@ -147,37 +381,75 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--limit", default="256MiB")
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--profile-steps", type=int, default=5)
+    ap.add_argument("--sources", default=None, help="ucudnn's algorithm sources (default: the library's)")
+    ap.add_argument("--no-launch-overhead", action="store_true", help="skip the per-source launch measurement")
+    ap.add_argument("--no-cprofile", action="store_true", help="skip the cProfile runs")
+    ap.add_argument("--bisect", action="store_true",
+                    help="only the per-layer bisection of the converted model's step (see bisect()); --out/torch_bisect-*")
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
     a = ap.parse_args(argv)
-    res: dict = {"model": a.model, "batch": a.batch, "mode": a.mode, "limit": a.limit,
-                 "op_overhead": op_overhead(), "launch_overhead": launch_overhead()}
-    res["torch"] = step_times(build(a.model, a.batch, a.mode, None), a.steps)
-    step = build(a.model, a.batch, a.mode, a.limit)
+    if a.bisect:
+        res = {"model": a.model, "batch": a.batch, "mode": a.mode, "limit": a.limit, "sources": a.sources,
+               "bisect": bisect(a.model, a.batch, a.mode, a.limit, a.sources, a.steps), "provenance": provenance()}
+        md = [md_header(f"Host time of a converted {a.model} b{a.batch} step ({a.mode}), layer by layer",
+                        res["provenance"]), "", "| variant | GPU ms/step | host ms/step |", "|---|---:|---:|"]
+        for k, v in res["bisect"].items():
+            if k != "launch_us":
+                md.append(f"| {k} | {v.get('gpu_ms', float('nan')):.1f} | {v.get('host_issue_ms', float('nan')):.1f} |"
+                          if "error" not in v else f"| {k} | {v['error']} | |")
+        md += ["", "Host us per Executor.launch in the full path (op, source, steps):", "",
+               *[f"- {k}: {v}" for k, v in res["bisect"]["launch_us"].items()]]
+        write(Path(a.out), f"torch_bisect-{a.model}-{a.mode}", res, "\n".join(md) + "\n")
+        print("\n".join(md))
+        return 0
+    res: dict = {"model": a.model, "batch": a.batch, "mode": a.mode, "limit": a.limit, "sources": a.sources,
+                 "op_overhead": op_overhead(), "op_overhead_amp": op_overhead(amp=True),
+                 "call_breakdown": call_breakdown(),
+                 "op_profile_amp": "" if a.no_cprofile else op_profile(),
+                 "launch_overhead": {} if a.no_launch_overhead else launch_overhead()}
+    step = build(a.model, a.batch, a.mode, None)
+    res["torch"] = step_times(step, a.steps)
+    res["torch"].update(_safe(gpu_kernel_ms, step))
+    del step
+    step = build(a.model, a.batch, a.mode, a.limit, a.sources)
     res["ucudnn"] = step_times(step, a.steps)
-    prof = cProfile.Profile()
-    prof.enable()
-    for _ in range(a.profile_steps):
-        step()
-    prof.disable()
-    buf = io.StringIO()
-    pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(30)
-    res["profile_tottime"] = buf.getvalue()
-    buf = io.StringIO()
-    pstats.Stats(prof, stream=buf).sort_stats("cumulative").print_stats(40)
-    res["profile_cumulative"] = buf.getvalue()
+    res["ucudnn"].update(_safe(gpu_kernel_ms, step))
+    res["plans"] = _safe(plan_shapes, step)
+    res["profile_tottime"] = res["profile_cumulative"] = ""
+    if not a.no_cprofile:
+        prof = cProfile.Profile()
+        prof.enable()
+        for _ in range(a.profile_steps):
+            step()
+        prof.disable()
+        buf = io.StringIO()
+        pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(30)
+        res["profile_tottime"] = buf.getvalue()
+        buf = io.StringIO()
+        pstats.Stats(prof, stream=buf).sort_stats("cumulative").print_stats(40)
+        res["profile_cumulative"] = buf.getvalue()
     res["provenance"] = provenance()
     stem = f"torch_profile-{a.model}-{a.mode}"
     md = [md_header(f"Host time of a converted {a.model} b{a.batch} step ({a.mode})", res["provenance"]), "",
-          "| impl | GPU ms/step | host ms/step |", "|---|---:|---:|"]
+          "| impl | GPU ms/step | host ms/step | GPU kernels ms/step |", "|---|---:|---:|---:|"]
     for k in ("torch", "ucudnn"):
-        md.append(f"| {k} | {res[k]['gpu_ms']:.1f} | {res[k]['host_issue_ms']:.1f} |")
-    md += ["", "Per custom-op call on a tiny convolution (host-bound):", "",
+        md.append(f"| {k} | {res[k]['gpu_ms']:.1f} | {res[k]['host_issue_ms']:.1f} | "
+                  f"{res[k].get('kernel_ms_per_step', '-')} |")
+    md += ["", f"Plans of the converted model: {res['plans']}", "",
+           "Host us per call, one tiny float16 NHWC forward, layer by layer (outermost last):", "",
+           *[f"- {k}: {v}" for k, v in res["call_breakdown"].items()]]
+    md += ["", "Per call on a tiny convolution (host-bound), float32 NCHW:", "",
            *[f"- {k}: {v:.0f} us" for k, v in res["op_overhead"].items()], "",
+           "The same under autocast float16, channels_last:", "",
+           *[f"- {k}: {v:.0f} us" for k, v in res["op_overhead_amp"].items()], "",
            "Per launch of one prepared configuration (ResNet-50 1x1 64->256, 56x56, micro-batch 8):", "",
            *[f"- {k}: {v}" for k, v in res["launch_overhead"].items()], "",
-           "```", res["profile_tottime"][:6000], "```"]
+           "```", res["profile_tottime"][:6000], "```", "",
+           "cProfile of 300 forward + backward calls of the tiny convolution (autocast float16, channels_last):", "",
+           "```", res["op_profile_amp"][:8000], "```"]
     write(Path(a.out), stem, res, "\n".join(md) + "\n")
-    print(json.dumps({k: res[k] for k in ("torch", "ucudnn", "op_overhead", "launch_overhead")}, indent=1))
+    print(json.dumps({k: res[k] for k in ("torch", "ucudnn", "plans", "op_overhead", "op_overhead_amp",
+                                          "call_breakdown", "launch_overhead")}, indent=1))
     return 0
 
 

@@ -12,6 +12,11 @@
 //                dL entries it was lowered to -- row hh = h + PH of the lowered rows q whose window covers
 //                column wp = w + PW, tap j = wp - q*SW -- a gather, so no atomics and a fixed summation order.
 //                (Vertical overlaps were summed already, by the GEMMs that wrote dL.)  Grid (ceil(W*C / 256), H, N).
+// mec_swap:      dst[b][a][e] = src[a][b][e] (a < A, b < B, e < E words of type W): the two outer dimensions of a
+//                tensor exchanged, rows of E words moved whole (coalesced on both sides).  Solution A's h-n-w-c
+//                output back to n-h-w-c (Algorithm 2, lines 14-19), and dy (n-h-w-c) to h-n-w-c for the
+//                backward GEMMs that run all samples of an output row at once.  W is the widest word (2-16 bytes)
+//                the row and both pointers allow.  Grid (ceil(E / 256), min(B, 65535), min(A, 65535)), strided.
 // Index math mirrored in Python (mec.py: lowered_source, dx_gather_range) and tested there on the CPU.
 #include "common.cuh"
 
@@ -57,6 +62,16 @@ __global__ void __launch_bounds__(256) mec_gather_dx(const T* __restrict__ dL, T
     dx[o] = from_float<T>(v);
 }
 
+template <typename W>
+__global__ void __launch_bounds__(256) mec_swap(const W* __restrict__ src, W* __restrict__ dst, int A, int B, int E)
+{
+    const int e = blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= E) return;
+    for (long long a = blockIdx.z; a < A; a += gridDim.z)
+        for (long long b = blockIdx.y; b < B; b += gridDim.y)
+            dst[(b * A + a) * E + e] = src[(a * B + b) * E + e];
+}
+
 #ifdef UCUDNN_NVCC_CHECK
 template __global__ void mec_lower<float>(const float*, float*, int, int, int, int, int, int, int, int, int);
 template __global__ void mec_lower<half_t>(const half_t*, half_t*, int, int, int, int, int, int, int, int, int);
@@ -64,4 +79,8 @@ template __global__ void mec_gather_dx<float>(const float*, float*, int, int, in
                                               float, float);
 template __global__ void mec_gather_dx<half_t>(const half_t*, half_t*, int, int, int, int, int, int, int, int, int,
                                                float, float);
+template __global__ void mec_swap<unsigned short>(const unsigned short*, unsigned short*, int, int, int);
+template __global__ void mec_swap<unsigned int>(const unsigned int*, unsigned int*, int, int, int);
+template __global__ void mec_swap<uint2>(const uint2*, uint2*, int, int, int);
+template __global__ void mec_swap<uint4>(const uint4*, uint4*, int, int, int);
 #endif

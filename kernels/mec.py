@@ -1,5 +1,7 @@
 """MEC, memory-efficient convolution by compact lowering (seed 002, Algorithm 2): geometry, GEMM plans, NumPy
-references, and the launchers of mec.cu (issue 17's groundwork; the ``mec`` algorithm source comes later).
+references, and the launchers of mec.cu.  :func:`program` lists every step of one configuration (lowering, swaps,
+GEMMs, gather) with its workspace layout; the ``mec`` algorithm source (``ucudnn/measure/sources/mec.py``) runs
+those steps on the GPU and :func:`run_program` runs them with NumPy.
 
 Layout is NHWC throughout (x ``[N, H, W, C]``, w ``[K, R, S, C]`` as cuDNN's NHWC filters, y ``[N, P, Q, K]``);
 groups = dilation = 1.  Per sample the lowered matrix ``L`` is ``[Q][LH][S][C]`` (the seed's o_w x i_h x k_w x i_c):
@@ -21,7 +23,7 @@ element (a gather, no atomics: :func:`dx_gather_range` is its index math).  Back
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Callable, Iterator
 
 import numpy as np
@@ -43,6 +45,7 @@ class Gemm:
     batch``, ``C_i (m x n, row stride ldc) = alpha * op(A_i) @ op(B_i) + beta * C_i`` where ``A_i`` starts at element
     ``a_offset + i*stride_a`` (``m x k`` with row stride ``lda``, or stored ``k x m`` when ``trans_a``), likewise
     B (``k x n``, or stored ``n x k`` when ``trans_b``).  ``beta`` None is the caller's beta; 1.0 accumulates.
+    ``alpha`` None is the caller's alpha (a GEMM into a workspace buffer that a later step scales takes 1.0).
     Entries of one GEMM never write the same element (they may run concurrently); GEMMs of a list run in order."""
 
     a: str
@@ -64,6 +67,7 @@ class Gemm:
     trans_a: bool = False
     trans_b: bool = False
     beta: float | None = None
+    alpha: float | None = None
 
     def column_major(self) -> dict:
         """The cublasGemmStridedBatchedEx arguments (column-major) computing this GEMM: operands swapped."""
@@ -162,7 +166,7 @@ class MecGeometry(ConvProblem):
         rows p = j, j+g, ... of one sample, "samples" one row of every sample."""
         sc, row, rsc, k = self.s * self.c, self.lowered_row, self.rsc, self.k
         g = -(-self.r // self.stride[0])
-        base = dict(a="dy", b="w", c="dL", m=self.q, n=rsc, k=k, lda=k, ldb=rsc, ldc=row, beta=1.0)
+        base = dict(a="dy", b="w", c="dL", m=self.q, n=rsc, k=k, lda=k, ldb=rsc, ldc=row, beta=1.0, alpha=1.0)
         if batch_over is None:
             batch_over = "rows" if -(-self.p // g) >= n else "samples"
         if batch_over == "rows":
@@ -185,6 +189,219 @@ class MecGeometry(ConvProblem):
                      beta=None if (i, p) == (0, 0) else 1.0)
                 for i in range(n) for p in range(self.p)]
 
+
+    # ---- every sample of an output row at once: dy as h-n-w-c (``dyT [P][N][Q][K]``, mec_swap) -------------------
+    def backward_data_gemms_hnwc(self, n: int, a: str = "dyT") -> list[Gemm]:
+        """dL (zeroed first) += dyT[p] (n*Q x K) @ w (K x RSC) at row p's partition of all n samples' L rows (the
+        rows (sample, q) of L are ``lowered_row`` apart, so one GEMM covers them, as Solution A does forward).
+        Rows ``g = ceil(R/sh)`` apart share a strided batch (their partitions do not overlap): min(g, P) calls.
+        ``a`` names dy itself where n = 1 (h-n-w-c is then n-h-w-c)."""
+        sc, row, rsc, k, nq = self.s * self.c, self.lowered_row, self.rsc, self.k, n * self.q
+        g = -(-self.r // self.stride[0])
+        return [Gemm(a=a, b="w", c="dL", m=nq, n=rsc, k=k, lda=k, ldb=rsc, ldc=row, a_offset=j * nq * k,
+                     c_offset=j * self.stride[0] * sc, stride_a=g * nq * k, stride_c=g * self.stride[0] * sc,
+                     batch=len(range(j, self.p, g)), beta=1.0, alpha=1.0)
+                for j in range(min(g, self.p))]
+
+    def backward_filter_gemms_hnwc(self, n: int, a: str = "dyT") -> list[Gemm]:
+        """dw = alpha * sum over rows p of dyT[p]^T (K x n*Q) @ (row p's partition of all n samples' L rows) +
+        beta * dw: P calls, each reducing over n*Q (the per-sample plan makes n*P calls reducing over Q)."""
+        sc, row, rsc, k, nq = self.s * self.c, self.lowered_row, self.rsc, self.k, n * self.q
+        return [Gemm(a=a, b="L", c="dw", m=k, n=rsc, k=nq, lda=k, ldb=row, ldc=rsc, trans_a=True,
+                     a_offset=p * nq * k, b_offset=p * self.stride[0] * sc, beta=None if p == 0 else 1.0)
+                for p in range(self.p)]
+
+
+# ---- programs: what one configuration runs, step by step ---------------------------------------------------------
+@dataclass(frozen=True)
+class Lower:
+    """mec_lower: ``dst`` (L) from NHWC ``src`` (x)."""
+
+    src: str
+    dst: str
+
+
+@dataclass(frozen=True)
+class Swap:
+    """mec_swap: ``dst[inner][outer][row] = src[outer][inner][row]`` (sizes in elements)."""
+
+    src: str
+    dst: str
+    outer: int
+    inner: int
+    row: int
+
+
+@dataclass(frozen=True)
+class Zero:
+    """``elements`` zeros at the start of ``buf`` (cudaMemsetAsync)."""
+
+    buf: str
+    elements: int
+
+
+@dataclass(frozen=True)
+class Copy:
+    """``elements`` from ``src`` to ``dst`` (cudaMemcpyAsync, device to device)."""
+
+    src: str
+    dst: str
+    elements: int
+
+
+@dataclass(frozen=True)
+class GatherDx:
+    """mec_gather_dx with the caller's alpha and beta: ``dst`` (dx) from ``src`` (dL)."""
+
+    src: str
+    dst: str
+
+
+Step = Gemm | Lower | Swap | Zero | Copy | GatherDx
+
+#: the (a, b, out) operands of each op by the names programs use (cuDNN's order, as ucudnn.problem.ROLES)
+OPERANDS: dict[str, tuple[str, str, str]] = {"forward": ("x", "w", "y"), "backward_data": ("w", "dy", "dx"),
+                                             "backward_filter": ("x", "dy", "dw")}
+#: the variants of each op.  Forward: the seed's Solutions A and B.  Backward data and filter: "A" runs every
+#: sample of an output row in one GEMM (dy swapped to h-n-w-c in the workspace where n > 1: fewer, larger GEMMs,
+#: more workspace); "B" runs per sample (dL / L only; backward filter's n*P calls are offered up to MAX_GEMM_CALLS)
+VARIANTS: dict[str, tuple[str, ...]] = {"forward": ("A", "B"), "backward_data": ("A", "B"),
+                                        "backward_filter": ("A", "B")}
+#: workspace buffers start at multiples of this (cuBLAS and vector loads like aligned operands)
+WORKSPACE_ALIGN = 256
+#: per-sample backward filter launches n*P GEMMs from the host; past this many the host is the bottleneck
+MAX_GEMM_CALLS = 64
+
+
+def align_up(nbytes: int, to: int = WORKSPACE_ALIGN) -> int:
+    return -(-nbytes // to) * to
+
+
+@dataclass(frozen=True)
+class Program:
+    """One MEC configuration at micro-batch ``n``: steps run in order on CuPy's current stream, on the operands
+    (:data:`OPERANDS`) and the workspace buffers of ``segments`` (name, byte offset, bytes)."""
+
+    op: str
+    variant: str
+    n: int
+    steps: tuple[Step, ...]
+    segments: tuple[tuple[str, int, int], ...]
+
+    @property
+    def workspace_bytes(self) -> int:
+        """Exactly the bytes the steps touch from the workspace's start (the last segment is not padded)."""
+        return max((off + size for _, off, size in self.segments), default=0)
+
+    @property
+    def gemm_calls(self) -> int:
+        return sum(isinstance(s, Gemm) for s in self.steps)
+
+
+def _segments(sizes: list[tuple[str, int]]) -> tuple[tuple[str, int, int], ...]:
+    out, off = [], 0
+    for name, size in sizes:
+        out.append((name, off, size))
+        off = align_up(off + size)
+    return tuple(out)
+
+
+def refusal(g: MecGeometry, op: str, variant: str, n: int) -> str | None:
+    """Why ``variant`` of ``op`` does not run at micro-batch ``n`` (None: it does)."""
+    if op not in VARIANTS:
+        raise InputError(f"must be one of {', '.join(VARIANTS)}, got {op!r}", "op")
+    if variant not in VARIANTS[op]:
+        raise InputError(f"{op} has variants {', '.join(VARIANTS[op])}, got {variant!r}", "variant")
+    if n < 1:
+        raise InputError(f"must be positive, got {n}", "n")
+    if op == "forward" and variant == "A" and not g.solution_a_allowed(n):
+        return f"Solution A permutes y through L, and |y| = {n * g.p * g.q * g.k} > |L| = {g.lowered_elements(n)}"
+    if op == "backward_filter" and variant == "B":
+        if n == 1:
+            return "at n = 1 the per-sample plan is variant A's"
+        if n * g.p > MAX_GEMM_CALLS:
+            return f"n*P = {n * g.p} GEMM calls per step, over {MAX_GEMM_CALLS}"
+    return None
+
+
+def program(g: MecGeometry, op: str, variant: str, n: int, itemsize: int | None = None) -> Program:
+    """The steps and workspace of ``variant`` of ``op`` at micro-batch ``n`` (elements of ``itemsize`` bytes,
+    default the problem's dtype).  Forward "A" assumes beta = 0 (its GEMM writes y in h-n-w-c order over y's old
+    contents): a caller with beta != 0 runs "B" instead, in the same workspace."""
+    why = refusal(g, op, variant, n)
+    if why:
+        raise InputError(f"{op} variant {variant} at n = {n}: {why}", "variant")
+    e = DTYPE_BYTES[g.dtype] if itemsize is None else itemsize
+    lowered = g.lowered_elements(n)
+    y_elems = n * g.p * g.q * g.k
+    qk = g.q * g.k
+    steps: list[Step]
+    if op == "forward":
+        if variant == "A":
+            gemms = [replace(gm, beta=0.0) for gm in g.forward_gemms(n, "A")]
+            steps = [Lower("x", "L"), *gemms, Swap("y", "L", g.p, n, qk), Copy("L", "y", y_elems)]
+        else:
+            steps = [Lower("x", "L"), *g.forward_gemms(n, "B")]
+        return Program(op, variant, n, tuple(steps), _segments([("L", lowered * e)]))
+    swapped = variant == "A" and n > 1
+    dy = "dyT" if swapped else "dy"
+    pre: list[Step] = [Swap("dy", "dyT", n, g.p, qk)] if swapped else []
+    sizes = [("dL" if op == "backward_data" else "L", lowered * e)] + ([("dyT", y_elems * e)] if swapped else [])
+    if op == "backward_data":
+        if variant == "A":
+            gemms = g.backward_data_gemms_hnwc(n, dy)
+        else:   # fewer host calls of the two batchings
+            rows_calls = n * min(-(-g.r // g.stride[0]), g.p)
+            gemms = g.backward_data_gemms(n, "rows" if rows_calls <= g.p else "samples")
+        steps = [*pre, Zero("dL", lowered), *gemms, GatherDx("dL", "dx")]
+    else:
+        gemms = g.backward_filter_gemms_hnwc(n, dy) if variant == "A" else g.backward_filter_gemms(n)
+        steps = [Lower("x", "L"), *pre, *gemms]
+    return Program(op, variant, n, tuple(steps), _segments(sizes))
+
+
+def run_program(prog: Program, g: MecGeometry, operands: dict[str, np.ndarray], alpha: float = 1.0,
+                beta: float = 0.0, gemm: Callable[..., None] | None = None) -> None:
+    """Execute ``prog`` with NumPy on flat operand arrays (by the names of :data:`OPERANDS`), as the GPU does:
+    one workspace array whose unwritten elements are NaN, so a step reading what no step wrote shows.
+    ``gemm(gemms, buffers, alpha, beta)`` replaces :func:`run_gemms` (the tests run cuBLAS's column-major view)."""
+    gemm = run_gemms if gemm is None else gemm
+    dtype = next(iter(operands.values())).dtype
+    e = dtype.itemsize
+    workspace = np.full(-(-prog.workspace_bytes // e), np.nan, dtype)
+    bufs = dict(operands)
+    for name, off, size in prog.segments:
+        assert off % e == 0 and size % e == 0
+        bufs[name] = workspace[off // e:(off + size) // e]
+    n = prog.n
+    for st in prog.steps:
+        if isinstance(st, Gemm):
+            gemm([st], bufs, alpha, beta)
+        elif isinstance(st, Lower):
+            low = lower_reference(bufs[st.src].reshape(g.x_shape(n)), g).reshape(-1)
+            bufs[st.dst][:low.size] = low
+        elif isinstance(st, Swap):
+            size = st.outer * st.inner * st.row
+            src = bufs[st.src][:size].reshape(st.outer, st.inner, st.row)
+            bufs[st.dst][:size] = src.transpose(1, 0, 2).reshape(-1)
+        elif isinstance(st, Zero):
+            bufs[st.buf][:st.elements] = 0
+        elif isinstance(st, Copy):
+            bufs[st.dst][:st.elements] = bufs[st.src][:st.elements]
+        elif isinstance(st, GatherDx):
+            dx = bufs[st.dst]
+            dx[:] = gather_dx_reference(bufs[st.src], g, n, dx.reshape(g.x_shape(n)), alpha, beta).reshape(-1)
+        else:  # pragma: no cover - Step is closed
+            raise TypeError(st)
+
+
+def swap_word(row_bytes: int, src: int, dst: int) -> int:
+    """The widest word (16, 8, 4 or 2 bytes) mec_swap can move rows of ``row_bytes`` in between byte addresses
+    ``src`` and ``dst``: it must divide the row and both addresses."""
+    for word in (16, 8, 4, 2):
+        if row_bytes % word == 0 and src % word == 0 and dst % word == 0:
+            return word
+    raise InputError(f"rows of {row_bytes} bytes at {src:#x} -> {dst:#x} are not 2-byte aligned", "swap")
 
 # ---- index math shared with mec.cu -----------------------------------------------------------------------------
 def lowered_source(g: MecGeometry, t: int, q: int) -> tuple[int, int, int]:
@@ -224,10 +441,11 @@ def run_gemms(gemms: list[Gemm], buffers: dict[str, np.ndarray], alpha: float = 
         b = b.transpose(0, 2, 1) if gm.trans_b else b
         out = buffers[gm.c]
         bt = beta if gm.beta is None else gm.beta
+        al = alpha if gm.alpha is None else gm.alpha
         for i in range(gm.batch):   # entries in order; a GPU runs them concurrently (they never share outputs)
             o = gm.c_offset + i * gm.stride_c
             c = as_strided(out[o:], (gm.m, gm.n), (gm.ldc * out.itemsize, out.itemsize))
-            c[...] = alpha * (a[i] @ b[i]) + (bt * c if bt != 0 else 0)
+            c[...] = al * (a[i] @ b[i]) + (bt * c if bt != 0 else 0)
 
 
 def lower_reference(x: np.ndarray, g: MecGeometry) -> np.ndarray:
@@ -299,11 +517,11 @@ def backward_filter_reference(x: np.ndarray, dy: np.ndarray, g: MecGeometry, dw:
 
 
 # ---- GPU launchers (mec.cu), on raw device pointers ------------------------------------------------------------
-Lower = Callable[[int, int], None]
-GatherDx = Callable[[int, int, float, float], None]
+LowerFn = Callable[[int, int], None]
+GatherDxFn = Callable[[int, int, float, float], None]
 
 
-def launchers(g: MecGeometry, n: int, itemsize: int) -> tuple[Lower, GatherDx]:
+def launchers(g: MecGeometry, n: int, itemsize: int) -> tuple[LowerFn, GatherDxFn]:
     """``lower(x, L)`` and ``gather_dx(dL, dx, alpha, beta)`` for ``n`` samples of ``g`` on CuPy's current stream;
     the pointers address C-contiguous ``g.x_shape(n)`` / ``g.lowered_shape(n)`` tensors.  gather_dx reads dx
     only when beta != 0; its dx rows beyond L's get alpha * 0."""
@@ -335,3 +553,26 @@ def launchers(g: MecGeometry, n: int, itemsize: int) -> tuple[Lower, GatherDx]:
             k(gather_xy + (nz,), (_THREADS,), (d_lowered + n0 * l_bytes, dx + n0 * x_bytes) + geo + scalars)
 
     return lower, gather_dx
+
+
+_WORD = {16: "uint4", 8: "uint2", 4: "unsigned int", 2: "unsigned short"}
+Swapper = Callable[[int, int], None]
+
+
+def swap_launcher(outer: int, inner: int, row: int, itemsize: int) -> Swapper:
+    """``swap(src, dst)``: mec_swap of ``[outer][inner][row]`` elements of ``itemsize`` bytes into
+    ``[inner][outer][row]`` on CuPy's current stream, in the widest word the row and the two pointers allow."""
+    if min(outer, inner, row) < 1:
+        raise InputError(f"sizes must be positive, got {outer} x {inner} x {row}", "swap")
+    row_bytes = row * itemsize
+    if row_bytes // 2 >= 1 << 31:
+        raise InputError(f"a row of {row_bytes} bytes is too long", "swap")
+    grid = {w: (-(-(row_bytes // w) // _THREADS), min(inner, _MAX_Z), min(outer, _MAX_Z)) for w in _WORD}
+    args = {w: (np.int32(outer), np.int32(inner), np.int32(row_bytes // w)) for w in _WORD}
+
+    def swap(src: int, dst: int) -> None:
+        word = swap_word(row_bytes, src, dst)
+        k = _compile.get_kernel(SOURCE, f"mec_swap<{_WORD[word]}>")
+        k(grid[word], (_THREADS,), (src, dst) + args[word])
+
+    return swap

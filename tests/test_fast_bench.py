@@ -44,7 +44,7 @@ def test_hopeless_compares_the_first_sample_with_the_best_retimed_time_at_that_m
 
 
 def test_the_budget_prunes_once_spent():
-    s = BenchSettings("strict", prune_margin=None, kernel_budget_s=0.01)
+    s = BenchSettings("strict", prune_margin=None, kernel_budget_s=0.01, trust_estimate_ms=None)
     s.start_kernel()
     p = Pruner(s)
     assert p.decide(1.0, 0) is None
@@ -108,7 +108,7 @@ def measure(settings):
 
 def test_legacy_records_find_time_for_a_dominated_configuration_and_does_not_retime_it(monkeypatch):
     calls = fake_legacy(monkeypatch, [(0, 1.0, 4 * MiB), (1, 3.0, 8 * MiB), (2, 3.0, 0)], {0: 1.1, 1: 2.9, 2: 3.2})
-    got = measure(BenchSettings("strict", prune_margin=2.0, hopeless_factor=None))
+    got = measure(BenchSettings("strict", prune_margin=2.0, hopeless_factor=None, trust_estimate_ms=None))
     assert [a for a, _ in calls] == [0, 2]                  # algo 1: slower by Find and needs more workspace
     assert got[1].time_ms == 3.0 and got[1].extra["timed"] == "find" and got[1].extra["pruned"] == "dominated"
     assert got[2].extra["timed"] == "median" and got[2].time_ms == 3.2   # needs less: WR may want it
@@ -117,7 +117,7 @@ def test_legacy_records_find_time_for_a_dominated_configuration_and_does_not_ret
 
 def test_legacy_stops_early_on_a_hopeless_first_sample(monkeypatch):
     calls = fake_legacy(monkeypatch, [(0, 1.0, 4 * MiB), (1, 1.5, 8 * MiB)], {0: 1.0, 1: 9.0})
-    got = measure(BenchSettings("strict", prune_margin=2.0, hopeless_factor=4.0))
+    got = measure(BenchSettings("strict", prune_margin=2.0, hopeless_factor=4.0, trust_estimate_ms=None))
     assert calls == [(0, False), (1, True)]
     assert got[1].time_ms == 9.0 and got[1].extra["timed"] == "first-sample"
 
@@ -231,9 +231,33 @@ def test_wrappers_time_steps_under_the_same_rules_and_keep_input_order():
     cfgs = [Measurement(16, a, "FMA", est, ws, "fake") for a, est, ws in
             [("b", 5.0, 8 * MiB), ("a", 1.0, 4 * MiB), ("c", 1.2, 0), ("d", 1.5, 8 * MiB), ("e", 1.3, 0)]]
     got = Fake([]).time_steps("forward", PROBLEM, cfgs, Operands(0, 0, 0), 0,
-                              BenchSettings("strict", prune_margin=2.0, hopeless_factor=2.5))
+                              BenchSettings("strict", prune_margin=2.0, hopeless_factor=2.5, trust_estimate_ms=None))
     assert got[0] == (5.0, "estimate")            # b: 5x a's estimate, more workspace: keeps its estimate
     assert got[1] == (1.0, "median") and got[2] == (1.1, "median")
     assert got[3] == (3.0, "first-sample")        # d: its first sample is 3x the best median
     assert isinstance(got[4], CaptureError)
     assert Fake.timed == ["a", "c", "d"]          # fastest estimate first; b never timed
+
+
+# --- which math types Find runs under ------------------------------------------------------------
+def test_16_bit_data_runs_find_once_under_tensor_op_which_returns_the_default_rows_too(monkeypatch):
+    """Measured (find_probe): for half data Find under TENSOR_OP returns every DEFAULT row, and ALLOW_CONVERSION
+    the same kernels as TENSOR_OP; FP32 keeps a Find per math type."""
+    from ucudnn import numerics as num
+
+    assert num.find_math_types("default", "float16") == ("TENSOR_OP",)
+    assert num.find_math_types("default", "bfloat16") == ("TENSOR_OP",)
+    assert num.find_math_types("strict", "float16") == ("TENSOR_OP", "FMA")
+    for mode in ("strict", "tf32", "default"):
+        assert num.find_math_types(mode, "float32") == num.allowed_math_types(mode, "float32")
+    finds: list[str] = []
+    monkeypatch.setattr(L, "handle", lambda: 1)
+    monkeypatch.setattr(L, "descriptors", lambda p, m: finds.append(m) or FakeDescriptors())
+    monkeypatch.setattr(L.cudnn, "get_algorithm_max_count", lambda h, op: 8)
+    monkeypatch.setattr(L.cudnn, "find_algorithm_ex", lambda *a: [
+        PerfResult(1, 0, "SUCCESS", 0.5, 4 * MiB, True, "TENSOR_OP"), PerfResult(1, 0, "SUCCESS", 9.0, 4 * MiB, True, "DEFAULT"),
+        PerfResult(0, 0, "SUCCESS", 20.0, 0, True, "DEFAULT")])
+    ms, sk = L.LegacySource().measure("forward", ConvProblem(16, 64, 28, 28, 64, 3, 3, (1, 1), dtype="float16"),
+                                      Operands(0, 0, 0), 0, BenchSettings("default", repeat=0))
+    assert finds == ["TENSOR_OP"] and not sk
+    assert sorted((m.algo, m.math_type) for m in ms) == [(0, "DEFAULT"), (1, "DEFAULT"), (1, "TENSOR_OP")]

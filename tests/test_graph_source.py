@@ -180,7 +180,8 @@ def source(lists, **kw):
 
 def settings(numerics="strict", **kw):
     return BenchSettings(numerics, repeat=kw.pop("repeat", 3), warmup=1, max_workspace=kw.pop("max_workspace", 1 << 30),
-                         min_sample_ms=0.0)
+                         min_sample_ms=0.0, trust_estimate_ms=kw.pop("trust_estimate_ms", None),
+                         prune_margin=kw.pop("prune_margin", 2.0), hopeless_factor=kw.pop("hopeless_factor", 4.0))
 
 
 MIXED = {"A": [Cfg(1, [(13, 1), (2, 3)], ms=2.0, ws=1 << 20),
@@ -323,7 +324,17 @@ def test_each_distinct_configuration_is_built_and_timed_once_in_heuristic_order(
     assert fe.builds == 6
     assert {m.algo: m.time_ms for m in ms}["eng7"] == 0.5
     assert all(m.source == "graph" and m.micro_batch == 8 for m in ms)
-    assert [t for t, _ in timer.calls].count("eng7") == 2   # one quick sample, one full timing
+    assert [t for t, _ in timer.calls].count("eng7") == 3   # quick sample: an untimed-for-use call and one timed; then the full timing
+
+
+def test_a_first_call_as_long_as_the_trust_threshold_is_the_quick_sample_and_is_not_retimed():
+    lists = {"A": [Cfg(1, ms=0.5, ws=0), Cfg(2, ms=3.0, ws=0)]}
+    src, fe, timer, _ = source(lists)
+    ms, _ = src.measure("forward", P, OPS, WS, settings(trust_estimate_ms=2.0, hopeless_factor=None))
+    timing = {m.engine["id"]: (m.extra["timing"], m.time_ms) for m in ms}
+    assert timing == {1: ("median", 0.5), 2: ("quick", 3.0)}
+    assert [t for t, _ in timer.calls].count("eng2") == 1       # one call: its own first run is the estimate
+    assert [t for t, _ in timer.calls].count("eng1") == 3       # two quick calls, then the median
 
 
 def test_unsupported_runtime_compiled_and_oversized_engines_become_skipped_rows():
@@ -480,7 +491,7 @@ def test_sources_resolve_by_name_for_benchmarking_and_execution():
     assert registry.get("graph") is graph, "execution finds the instance that measured"
     with pytest.raises(InputError) as e:
         resolve_sources(["legacy", "cublas"])
-    assert "known: fold, graph, legacy, relayout" in str(e.value) and e.value.field == "source"
+    assert "known: direct, fold, graph, legacy, mec, relayout" in str(e.value) and e.value.field == "source"
 
 
 @pytest.mark.parametrize("argv, message", [

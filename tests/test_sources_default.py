@@ -38,7 +38,7 @@ def test_equal_requests_have_one_canonical_spelling(written, canonical):
     assert source_names.canonical(written) == canonical
 
 
-@pytest.mark.parametrize("written, message", [("legacy,cufft", "unknown algorithm source 'cufft'; known: fold, graph, legacy, relayout"),
+@pytest.mark.parametrize("written, message", [("legacy,cufft", "unknown algorithm source 'cufft'; known: direct, fold, graph, legacy, mec, relayout"),
                                               ("", "name at least one algorithm source"),
                                               (",,", "name at least one algorithm source")])
 def test_bad_source_names_name_the_field(written, message):

@@ -285,3 +285,51 @@ def test_the_core_never_imports_torch():
             "print('torch' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True).stdout.strip() == "False"
+
+
+def test_a_prepared_call_is_trusted_only_while_the_lookup_chain_holds_its_executor(monkeypatch):
+    """The launch path keeps one prepared call per kernel (runtime._Call); it must notice every way the executor
+    the lookup chain would give changes: heuristic mode swapping in the measured plan's executor, a plan
+    installed by ucudnn.torch.plan (or removed), an executor the in-process cache does not hold."""
+    import ucudnn.api as api
+    from ucudnn.problem import ConvProblem
+
+    p = ConvProblem(2, 3, 8, 8, 4, 3, 3, (1, 1))
+    cache: dict = {}
+    monkeypatch.setattr(api, "_executors", cache)
+    monkeypatch.setattr(runtime, "installed", {})
+    monkeypatch.setattr(runtime, "executor", lambda problem, op, settings, numerics, device: cache[("key",)])
+    monkeypatch.setattr(runtime, "_api", api)
+
+    def call():
+        return runtime._Call(p, "forward", runtime.Settings(1 << 26), "strict", 0)
+
+    fake = type("Executor", (), {"workspace_bytes": 0})
+    first, swapped = fake(), fake()
+    cache[("key",)] = first
+    c = call()
+    assert c.mem_key == ("key",) and c.current() and (c.ws_ptr, c.ws_size, c.ws_bytes) == (0, 0, 0)
+    cache[("key",)] = swapped                      # heuristic mode: the background benchmark's executor
+    assert not c.current()
+    c = call()
+    assert c.executor is swapped and c.current()
+    runtime.installed[(0, p, "forward")] = runtime.Installed("installed plan", workspace_ptr=4096, workspace_size=64)
+    assert not c.current()                         # an installed plan wins over the cached executor
+    monkeypatch.setattr(runtime, "executor", lambda *a: runtime.installed[(0, p, "forward")].executor)
+    wd = call()
+    assert wd.executor == "installed plan" and (wd.ws_ptr, wd.ws_size, wd.ws_bytes) == (4096, 64, 0) and wd.current()
+    runtime.installed.clear()
+    assert c.current() and not wd.current()
+    c.mem_key = None                               # an executor the in-process cache does not hold
+    assert not c.current()
+
+
+def test_a_prepared_calls_key_follows_the_environment_its_defaulted_settings_read(monkeypatch):
+    monkeypatch.delenv("UCUDNN_SOURCES", raising=False)
+    monkeypatch.setenv("UCUDNN_BATCH_SIZE_POLICY", "all")
+    defaulted, explicit = runtime.Settings(1 << 26), runtime.Settings(1 << 26, "powerOfTwo", "legacy")
+    assert runtime._defaults_env(defaulted) == ("all", None)
+    assert runtime._defaults_env(explicit) == (None, None)
+    monkeypatch.setenv("UCUDNN_SOURCES", "legacy,graph")
+    assert runtime._defaults_env(defaulted) == ("all", "legacy,graph")
+    assert runtime._defaults_env(explicit) == (None, None)

@@ -53,6 +53,23 @@ def allowed_math_types(numerics: str, dtype: str) -> tuple[str, ...]:
     return ("DEFAULT", "TENSOR_OP", "FMA")
 
 
+def find_math_types(numerics: str, dtype: str) -> tuple[str, ...]:
+    """The math types legacy Find must run under to return every configuration :func:`allowed_math_types` allows.
+
+    Measured on an H100 (cuDNN 9.19, AlexNet b256 FP16 NHWC, every kernel at every power-of-two micro-batch,
+    ``benchmarks/results/find_probe.md``): Find under TENSOR_OP returns each algorithm's DEFAULT row as well
+    (the same 270 rows Find under DEFAULT returns), and for 16-bit data TENSOR_OP_ALLOW_CONVERSION returns the
+    same algorithms with the same workspace as TENSOR_OP (there is nothing to convert: the data is already
+    16-bit), at equal times within Find's noise.  Each Find took about 6 s there, so for 16-bit data Find runs
+    once, under TENSOR_OP, where it ran three times.  FP32 data keeps one Find per math type: not measured to
+    be redundant (FP32 strict has one math type anyway).
+    """
+    allowed = allowed_math_types(numerics, dtype)
+    if dtype == "float32" or "TENSOR_OP" not in allowed:
+        return allowed
+    return tuple(m for m in allowed if m not in ("DEFAULT", "TENSOR_OP_ALLOW_CONVERSION"))
+
+
 def inferred(dtype: str, math_types: Iterable[str]) -> str | None:
     """The numerics that measurements of ``dtype`` data under ``math_types`` are taken to have (a table without
     a ``numerics`` field, :func:`ucudnn.planning.table.effective_numerics`).

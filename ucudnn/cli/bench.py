@@ -6,6 +6,7 @@ import sys
 
 from .. import config
 from ..errors import InputError
+from ..measure.sources.base import DEFAULT_REPEAT
 from ..problem import OPS, ConvProblem, KernelSpec
 
 
@@ -49,7 +50,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                                                      "(default: strict for float32, default otherwise)")
     p.add_argument("--ops", default=",".join(OPS), help="comma-separated subset of forward,backward_data,backward_filter")
     p.add_argument("--batch-policy", default=None, help="all | powerOfTwo | powerOfTwoAndMidpoints | undivided")
-    p.add_argument("--repeat", type=int, default=5, help="timed runs per configuration, median kept (0: cuDNN Find's time)")
+    p.add_argument("--repeat", type=int, default=DEFAULT_REPEAT,
+                   help=f"timed samples per configuration, median kept (default {DEFAULT_REPEAT}; 0: cuDNN Find's time)")
     p.add_argument("--max-workspace", default=None, help="largest workspace offered while benchmarking (default min(4GiB, free/4))")
     p.add_argument("--sources", default=None, help="comma-separated algorithm sources: legacy (cudnnFind*), "
                    "graph (cuDNN graph-API engines; needs ucudnn[graph]), relayout (the other sources named, run in the "

@@ -42,7 +42,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--workspace-limits", metavar="SIZE[,SIZE...]", help="per-kernel limits to plan with WR, e.g. 8MiB,64MiB")
     p.add_argument("--total-workspaces", metavar="SIZE[,SIZE...]", help="whole-table budgets to plan with WD, e.g. 1GiB")
     p.add_argument("--gpu-models", metavar="M[,M...]", help="only these GPU models (H100, H200, or full device names)")
-    p.add_argument("--repeat", type=int, default=None, help="timed runs per configuration (default 5; 0: Find's time)")
+    p.add_argument("--repeat", type=int, default=None, help="timed samples per configuration (default 3; 0: Find's time)")
     p.add_argument("--sources", metavar="NAMES", default=None,
                    help="algorithm sources to measure networks with (legacy, graph, relayout, fold; default: "
                         "UCUDNN_SOURCES, else legacy,graph,fold where nvidia-cudnn-frontend is installed, legacy,fold "

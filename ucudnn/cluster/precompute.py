@@ -44,6 +44,7 @@ from .. import numerics as num
 from .. import source_names
 from ..catalog.store import Store
 from ..errors import InputError
+from ..measure.sources.base import DEFAULT_REPEAT
 from ..planning.table import BenchmarkTable, KernelBench, effective_numerics
 from ..policy import normalize_policy
 from ..problem import DTYPES, LAYOUTS, OPS
@@ -111,7 +112,7 @@ class JobSpec:
     workspace_limits: list[int] = field(default_factory=list)
     total_workspaces: list[int] = field(default_factory=list)
     gpu_models: list[str] | None = None
-    repeat: int = 5
+    repeat: int = DEFAULT_REPEAT
     max_retries: int = 2
     #: algorithm sources to measure with (None: the library's default, resolved where the job is planned)
     sources: list[str] | None = None

@@ -95,7 +95,7 @@ def resolve_sources(sources: Iterable[AlgorithmSource | str] | str | None) -> li
 
 
 def benchmark(kernels: Sequence[KernelSpec], batch_policy: str = "powerOfTwo", numerics: str | None = None, *,
-              sources: Iterable[AlgorithmSource | str] | str | None = None, repeat: int = 5, warmup: int = 1,
+              sources: Iterable[AlgorithmSource | str] | str | None = None, repeat: int = BenchSettings.repeat, warmup: int = 1,
               min_sample_ms: float = BenchSettings.min_sample_ms,
               max_workspace: int | None = None, progress: bool | None = None, timing: str = "eager",
               prune_margin: float | None = BenchSettings.prune_margin,

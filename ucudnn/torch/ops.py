@@ -12,6 +12,7 @@ workspace): the reason is logged once and the result is the same convolution.
 """
 from __future__ import annotations
 
+import functools
 from typing import Sequence
 
 import torch
@@ -37,7 +38,9 @@ def _empty(shape: Sequence[int], like: Tensor, layout: str) -> Tensor:
     return torch.empty(tuple(shape), dtype=like.dtype, device=like.device, memory_format=runtime.memory_format(layout))
 
 
+@functools.lru_cache(maxsize=1024)
 def _settings(workspace_limit: int, batch_policy: str, sources: str, replay: bool) -> runtime.Settings:
+    """One Settings object per distinct layer configuration (cached: it is part of every launch's key)."""
     return runtime.Settings(int(workspace_limit), batch_policy, sources, bool(replay))
 
 
@@ -46,8 +49,7 @@ def _run(op: str, x: Tensor, w: Tensor, a: Tensor, b: Tensor, out: Tensor, strid
     """Run ``op`` by ucudnn into ``out``; False (reason logged once) when torch must do it instead."""
     if not runtime.runs_here(a):   # modules send other devices to torch before this; direct callers may not
         return False
-    problem = runtime.problem_of(tuple(x.shape), tuple(w.shape), tuple(stride), tuple(padding), tuple(dilation),
-                                 groups, x.dtype, layout)
+    problem = runtime.problem_of(x.shape, w.shape, stride, padding, dilation, groups, x.dtype, layout)
     try:
         runtime.launch(op, problem, a, b, out, _settings(workspace_limit, batch_policy, sources, replay), numerics)
         return True
@@ -163,6 +165,14 @@ torch.library.register_autograd("ucudnn::conv2d", _backward, setup_context=_setu
 
 
 # --- eager: the same implementations without the custom-op dispatcher -------------------------------------------
+def _backward_data_eager(*a):
+    return backward_impl("dx", *a)
+
+
+def _backward_filter_eager(*a):
+    return backward_impl("dw", *a)
+
+
 class EagerConv2d(torch.autograd.Function):
     """conv2d for eager execution: what ``torch.ops.ucudnn.conv2d`` computes, without its dispatch.
 
@@ -180,11 +190,22 @@ class EagerConv2d(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_y: Tensor):
-        return _gradients(ctx, grad_y, lambda *a: backward_impl("dx", *a), lambda *a: backward_impl("dw", *a))
+        return _gradients(ctx, grad_y, _backward_data_eager, _backward_filter_eager)
+
+
+#: ``torch.autograd.Function.apply`` without its Python prologue: the C++ ``_FunctionBase.apply`` bound to
+#: EagerConv2d.  The prologue binds default arguments (EagerConv2d has no ``setup_context``, so it binds none),
+#: unwraps dead functorch wrappers (done here for the two tensors) and routes functorch transforms
+#: (:func:`conv2d_any` sends those through ``EagerConv2d.apply``); it costs host time on every call.
+_eager_apply = torch._C._FunctionBase.__dict__["apply"].__get__(None, EagerConv2d)
+_unwrap_if_dead = torch._C._functorch.unwrap_if_dead
+_functorch_active = torch._C._are_functorch_transforms_active
 
 
 def conv2d_any(x: Tensor, weight: Tensor, *args) -> Tensor:
     """The custom op under ``torch.compile`` / export, the eager autograd function otherwise (same results)."""
     if torch.compiler.is_compiling():
         return conv2d(x, weight, *args)
-    return EagerConv2d.apply(x, weight, *args)
+    if _functorch_active():
+        return EagerConv2d.apply(x, weight, *args)
+    return _eager_apply(_unwrap_if_dead(x), _unwrap_if_dead(weight), *args)

@@ -13,11 +13,26 @@ allocator (``torch.cuda.max_memory_allocated()`` counts it, the cap of
 activation), and CuPy's own allocations (benchmark buffers) go through the
 same allocator (:func:`share_torch_memory`, what pytorch-pfn-extras'
 ``use_torch_mempool_in_cupy`` does).
+
+Why a prepared call per kernel (:class:`_Call`): a training step launches
+every convolution three times, and on small kernels (ResNet-50 under AMP: many
+take 20-60 us of GPU time) the host's work per launch can decide the step
+time.  Measured on an H100 (``benchmarks/torch_profile.py``, ResNet-50 b128
+AMP channels_last, 256 MiB per kernel): some runs host-bound at 42-55 ms per
+step where PyTorch's is GPU-bound at 28 ms, with the ucudnn path paying, on
+every launch, the lookup chain's front (limit parsing, policy and numerics
+normalisation, environment reads, hashing the problem three times) and CuPy
+imports.  Everything derived from (op, problem, settings, numerics, device)
+is now resolved once and kept; a launch is one dict lookup, an identity check
+that the executor is still the one the lookup chain holds (heuristic mode
+replaces executors, and ``ucudnn.torch.plan`` installs plans), the workspace
+from torch's allocator and the executor's launches.
 """
 from __future__ import annotations
 
 import functools
 import logging
+import os
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +50,8 @@ DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "b
 
 _lock = threading.Lock()
 _shared = False
+_cp: Any = None                     # CuPy, once :func:`share_torch_memory` has run (the launch path needs it)
+_api: Any = None                    # ucudnn.api, imported at the first launch (the core's heavy imports)
 _streams: dict[tuple[int, int], Any] = {}
 _logged: set[tuple] = set()
 #: set by :func:`ucudnn.torch.plan` while it traces a model: converted layers record their calls and run torch's
@@ -91,7 +108,7 @@ def _channels_last(t: torch.Tensor) -> bool:
 
 def runs_here(t: torch.Tensor) -> bool:
     """Whether ucudnn runs convolutions on ``t``'s device (CUDA); tensors elsewhere go to torch unchanged."""
-    return t.device.type == "cuda"
+    return t.is_cuda
 
 
 def layout_of(x: torch.Tensor, weight: torch.Tensor | None = None) -> str:
@@ -143,23 +160,27 @@ def share_torch_memory() -> None:
             torch.cuda.caching_allocator_delete(ptr)
 
         cp.cuda.set_allocator(cp.cuda.memory.PythonFunctionAllocator(malloc, free).malloc)
+        global _cp
+        _cp = cp
         _shared = True
+
+
+_raw_getter = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
 
 def _raw_stream(device: int) -> int:
     """torch's current stream on ``device`` as a ``cudaStream_t`` (torch's internal getter when it has one:
     it skips building a ``torch.cuda.Stream`` object on every call)."""
-    getter = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-    return getter(device) if getter is not None else torch.cuda.current_stream(device).cuda_stream
+    return _raw_getter(device) if _raw_getter is not None else torch.cuda.current_stream(device).cuda_stream
 
 
 def _cupy_stream(device: int) -> Any:
     """CuPy's view of torch's current stream on ``device`` (cached per stream)."""
-    from ..binding.gpu import cupy
-
     ptr = _raw_stream(device)
     s = _streams.get((device, ptr))
     if s is None:
+        from ..binding.gpu import cupy
+
         cp = cupy()
         try:    # CuPy 14: through the CUDA stream protocol, which torch's streams implement
             s = cp.cuda.Stream.from_external(torch.cuda.current_stream(device))
@@ -184,6 +205,59 @@ def executor(problem: ConvProblem, op: str, settings: Settings, numerics: str, d
                          settings.replay, sources=settings.sources or None)
 
 
+class _Call:
+    """One kernel made ready for launches from torch: its executor and what the launch needs, derived once.
+
+    Valid while the lookup chain still holds the same executor: :meth:`current` checks, per launch, that the
+    installed plan for the kernel (``ucudnn.torch.plan``) is the one seen at preparation, and otherwise that
+    ``ucudnn.api``'s in-process cache still maps the executor's key to this executor (heuristic mode swaps in
+    the measured plan's executor when its background benchmark ends).  An executor found in neither (a
+    caller's own ``api._executor``) is never trusted: such calls are prepared again at every launch.
+    """
+
+    __slots__ = ("executor", "installed_key", "installed", "mem_key", "ws_ptr", "ws_size", "ws_bytes",
+                 "torch_device")
+
+    def __init__(self, problem: ConvProblem, op: str, settings: Settings, numerics: str, device: int):
+        global _api
+        if _api is None:
+            from .. import api
+
+            _api = api
+        self.installed_key = (device, problem, op)
+        self.installed = installed.get(self.installed_key)
+        self.executor = executor(problem, op, settings, numerics, device)
+        # the in-process cache's key of this executor, found by identity (not recomputed: whatever api keys by)
+        self.mem_key = None if self.installed is not None else next(
+            (k for k, v in list(_api._executors.items()) if v is self.executor), None)
+        if self.installed is not None and self.installed.workspace_ptr is not None:
+            self.ws_ptr, self.ws_size, self.ws_bytes = self.installed.workspace_ptr, self.installed.workspace_size, 0
+        else:   # ws_bytes > 0: a workspace of that size from torch's allocator for each launch
+            self.ws_ptr, self.ws_size, self.ws_bytes = 0, 0, int(self.executor.workspace_bytes)
+        self.torch_device = torch.device("cuda", device)
+
+    def current(self) -> bool:
+        hit = installed.get(self.installed_key) if installed else None
+        if hit is not self.installed:
+            return False
+        if hit is not None:
+            return True
+        return self.mem_key is not None and _api._executors.get(self.mem_key) is self.executor
+
+
+#: (op, problem, settings, numerics, device, environment defaults) -> its prepared call
+_calls: dict[tuple, _Call] = {}
+
+
+def _defaults_env(settings: Settings) -> tuple:
+    """The environment variables a layer's defaulted settings are read from (``UCUDNN_BATCH_SIZE_POLICY`` when
+    it names no batch policy, ``UCUDNN_SOURCES`` when it names no sources): part of a prepared call's key, so
+    a change of them is seen at the next launch, as the lookup chain sees it."""
+    environ = os.environ
+    return (None if settings.batch_policy else environ.get("UCUDNN_BATCH_SIZE_POLICY"),
+            None if settings.sources else environ.get("UCUDNN_SOURCES"))
+
+
 def launch(op: str, problem: ConvProblem, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, settings: Settings,
            numerics: str) -> None:
     """``out = op(a, b)`` by ucudnn's plan, on torch's current stream, workspace from torch's allocator.
@@ -191,23 +265,21 @@ def launch(op: str, problem: ConvProblem, a: torch.Tensor, b: torch.Tensor, out:
     Raises :class:`~ucudnn.errors.UcudnnError` (or torch's ``OutOfMemoryError``) when ucudnn cannot run it;
     the custom ops catch that and fall back to torch (:func:`fallback_reason`).
     """
-    device = a.device.index if a.device.index is not None else torch.cuda.current_device()
-    share_torch_memory()
-    from ..binding.gpu import cupy
-
-    with cupy().cuda.Device(device), _cupy_stream(device):
-        ex = executor(problem, op, settings, numerics, device)
-        hit = installed.get((device, problem, op))
-        ws: torch.Tensor | None = None
-        if hit is not None and hit.workspace_ptr is not None:
-            ws_ptr, ws_size = hit.workspace_ptr, hit.workspace_size
-        elif ex.workspace_bytes:
-            ws = torch.empty(ex.workspace_bytes, dtype=torch.uint8, device=a.device)
-            ws_ptr, ws_size = ws.data_ptr(), ex.workspace_bytes
+    device = a.get_device()
+    if not _shared:
+        share_torch_memory()
+    cp = _cp
+    key = (op, problem, settings, numerics, device, _defaults_env(settings))
+    with cp.cuda.Device(device), _cupy_stream(device):
+        call = _calls.get(key)
+        if call is None or not call.current():
+            call = _calls[key] = _Call(problem, op, settings, numerics, device)
+        if call.ws_bytes:
+            ws = torch.empty(call.ws_bytes, dtype=torch.uint8, device=call.torch_device)
+            call.executor.launch((a.data_ptr(), b.data_ptr(), out.data_ptr()), ws.data_ptr(), call.ws_bytes)
+            del ws  # back to torch's pool; stream-ordered, so the launches above finish first
         else:
-            ws_ptr, ws_size = 0, 0
-        ex.launch((a.data_ptr(), b.data_ptr(), out.data_ptr()), ws_ptr, ws_size)
-        del ws  # back to torch's pool; stream-ordered, so the launches above finish first
+            call.executor.launch((a.data_ptr(), b.data_ptr(), out.data_ptr()), call.ws_ptr, call.ws_size)
 
 
 #: failures that mean "ucudnn cannot run this convolution here", answered by running torch's instead

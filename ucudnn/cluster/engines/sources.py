@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Iterable, Protocol
 
 from ... import source_names
+from ...measure.sources.base import DEFAULT_REPEAT
 from ...planning.table import BenchmarkTable, KernelBench, effective_numerics
 from .base import Target, Unit, UnitError
 
@@ -41,7 +42,7 @@ class GpuSource:
     name = "gpu"
     needs_gpu = True
 
-    def __init__(self, repeat: int = 5, max_workspace: int | None = None):
+    def __init__(self, repeat: int = DEFAULT_REPEAT, max_workspace: int | None = None):
         self.repeat = repeat
         self.max_workspace = max_workspace
 

@@ -31,6 +31,16 @@ class Operands:
     out: int
 
 
+#: Timed samples per configuration, and the least each sample lasts (calls back to back).  Issue 16: 5 samples of
+#: 1 ms were the defaults before.  On an H100 (AlexNet b256, FP32 strict, legacy) 3 samples of 0.5 ms planned WR
+#: at 64 MiB within +0.02% of 5 x 1 ms, as close as two 5 x 1 ms runs are to each other
+#: (``benchmarks/results/bench_time-*.md``).  Samples of 0.25 ms were too short: a 0.1 ms call then runs 3 times a
+#: sample and the host's launch gap shows (AlexNet conv2 backward data, 16 samples, algo 5 measured 0.16-0.55 ms
+#: where 1 ms samples gave 0.10 ms), and two unpruned runs planned 9% apart.
+DEFAULT_REPEAT = 3
+DEFAULT_MIN_SAMPLE_MS = 0.5
+
+
 @dataclass
 class BenchSettings:
     """How a benchmark measures; the last four fields trade benchmarking time for nothing in the plans.
@@ -47,26 +57,33 @@ class BenchSettings:
     * ``kernel_budget_s`` — per kernel (every micro-batch, every source): once spent, the remaining
       configurations are recorded with their first estimate.  None: no budget.
     * ``trust_estimate_ms`` — a configuration whose first estimate is at least this long is recorded with it
-      instead of being re-timed (``pruned = "long"``): one run of a call that long is as exact as the median of
-      five, and re-timing it costs the most (``warmup + repeat`` runs of the slowest calls).  Backward filter
-      is exempt where the estimate was taken with beta = 0 (Find's: :func:`timed_beta`).  Off by default:
-      replayed on the recorded tables (``benchmarks/pruning_cost.py``) 5 ms changed no WR or WD plan and
-      saved four fifths of AlexNet fp16 NHWC's re-timing, but measured on an H100 (``bench_time``, AlexNet
-      b256 fp16 NHWC, legacy) it cut the benchmark from 25.7 to 20.9 s and made the WR 64 MiB plan 31% slower
-      at the unpruned timings: Find's single runs there are not the calls the plan makes.  None: re-time
-      whatever its length.
+      instead of being re-timed (``pruned = "long"``): one run of a call that long is as exact as a median of
+      several, and re-timing it costs the most (``warmup + 1 + repeat`` more runs of the slowest calls; Find has
+      already run it).  Backward filter is exempt where the estimate was taken with beta = 0 (Find's:
+      :func:`timed_beta`).  Measured on an H100 (cuDNN 9.19, unpruned AlexNet b256 tables): Find's time of every
+      row over 1 ms was within -4% / +11% of the re-timed median (10th / 90th percentile: FP32 strict NCHW 1.00 /
+      1.06, FP16 NHWC 1.00 / 1.11; ResNet-50 b128 FP32 0.99 / 1.11), where rows under 1 ms were off by up to 47%
+      (launch overhead inside Find's single run).  Replayed on the recorded tables, trusting from 1 ms made an
+      AlexNet FP16 NHWC WR plan 6% slower (a row between 1 and 2 ms whose estimate misled it), from 2 ms changed
+      no plan by more than the other rules.  An earlier single measurement (trust at 5 ms, AlexNet FP16 NHWC)
+      priced +31%, not reproduced: two unpruned FP16 runs differ by about 2% priced that way.
+
+    Defaults (issue 16) and what each costs, replayed on the recorded tables (``benchmarks/pruning_cost.py``):
+    margin 1.5, early stop at 2x, trust from 2 ms, 3 samples of 0.5 ms: WR plans at 8/64/256 MiB within 1% of
+    the unpruned plans on AlexNet and ResNet-50, re-timing cut from 3.8 to about 1 modelled GPU second on AlexNet
+    FP32 and from 7.0 to about 0.6 on AlexNet FP16 NHWC.  Measured end to end: ``benchmarks/bench_time.py``.
     """
 
     numerics: str
-    repeat: int = 5          # timed runs per configuration (median); 0 = trust the source's own timing
+    repeat: int = DEFAULT_REPEAT   # timed samples per configuration (median); 0 = trust the source's own timing
     warmup: int = 1
     max_workspace: int = 4 << 30   # workspace offered while benchmarking
-    min_sample_ms: float = 1.0     # back-to-back calls per timing sample (see ucudnn.binding.timing)
+    min_sample_ms: float = DEFAULT_MIN_SAMPLE_MS   # back-to-back calls per timing sample (ucudnn.binding.timing)
     timing: str = "eager"          # how a configuration's call is timed: see time_config
-    prune_margin: float | None = 2.0
-    hopeless_factor: float | None = 4.0
+    prune_margin: float | None = 1.5
+    hopeless_factor: float | None = 2.0
     kernel_budget_s: float | None = 60.0
-    trust_estimate_ms: float | None = None
+    trust_estimate_ms: float | None = 2.0
     deadline: float | None = None  # time.perf_counter() at which this kernel's budget ends (start_kernel)
 
     def __post_init__(self) -> None:

@@ -38,7 +38,7 @@ class LegacySource(Prepared):
         h = handle()
         results: list[cudnn.PerfResult] = []
         skipped: list[Skipped] = []
-        for desc_math in num.allowed_math_types(settings.numerics, problem.dtype):
+        for desc_math in num.find_math_types(settings.numerics, problem.dtype):   # one Find can return several
             d = descriptors(problem, desc_math)
             a, b, out = d.operands(op)
             try:

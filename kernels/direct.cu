@@ -1,0 +1,446 @@
+// Direct convolution without workspace (seed 001), for the direct algorithm source (issue 17).
+//
+// Three kernels, each templated on the element type T (float, or half_t with float32 accumulation), the layout
+// (NHWC false: x [N, C, H, W], w [K, C/G, R, S]; true: x [N, H, W, C], w [K, R, S, C/G]) and the tiling:
+//
+//   direct_fwd_single  one input channel per group (C/G == 1: grayscale or spectrogram first layers, depthwise):
+//                      the seed's data split -- each block stages one tile of its input plane plus halo in shared
+//                      memory once, with the taps of KT*KL of the group's filters, and applies them KT at a time
+//                      (KL rounds); each thread holds RB output rows x KT filters in registers.  Many small
+//                      blocks, all loading at once, hide the global-memory latency (the seed's "second method").
+//   direct_fwd_multi   C/G > 1: stride-fixed blocks -- a block owns a fixed output tile and KT filters and walks
+//                      the group's input channels CC at a time (CC contiguous channels: a 4*CC-byte segment per
+//                      pixel in NHWC, the seed's 32/64-byte segments); the next CC channels' tile and taps are
+//                      prefetched into the other of two shared-memory buffers while the current ones are used:
+//                      by cp.async (ASYNC, sm_80+, float only) or through registers (PF elements per thread
+//                      loaded before the compute, stored after it).
+//   direct_bwd         backward data as a direct transposed convolution, gather form: each block owns a dx tile
+//                      and CT of the group's dx channels and walks the group's dy channels CC at a time, with the
+//                      same prefetching; dx pixel (h, w) sums dy[(h + PH - i) / SH, (w + PW - j) / SW] over the
+//                      taps (i, j) whose quotient is exact (i from (h + PH) % SH in steps of SH).  No atomics:
+//                      every dx element is written once by one thread, in a fixed order (deterministic).
+//
+// out = alpha * conv + beta * out; out is not read when beta == 0.  Threads: NT = 256 as TX columns x TY rows;
+// thread (tx, ty) owns column tx and rows ty + TY*rr (rr < RB) of the block's output tile (TY*RB x TX).
+// Grid: (tiles of the output plane, groups x channel blocks, N).  Arithmetic is float32 FMA only.
+// Shared memory is float, [channel][row][col] tiles then [channel][tap][KT] taps, sized by the launcher
+// (kernels/direct.py: the same index math, mirrored and tested on the CPU).
+#include "common.cuh"
+
+#define DIRECT_NT 256
+#define DIRECT_PF 8
+
+__device__ __forceinline__ int floor_div(int a, int b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+
+// Element (n, c, h, w) of an activation tensor in either layout.
+template <bool NHWC>
+__device__ __forceinline__ long long act_at(long long n, int c, int h, int w, int C, int H, int W) {
+    return NHWC ? ((n * H + h) * W + w) * C + c : ((n * C + c) * H + h) * (long long)W + w;
+}
+
+// Element (k, c, i, j) of a filter tensor ([K, CG, R, S] or [K, R, S, CG]).
+template <bool NHWC>
+__device__ __forceinline__ long long filt_at(int k, int c, int i, int j, int CG, int R, int S) {
+    return NHWC ? (((long long)k * R + i) * S + j) * CG + c : (((long long)k * CG + c) * R + i) * S + j;
+}
+
+// cp.async of one 4-byte word; src_bytes 0 zero-fills (padding, channels past the group).
+__device__ __forceinline__ void cp_async4(float* dst, const void* src, int src_bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    unsigned long long g;
+    asm("cvta.to.global.u64 %0, %1;" : "=l"(g) : "l"(src));
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(smem_addr(dst)), "l"(g), "r"(src_bytes)
+                 : "memory");
+#else
+    *dst = src_bytes ? *reinterpret_cast<const float*>(src) : 0.f;
+#endif
+}
+__device__ __forceinline__ void cp_async_commit4() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+template <int N> __device__ __forceinline__ void cp_async_wait4() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+#endif
+}
+
+// One stage: `count` elements; src(e, dst) names element e's global source (nullptr: zero) and its shared offset.
+template <typename T, typename Src>
+__device__ __forceinline__ void stage_now(int count, const Src& src, float* buf) {
+    for (int e = threadIdx.x; e < count; e += DIRECT_NT) {
+        int d;
+        const T* p = src(e, d);
+        buf[d] = p ? to_float(*p) : 0.f;
+    }
+}
+
+template <typename Src>
+__device__ __forceinline__ void stage_async(int count, const Src& src, float* buf, const float* any) {
+    for (int e = threadIdx.x; e < count; e += DIRECT_NT) {
+        int d;
+        const float* p = src(e, d);
+        cp_async4(buf + d, p ? p : any, p ? 4 : 0);
+    }
+}
+
+// Register prefetch: issue() loads the first PF*NT elements into registers (the rest go straight to shared
+// memory), land() stores them once the buffer they go to is free.  Loads in flight while the block computes.
+template <typename T> struct Prefetch {
+    float v[DIRECT_PF];
+    int d[DIRECT_PF];
+    template <typename Src> __device__ __forceinline__ void issue(int count, const Src& src, float* buf) {
+#pragma unroll
+        for (int u = 0; u < DIRECT_PF; ++u) {
+            const int e = threadIdx.x + u * DIRECT_NT;
+            d[u] = -1;
+            if (e < count) {
+                const T* p = src(e, d[u]);
+                v[u] = p ? to_float(*p) : 0.f;
+            }
+        }
+        for (int e = threadIdx.x + DIRECT_PF * DIRECT_NT; e < count; e += DIRECT_NT) {
+            int dd;
+            const T* p = src(e, dd);
+            buf[dd] = p ? to_float(*p) : 0.f;
+        }
+    }
+    __device__ __forceinline__ void land(float* buf) const {
+#pragma unroll
+        for (int u = 0; u < DIRECT_PF; ++u)
+            if (d[u] >= 0) buf[d[u]] = v[u];
+    }
+};
+
+template <typename T>
+__device__ __forceinline__ void store_out(T* out, long long o, float acc, float alpha, float beta) {
+    float v = alpha * acc;
+    if (beta != 0.f) v = fmaf(beta, to_float(out[o]), v);
+    out[o] = from_float<T>(v);
+}
+
+// The block's output tile: rows [p0, p0 + TY*RB), columns [q0, q0 + TX); tiles numbered row-major.
+template <int TX, int RB>
+__device__ __forceinline__ void tile_origin(int Q, int& p0, int& q0) {
+    constexpr int TY = DIRECT_NT / TX;
+    const int tq = (Q + TX - 1) / TX;
+    p0 = (blockIdx.x / tq) * (TY * RB);
+    q0 = (blockIdx.x % tq) * TX;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Forward, one input channel per group (CG == 1).  Shared: tile [IH][IW], then taps [R*S][KT*KL].
+// grid.y = G * ceil(KG / (KT*KL)).
+template <typename T, bool NHWC, int TX, int RB, int KT, int KL>
+__global__ void __launch_bounds__(DIRECT_NT)
+direct_fwd_single(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y, int C, int H, int W, int K,
+                  int P, int Q, int R, int S, int PH, int PW, int SH, int SW, int KG, int IH, int IW, float alpha,
+                  float beta) {
+    constexpr int TY = DIRECT_NT / TX, KB = KT * KL;
+    extern __shared__ __align__(16) float smem[];
+    float* const xs = smem;
+    float* const ws = smem + IH * IW;
+    const long long n = blockIdx.z;
+    const int kblocks = (KG + KB - 1) / KB;
+    const int g = blockIdx.y / kblocks, kb0 = (blockIdx.y % kblocks) * KB;  // channel g is the group's input
+    int p0, q0;
+    tile_origin<TX, RB>(Q, p0, q0);
+    const int hb = p0 * SH - PH, wb = q0 * SW - PW, RS = R * S;
+    const int xcount = IH * IW;
+    auto src = [&](int e, int& d) -> const T* {
+        if (e < xcount) {
+            const int row = e / IW, col = e - row * IW, h = hb + row, ww = wb + col;
+            d = e;
+            return (h >= 0 && h < H && ww >= 0 && ww < W) ? x + act_at<NHWC>(n, g, h, ww, C, H, W) : nullptr;
+        }
+        e -= xcount;
+        const int kk = e / RS, ij = e - kk * RS, k = kb0 + kk;
+        d = xcount + ij * KB + kk;
+        return k < KG ? w + (long long)(g * KG + k) * RS + ij : nullptr;  // CG == 1: both layouts agree
+    };
+    stage_now<T>(xcount + KB * RS, src, smem);
+    __syncthreads();
+    const int tx = threadIdx.x % TX, ty = threadIdx.x / TX;
+    const int q = q0 + tx;
+#pragma unroll 1
+    for (int kl = 0; kl < KL; ++kl) {
+        const int k0 = kb0 + kl * KT;
+        if (k0 >= KG) break;
+        float acc[RB][KT];
+#pragma unroll
+        for (int rr = 0; rr < RB; ++rr)
+#pragma unroll
+            for (int kt = 0; kt < KT; ++kt) acc[rr][kt] = 0.f;
+        for (int i = 0; i < R; ++i) {
+            const float* xrow = xs + (ty * SH + i) * IW + tx * SW;
+            const float* wt = ws + i * S * KB + kl * KT;
+            for (int j = 0; j < S; ++j) {
+                float wv[KT];
+#pragma unroll
+                for (int kt = 0; kt < KT; ++kt) wv[kt] = wt[j * KB + kt];
+#pragma unroll
+                for (int rr = 0; rr < RB; ++rr) {
+                    const float xv = xrow[rr * TY * SH * IW + j];
+#pragma unroll
+                    for (int kt = 0; kt < KT; ++kt) acc[rr][kt] = fmaf(xv, wv[kt], acc[rr][kt]);
+                }
+            }
+        }
+        if (q < Q) {
+#pragma unroll
+            for (int rr = 0; rr < RB; ++rr) {
+                const int p = p0 + ty + rr * TY;
+                if (p >= P) continue;
+#pragma unroll
+                for (int kt = 0; kt < KT; ++kt)
+                    if (k0 + kt < KG)
+                        store_out(y, act_at<NHWC>(n, g * KG + k0 + kt, p, q, K, P, Q), acc[rr][kt], alpha, beta);
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// The multi-channel loop shared by the forward (A = x, B = y, channels walked: the group's CG inputs, KT output
+// channels per block) and the backward data (A = dy, B = dx, walked: the group's KG dy channels, CT = KT dx channels
+// per block).  One stage: the walked channels [c0, c0 + CC) of the A tile [CC][AH][AW] (rows from ah0, columns
+// from aw0, zero outside A) and their taps [CC][R*S][KT].
+template <typename T, bool NHWC, int KT, int CC, bool BWD>
+struct MultiStage {
+    const T* a;
+    const T* w;
+    long long n;
+    int CA, HA, WA;      // A's channels, height, width
+    int g, walked, owned, own0;  // group, channels walked (CG or KG), channels owned per group (KG or CG), first owned
+    int CG, R, S, AH, AW, ah0, aw0;
+    int c0;              // first walked channel of this stage (within the group)
+    __device__ __forceinline__ int acount() const { return CC * AH * AW; }
+    __device__ __forceinline__ int count() const { return acount() + CC * R * S * KT; }
+    __device__ __forceinline__ const T* operator()(int e, int& d) const {
+        const int ac = acount(), RS = R * S;
+        if (e < ac) {
+            int cc, row, col;
+            if (NHWC) {      // channel fastest: CC contiguous channels per pixel
+                cc = e % CC;
+                const int pix = e / CC;
+                row = pix / AW;
+                col = pix - row * AW;
+            } else {         // column fastest
+                const int plane = AH * AW;
+                cc = e / plane;
+                const int rem = e - cc * plane;
+                row = rem / AW;
+                col = rem - row * AW;
+            }
+            d = (cc * AH + row) * AW + col;
+            const int c = c0 + cc, h = ah0 + row, ww = aw0 + col;
+            if (c >= walked || h < 0 || h >= HA || ww < 0 || ww >= WA) return nullptr;
+            return a + act_at<NHWC>(n, g * walked + c, h, ww, CA, HA, WA);
+        }
+        e -= ac;
+        int kt, cc, ij;
+        if (NHWC) {          // [k][i][j][c]: the filters' channel index fastest
+            if (BWD) {       // walked = k (dy channel), owned = c: c fastest -> kt fastest
+                cc = e / (RS * KT);
+                const int rem = e - cc * RS * KT;
+                ij = rem / KT;
+                kt = rem - ij * KT;
+            } else {         // walked = c: cc fastest
+                kt = e / (RS * CC);
+                const int rem = e - kt * RS * CC;
+                ij = rem / CC;
+                cc = rem - ij * CC;
+            }
+        } else {             // [k][c][i][j]: taps fastest
+            if (BWD) {
+                cc = e / (KT * RS);
+                const int rem = e - cc * KT * RS;
+                kt = rem / RS;
+                ij = rem - kt * RS;
+            } else {
+                kt = e / (CC * RS);
+                const int rem = e - kt * CC * RS;
+                cc = rem / RS;
+                ij = rem - cc * RS;
+            }
+        }
+        d = ac + (cc * RS + ij) * KT + kt;
+        const int c = c0 + cc, o = own0 + kt;
+        if (c >= walked || o >= owned) return nullptr;
+        const int i = ij / S, j = ij - i * S;
+        // forward: filter (k = owned, c = walked); backward: (k = walked, c = owned)
+        return BWD ? w + filt_at<NHWC>(g * walked + c, o, i, j, CG, R, S)
+                   : w + filt_at<NHWC>(g * owned + o, c, i, j, CG, R, S);
+    }
+};
+
+// Walks the stages with two buffers, calling compute(buf) on each once it has landed.
+template <typename T, bool NHWC, int KT, int CC, bool BWD, bool ASYNC, typename Compute>
+__device__ __forceinline__ void walk_stages(MultiStage<T, NHWC, KT, CC, BWD> st, float* smem, int stage_floats,
+                                            const Compute& compute) {
+    const int stages = (st.walked + CC - 1) / CC, count = st.count();
+    auto buf = [&](int s) { return smem + (s & 1) * stage_floats; };  // no local array: no stack frame
+    if constexpr (ASYNC) {
+        stage_async(count, st, buf(0), st.w);
+        cp_async_commit4();
+        for (int s = 0; s < stages; ++s) {
+            if (s + 1 < stages) {
+                MultiStage<T, NHWC, KT, CC, BWD> nx = st;
+                nx.c0 = (s + 1) * CC;
+                stage_async(count, nx, buf(s + 1), st.w);
+                cp_async_commit4();
+                cp_async_wait4<1>();
+            } else {
+                cp_async_wait4<0>();
+            }
+            __syncthreads();
+            compute(buf(s));
+            __syncthreads();
+        }
+    } else {
+        stage_now<T>(count, st, buf(0));
+        __syncthreads();
+        for (int s = 0; s < stages; ++s) {
+            Prefetch<T> pf;
+            MultiStage<T, NHWC, KT, CC, BWD> nx = st;
+            nx.c0 = (s + 1) * CC;
+            const bool more = s + 1 < stages;
+            if (more) pf.issue(count, nx, buf(s + 1));
+            compute(buf(s));
+            if (more) pf.land(buf(s + 1));
+            __syncthreads();
+        }
+    }
+}
+
+// Forward, CG > 1 channels per group.  grid.y = G * ceil(KG / KT).
+template <typename T, bool NHWC, int TX, int RB, int KT, int CC, bool ASYNC>
+__global__ void __launch_bounds__(DIRECT_NT)
+direct_fwd_multi(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y, int C, int H, int W, int K,
+                 int P, int Q, int R, int S, int PH, int PW, int SH, int SW, int G, int IH, int IW, float alpha,
+                 float beta) {
+    static_assert(!ASYNC || sizeof(T) == 4, "cp.async stages 4-byte elements");
+    constexpr int TY = DIRECT_NT / TX;
+    extern __shared__ __align__(16) float smem[];
+    const int CG = C / G, KG = K / G, kblocks = (KG + KT - 1) / KT;
+    const int g = blockIdx.y / kblocks, k0 = (blockIdx.y % kblocks) * KT;
+    int p0, q0;
+    tile_origin<TX, RB>(Q, p0, q0);
+    MultiStage<T, NHWC, KT, CC, false> st{x, w, (long long)blockIdx.z, C, H, W, g, CG, KG, k0, CG, R, S, IH, IW,
+                                          p0 * SH - PH, q0 * SW - PW, 0};
+    const int stage_floats = st.count();
+    const int tx = threadIdx.x % TX, ty = threadIdx.x / TX;
+    float acc[RB][KT];
+#pragma unroll
+    for (int rr = 0; rr < RB; ++rr)
+#pragma unroll
+        for (int kt = 0; kt < KT; ++kt) acc[rr][kt] = 0.f;
+    const int RS = R * S, xplane = IH * IW;
+    auto compute = [&](const float* buf) {
+        const float* wsm = buf + CC * xplane;
+#pragma unroll
+        for (int cc = 0; cc < CC; ++cc) {
+            for (int i = 0; i < R; ++i) {
+                const float* xrow = buf + cc * xplane + (ty * SH + i) * IW + tx * SW;
+                const float* wt = wsm + (cc * RS + i * S) * KT;
+                for (int j = 0; j < S; ++j) {
+                    float wv[KT];
+#pragma unroll
+                    for (int kt = 0; kt < KT; ++kt) wv[kt] = wt[j * KT + kt];
+#pragma unroll
+                    for (int rr = 0; rr < RB; ++rr) {
+                        const float xv = xrow[rr * TY * SH * IW + j];
+#pragma unroll
+                        for (int kt = 0; kt < KT; ++kt) acc[rr][kt] = fmaf(xv, wv[kt], acc[rr][kt]);
+                    }
+                }
+            }
+        }
+    };
+    walk_stages<T, NHWC, KT, CC, false, ASYNC>(st, smem, stage_floats, compute);
+    const int q = q0 + tx;
+    if (q >= Q) return;
+#pragma unroll
+    for (int rr = 0; rr < RB; ++rr) {
+        const int p = p0 + ty + rr * TY;
+        if (p >= P) continue;
+#pragma unroll
+        for (int kt = 0; kt < KT; ++kt)
+            if (k0 + kt < KG)
+                store_out(y, act_at<NHWC>(blockIdx.z, g * KG + k0 + kt, p, q, K, P, Q), acc[rr][kt], alpha, beta);
+    }
+}
+
+// Backward data: dx = alpha * conv_transpose(dy, w) + beta * dx.  The dy tile of a dx tile at (h0, w0) starts at
+// row ceil((h0 + PH - R + 1) / SH) and column ceil((w0 + PW - S + 1) / SW); DH x DW as the launcher sizes it.
+// grid.x walks dx tiles (H x W), grid.y = G * ceil(CG / CT).
+template <typename T, bool NHWC, int TX, int RB, int CT, int CC, bool ASYNC>
+__global__ void __launch_bounds__(DIRECT_NT)
+direct_bwd(const T* __restrict__ w, const T* __restrict__ dy, T* __restrict__ dx, int C, int H, int W, int K, int P,
+           int Q, int R, int S, int PH, int PW, int SH, int SW, int G, int DH, int DW, float alpha, float beta) {
+    static_assert(!ASYNC || sizeof(T) == 4, "cp.async stages 4-byte elements");
+    constexpr int TY = DIRECT_NT / TX;
+    extern __shared__ __align__(16) float smem[];
+    const int CG = C / G, KG = K / G, cblocks = (CG + CT - 1) / CT;
+    const int g = blockIdx.y / cblocks, c0 = (blockIdx.y % cblocks) * CT;
+    int h0, w0;
+    tile_origin<TX, RB>(W, h0, w0);
+    const int plo = -floor_div(R - 1 - h0 - PH, SH), qlo = -floor_div(S - 1 - w0 - PW, SW);  // ceil divisions
+    MultiStage<T, NHWC, CT, CC, true> st{dy, w, (long long)blockIdx.z, K, P, Q, g, KG, CG, c0, CG, R, S, DH, DW,
+                                         plo, qlo, 0};
+    const int stage_floats = st.count();
+    const int tx = threadIdx.x % TX, ty = threadIdx.x / TX;
+    const int wcol = w0 + tx;
+    float acc[RB][CT];
+#pragma unroll
+    for (int rr = 0; rr < RB; ++rr)
+#pragma unroll
+        for (int ct = 0; ct < CT; ++ct) acc[rr][ct] = 0.f;
+    const int RS = R * S, dplane = DH * DW;
+    const int j0 = (wcol + PW) % SW;
+    auto compute = [&](const float* buf) {
+        const float* wsm = buf + CC * dplane;
+#pragma unroll
+        for (int rr = 0; rr < RB; ++rr) {
+            const int h = h0 + ty + rr * TY;
+            for (int i = (h + PH) % SH; i < R; i += SH) {
+                const int prow = (h + PH - i) / SH - plo;
+                for (int j = j0; j < S; j += SW) {
+                    const int pcol = (wcol + PW - j) / SW - qlo;
+#pragma unroll
+                    for (int cc = 0; cc < CC; ++cc) {
+                        const float dv = buf[(cc * DH + prow) * DW + pcol];
+                        const float* wt = wsm + (cc * RS + i * S + j) * CT;
+#pragma unroll
+                        for (int ct = 0; ct < CT; ++ct) acc[rr][ct] = fmaf(dv, wt[ct], acc[rr][ct]);
+                    }
+                }
+            }
+        }
+    };
+    walk_stages<T, NHWC, CT, CC, true, ASYNC>(st, smem, stage_floats, compute);
+    if (wcol >= W) return;
+#pragma unroll
+    for (int rr = 0; rr < RB; ++rr) {
+        const int h = h0 + ty + rr * TY;
+        if (h >= H) continue;
+#pragma unroll
+        for (int ct = 0; ct < CT; ++ct)
+            if (c0 + ct < CG)
+                store_out(dx, act_at<NHWC>(blockIdx.z, g * CG + c0 + ct, h, wcol, C, H, W), acc[rr][ct], alpha, beta);
+    }
+}
+
+#ifdef UCUDNN_NVCC_CHECK
+#define DIRECT_FWD_ARGS(T) const T*, const T*, T*, int, int, int, int, int, int, int, int, int, int, int, int, int, \
+    int, int, float, float
+template __global__ void direct_fwd_single<float, false, 32, 2, 4, 4>(DIRECT_FWD_ARGS(float));
+template __global__ void direct_fwd_single<half_t, true, 16, 4, 8, 2>(DIRECT_FWD_ARGS(half_t));
+template __global__ void direct_fwd_multi<float, false, 32, 2, 4, 4, true>(DIRECT_FWD_ARGS(float));
+template __global__ void direct_fwd_multi<float, true, 16, 2, 8, 8, false>(DIRECT_FWD_ARGS(float));
+template __global__ void direct_fwd_multi<half_t, true, 32, 4, 4, 2, false>(DIRECT_FWD_ARGS(half_t));
+template __global__ void direct_bwd<float, false, 32, 2, 4, 4, true>(DIRECT_FWD_ARGS(float));
+template __global__ void direct_bwd<float, false, 32, 4, 1, 8, false>(DIRECT_FWD_ARGS(float));
+template __global__ void direct_bwd<half_t, true, 8, 2, 4, 2, false>(DIRECT_FWD_ARGS(half_t));
+#endif

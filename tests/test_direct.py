@@ -1,0 +1,312 @@
+"""The direct source's kernels (kernels/direct.py, direct.cu) without a GPU: the float64 references against a naive
+loop and each other, the kernels' tile and halo index math emulated block by block against the references
+(hypothesis over shapes, groups, pads, strides, non-square filters, tilings, layouts), launch geometry, the tuner's
+plumbing with a synthetic clock, the source's refusals and labels, and the nvcc build for sm_80 and sm_90."""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from importlib import resources
+
+import numpy as np
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+from ucudnn.kernels import _compile, autotune
+from ucudnn.kernels import direct as D
+
+from ucudnn.errors import InputError
+from ucudnn.measure.sources.base import BenchSettings, Operands
+from ucudnn.measure.sources.direct import MATH_TYPES, DirectSource
+from ucudnn.numerics import allowed_math_types
+from ucudnn.planning.table import Measurement
+from ucudnn.problem import ConvProblem
+
+NVCC = shutil.which("nvcc")
+SETTINGS = settings(max_examples=50, deadline=None)
+
+
+# ---- problems and tilings ---------------------------------------------------------------------------------------
+@st.composite
+def problems(draw, max_hw: int = 11):
+    kind = draw(st.sampled_from(["c1", "depthwise", "multi", "grouped"]))
+    if kind == "c1":
+        c, groups, k = 1, 1, draw(st.integers(1, 9))
+    elif kind == "depthwise":
+        c = groups = draw(st.integers(1, 4))
+        k = c * draw(st.integers(1, 3))
+    elif kind == "multi":
+        c, groups, k = draw(st.integers(2, 5)), 1, draw(st.integers(1, 6))
+    else:
+        groups = draw(st.integers(2, 3))
+        c, k = groups * draw(st.integers(2, 3)), groups * draw(st.integers(1, 2))
+    h, w = draw(st.integers(1, max_hw)), draw(st.integers(1, max_hw))
+    r, s = draw(st.integers(1, 5)), draw(st.integers(1, 7))
+    pad = (draw(st.integers(0, 3)), draw(st.integers(0, 3)))
+    stride = (draw(st.integers(1, 4)), draw(st.integers(1, 4)))
+    assume(r <= h + 2 * pad[0] and s <= w + 2 * pad[1])
+    return ConvProblem(draw(st.integers(1, 3)), c, h, w, k, r, s, pad=pad, stride=stride, groups=groups,
+                       layout=draw(st.sampled_from(["NCHW", "NHWC"])))
+
+
+TILINGS = st.builds(D.Tiling, st.sampled_from(D.TX_VALUES), st.sampled_from(D.RB_VALUES),
+                    st.sampled_from(D.KT_VALUES), st.sampled_from(D.CHUNK_VALUES))
+
+
+def _operands(p: ConvProblem, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal(p.x_shape()), rng.standard_normal(p.w_shape()), rng.standard_normal(p.y_shape())
+
+
+def _naive_forward_nchw(x, w, p: ConvProblem):
+    """Seven nested loops, straight from the definition (NCHW only): the references' own reference."""
+    cg, kg = p.c // p.groups, p.k // p.groups
+    y = np.zeros((p.n, p.k, p.p, p.q))
+    for n in range(p.n):
+        for k in range(p.k):
+            g = k // kg
+            for oy in range(p.p):
+                for ox in range(p.q):
+                    acc = 0.0
+                    for c in range(cg):
+                        for i in range(p.r):
+                            for j in range(p.s):
+                                h, ww = oy * p.stride[0] - p.pad[0] + i, ox * p.stride[1] - p.pad[1] + j
+                                if 0 <= h < p.h and 0 <= ww < p.w:
+                                    acc += x[n, g * cg + c, h, ww] * w[k, c, i, j]
+                    y[n, k, oy, ox] = acc
+    return y
+
+
+# ---- references ---------------------------------------------------------------------------------------------------
+@SETTINGS
+@given(problems(max_hw=7))
+def test_forward_reference_equals_the_definition(p):
+    p = ConvProblem(p.n, p.c, p.h, p.w, p.k, p.r, p.s, p.pad, p.stride, groups=p.groups)  # NCHW
+    x, w, _ = _operands(p)
+    np.testing.assert_allclose(D.forward_reference(x, w, p), _naive_forward_nchw(x, w, p), atol=1e-12)
+
+
+@SETTINGS
+@given(problems())
+def test_backward_data_reference_is_the_adjoint_of_the_forward(p):
+    x, w, dy = _operands(p, 1)
+    lhs = np.vdot(D.forward_reference(x, w, p), dy)
+    rhs = np.vdot(x, D.backward_data_reference(dy, w, p))
+    assert lhs == pytest.approx(rhs, rel=1e-10, abs=1e-10)
+
+
+def test_references_keep_the_layout():
+    p = ConvProblem(2, 3, 6, 5, 4, 3, 2, pad=(1, 0), stride=(2, 1), layout="NHWC")
+    x, w, dy = _operands(p)
+    assert D.forward_reference(x, w, p).shape == p.y_shape()
+    assert D.backward_data_reference(dy, w, p).shape == p.x_shape()
+
+
+# ---- the kernels' index math, block by block ---------------------------------------------------------------------
+@SETTINGS
+@given(problems(), TILINGS)
+def test_forward_emulated_block_by_block_equals_the_reference(p, t):
+    x, w, _ = _operands(p, 2)
+    np.testing.assert_allclose(D.emulate("forward", p, t, x, w), D.forward_reference(x, w, p), atol=1e-10)
+
+
+@SETTINGS
+@given(problems(), TILINGS)
+def test_backward_data_emulated_block_by_block_equals_the_reference(p, t):
+    _, w, dy = _operands(p, 3)
+    np.testing.assert_allclose(D.emulate("backward_data", p, t, w, dy), D.backward_data_reference(dy, w, p),
+                               atol=1e-10)
+
+
+@SETTINGS
+@given(problems(max_hw=40), TILINGS, st.sampled_from(D.OPS))
+def test_tiles_cover_the_written_plane_exactly_once(p, t, op):
+    tp, tq = D.tiles(op, p, t)
+    rows, cols = (p.p, p.q) if op == "forward" else (p.h, p.w)
+    seen = np.zeros((rows, cols), dtype=int)
+    for bx in range(tp * tq):
+        r0, c0 = D.tile_origin(bx, op, p, t)
+        assert r0 < rows and c0 < cols, "no block is launched for an empty tile"
+        seen[r0:r0 + t.rows, c0:c0 + t.tx] += 1
+    assert (seen == 1).all()
+
+
+@SETTINGS
+@given(problems(max_hw=40), TILINGS)
+def test_backward_window_holds_every_dy_entry_a_dx_tile_reads(p, t):
+    """The staged dy rows are exactly wide enough: every (dx row, tap) pair of the tile with an exact quotient
+    lands inside, and the count the kernel is launched with is the launcher's."""
+    (sh, _), (ph, _) = p.stride, p.pad
+    tp, tq = D.tiles("backward_data", p, t)
+    for bx in range(0, tp * tq, tq):
+        h0, w0 = D.tile_origin(bx, "backward_data", p, t)
+        plo, _, dh, _ = D.backward_window(h0, w0, p, t)
+        for h in range(h0, h0 + t.rows):
+            for i in range((h + ph) % sh, p.r, sh):
+                assert 0 <= (h + ph - i) // sh - plo < dh
+
+
+# ---- launch geometry ----------------------------------------------------------------------------------------------
+def test_plan_names_the_instantiation_and_sizes_the_grid():
+    p = ConvProblem(7, 1, 28, 30, 64, 5, 3, pad=(2, 1))
+    t = D.Tiling(32, 2, 8, 4)
+    geo = D.plan("forward", p, t)
+    assert geo.name_expr == "direct_fwd_single<float,false,32,2,8,4>"
+    assert geo.grid == (-(-28 // 16) * -(-30 // 32), 64 // 32, 7)
+    ih, iw = 15 + 5, 31 + 3
+    assert geo.smem_bytes == 4 * (ih * iw + 32 * 15)
+    assert geo.ints[-3:] == (64, ih, iw)
+    assert (geo.a_sample, geo.b_sample, geo.out_sample) == (28 * 30, 0, 64 * 28 * 30)
+
+    q = ConvProblem(3, 16, 13, 13, 24, 3, 3, pad=(1, 1), stride=(2, 2), groups=2, dtype="float16", layout="NHWC")
+    g = D.plan("backward_data", q, D.Tiling(8, 1, 4, 4))
+    assert g.name_expr == "direct_bwd<half_t,true,8,1,4,4,false>"
+    assert g.grid == (1 * 2, 2 * 2, 3)           # 32 x 8 dx tile; groups x ceil(8 / 4) dx-channel blocks
+    dh, dw = (32 + 3 - 2) // 2 + 1, (8 + 3 - 2) // 2 + 1
+    assert g.ints[-3:] == (2, dh, dw)
+    assert g.smem_bytes == 4 * 2 * (4 * dh * dw + 4 * 9 * 4)
+    assert (g.a_sample, g.b_sample, g.out_sample) == (0, 24 * 7 * 7, 16 * 13 * 13)
+
+    assert D.plan("forward", ConvProblem(1, 8, 9, 9, 8, 3, 3), D.Tiling(8, 1, 1, 1), True).name_expr.endswith(
+        ",true>")
+
+
+def test_plan_refuses_what_the_kernels_do_not_run_naming_the_field():
+    p = ConvProblem(1, 1, 8, 8, 4, 3, 3)
+    with pytest.raises(InputError) as e:
+        D.plan("forward", p, D.Tiling(8, 1, 1, 1), async_copy=True)    # single-channel forward stages once
+    assert e.value.field == "async_copy"
+    with pytest.raises(InputError) as e:
+        D.plan("backward_filter", p, D.Tiling(8, 1, 1, 1))
+    assert e.value.field == "problem"
+    with pytest.raises(InputError) as e:
+        D.Tiling(12, 1, 1, 1)
+    assert e.value.field == "tiling.tx"
+    with pytest.raises(InputError) as e:
+        D.Tiling.from_list([8, 1, 1])
+    assert e.value.field == "tiling"
+
+
+@pytest.mark.parametrize("problem, why", [
+    (ConvProblem(1, 3, 8, 8, 4, 3, 3, dilation=(2, 1)), "dilation"),
+    (ConvProblem(1, 3, 8, 8, 4, 3, 3, dtype="bfloat16"), "bfloat16"),
+])
+def test_refusals_name_the_reason(problem, why):
+    assert why in D.refusal("forward", problem)
+    assert "backward-filter" in D.refusal("backward_filter", ConvProblem(1, 1, 8, 8, 4, 3, 3))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 512), st.integers(1, 64), st.integers(1, 256), st.integers(1, 11), st.integers(1, 11),
+       st.integers(1, 4), st.integers(1, 4), st.sampled_from(D.OPS), st.booleans())
+def test_default_tiling_always_fits_48_kib(c, k, hw, r, s, sh, sw, op, depthwise):
+    assume(r <= hw and s <= hw)
+    groups = c if depthwise else 1
+    p = ConvProblem(4, c, hw, hw, k * groups if depthwise else k, r, s, stride=(sh, sw), groups=groups)
+    t = D.default_tiling(op, p)
+    assert D.fits(op, p, t)
+    assert D.plan(op, p, t).smem_bytes <= D.DEFAULT_SMEM
+
+
+def test_default_tiling_gives_single_channel_forward_eight_filters_per_thread():
+    p = ConvProblem(256, 1, 224, 224, 64, 3, 3, pad=(1, 1))
+    t = D.default_tiling("forward", p)
+    assert (t.tx, t.kt) == (32, 8) and t.kt * t.chunk == 64
+
+
+# ---- tuning, with a synthetic clock ---------------------------------------------------------------------------------
+def test_tuner_climbs_records_and_reuses_its_choice(monkeypatch, tmp_path):
+    monkeypatch.setenv("UCUDNN_DATABASE", str(tmp_path / "db.sqlite"))
+    autotune.clear_memory()
+    monkeypatch.setattr(_compile, "device_key", lambda: "fake-gpu sm_90")
+    monkeypatch.setattr(_compile, "compute_capability", lambda: 90)
+    monkeypatch.setattr(D, "smem_limit", lambda: 100 << 10)
+    launched: list[D.Tiling] = []
+
+    def fake_launcher(op, problem, t, async_copy=False):
+        assert async_copy is False                      # single-channel forward: no cp.async
+        return lambda *args: launched.append(t)
+
+    monkeypatch.setattr(D, "launcher", fake_launcher)
+    best = D.Tiling(32, 4, 8, 2)
+
+    def timer(fn):
+        fn()
+        t = launched[-1]
+        return 1.0 + sum(abs(a - b) for a, b in zip(t.coordinates(), best.coordinates()))
+
+    p = ConvProblem(64, 1, 64, 64, 32, 3, 3, pad=(1, 1))
+    t, how = D.tuned_tiling("forward", p, (1, 2, 3), timer=timer)
+    assert (t, how) == (best, "climb")
+    n = len(launched)
+    assert n <= D.TUNE_MAX_TRIALS + D.TUNE_FINALISTS * D.TUNE_ROUNDS
+    autotune.clear_memory()                              # from the JSON file now
+    assert D.tuned_tiling("forward", p, (1, 2, 3), timer=timer) == (best, "cache")
+    assert len(launched) == n
+    assert D.tuned_tiling("forward", p.with_batch(4), None) == (D.default_tiling("forward", p, 100 << 10),
+                                                               "default")   # the small-batch class is its own
+    autotune.clear_memory()
+
+
+# ---- the source without a GPU ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("numerics", ["strict", "tf32", "default", "strict-deterministic", "default-deterministic"])
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_rows_carry_a_math_type_every_numerics_of_their_dtype_allows(numerics, dtype):
+    assert MATH_TYPES[dtype] in allowed_math_types(numerics, dtype)
+    assert DirectSource().refusal("forward", ConvProblem(1, 1, 8, 8, 4, 3, 3, dtype=dtype), numerics) is None
+
+
+@pytest.mark.parametrize("op, problem, reason", [
+    ("backward_filter", ConvProblem(4, 1, 8, 8, 4, 3, 3), "direct: no backward-filter kernel"),
+    ("forward", ConvProblem(4, 3, 9, 9, 4, 3, 3, dilation=(2, 2)), "direct: dilation [2, 2] is not supported"),
+    ("backward_data", ConvProblem(4, 3, 9, 9, 4, 3, 3, dtype="bfloat16"), "direct: bfloat16 is not supported"),
+])
+def test_measure_records_unsupported_cases_as_skipped_without_touching_a_gpu(op, problem, reason):
+    ms, sk = DirectSource().measure(op, problem, Operands(0, 0, 0), 0, BenchSettings("strict"))
+    assert ms == [] and len(sk) == 1
+    assert sk[0].reason.startswith(reason) and sk[0].micro_batch == 4
+
+
+def test_prepare_refuses_a_configuration_without_its_tiling():
+    p = ConvProblem(2, 1, 8, 8, 4, 3, 3)
+    with pytest.raises(InputError) as e:
+        DirectSource().prepare("forward", p, Measurement(2, "direct-single", "FMA", 1.0, 0, "direct"))
+    assert e.value.field == "extra.direct"
+
+
+def test_source_identity():
+    from ucudnn.measure.sources.direct import algo_name
+
+    assert DirectSource.name == "direct" and DirectSource.workspace_bytes == 0
+    assert algo_name(ConvProblem(1, 1, 8, 8, 4, 3, 3)) == "direct-single"
+    assert algo_name(ConvProblem(1, 8, 8, 8, 16, 3, 3, groups=8)) == "direct-single"      # depthwise
+    assert algo_name(ConvProblem(1, 8, 8, 8, 16, 3, 3, groups=4)) == "direct-multi"
+
+
+# ---- the CUDA source ---------------------------------------------------------------------------------------------------
+def test_run_time_source_is_self_contained():
+    text = _compile.source(D.SOURCE)
+    assert '#include "' not in text and "#include <" not in text
+    assert text.count("struct __align__(2) half_t") == 1
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc is not installed")
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_source_compiles_with_nvcc(arch, tmp_path):
+    """Every kernel of direct.cu builds for the architecture (cp.async included); the float single-channel forward --
+    the kernel the issue's speed bar is about -- keeps its accumulators in registers."""
+    src = resources.files("ucudnn.kernels").joinpath(D.SOURCE)
+    with resources.as_file(src) as path:
+        proc = subprocess.run([NVCC, "-std=c++17", f"-arch={arch}", "--cubin", "-DUCUDNN_NVCC_CHECK", "-Xptxas", "-v",
+                               "-o", str(tmp_path / "k.cubin"), str(path)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    kernels = re.findall(r"Function properties for (\w+)\s*\n\s*(\d+) bytes stack frame, (\d+) bytes spill stores, "
+                         r"(\d+) bytes spill loads", proc.stderr)
+    names = {fn for fn, *_ in kernels}
+    assert {n for n in names if "direct_fwd_single" in n} and {n for n in names if "direct_fwd_multi" in n}
+    assert {n for n in names if "direct_bwd" in n}
+    for fn, stack, stores, loads in kernels:
+        if "direct_fwd_singleIf" in fn:
+            assert (stack, stores, loads) == ("0", "0", "0"), f"{fn} uses local memory on {arch}"

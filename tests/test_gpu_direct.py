@@ -1,0 +1,353 @@
+"""The direct source's kernels on the GPU (skipped without one): forward and backward data against undivided cuDNN
+(legacy, algorithm 0) and a float64 reference, micro-batched through the Executor, alpha/beta, CUDA-graph capture,
+measurement rows and the tuner.
+
+Cases: C = 1 (square, 1x7, 5x3 filters), C = 3 (5x3, AlexNet-like 11x11 stride 4), depthwise (multiplier 1 and 2,
+stride 2), grouped and multi-channel layers (stride 4, 1x1); pads 0-3, strides 1-4, odd batches split unevenly;
+float32 (FMA) and float16 (float32 accumulation), NCHW and NHWC.
+
+``python tests/test_gpu_direct.py`` prints a one-off speed observation instead: the direct source's row against the
+legacy source's zero-workspace rows on the seed's single-channel layers at batch 256 (not a test: no timing in
+tests).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ucudnn.problem import ConvProblem
+
+pytestmark = pytest.mark.gpu
+
+CASES = {
+    "c1-3x3": (ConvProblem(7, 1, 29, 31, 16, 3, 3, pad=(1, 1)), [4, 3]),
+    "c1-1x7-stride": (ConvProblem(7, 1, 24, 40, 8, 1, 7, pad=(0, 3), stride=(1, 2)), [5, 2]),
+    "c1-5x3-pad3-stride3": (ConvProblem(7, 1, 20, 17, 12, 5, 3, pad=(3, 2), stride=(3, 2)), [7]),
+    "c3-5x3-stride2": (ConvProblem(7, 3, 21, 19, 10, 5, 3, pad=(2, 1), stride=(2, 2)), [4, 2, 1]),
+    "c3-11x11-stride4": (ConvProblem(5, 3, 47, 47, 16, 11, 11, pad=(2, 2), stride=(4, 4)), [3, 2]),
+    "depthwise-3x3-m2": (ConvProblem(7, 16, 14, 15, 32, 3, 3, pad=(1, 1), groups=16), [6, 1]),
+    "depthwise-5x5-stride2": (ConvProblem(7, 8, 13, 13, 8, 5, 5, pad=(2, 2), stride=(2, 2), groups=8), [7]),
+    "multi-stride4-pad0": (ConvProblem(3, 16, 23, 23, 24, 3, 3, stride=(4, 4)), [2, 1]),
+    "grouped": (ConvProblem(5, 12, 11, 11, 8, 3, 3, pad=(1, 1), groups=4), [3, 2]),
+    "multi-1x1": (ConvProblem(7, 32, 9, 9, 16, 1, 1), [7]),
+}
+VARIANTS = [("float32", "NCHW"), ("float32", "NHWC"), ("float16", "NCHW"), ("float16", "NHWC")]
+#: relative error (2-norm) against cuDNN and against float64: FP32 FMA sums in another order; FP16 rounds y / dx
+TOL_CUDNN = {"float32": 2e-5, "float16": 5e-3}
+TOL_REF = {"float32": 2e-6, "float16": 1e-3}
+
+
+def rel_err(a, b) -> float:
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
+
+
+def _variant(p: ConvProblem, dtype: str, layout: str) -> ConvProblem:
+    return ConvProblem(p.n, p.c, p.h, p.w, p.k, p.r, p.s, p.pad, p.stride, p.dilation, p.groups, dtype, layout)
+
+
+def _tensors(p: ConvProblem, seed: int):
+    import cupy as cp
+
+    rng = cp.random.default_rng(seed)
+    return tuple(rng.standard_normal(shape, dtype="float32").astype(p.dtype)
+                 for shape in (p.x_shape(), p.w_shape(), p.y_shape()))
+
+
+def _plan(p: ConvProblem, op: str, sizes: list[int], source=None):
+    """A KernelPlan of the direct source's configurations at ``sizes`` (default tiles: no tuning, no timing)."""
+    from ucudnn.measure.sources.direct import DirectSource
+    from ucudnn.planning.plan import KernelPlan, MicroConfig
+
+    source = source or DirectSource(tune=False)
+    return KernelPlan(f"test/{op}", op, p, [MicroConfig.of(source.configure(op, p.with_batch(mb))) for mb in sizes])
+
+
+def _cudnn(p: ConvProblem, op: str, a, b, out, alpha: float = 1.0, beta: float = 0.0):
+    """Undivided cuDNN, algorithm 0 (no workspace); None where cuDNN does not run it."""
+    from ucudnn.binding import cudnn
+    from ucudnn.binding.gpu import descriptors, handle
+    from ucudnn.errors import CudnnError
+
+    d = descriptors(p, "FMA" if p.dtype == "float32" else "DEFAULT")
+    da, db, do = d.operands(op)
+    try:
+        cudnn.convolution(handle(), op, alpha, da, a.data.ptr, db, b.data.ptr, d.conv, 0, 0, 0, beta, do, out.data.ptr)
+    except CudnnError:
+        return None
+    return out
+
+
+def _reference(p: ConvProblem, op: str, x, w, dy) -> np.ndarray:
+    from ucudnn.kernels.direct import backward_data_reference, forward_reference
+
+    if op == "forward":
+        return forward_reference(x.get(), w.get(), p)
+    return backward_data_reference(dy.get(), w.get(), p)
+
+
+def _operands(op: str, x, w, dy):
+    return {"forward": (x, w), "backward_data": (w, dy)}[op]
+
+
+@pytest.mark.parametrize("op", ["forward", "backward_data"])
+@pytest.mark.parametrize("dtype, layout", VARIANTS)
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_micro_batched_direct_matches_cudnn_and_float64(name, dtype, layout, op):
+    import cupy as cp
+
+    from ucudnn.execute.executor import Executor
+
+    base, sizes = CASES[name]
+    p = _variant(base, dtype, layout)
+    x, w, dy = _tensors(p, seed=len(name))
+    a, b = _operands(op, x, w, dy)
+    plan = _plan(p, op, sizes)
+    assert plan.workspace_bytes == 0
+    out = cp.full(p.operand_shapes(op)[2], cp.nan, dtype=p.dtype)
+    Executor(plan)(a, b, out)
+    got = out.get()
+    assert not np.isnan(got).any(), "every output element is written"
+    assert rel_err(got, _reference(p, op, x, w, dy)) < TOL_REF[dtype]
+    ref = _cudnn(p, op, a, b, cp.empty_like(out))
+    if ref is not None:
+        assert rel_err(got, ref.get()) < TOL_CUDNN[dtype]
+
+
+@pytest.mark.parametrize("op", ["forward", "backward_data"])
+@pytest.mark.parametrize("name", ["c1-5x3-pad3-stride3", "depthwise-3x3-m2", "c3-5x3-stride2"])
+def test_alpha_and_beta_scale_and_accumulate(name, op):
+    import cupy as cp
+
+    from ucudnn.execute.executor import Executor
+
+    p, sizes = CASES[name]
+    x, w, dy = _tensors(p, seed=11)
+    a, b = _operands(op, x, w, dy)
+    old = cp.random.default_rng(12).standard_normal(p.operand_shapes(op)[2], dtype="float32")
+    out = old.copy()
+    Executor(_plan(p, op, sizes))(a, b, out, alpha=0.5, beta=2.0)
+    expect = 0.5 * _reference(p, op, x, w, dy) + 2.0 * old.get()
+    assert rel_err(out.get(), expect) < TOL_REF["float32"]
+
+
+@pytest.mark.parametrize("tiling", [[8, 1, 1, 1], [16, 4, 8, 2], [32, 2, 2, 16]])
+@pytest.mark.parametrize("op", ["forward", "backward_data"])
+@pytest.mark.parametrize("name", ["c1-3x3", "c3-11x11-stride4", "grouped"])
+def test_every_tiling_computes_the_same_convolution(name, op, tiling):
+    """Tilings the tuner may pick, including more channels per thread or per stage than the layer has, with and
+    without cp.async staging (float)."""
+    import cupy as cp
+
+    from ucudnn.kernels import _compile
+    from ucudnn.kernels.direct import Tiling, fits, launcher, smem_limit, uses_async
+
+    p, _ = CASES[name]
+    t = Tiling.from_list(tiling)
+    if not fits(op, p, t, smem_limit()):
+        pytest.skip("tiling over the device's shared memory")
+    x, w, dy = _tensors(p, seed=5)
+    a, b = _operands(op, x, w, dy)
+    ref = _reference(p, op, x, w, dy)
+    for async_copy in sorted({False, uses_async(op, p, _compile.compute_capability())}):
+        out = cp.full(p.operand_shapes(op)[2], cp.nan, dtype=p.dtype)
+        launcher(op, p, t, async_copy)(a.data.ptr, b.data.ptr, out.data.ptr, 1.0, 0.0)
+        assert rel_err(out.get(), ref) < TOL_REF["float32"], f"async={async_copy}"
+
+
+def test_batches_beyond_one_grid_are_split_across_launches(monkeypatch):
+    import cupy as cp
+
+    from ucudnn.kernels import direct
+    from ucudnn.kernels.direct import Tiling
+
+    monkeypatch.setattr(direct, "_MAX_Z", 2)     # 7 samples -> launches of 2, 2, 2, 1
+    p, _ = CASES["c3-5x3-stride2"]
+    x, w, dy = _tensors(p, seed=6)
+    for op in ("forward", "backward_data"):
+        a, b = _operands(op, x, w, dy)
+        out = cp.full(p.operand_shapes(op)[2], cp.nan, dtype=p.dtype)
+        direct.launcher(op, p, Tiling(16, 2, 4, 2))(a.data.ptr, b.data.ptr, out.data.ptr, 1.0, 0.0)
+        assert rel_err(out.get(), _reference(p, op, x, w, dy)) < TOL_REF["float32"]
+
+
+@pytest.mark.parametrize("op", ["forward", "backward_data"])
+def test_plans_capture_into_a_cuda_graph_and_replay(op):
+    import cupy as cp
+
+    from ucudnn.execute.executor import Executor
+
+    p, sizes = CASES["depthwise-5x5-stride2"]
+    p = _variant(p, "float16", "NHWC")
+    x, w, dy = _tensors(p, seed=8)
+    a, b = _operands(op, x, w, dy)
+    ex = Executor(_plan(p, op, [4, 2, 1]), replay=True)
+    out = cp.full(p.operand_shapes(op)[2], cp.nan, dtype=p.dtype)
+    for _ in range(2):
+        ex(a, b, out)
+    assert ex.replay_failures == [] and len(ex._graphs) == 1
+    assert rel_err(out.get(), _reference(p, op, x, w, dy)) < TOL_REF["float16"]
+
+
+@pytest.mark.parametrize("timing", ["eager", "replay"])
+def test_measure_records_one_zero_workspace_row_per_op_and_skips_backward_filter(timing):
+    import cupy as cp
+
+    from ucudnn.measure.benchmarking import Buffers
+    from ucudnn.measure.sources.base import BenchSettings
+    from ucudnn.measure.sources.direct import DirectSource
+
+    p = _variant(CASES["c1-3x3"][0], "float16", "NHWC")
+    buf = Buffers(p)
+    settings = BenchSettings("default", repeat=2, warmup=1, timing=timing)
+    src = DirectSource(tune=False)
+    ws = cp.cuda.alloc(1024)
+    for op in ("forward", "backward_data"):
+        ms, sk = src.measure(op, p.with_batch(4), buf.operands(op, 4), ws.ptr, settings)
+        assert sk == [] and len(ms) == 1
+        m = ms[0]
+        assert (m.micro_batch, m.algo, m.math_type, m.workspace_bytes, m.source) == (4, "direct-single", "DEFAULT",
+                                                                                     0, "direct")
+        assert m.time_ms > 0 and m.extra["direct"]["tuned"] == "default" and m.extra["deterministic"] is True
+    ms, sk = src.measure("backward_filter", p, buf.operands("backward_filter", 7), ws.ptr, settings)
+    assert ms == [] and sk[0].reason == "direct: no backward-filter kernel"
+
+
+def test_tuned_configuration_rebuilds_its_launch_from_the_table():
+    """The tuner climbs on the benchmark's buffers, records the tiles in the row, and prepare() runs exactly them."""
+    import cupy as cp
+
+    from ucudnn.measure.benchmarking import Buffers
+    from ucudnn.measure.sources.base import BenchSettings
+    from ucudnn.measure.sources.direct import DirectSource
+    from ucudnn.planning.table import Measurement
+
+    p = CASES["c1-3x3"][0]
+    buf = Buffers(p)
+    (m,), _ = DirectSource(tune=True).measure("forward", p, buf.operands("forward", 7), 0,
+                                              BenchSettings("strict", repeat=2))
+    assert m.extra["direct"]["tuned"] in ("climb", "cache") and m.math_type == "FMA"
+    again = Measurement.from_dict(m.to_dict())          # through the table's JSON form
+    out = cp.full(p.y_shape(), cp.nan, dtype=p.dtype)
+    from ucudnn.measure.sources.base import Operands
+
+    DirectSource(tune=False).prepare("forward", p, again)(Operands(buf.x.data.ptr, buf.w.data.ptr, out.data.ptr),
+                                                         0, 0, 1.0, 0.0)
+    assert rel_err(out.get(), _reference(p, "forward", buf.x, buf.w, None)) < TOL_REF["float32"]
+
+
+@pytest.mark.parametrize("op", ["forward", "backward_data"])
+@pytest.mark.parametrize("via, name", [("fold", "c3-11x11-stride4"), ("relayout", "c1-3x3"),
+                                       ("relayout", "depthwise-5x5-stride2")])
+def test_fold_and_relayout_wrap_the_direct_source(via, name, op):
+    """Issue 17: the new sources are wrappable -- fold runs direct on the folded stride-1 problem (48 channels: the
+    multi-channel kernels), relayout runs it in the other layout; the executor finds direct through the registry."""
+    import cupy as cp
+    from test_gpu_execute import _micro_plan
+
+    from ucudnn.execute.executor import Executor
+    from ucudnn.measure.sources.direct import DirectSource
+    from ucudnn.measure.sources.fold import FoldSource
+    from ucudnn.measure.sources.relayout import RelayoutSource
+
+    p, sizes = CASES[name]
+    wrapper = {"fold": FoldSource, "relayout": RelayoutSource}[via]([DirectSource(tune=False)])
+    plan = _micro_plan(p, op, sizes, source=wrapper)
+    assert {c.source for c in plan.configs} == {via} and all(c.extra["direct"] for c in plan.configs)
+    x, w, dy = _tensors(p, seed=21)
+    a, b = _operands(op, x, w, dy)
+    out = cp.full(p.operand_shapes(op)[2], cp.nan, dtype=p.dtype)
+    Executor(plan)(a, b, out)
+    assert rel_err(out.get(), _reference(p, op, x, w, dy)) < TOL_REF["float32"]
+
+
+def test_benchmark_table_and_wr_plan_run_direct_rows():
+    """benchmark() with sources legacy + direct, the table through its JSON Schema, WR at a zero workspace limit,
+    executed: whichever source the plan picks, the result is the convolution."""
+    import cupy as cp
+
+    import ucudnn
+    from ucudnn.execute.executor import Executor
+    from ucudnn.measure.benchmarking import benchmark
+    from ucudnn.measure.sources.direct import DirectSource
+    from ucudnn.planning.table import BenchmarkTable
+    from ucudnn.problem import KernelSpec
+
+    p = ConvProblem(24, 1, 40, 40, 32, 3, 3, pad=(1, 1))
+    specs = [KernelSpec(f"c1/{op}", op, p) for op in ("forward", "backward_data", "backward_filter")]
+    table = benchmark(specs, "undivided", "strict", sources=["legacy", DirectSource(tune=False)], repeat=2)
+    table = BenchmarkTable.from_dict(table.to_dict())
+    for kb in table.kernels:
+        direct = [m for m in kb.measurements if m.source == "direct"]
+        if kb.op == "backward_filter":
+            assert not direct and any(s.reason == "direct: no backward-filter kernel" for s in kb.skipped)
+        else:
+            assert [(m.workspace_bytes, m.math_type) for m in direct] == [(0, "FMA")]
+    plan = ucudnn.plan(table, "wr", workspace_limit=0, batch_policy="undivided")
+    x, w, dy = _tensors(p, seed=22)
+    for kp in plan.kernels:
+        if kp.op == "backward_filter":
+            continue
+        a, b = _operands(kp.op, x, w, dy)
+        out = cp.full(p.operand_shapes(kp.op)[2], cp.nan, dtype=p.dtype)
+        Executor(kp)(a, b, out)
+        assert rel_err(out.get(), _reference(p, kp.op, x, w, dy)) < TOL_REF["float32"], kp.configs[0].source
+
+
+def test_registry_finds_the_source():
+    from ucudnn.measure.sources import registry
+
+    assert registry.get("direct").name == "direct"
+
+
+# ---- the one-off speed observation (python tests/test_gpu_direct.py) -------------------------------------------------
+SPEED_LAYERS = {
+    "c1 28x28 k512 5x5": ConvProblem(256, 1, 28, 28, 512, 5, 5, pad=(2, 2)),
+    "c1 64x64 k256 3x3": ConvProblem(256, 1, 64, 64, 256, 3, 3, pad=(1, 1)),
+    "c1 128x128 k32 5x5": ConvProblem(256, 1, 128, 128, 32, 5, 5, pad=(2, 2)),
+    "c1 256x256 k64 3x3": ConvProblem(256, 1, 256, 256, 64, 3, 3, pad=(1, 1)),
+    "c1 64x64 k256 3x3 fp16 NHWC": ConvProblem(256, 1, 64, 64, 256, 3, 3, pad=(1, 1), dtype="float16",
+                                               layout="NHWC"),
+    "dw 112x112 c32 3x3": ConvProblem(256, 32, 112, 112, 32, 3, 3, pad=(1, 1), groups=32),
+    "c64 56x56 k64 3x3": ConvProblem(256, 64, 56, 56, 64, 3, 3, pad=(1, 1)),
+}
+
+
+def observe_speed(ops: tuple[str, ...] = ("forward", "backward_data"), layers=None) -> None:
+    import time
+
+    import cupy as cp
+
+    from ucudnn.measure.benchmarking import Buffers
+    from ucudnn.measure.sources.base import BenchSettings
+    from ucudnn.measure.sources.direct import DirectSource
+    from ucudnn.measure.sources.legacy import LegacySource
+
+    for name in layers or SPEED_LAYERS:
+        p = SPEED_LAYERS[name]
+        buf = Buffers(p)
+        numerics = "strict" if p.dtype == "float32" else "default"
+        settings = BenchSettings(numerics, repeat=3, max_workspace=1 << 30)
+        ws = cp.cuda.alloc(settings.max_workspace)
+        for op in ops:
+            t0 = time.perf_counter()
+            dm, dsk = DirectSource().measure(op, p, buf.operands(op, p.n), ws.ptr, settings)
+            t1 = time.perf_counter()
+            lm, _ = LegacySource().measure(op, p, buf.operands(op, p.n), ws.ptr, settings)
+            zero = [m for m in lm if m.workspace_bytes == 0]
+            best0 = min(zero, key=lambda m: m.time_ms) if zero else None
+            best = min(lm, key=lambda m: m.time_ms) if lm else None
+            d = dm[0] if dm else None
+            print(f"{name:30s} {op:14s} direct {d.time_ms if d else float('nan'):8.3f} ms "
+                  f"{d.extra['direct']['tiling'] if d else dsk} (tune {t1 - t0:4.1f} s) | cudnn 0-ws "
+                  f"{best0.time_ms if best0 else float('nan'):8.3f} ms (a{best0.algo if best0 else '-'}) | cudnn any "
+                  f"{best.time_ms if best else float('nan'):8.3f} ms ({best.workspace_bytes >> 20 if best else 0} MiB) "
+                  f"| speed-up vs 0-ws {best0.time_ms / d.time_ms if d and best0 else float('nan'):5.2f}x", flush=True)
+        del buf, ws
+        cp.get_default_memory_pool().free_all_blocks()
+
+
+if __name__ == "__main__":
+    import sys
+
+    observe_speed(layers=sys.argv[1:] or None)
