@@ -104,6 +104,10 @@ class BenchSettings:
         """Start the per-kernel budget's clock (the benchmark loop calls it before each kernel's first size)."""
         self.deadline = None if self.kernel_budget_s is None else time.perf_counter() + self.kernel_budget_s
 
+    def trusts(self, estimate_ms: float) -> bool:
+        """The trust rule: an estimate this long is recorded as it is (``trust_estimate_ms``; False when off)."""
+        return self.trust_estimate_ms is not None and estimate_ms >= self.trust_estimate_ms
+
     def budget_spent(self) -> bool:
         return self.deadline is not None and time.perf_counter() > self.deadline
 
@@ -149,8 +153,7 @@ class Pruner:
         """None: re-time; else why the estimate is recorded instead (``dominated``, ``long``, ``budget``)."""
         if dominated(estimate_ms, workspace, self.estimates, self.settings.prune_margin):
             return "dominated"
-        trust = self.settings.trust_estimate_ms
-        if self.trust_long and trust is not None and estimate_ms >= trust:
+        if self.trust_long and self.settings.trusts(estimate_ms):
             return "long"
         if self.settings.budget_spent():
             return "budget"

@@ -364,14 +364,9 @@ class GraphSource(Prepared):
         the large micro-batches; the plan was built (kernels loaded) before, and a call that long is not
         changed by warm-up beyond the noise the trust rule accepts (:class:`BenchSettings`)."""
         first = self._time(fn, repeat=1, warmup=0, min_sample_ms=0.0)
-        if settings.trust_estimate_ms is not None and first >= settings.trust_estimate_ms:
+        if settings.trusts(first):
             return first
         return self._time(fn, repeat=1, warmup=0, min_sample_ms=0.0)
-
-    @staticmethod
-    def _long(quick_ms: float, settings: BenchSettings) -> bool:
-        """The trust rule (:meth:`Pruner.decide`'s ``long``): a quick sample this long is recorded as it is."""
-        return settings.trust_estimate_ms is not None and quick_ms >= settings.trust_estimate_ms
 
     @staticmethod
     def _device() -> int:
@@ -506,7 +501,7 @@ class GraphSource(Prepared):
         pruner = Pruner(settings)
         for i, ident, eng_ws, ws, behavior, cost_ms, build_ms, rnk, fn in sorted(rows, key=lambda r: quick[r[0]]):
             pruned = dominated(quick[i], ws, [(quick[j], ws_j) for j, _, _, ws_j, *_ in rows if j != i], margin)
-            pruned = pruned or settings.budget_spent() or pruner.hopeless(quick[i], ws) or self._long(quick[i], settings)
+            pruned = pruned or settings.budget_spent() or pruner.hopeless(quick[i], ws) or settings.trusts(quick[i])
             t = quick[i]
             timing = "quick"
             if settings.repeat > 0 and not pruned:
