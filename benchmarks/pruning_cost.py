@@ -8,8 +8,9 @@ plan at the recorded (fully re-timed) times.  The cost of a rule is that price o
 Two estimates of what a rule sees before re-timing: ``recorded`` (Find's own time ``find_time_ms``,
 the graph source's ``quick_ms``, where the table kept them; the recorded time otherwise) and
 ``exact`` (the recorded time: Find as if it were exact).  The budget is spent by a model of the
-re-timing cost (:func:`ucudnn.measure.pruning.retime_cost_ms`), also reported (GPU seconds, modelled).
-Bar: every plan within 1% of the unpruned one.
+re-timing cost (:func:`ucudnn.measure.pruning.retime_cost_ms`), also reported (GPU seconds, modelled), as
+is the graph source's quick-sample time (:func:`ucudnn.measure.pruning.quick_cost_ms`), which split
+dominance saves.  Bar: every plan within 1% of the unpruned one.
 
     python benchmarks/pruning_cost.py [--out benchmarks/results] [--no-wd]
 """
@@ -40,13 +41,17 @@ def rules():
     out = [("dominance", replace(off, prune_margin=d.prune_margin)),
            ("early-stop", replace(off, hopeless_factor=d.hopeless_factor)),
            ("budget", replace(off, kernel_budget_s=d.kernel_budget_s)),
-           ("all (defaults)", d)]
+           ("split dominance", replace(off, split_margin=d.split_margin)),
+           ("all (defaults)", d),
+           ("all but split dominance (the defaults before it)", replace(d, split_margin=None))]
     out += [(f"dominance margin {m}", replace(off, prune_margin=m)) for m in (1.1, 1.25, 1.5, 3.0)]
     out += [(f"early-stop k={k}", replace(off, hopeless_factor=k)) for k in (1.5, 2.0)]
     out += [("budget 0.1 s (tight)", replace(off, kernel_budget_s=0.1))]
     out += [(f"long calls >= {t} ms", replace(off, trust_estimate_ms=t)) for t in (1.0, 2.0, 5.0)]
+    out += [(f"split margin {m}", replace(off, split_margin=m)) for m in (1.0, 1.25, 2.0)]
     out += [("defaults before issue 16's second pass (margin 2, early stop 4x, no trust)",
-             replace(d, prune_margin=2.0, hopeless_factor=4.0, trust_estimate_ms=None, repeat=5, min_sample_ms=1.0))]
+             replace(d, prune_margin=2.0, hopeless_factor=4.0, trust_estimate_ms=None, split_margin=None, repeat=5,
+                     min_sample_ms=1.0))]
     return out
 
 
@@ -113,6 +118,8 @@ def main() -> None:
                 rows.append({"table": name, "rule": rule, "estimate": est, "counts": sim.counts,
                              "retime_s": round(sim.retime_ms / 1e3, 3),
                              "retime_s_unpruned": round(sim.retime_ms_unpruned / 1e3, 3),
+                             "quick_s": round(sim.quick_ms / 1e3, 3),
+                             "quick_s_unpruned": round(sim.quick_ms_unpruned / 1e3, 3),
                              "reference_ms": {k: (round(v, 4) if v is not None else None) for k, v in ref_ms.items()},
                              "cost": {k: (round(v, 6) if isinstance(v, float) else v) for k, v in cost.items()}})
                 print(f"{name[:48]:48} {rule:24} {est:8} " + " ".join(
@@ -132,7 +139,9 @@ def markdown(doc) -> str:
              f"kernel and WD at {doc['wd_per_kernel_mib']} MiB x #kernels are planned from the pruned table and priced "
              "at the recorded full times. Cost = that price over the unpruned plan's, worst over the plans. "
              "`recorded`: the rules see Find's own time / the quick sample; `exact`: the recorded time. "
-             "Re-timing seconds are modelled GPU time (`retime_cost_ms`), not measured. "
+             "Re-timing and quick-sample seconds are modelled GPU time (`retime_cost_ms`, `quick_cost_ms`: the graph "
+             "source's own rows), not measured; `split-skipped`: graph rows split dominance leaves unsampled (not in "
+             "the table). "
              f"Bar: within {doc['bar'] * 100:.0f}%.", ""]
     worst_by_rule: dict[str, float] = {}
     for r in rows:
@@ -143,15 +152,34 @@ def markdown(doc) -> str:
     lines += ["## Worst cost per rule over all tables and plans", "", "| rule / estimate | worst cost | bar |", "|---|---:|---|"]
     for k, w in worst_by_rule.items():
         lines.append(f"| {k} | {w * 100:+.3f}% | {'ok' if w <= doc['bar'] else 'MISS'} |")
+    split_rows = {(r["table"], r["rule"]): r for r in rows if r["estimate"] == "recorded"}
+    without, with_ = "all but split dominance (the defaults before it)", "all (defaults)"
+    lines += ["", "## Split dominance: the defaults without and with it (estimate `recorded`)", "",
+              "| table | graph quick samples s (modelled) | re-timing s (modelled) | not sampled (split-skipped) | "
+              "no median (split-dominated) | worst cost without | worst cost with |", "|---|---:|---:|---:|---:|---:|---:|"]
+
+    def worst(r) -> str:
+        vals = [v for v in r["cost"].values() if isinstance(v, float)]
+        return "infeasible" if "infeasible" in r["cost"].values() else f"{max(vals, default=0.0) * 100:+.3f}%"
+
+    for (table, rule), a in split_rows.items():
+        b = split_rows.get((table, with_))
+        if rule != without or b is None:
+            continue
+        lines.append(f"| {table} | {a['quick_s']} -> {b['quick_s']} | {a['retime_s']} -> {b['retime_s']} | "
+                     f"{b['counts'].get('split-skipped', 0)} | {b['counts'].get('split-dominated', 0)} | {worst(a)} | "
+                     f"{worst(b)} |")
     lines += ["", "## Per table (estimate `recorded`)", "",
-              "| table | rule | recorded as (count) | re-timing s (modelled) | " + " | ".join(
-                  next(iter(rows))["cost"].keys() if rows else []) + " |", "|---|---|---|---:|" + "---:|" * 4]
+              "| table | rule | recorded as (count) | re-timing s (modelled) | graph quick samples s (modelled) | "
+              + " | ".join(next(iter(rows))["cost"].keys() if rows else []) + " |", "|---|---|---|---:|---:|" + "---:|" * 4]
     for r in rows:
         if r["estimate"] != "recorded":
             continue
         counts = ", ".join(f"{k} {v}" for k, v in sorted(r["counts"].items()))
         costs = " | ".join(f"{v * 100:+.2f}%" if isinstance(v, float) else str(v or "-") for v in r["cost"].values())
-        lines.append(f"| {r['table']} | {r['rule']} | {counts} | {r['retime_s']} of {r['retime_s_unpruned']} | {costs} |")
+        quick = f"{r['quick_s']} of {r['quick_s_unpruned']}" if r.get("quick_s_unpruned") else "-"
+        lines.append(f"| {r['table']} | {r['rule']} | {counts} | {r['retime_s']} of {r['retime_s_unpruned']} | {quick} "
+                     f"| {costs} |")
     lines += ["", f"Run time: {doc['seconds']} s."]
     return "\n".join(lines)
 

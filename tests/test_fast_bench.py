@@ -53,7 +53,8 @@ def test_the_budget_prunes_once_spent():
     assert BenchSettings("strict", kernel_budget_s=None).budget_spent() is False
 
 
-@pytest.mark.parametrize("field,value", [("prune_margin", 0.5), ("hopeless_factor", 0.0), ("kernel_budget_s", -1.0)])
+@pytest.mark.parametrize("field,value", [("prune_margin", 0.5), ("hopeless_factor", 0.0), ("kernel_budget_s", -1.0),
+                                         ("split_margin", 0.9)])
 def test_settings_name_the_field_they_refuse(field, value):
     with pytest.raises(InputError) as e:
         BenchSettings("strict", **{field: value})
@@ -62,8 +63,8 @@ def test_settings_name_the_field_they_refuse(field, value):
 
 def test_unpruned_settings_turn_every_rule_off():
     s = BenchSettings.unpruned("strict", repeat=3)
-    assert (s.prune_margin, s.hopeless_factor, s.kernel_budget_s, s.trust_estimate_ms, s.repeat) == \
-        (None, None, None, None, 3)
+    assert (s.prune_margin, s.hopeless_factor, s.kernel_budget_s, s.trust_estimate_ms, s.split_margin, s.repeat) == \
+        (None, None, None, None, None, 3)
 
 
 # --- the legacy source with a fake Find ---------------------------------------------------------

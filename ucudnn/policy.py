@@ -51,3 +51,43 @@ def micro_batch_sizes(policy: str, batch: int) -> list[int]:
         b *= 2
     sizes.append(batch)
     return sizes
+
+
+# --- channel policies (issue 18) -------------------------------------------------------------------------------
+#: Channel policies: which output-channel slice sizes a benchmark measures besides the whole k.
+#:
+#: * ``none`` — whole k only (the default: what every table before issue 18 holds).
+#: * ``halves`` — k/2, k/4 and k/8 where integral: three slices, so the benchmark costs about 4x ``none``.
+#: * ``powerOfTwo`` — every power of two below k.
+#:
+#: Why slices at all: FFT and Winograd-class algorithms keep workspace that scales with channels (transformed
+#: filters K x C x tile, transformed outputs N x K x tile) and does not shrink by splitting the batch, so under a
+#: limit they run on tiny micro-batches or not at all; a slice of K shrinks both.  Slices are multiples of
+#: :data:`CHANNEL_ALIGN` so that every slice of y starts 16-byte aligned in both layouts and dtypes (the graph
+#: API's tensors are declared 16-byte aligned).
+CHANNEL_POLICIES = ("none", "halves", "powerOfTwo")
+CHANNEL_ALIGN = 8
+
+
+def normalize_channel_policy(name: str | None, field: str = "channel_policy") -> str:
+    if name is None:
+        return "none"
+    for p in CHANNEL_POLICIES:
+        if isinstance(name, str) and name.lower() == p.lower():
+            return p
+    raise InputError(f"unknown channel policy {name!r}; use one of {', '.join(CHANNEL_POLICIES)}", field)
+
+
+def channel_sizes(policy: str | None, k: int, groups: int = 1) -> list[int]:
+    """Channel-slice sizes (fewer than ``k``, multiples of :data:`CHANNEL_ALIGN`) ``policy`` measures, descending.
+
+    Grouped convolutions get none: a slice of K would need the matching slice of C as well.
+    """
+    policy = normalize_channel_policy(policy)
+    if policy == "none" or groups != 1:
+        return []
+    if policy == "halves":
+        sizes = [k >> j for j in (1, 2, 3) if k % (1 << j) == 0]
+    else:
+        sizes = [1 << j for j in range(k.bit_length()) if (1 << j) < k]
+    return sorted((c for c in sizes if c % CHANNEL_ALIGN == 0), reverse=True)

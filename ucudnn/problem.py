@@ -39,6 +39,11 @@ class ConvProblem:
     """A 2-D convolution (cross-correlation, as in every framework).
 
     x: (n, c, h, w) in ``layout``; w: (k, c/groups, r, s); y: (n, k, p, q).
+
+    ``k_total``: set on a *channel slice* (issue 18): this problem computes ``k`` of the ``k_total`` output
+    channels of a wider convolution, so y (dy) keeps the wider tensor's strides (a view, no copy) while w (dw)
+    is the contiguous block of its ``k`` filters.  None: y is packed (every whole problem).  Only runtime
+    sub-problems carry it; tables and plans record the slice as a measurement's ``channels``.
     """
 
     n: int
@@ -54,6 +59,7 @@ class ConvProblem:
     groups: int = 1
     dtype: str = "float32"
     layout: str = "NCHW"
+    k_total: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("n", "c", "h", "w", "k", "r", "s", "groups"):
@@ -77,6 +83,11 @@ class ConvProblem:
             raise InputError(f"must be one of {', '.join(LAYOUTS)}, got {self.layout!r}", "problem.layout")
         if self.c % self.groups or self.k % self.groups:
             raise InputError(f"groups={self.groups} must divide c={self.c} and k={self.k}", "problem.groups")
+        if self.k_total is not None:
+            if not isinstance(self.k_total, int) or isinstance(self.k_total, bool) or self.k_total < self.k:
+                raise InputError(f"must be an integer >= k={self.k}, got {self.k_total!r}", "problem.k_total")
+            if self.groups != 1:
+                raise InputError("channel slices need groups == 1", "problem.k_total")
         if self.p < 1 or self.q < 1:
             raise InputError(
                 f"the filter ({self.r}x{self.s}, dilation {self.dilation}) does not fit the padded input "
@@ -94,6 +105,18 @@ class ConvProblem:
     def with_batch(self, n: int) -> "ConvProblem":
         """The same convolution at micro-batch size ``n``."""
         return dataclasses.replace(self, n=n)
+
+    def with_channels(self, k: int, k_total: int | None = None) -> "ConvProblem":
+        """``k`` of this problem's output channels as a slice of its y (``k_total``: default this problem's k)."""
+        return dataclasses.replace(self, k=k, k_total=self.k if k_total is None else k_total)
+
+    def y_strides(self) -> tuple[int, int, int, int]:
+        """Element strides of y (dy) in (n, k, p, q) order: packed, or a channel slice's view of the wider y."""
+        kt = self.k if self.k_total is None else self.k_total
+        pq = self.p * self.q
+        if self.layout == "NCHW":
+            return (kt * pq, pq, self.q, 1)
+        return (pq * kt, 1, self.q * kt, kt)
 
     def x_shape(self, n: int | None = None) -> tuple[int, int, int, int]:
         n = self.n if n is None else n
@@ -122,6 +145,8 @@ class ConvProblem:
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
+        if d["k_total"] is None:
+            del d["k_total"]   # whole problems keep the dict (and key) they always had
         d["pad"], d["stride"], d["dilation"] = list(self.pad), list(self.stride), list(self.dilation)
         return d
 

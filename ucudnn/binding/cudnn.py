@@ -120,6 +120,7 @@ _SIGNATURES: dict[str, list] = {
     "cudnnCreate": [_PP], "cudnnDestroy": [_P], "cudnnSetStream": [_P, _P],
     "cudnnCreateTensorDescriptor": [_PP], "cudnnDestroyTensorDescriptor": [_P],
     "cudnnSetTensor4dDescriptor": [_P, _I, _I, _I, _I, _I, _I],
+    "cudnnSetTensor4dDescriptorEx": [_P, _I, _I, _I, _I, _I, _I, _I, _I, _I],
     "cudnnCreateFilterDescriptor": [_PP], "cudnnDestroyFilterDescriptor": [_P],
     "cudnnSetFilter4dDescriptor": [_P, _I, _I, _I, _I, _I, _I],
     "cudnnCreateConvolutionDescriptor": [_PP], "cudnnDestroyConvolutionDescriptor": [_P],
@@ -217,6 +218,12 @@ def destroy_tensor_descriptor(desc: int) -> None:
 
 def set_tensor_4d_descriptor(desc: int, layout: str, dtype: str, n: int, c: int, h: int, w: int) -> None:
     _call("cudnnSetTensor4dDescriptor", desc, TENSOR_FORMATS[layout], DATA_TYPES[dtype], n, c, h, w)
+
+
+def set_tensor_4d_descriptor_ex(desc: int, dtype: str, n: int, c: int, h: int, w: int,
+                                strides: tuple[int, int, int, int]) -> None:
+    """A 4-D tensor with explicit element strides in (n, c, h, w) order: a view such as a channel slice."""
+    _call("cudnnSetTensor4dDescriptorEx", desc, DATA_TYPES[dtype], n, c, h, w, *strides)
 
 
 def create_filter_descriptor() -> int:

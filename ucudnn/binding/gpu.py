@@ -128,7 +128,10 @@ def descriptors(problem: ConvProblem, math_type: str = "DEFAULT") -> ConvDescrip
     n, k, pp, q = cudnn.get_convolution_2d_forward_output_dim(conv, x, w)
     assert (n, k, pp, q) == (p.n, p.k, p.p, p.q), f"cuDNN output dims {(n, k, pp, q)} != {(p.n, p.k, p.p, p.q)}"
     y = cudnn.create_tensor_descriptor()
-    cudnn.set_tensor_4d_descriptor(y, p.layout, p.dtype, p.n, p.k, p.p, p.q)
+    if p.k_total is None:
+        cudnn.set_tensor_4d_descriptor(y, p.layout, p.dtype, p.n, p.k, p.p, p.q)
+    else:   # a channel slice: y (dy) is a view of the wider tensor
+        cudnn.set_tensor_4d_descriptor_ex(y, p.dtype, p.n, p.k, p.p, p.q, p.y_strides())
     return ConvDescriptors(x, w, y, conv)
 
 

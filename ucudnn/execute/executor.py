@@ -7,6 +7,12 @@ micro-batch applies the caller's ``beta``, the rest ``beta = 1`` so the filter
 gradient sums over the whole mini-batch; ``alpha`` applies to each.  All
 micro-batches share one workspace buffer of the plan's size.
 
+Channel slices (issue 18, :mod:`ucudnn.planning.channels`): a step of a slice
+of c output channels starting at k0 reads and writes views: w (dw) from filter
+k0, y (dy) from channel k0 of each sample with the whole tensor's strides.
+Backward-filter accumulates within a slice; backward-data adds each slice's
+contribution into dx (the first slice applies the caller's beta).
+
 ``Executor(plan, replay=True)`` captures a call's steps into a CUDA graph the
 first time it sees its buffers (pointers, scalars, workspace) and replays
 that graph on later calls with the same ones.  Why: a plan of many small
@@ -29,6 +35,7 @@ from ..binding.gpu import capture, cupy, cupy_dtype, descriptors, handle
 from ..errors import InputError, UcudnnError, summary
 from ..measure.sources import registry
 from ..measure.sources.base import Launch, Operands
+from ..planning.channels import steps as channel_steps
 from ..planning.plan import KernelPlan, Plan
 from ..problem import ROLES
 
@@ -41,6 +48,7 @@ class _Step:
     workspace_bytes: int   # what cuDNN says this step needs now
     launch: Launch         # the configuration prepared by its source
     shifts: tuple[int, int, int]   # bytes from the start of (a, b, out) to this micro-batch's slice
+    accumulate: bool = False       # adds into what earlier steps wrote (beta = 1) instead of the caller's beta
 
 
 class Executor:
@@ -55,28 +63,34 @@ class Executor:
     MAX_GRAPHS = 8
 
     def __init__(self, plan: KernelPlan, *, replay: bool = False):
-        if plan.batch != plan.problem.n:
-            raise InputError(f"micro-batches sum to {plan.batch}, not the mini-batch {plan.problem.n}", "micro_batches")
         self.plan = plan
         p, op = plan.problem, plan.op
         self._dtype = cupy_dtype(p.dtype)
         self._expect = [(role, p.shape(role)) for role in ROLES[op]]
-        per_sample = {r: math.prod(p.shape(r)[1:]) * self._dtype.itemsize for r in ("x", "y")}
+        item = self._dtype.itemsize
+        per_sample = {r: math.prod(p.shape(r)[1:]) * item for r in ("x", "y")}
+        # a channel slice starts k0 filters into w (dw) and k0 channels into each sample of y (dy)
+        per_channel = {"w": math.prod(p.w_shape()[1:]) * item, "y": (p.p * p.q if p.layout == "NCHW" else 1) * item}
         self.steps: list[_Step] = []
-        off = 0
-        for cfg in plan.configs:
+        for st in channel_steps(plan.configs, p.n, p.k):
+            cfg = st.config
             sub = p.with_batch(cfg.micro_batch)
+            if cfg.channels is not None:
+                sub = sub.with_channels(st.kc, p.k)
             need = cfg.workspace_bytes
             if cfg.source == "legacy":
                 d = descriptors(sub, cfg.math_type)
                 a, b, out = d.operands(op)
                 need = max(need, cudnn.get_workspace_size(handle(), op, a, b, d.conv, out, int(cfg.algo)))
             launch = registry.get(cfg.source).prepare(op, sub, cfg)
-            shifts = tuple(off * per_sample.get(role, 0) for role in ROLES[op])
-            self.steps.append(_Step(cfg.micro_batch, off, cfg, need, launch, shifts))  # type: ignore[arg-type]
-            off += cfg.micro_batch
+            shifts = tuple(st.n0 * per_sample.get(role, 0) + st.k0 * per_channel.get(role, 0) for role in ROLES[op])
+            # backward filter sums over a slice's micro-batches, backward data over channel slices: the caller's
+            # beta applies where a step first writes its part of the output, beta = 1 after
+            accumulate = (op == "backward_filter" and not st.first_in_slice) or (
+                op == "backward_data" and not st.first_slice)
+            self.steps.append(_Step(cfg.micro_batch, st.n0, cfg, need, launch, shifts,  # type: ignore[arg-type]
+                                    accumulate))
         self.workspace_bytes = max((s.workspace_bytes for s in self.steps), default=0)
-        self._accumulates = op == "backward_filter"
         self.replay = replay
         self._own: Any = None          # the workspace allocated when the caller passes none
         self._graphs: OrderedDict[tuple, Any] = OrderedDict()
@@ -118,11 +132,9 @@ class Executor:
 
     def _run(self, ptrs: tuple[int, int, int], ws_ptr: int, ws_size: int, alpha: float, beta: float) -> None:
         pa, pb, po = ptrs
-        for i, s in enumerate(self.steps):
+        for s in self.steps:
             sa, sb, so = s.shifts
-            # backward filter sums over micro-batches: the caller's beta applies once, then accumulate
-            step_beta = 1.0 if (self._accumulates and i) else beta
-            s.launch(Operands(pa + sa, pb + sb, po + so), ws_ptr, ws_size, alpha, step_beta)
+            s.launch(Operands(pa + sa, pb + sb, po + so), ws_ptr, ws_size, alpha, 1.0 if s.accumulate else beta)
 
     def _graph(self, key: tuple) -> Any:
         """The captured call for ``key`` (pointers, workspace, scalars): cached, else captured now; None if the

@@ -7,6 +7,7 @@ are measured once (ResNet repeats layers).  Output: a
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Iterable, Sequence
 
@@ -16,7 +17,7 @@ from ..binding import cudnn
 from ..binding.gpu import cupy, cupy_dtype, device_name
 from ..errors import InputError
 from ..planning.table import BenchmarkTable, KernelBench, Measurement, Skipped
-from ..policy import micro_batch_sizes
+from ..policy import channel_sizes, micro_batch_sizes, normalize_channel_policy
 from ..problem import ConvProblem, KernelSpec
 from .sources.base import TIMINGS, AlgorithmSource, BenchSettings, Operands
 
@@ -101,10 +102,12 @@ def benchmark(kernels: Sequence[KernelSpec], batch_policy: str = "powerOfTwo", n
               prune_margin: float | None = BenchSettings.prune_margin,
               hopeless_factor: float | None = BenchSettings.hopeless_factor,
               kernel_budget_s: float | None = BenchSettings.kernel_budget_s,
-              trust_estimate_ms: float | None = BenchSettings.trust_estimate_ms) -> BenchmarkTable:
+              trust_estimate_ms: float | None = BenchSettings.trust_estimate_ms,
+              split_margin: float | None = BenchSettings.split_margin,
+              channel_policy: str | None = None) -> BenchmarkTable:
     """Measure ``kernels`` on the current device; never raises for an algorithm that fails.
 
-    ``prune_margin``, ``hopeless_factor``, ``kernel_budget_s``, ``trust_estimate_ms``: fast benchmarking
+    ``prune_margin``, ``hopeless_factor``, ``kernel_budget_s``, ``trust_estimate_ms``, ``split_margin``: fast benchmarking
     (:class:`~ucudnn.measure.sources.base.BenchSettings`; None turns a rule off).  The table records them.
 
     ``progress``: None (default) shows progress on stderr once the benchmark has run 2 s; True at once; False never.
@@ -112,6 +115,11 @@ def benchmark(kernels: Sequence[KernelSpec], batch_policy: str = "powerOfTwo", n
     ``timing``: ``eager`` (the default) times each configuration called back to back as the executor runs a
     plan; ``replay`` times it captured into a CUDA graph, for plans their users capture and replay
     (:func:`ucudnn.measure.sources.base.time_config`).  The table records which.
+
+    ``channel_policy`` (issue 18; :func:`ucudnn.policy.channel_sizes`): also measure slices of each ungrouped
+    kernel's output channels at every micro-batch size, with the sources that run channel slices (legacy,
+    graph: ``channel_slices = True``); the planners then cover k with them where that is faster under a limit.
+    Default ``none``: whole kernels only.
     """
     if timing not in TIMINGS:
         raise InputError(f"unknown timing {timing!r}; use one of {', '.join(TIMINGS)}", "timing")
@@ -124,9 +132,13 @@ def benchmark(kernels: Sequence[KernelSpec], batch_policy: str = "powerOfTwo", n
         max_workspace = min(4 << 30, free // 4)
     settings = BenchSettings(numerics, repeat, warmup, max_workspace, min_sample_ms=min_sample_ms, timing=timing, prune_margin=prune_margin,
                              hopeless_factor=hopeless_factor, kernel_budget_s=kernel_budget_s,
-                             trust_estimate_ms=trust_estimate_ms)
+                             trust_estimate_ms=trust_estimate_ms, split_margin=split_margin)
     memo: dict[tuple[ConvProblem, str], KernelBench] = {}
-    steps = sum(len(micro_batch_sizes(batch_policy, k.problem.n)) for k in kernels)
+    channel_policy = normalize_channel_policy(channel_policy)
+    slicing = [s for s in sources if getattr(s, "channel_slices", False)]
+    slices = {k.problem: channel_sizes(channel_policy, k.problem.k, k.problem.groups) if slicing else []
+              for k in kernels}
+    steps = sum(len(micro_batch_sizes(batch_policy, k.problem.n)) * (1 + len(slices[k.problem])) for k in kernels)
     bar = _progress(progress, steps)
     out: list[KernelBench] = []
     try:
@@ -139,11 +151,12 @@ def benchmark(kernels: Sequence[KernelSpec], batch_policy: str = "powerOfTwo", n
                 kb = memo[key]
                 out.append(KernelBench(spec.name, spec.op, spec.problem, kb.measurements, kb.skipped,
                                        0.0))
-                bar.advance(len(micro_batch_sizes(batch_policy, spec.problem.n)), spec.name)
+                bar.advance(len(micro_batch_sizes(batch_policy, spec.problem.n)) * (1 + len(slices[spec.problem])),
+                            spec.name)
                 continue
             t0 = time.perf_counter()
-            settings.start_kernel()
             measurements: list[Measurement] = []
+            settings.start_kernel(spec.problem, measurements)   # split dominance reads the rows so far (+= extends)
             skipped: list[Skipped] = []
             try:
                 if spec.problem not in bufs:
@@ -161,6 +174,15 @@ def benchmark(kernels: Sequence[KernelSpec], batch_policy: str = "powerOfTwo", n
                         measurements += [_tag(m, src.name) for m in ms]
                         skipped += sk
                 bar.advance(1, spec.name)
+            for c in slices[spec.problem]:   # channel slices: the first c output channels, y as a strided view
+                for mb in micro_batch_sizes(batch_policy, spec.problem.n):
+                    if buf is not None:
+                        sub = spec.problem.with_batch(mb).with_channels(c)
+                        for src in slicing:
+                            ms, sk = src.measure(spec.op, sub, buf.operands(spec.op, mb), ws_ptr, settings)
+                            measurements += [_tag(m, src.name, c) for m in ms]
+                            skipped += sk
+                    bar.advance(1, f"{spec.name} k{c}")
             cp.cuda.get_current_stream().synchronize()
             kb = KernelBench(spec.name, spec.op, spec.problem, measurements, skipped, time.perf_counter() - t0)
             memo[key] = kb
@@ -168,18 +190,21 @@ def benchmark(kernels: Sequence[KernelSpec], batch_policy: str = "powerOfTwo", n
     finally:
         bar.close()
     return BenchmarkTable(device_name(), cudnn.get_version(), out, numerics,
-                          {"batch_policy": batch_policy, "repeat": repeat, "min_sample_ms": min_sample_ms,
+                          {"batch_policy": batch_policy, **({"channel_policy": channel_policy}
+                                                            if channel_policy != "none" else {}),
+                           "repeat": repeat, "min_sample_ms": min_sample_ms,
                            "timing": timing,
                            "cupy_version": cp.__version__, "sources": [s.name for s in sources],
                            **{f"{s.name}_top_k": s.top_k for s in sources if getattr(s, "top_k", None)},
                            "pruning": {"prune_margin": prune_margin, "hopeless_factor": hopeless_factor,
-                                       "kernel_budget_s": kernel_budget_s, "trust_estimate_ms": trust_estimate_ms}})
+                                       "kernel_budget_s": kernel_budget_s, "trust_estimate_ms": trust_estimate_ms,
+                                       "split_margin": split_margin}})
 
 
-def _tag(m: Measurement, source: str) -> Measurement:
-    if m.source == source:
+def _tag(m: Measurement, source: str, channels: int | None = None) -> Measurement:
+    if m.source == source and m.channels == channels:
         return m
-    return Measurement(m.micro_batch, m.algo, m.math_type, m.time_ms, m.workspace_bytes, source, m.engine, m.extra)
+    return dataclasses.replace(m, source=source, channels=channels)
 
 
 class _progress:

@@ -7,6 +7,9 @@ graph source's quick sample).  :func:`simulate` replays the rules on it with the
 :class:`~ucudnn.measure.sources.base.Pruner` the sources use, in the order the benchmark meets the
 configurations, and returns the table the pruned benchmark would have written; :func:`true_time_ms`
 prices a plan made from it at the recorded (full) times, which is what it would really cost to run.
+Split dominance uses the same :class:`~ucudnn.measure.sources.base.SplitReference` over the rows kept so
+far; a graph row it leaves unsampled is dropped from the table, as the benchmark leaves it out, and the
+graph source's quick samples are modelled too (:func:`quick_cost_ms`), since that is what the rule saves.
 """
 from __future__ import annotations
 
@@ -34,9 +37,16 @@ def first_estimate(m: Measurement, estimate: str) -> float:
 
 
 def _group(m: Measurement) -> tuple:
-    """What one :class:`Pruner` sees together: a source's rows at one size (a wrapper's: per inner source and layout)."""
+    """What one :class:`Pruner` sees together: a source's rows at one size (a wrapper's: per inner source and layout;
+    a channel slice's apart)."""
     inner = m.extra.get("via") or m.extra.get("fold") or {}
-    return (m.micro_batch, m.source, str(inner.get("source", "")), str(inner.get("layout", "")))
+    return (m.micro_batch, m.source, str(inner.get("source", "")), str(inner.get("layout", "")),
+            getattr(m, "channels", None))
+
+
+#: Sources that apply split dominance (``BenchSettings.split_margin``): legacy to its re-timing, graph to its quick
+#: sample and its median.  The wrappers (relayout, fold), mec and direct do not.
+SPLIT_SOURCES = ("legacy", "graph")
 
 
 def retime_cost_ms(t: float, settings: BenchSettings, stopped: bool = False) -> float:
@@ -52,24 +62,38 @@ def retime_cost_ms(t: float, settings: BenchSettings, stopped: bool = False) -> 
     return head + max(1, settings.repeat) * inner * t
 
 
+def quick_cost_ms(t: float, estimate_ms: float, settings: BenchSettings | None) -> float:
+    """A model of the graph source's quick sample of a ``t`` ms call: an untimed call and a timed one, or the
+    first call alone when it already lasts ``trust_estimate_ms`` (``settings`` None: unpruned, two calls)."""
+    return t if settings is not None and settings.trusts(estimate_ms) else 2 * t
+
+
 @dataclass
 class Simulated:
-    """A pruned table and what the rules did: configurations by how they were recorded, modelled GPU time."""
+    """A pruned table and what the rules did: configurations by how they were recorded, modelled GPU time.
+
+    ``counts["split-skipped"]``: graph configurations split dominance left unsampled (not in the table)."""
 
     table: BenchmarkTable
     counts: dict[str, int] = field(default_factory=dict)
     retime_ms: float = 0.0            # modelled re-timing time with the rules
     retime_ms_unpruned: float = 0.0   # modelled re-timing time without them
+    quick_ms: float = 0.0             # modelled quick-sample time of the graph source's own rows, with the rules
+    quick_ms_unpruned: float = 0.0    # ... and without them
 
 
 def simulate(table: BenchmarkTable, settings: BenchSettings, estimate: str = "recorded",
              batch_policy: str | None = None) -> Simulated:
     """``table`` as a benchmark under ``settings``' rules would have recorded it (module doc).
 
-    Order follows :func:`ucudnn.measure.benchmark`: per kernel, micro-batch sizes in policy order, sources
-    in the table's order, configurations by first estimate.  The budget is spent by the modelled
-    re-timing cost (:func:`retime_cost_ms`), not a clock.  An early stop records the first sample, taken
-    to be the first estimate (one run, as Find's and the quick sample are).
+    Order follows :func:`ucudnn.measure.benchmark`: per kernel, micro-batch sizes in policy order (channel
+    slices after the whole kernel), sources in the table's order, configurations by first estimate.  The
+    budget is spent by the modelled re-timing cost (:func:`retime_cost_ms`), not a clock.  An early stop
+    records the first sample, taken to be the first estimate (one run, as Find's and the quick sample are).
+    Split dominance sees the rows kept so far, as the benchmark's sources see the kernel's rows so far
+    (:meth:`BenchSettings.start_kernel`); before the quick sample (graph) it drops a row from the table, as
+    the graph source leaves it unsampled, in the graph source's order (rows new at that size first, then by
+    their time at the largest smaller size).
     """
     if estimate not in ESTIMATES:
         from ..errors import InputError
@@ -89,9 +113,34 @@ def simulate(table: BenchmarkTable, settings: BenchSettings, estimate: str = "re
         for m in k.measurements:
             groups.setdefault(_group(m), []).append(m)
         kept: list[Measurement] = []
-        for group, ms in sorted(groups.items(), key=lambda g: (rank.get(g[0][0], len(rank) + g[0][0]),
-                                                               order.get(g[0][1], len(order)), g[0][1:])):
-            pruner = Pruner(rules, trust_long=k.op != "backward_filter" or group[1] != "legacy")
+        rules.start_kernel(k.problem, kept)
+        for group, ms in sorted(groups.items(), key=lambda g: (g[0][4] is not None, g[0][4] or 0,
+                                                               rank.get(g[0][0], len(rank) + g[0][0]),
+                                                               order.get(g[0][1], len(order)), g[0][1:4])):
+            top = group[1] in SPLIT_SOURCES and not group[2] and group[4] is None
+            split = rules.split_reference(k.problem.with_batch(group[0])) if top else None
+            if top and group[1] == "graph":   # the quick sample, and split dominance before it
+                if split is not None:
+                    def lower_bound(m: Measurement) -> float:
+                        prev = split.previous.get((m.source, str(m.algo), m.math_type))
+                        return -1.0 if prev is None else prev.time_ms
+
+                    ms = sorted(ms, key=lower_bound)
+                sampled: list[tuple[float, int]] = []
+                survivors = []
+                for m in ms:
+                    est = first_estimate(m, estimate)
+                    out.quick_ms_unpruned += quick_cost_ms(m.time_ms, est, None)
+                    if split is not None and split.unneeded(m.source, m.algo, m.math_type, m.workspace_bytes,
+                                                            sampled):
+                        out.counts["split-skipped"] = out.counts.get("split-skipped", 0) + 1
+                        out.retime_ms_unpruned += retime_cost_ms(m.time_ms, settings)
+                        continue
+                    out.quick_ms += quick_cost_ms(m.time_ms, est, rules)
+                    sampled.append((est, m.workspace_bytes))
+                    survivors.append(m)
+                ms = survivors
+            pruner = Pruner(rules, trust_long=k.op != "backward_filter" or group[1] != "legacy", split=split)
             for m in sorted(ms, key=lambda m: (first_estimate(m, estimate), m.workspace_bytes)):
                 est = first_estimate(m, estimate)
                 out.retime_ms_unpruned += retime_cost_ms(m.time_ms, settings)
@@ -123,8 +172,7 @@ def _retimed(m: Measurement, t: float, how: str, why: str | None) -> Measurement
     extra = {**m.extra, "timed": how, "recorded_ms": m.time_ms}
     if why is not None:
         extra["pruned"] = why
-    return Measurement(m.micro_batch, m.algo, m.math_type, max(t, 1e-6), m.workspace_bytes, m.source, m.engine,
-                       extra)
+    return replace(m, time_ms=max(t, 1e-6), extra=extra)
 
 
 def true_time_ms(plan: Plan, reference: BenchmarkTable) -> float:

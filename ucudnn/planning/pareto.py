@@ -33,6 +33,10 @@ every configuration of two or more micro-batches contains one of at most b/2
 (the seed's pruning).  Cost: O(sum_b |{b_u <= b/2}| x L) vectorised
 operations, e.g. ~16k rows of L for the ``all`` policy at B = 256.
 
+Channel slices (issue 18): measurements of a slice of the output channels get a staircase of their own;
+:func:`ucudnn.planning.channels.combine` covers k per level (a slice of c channels at level l costs its
+staircase's T[B, l]; all slices of a configuration fit level l iff each does), element-wise as above.
+
 Repeated (problem, op) kernels share one desirable set (see :func:`desirable_sets`).
 """
 from __future__ import annotations
@@ -45,6 +49,7 @@ from typing import Callable, Iterable, Sequence, TypeVar
 import numpy as np
 
 from ..policy import micro_batch_sizes
+from .channels import combine
 from .plan import division_summary
 from .table import BenchmarkTable, KernelBench, Measurement
 
@@ -97,30 +102,58 @@ def desirable_set(kernel: KernelBench, batch_policy: str = "powerOfTwo",
     ``max_workspace`` drops measurements above it first (nothing above a WD
     budget can be chosen), which also shrinks the DP.
     """
-    return _desirable(kernel.measurements, kernel.problem.n, batch_policy, max_workspace)
+    return _desirable(kernel.measurements, kernel.problem.n, batch_policy, max_workspace, kernel.problem.k)
 
 
 def _desirable(measurements: Sequence[Measurement], batch: int, batch_policy: str,
-               max_workspace: int | None) -> list[Configuration]:
+               max_workspace: int | None, k: int | None = None) -> list[Configuration]:
     allowed = set(micro_batch_sizes(batch_policy, batch))
-    by_size: dict[int, list[Measurement]] = {}
+    groups: dict[int | None, dict[int, list[Measurement]]] = {}   # channel slice -> micro-batch -> options
     for m in measurements:
         if m.micro_batch in allowed and (max_workspace is None or m.workspace_bytes <= max_workspace):
-            by_size.setdefault(m.micro_batch, []).append(m)
-    if not by_size:
+            groups.setdefault(m.channels, {}).setdefault(m.micro_batch, []).append(m)
+    if not groups:
         return []
     # C_u(b_u): only desirable micro-configurations can appear in a desirable configuration
-    sizes = sorted(by_size)
-    options = [pareto(by_size[s], lambda m: m.time_ms, lambda m: m.workspace_bytes) for s in sizes]
-    levels = sorted({m.workspace_bytes for opts in options for m in opts})
-    n_levels = len(levels)
+    options = {ch: {s: pareto(ms, lambda m: m.time_ms, lambda m: m.workspace_bytes) for s, ms in by_size.items()}
+               for ch, by_size in groups.items()}
+    levels = sorted({m.workspace_bytes for by_size in options.values() for opts in by_size.values() for m in opts})
+    staircases = {ch: _batch_staircase(by_size, batch, levels) for ch, by_size in options.items()}
+    slices = {ch: st for ch, st in staircases.items() if ch is not None and k is not None}
+    if slices:   # channel slices (issue 18): cover k per level, then each slice's own batch division
+        whole = staircases.get(None)
+        best, cover = combine(k, whole[0] if whole else None, {c: st[0] for c, st in slices.items()})
+        pick = lambda level: [m for c in cover(level) for m in staircases[c][1](level)]  # noqa: E731
+    elif None in staircases:
+        best, pick = staircases[None]
+    else:
+        return []
 
+    out: list[Configuration] = []
+    prev = math.inf
+    for level in range(len(levels)):
+        cur = best[level]
+        if not cur < prev:
+            continue
+        prev = cur
+        out.append(Configuration(tuple(pick(level))))
+    # the DP sums in its own order; re-prune on the reconstructed sums so times match KernelPlan.time_ms exactly
+    return pareto(out, lambda c: c.time_ms, lambda c: c.workspace_bytes)
+
+
+def _batch_staircase(options: dict[int, list[Measurement]], batch: int, levels: list[int]
+                     ) -> tuple[np.ndarray, Callable[[int], list[Measurement]]]:
+    """The batch DP over staircases (module doc): the fastest time per workspace level for ``batch`` samples,
+    and the micro-configurations of that optimum at one level (largest micro-batch first)."""
+    sizes = sorted(options)
+    opts = [options[s] for s in sizes]
+    n_levels = len(levels)
     # T_u staircases: fastest option of each size at each workspace level, and which one it is
     tu = np.full((len(sizes), n_levels), np.inf)
     tu_pick = np.full((len(sizes), n_levels), -1, dtype=np.int32)
-    for i, opts in enumerate(options):
-        starts = [bisect.bisect_left(levels, m.workspace_bytes) for m in opts] + [n_levels]
-        for j, m in enumerate(opts):  # opts: workspace ascending, time strictly descending
+    for i, size_opts in enumerate(opts):
+        starts = [bisect.bisect_left(levels, m.workspace_bytes) for m in size_opts] + [n_levels]
+        for j, m in enumerate(size_opts):  # workspace ascending, time strictly descending
             tu[i, starts[j]:starts[j + 1]] = m.time_ms
             tu_pick[i, starts[j]:starts[j + 1]] = j
 
@@ -146,23 +179,17 @@ def _desirable(measurements: Sequence[Measurement], batch: int, batch_policy: st
         t[b] = best
         choice[b] = np.where(np.isfinite(best), arg, -1)
 
-    out: list[Configuration] = []
-    prev = math.inf
-    for level in range(n_levels):
-        cur = t[batch, level]
-        if not cur < prev:
-            continue
-        prev = cur
-        micro: list[Measurement] = []
+    def micro(level: int) -> list[Measurement]:
+        out: list[Measurement] = []
         b = batch
         while b > 0:
             i = int(choice[b, level])
-            micro.append(options[i][int(tu_pick[i, level])])
+            out.append(opts[i][int(tu_pick[i, level])])
             b -= sizes[i]
-        micro.sort(key=lambda m: -m.micro_batch)
-        out.append(Configuration(tuple(micro)))
-    # the DP sums in its own order; re-prune on the reconstructed sums so times match KernelPlan.time_ms exactly
-    return pareto(out, lambda c: c.time_ms, lambda c: c.workspace_bytes)
+        out.sort(key=lambda m: -m.micro_batch)
+        return out
+
+    return t[batch], micro
 
 
 def desirable_sets(table: BenchmarkTable, batch_policy: str = "powerOfTwo",

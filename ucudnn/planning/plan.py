@@ -27,21 +27,24 @@ class MicroConfig(Measurement):
 
     @classmethod
     def of(cls, m: Measurement) -> "MicroConfig":
-        return cls(m.micro_batch, m.algo, m.math_type, m.time_ms, m.workspace_bytes, m.source, m.engine, m.extra)
+        return cls(m.micro_batch, m.algo, m.math_type, m.time_ms, m.workspace_bytes, m.source, m.engine, m.extra,
+                   m.channels)
 
 
 def division_summary(configs: Iterable[Measurement]) -> str:
-    """``128x2 a1/FMA + 64 a0/FMA``: micro-batch x count, algorithm / math type, in order of appearance."""
-    counts = Counter((c.micro_batch, c.algo, c.math_type) for c in configs)
-    return " + ".join(f"{mb}x{n} a{algo}/{math}" if n > 1 else f"{mb} a{algo}/{math}"
-                      for (mb, algo, math), n in counts.items())
+    """``128x2 a1/FMA + 64 a0/FMA``: micro-batch x count, algorithm / math type, in order of appearance;
+    a channel slice's steps read ``128x2 k48 a1/FMA`` (48 of the kernel's output channels)."""
+    counts = Counter((c.micro_batch, c.channels, c.algo, c.math_type) for c in configs)
+    return " + ".join(f"{mb}{f'x{n}' if n > 1 else ''}{f' k{ch}' if ch is not None else ''} a{algo}/{math}"
+                      for (mb, ch, algo, math), n in counts.items())
 
 
 @dataclass
 class KernelPlan:
     """A kernel's configuration: micro-batches that sum to the mini-batch, run one after another.
 
-    Micro-batches run sequentially and reuse one workspace, so the kernel needs
+    With channel slices (issue 18) the micro-batches are laid out slice by slice, each slice's summing to the
+    mini-batch (:func:`ucudnn.planning.channels.steps`).  Micro-batches run sequentially and reuse one workspace, so the kernel needs
     the largest of their workspaces, and takes the sum of their times.
     ``offset`` is the kernel's segment in a shared workspace arena (WD plans).
     """
@@ -62,7 +65,9 @@ class KernelPlan:
 
     @property
     def batch(self) -> int:
-        return sum(c.micro_batch for c in self.configs)
+        """Samples the plan covers: the mini-batch when every channel slice's micro-batches sum to it."""
+        k = self.problem.k
+        return sum(c.micro_batch * (k if c.channels is None else c.channels) for c in self.configs) // k
 
     def summary(self) -> str:
         return division_summary(self.configs)

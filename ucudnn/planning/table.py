@@ -27,7 +27,11 @@ FORMAT = "ucudnn-benchmark-table/1"
 
 @dataclass(frozen=True)
 class Measurement:
-    """One micro-configuration option: run ``algo`` under ``math_type`` on ``micro_batch`` samples."""
+    """One micro-configuration option: run ``algo`` under ``math_type`` on ``micro_batch`` samples.
+
+    ``channels``: the option computes only that many of the kernel's output channels (a channel slice, issue 18:
+    FFT / Winograd workspace scales with channels, so slicing K shrinks it where slicing N cannot); None: all.
+    """
 
     micro_batch: int
     algo: int | str
@@ -37,11 +41,14 @@ class Measurement:
     source: str = "legacy"
     engine: Any = None
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    channels: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = dict(self.extra)
         d.update(micro_batch=self.micro_batch, algo=self.algo, math_type=self.math_type,
                  time_ms=self.time_ms, workspace_bytes=self.workspace_bytes)
+        if self.channels is not None:
+            d["channels"] = self.channels
         if self.source != "legacy":
             d["source"] = self.source
         if self.engine is not None:
@@ -50,11 +57,11 @@ class Measurement:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Measurement":
-        known = {"micro_batch", "algo", "math_type", "time_ms", "workspace_bytes", "source", "engine"}
+        known = {"micro_batch", "algo", "math_type", "time_ms", "workspace_bytes", "source", "engine", "channels"}
         return cls(micro_batch=d["micro_batch"], algo=d["algo"], math_type=d["math_type"],
                    time_ms=float(d["time_ms"]), workspace_bytes=int(d["workspace_bytes"]),
                    source=d.get("source", "legacy"), engine=d.get("engine"),
-                   extra={k: v for k, v in d.items() if k not in known})
+                   extra={k: v for k, v in d.items() if k not in known}, channels=d.get("channels"))
 
 
 @dataclass(frozen=True)
@@ -162,6 +169,10 @@ class BenchmarkTable:
                 if md["micro_batch"] > problem.n:
                     raise TableError(f"micro-batch {md['micro_batch']} exceeds the mini-batch n={problem.n}",
                                      f"{where}.measurements[{j}].micro_batch")
+                ch = md.get("channels")
+                if ch is not None and (ch >= problem.k or problem.groups != 1):
+                    raise TableError(f"a channel slice must be fewer than k={problem.k} channels of an ungrouped "
+                                     f"convolution, got {ch}", f"{where}.measurements[{j}].channels")
             bs = kd.get("benchmark_seconds")
             if bs is not None and not math.isfinite(bs):
                 raise TableError(f"must be a finite number, got {bs!r}", f"{where}.benchmark_seconds")

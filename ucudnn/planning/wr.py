@@ -11,25 +11,35 @@ where T_u(b_u) is the fastest measured micro-configuration of size b_u whose
 workspace fits M.  Micro-batches run one after another and share one
 workspace, so a kernel's plan needs max(workspace) and costs sum(time).
 O(B x |sizes|) per kernel; pure Python, no GPU.
+
+Channel slices (issue 18): a table may also measure configurations that compute a slice of the kernel's
+output channels; the DP then runs once per slice size and :mod:`ucudnn.planning.channels` covers k with the
+fastest slices (:func:`solve_kernel`).
 """
 from __future__ import annotations
 
 import math
 from typing import Iterable, Sequence
 
+import numpy as np
+
 from ..errors import InfeasibleError
 from ..policy import micro_batch_sizes
 from ..units import format_size
+from .channels import combine
 from .plan import KernelPlan, MicroConfig, Plan
 from .table import BenchmarkTable, KernelBench, Measurement
 
 
-def fastest_per_size(measurements: Iterable[Measurement], sizes: Iterable[int], limit: int) -> dict[int, Measurement]:
-    """T_u: for each allowed micro-batch size, the fastest measurement that fits ``limit`` (ties: less workspace)."""
+def fastest_per_size(measurements: Iterable[Measurement], sizes: Iterable[int], limit: int,
+                     channels: int | None = None) -> dict[int, Measurement]:
+    """T_u: for each allowed micro-batch size, the fastest measurement that fits ``limit`` (ties: less workspace).
+
+    ``channels``: only measurements of that channel slice (None: of all the kernel's channels)."""
     allowed = set(sizes)
     best: dict[int, Measurement] = {}
     for m in measurements:
-        if m.micro_batch not in allowed or m.workspace_bytes > limit:
+        if m.micro_batch not in allowed or m.workspace_bytes > limit or m.channels != channels:
             continue
         cur = best.get(m.micro_batch)
         if cur is None or (m.time_ms, m.workspace_bytes) < (cur.time_ms, cur.workspace_bytes):
@@ -70,17 +80,41 @@ def solve(batch: int, best: dict[int, Measurement]) -> list[Measurement] | None:
     return out
 
 
+def solve_kernel(kernel: KernelBench, sizes: Sequence[int], limit: int) -> list[Measurement] | None:
+    """The WR optimum of one kernel under ``limit``: the batch DP (:func:`solve`) for all k channels and for each
+    measured channel slice, then the best cover of k by them (:func:`ucudnn.planning.channels.combine`), laid out
+    slice by slice.  A table without channel slices gives exactly :func:`solve`'s plan."""
+    n, k = kernel.problem.n, kernel.problem.k
+    slices = sorted({m.channels for m in kernel.measurements if m.channels is not None}, reverse=True)
+    whole = solve(n, fastest_per_size(kernel.measurements, sizes, limit))
+    if not slices:
+        return whole
+    per: dict[int, list[Measurement]] = {}
+    for c in slices:
+        sol = solve(n, fastest_per_size(kernel.measurements, sizes, limit, c))
+        if sol is not None:
+            per[c] = sol
+    cost = lambda sol: np.array([sum(m.time_ms for m in sol) if sol is not None else math.inf])  # noqa: E731
+    best, cover = combine(k, cost(whole), {c: cost(sol) for c, sol in per.items()})
+    if not math.isfinite(best[0]):
+        return None
+    out: list[Measurement] = []
+    for c in cover(0):
+        out += whole if c is None else per[c]   # type: ignore[operator]
+    return out
+
+
 def min_feasible_workspace(kernel: KernelBench, batch_policy: str) -> int | None:
     """The smallest per-kernel limit under which ``kernel`` has any plan (None: no limit works)."""
     sizes = micro_batch_sizes(batch_policy, kernel.problem.n)
     allowed = set(sizes)
     candidates = sorted({m.workspace_bytes for m in kernel.measurements if m.micro_batch in allowed})
-    if not candidates or solve(kernel.problem.n, fastest_per_size(kernel.measurements, sizes, candidates[-1])) is None:
+    if not candidates or solve_kernel(kernel, sizes, candidates[-1]) is None:
         return None
     lo, hi = 0, len(candidates) - 1  # feasibility is monotone in the limit: binary search
     while lo < hi:
         mid = (lo + hi) // 2
-        if solve(kernel.problem.n, fastest_per_size(kernel.measurements, sizes, candidates[mid])) is None:
+        if solve_kernel(kernel, sizes, candidates[mid]) is None:
             lo = mid + 1
         else:
             hi = mid
@@ -90,7 +124,7 @@ def min_feasible_workspace(kernel: KernelBench, batch_policy: str) -> int | None
 def plan_kernel(kernel: KernelBench, workspace_limit: int, batch_policy: str = "powerOfTwo") -> list[Measurement]:
     """WR-optimal micro-configurations for one kernel; :class:`InfeasibleError` if none fits."""
     sizes: Sequence[int] = micro_batch_sizes(batch_policy, kernel.problem.n)
-    result = solve(kernel.problem.n, fastest_per_size(kernel.measurements, sizes, workspace_limit))
+    result = solve_kernel(kernel, sizes, workspace_limit)
     if result is None:
         need = min_feasible_workspace(kernel, batch_policy)
         if need is None:

@@ -14,7 +14,9 @@ executor prepares every step once and measurement times the same launchers.
 """
 from __future__ import annotations
 
+import math
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Protocol
 
@@ -43,7 +45,7 @@ DEFAULT_MIN_SAMPLE_MS = 0.5
 
 @dataclass
 class BenchSettings:
-    """How a benchmark measures; the last four fields trade benchmarking time for nothing in the plans.
+    """How a benchmark measures; the last five fields trade benchmarking time for nothing in the plans.
 
     Pruning (issue 16, "the same plans, less time"; :class:`Pruner` applies the rules, and
     ``benchmarks/pruning_cost.py`` reports what each costs in planned time on the recorded tables):
@@ -67,6 +69,15 @@ class BenchSettings:
       AlexNet FP16 NHWC WR plan 6% slower (a row between 1 and 2 ms whose estimate misled it), from 2 ms changed
       no plan by more than the other rules.  An earlier single measurement (trust at 5 ms, AlexNet FP16 NHWC)
       priced +31%, not reproduced: two unpruned FP16 runs differ by about 2% priced that way.
+    * ``split_margin`` — split dominance (:class:`SplitReference`): a configuration at micro-batch b that is more
+      than ``split_margin`` times slower than what WR can already do with no more workspace — run b as smaller
+      micro-batches measured before it (sizes are benchmarked in ascending order), or run another configuration
+      already recorded at b — is never WR's or WD's choice.  Before its first sample, its own time at the
+      largest smaller size (a lower bound: a call does not get faster with more samples) decides whether it is
+      sampled at all (not sampled: left out of the table and listed in ``skipped`` as ``split-dominated``,
+      never recorded with a made-up time); after the first sample (Find's time, the quick sample), whether it is
+      re-timed (recorded with that sample, ``pruned = "split-dominated"``).  None: off.  Needs the kernel's
+      measurements so far: :meth:`start_kernel`.
 
     Defaults (issue 16) and what each costs, replayed on the recorded tables (``benchmarks/pruning_cost.py``):
     margin 1.5, early stop at 2x, trust from 2 ms, 3 samples of 0.5 ms: WR plans at 8/64/256 MiB within 1% of
@@ -84,12 +95,16 @@ class BenchSettings:
     hopeless_factor: float | None = 2.0
     kernel_budget_s: float | None = 60.0
     trust_estimate_ms: float | None = 2.0
+    split_margin: float | None = 1.5
     deadline: float | None = None  # time.perf_counter() at which this kernel's budget ends (start_kernel)
+    # The kernel being benchmarked and its measurements so far (start_kernel): what split dominance compares with.
+    kernel: ConvProblem | None = field(default=None, repr=False, compare=False)
+    measured: list[Measurement] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         from ...errors import InputError
 
-        for name in ("prune_margin", "hopeless_factor"):
+        for name in ("prune_margin", "hopeless_factor", "split_margin"):
             v = getattr(self, name)
             if v is not None and not v >= 1.0:
                 raise InputError(f"must be at least 1.0 (or None: off), got {v!r}", name)
@@ -100,9 +115,25 @@ class BenchSettings:
             raise InputError(f"must be a positive number of seconds (or None: no budget), got {self.kernel_budget_s!r}",
                              "kernel_budget_s")
 
-    def start_kernel(self) -> None:
-        """Start the per-kernel budget's clock (the benchmark loop calls it before each kernel's first size)."""
+    def start_kernel(self, problem: ConvProblem | None = None, measured: list[Measurement] | None = None) -> None:
+        """Start the per-kernel budget's clock (the benchmark loop calls it before each kernel's first size).
+
+        ``problem`` (the kernel at its full mini-batch) and ``measured`` (the list the benchmark loop extends,
+        in place, with each source's rows as each micro-batch size completes, sizes ascending) are what split
+        dominance needs: at size b a source finds there every smaller size's rows and the rows other sources
+        recorded at b before it (:meth:`split_reference`).  Without them the rule is inactive."""
         self.deadline = None if self.kernel_budget_s is None else time.perf_counter() + self.kernel_budget_s
+        self.kernel, self.measured = problem, measured
+
+    def split_reference(self, problem: ConvProblem) -> "SplitReference | None":
+        """What split dominance compares ``problem``'s configurations with (:class:`SplitReference`), or None: the
+        rule is off, no kernel was started with its measurements, or ``problem`` is not the kernel's own at a
+        micro-batch size (a wrapper's transformed problem, a channel slice: their rows are not the kernel's)."""
+        if self.split_margin is None or self.kernel is None or self.measured is None:
+            return None
+        if problem.with_batch(self.kernel.n) != self.kernel:
+            return None
+        return SplitReference.of(self.measured, problem.n, self.kernel.n, self.split_margin)
 
     def trusts(self, estimate_ms: float) -> bool:
         """The trust rule: an estimate this long is recorded as it is (``trust_estimate_ms``; False when off)."""
@@ -115,7 +146,7 @@ class BenchSettings:
     def unpruned(cls, numerics: str, **kw: object) -> "BenchSettings":
         """Every configuration re-timed in full: the reference the pruning rules are measured against."""
         return cls(numerics, prune_margin=None, hopeless_factor=None, kernel_budget_s=None,  # type: ignore[arg-type]
-                   trust_estimate_ms=None, **kw)
+                   trust_estimate_ms=None, split_margin=None, **kw)
 
 
 def dominated(estimate_ms: float, workspace: int, others: Iterable[tuple[float, int]], margin: float | None) -> bool:
@@ -135,6 +166,159 @@ def dominated(estimate_ms: float, workspace: int, others: Iterable[tuple[float, 
     return any(t * margin < estimate_ms and ws <= workspace for t, ws in others)
 
 
+def _power_of_two(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+def split_plan(best: dict[int, Measurement], size: int) -> list[Measurement] | None:
+    """The fastest way to run ``size`` samples as micro-batches of power-of-two sizes below ``size``, or None.
+
+    ``best``: the fastest configuration per size that fits a limit (:func:`ucudnn.planning.wr.fastest_per_size`).
+    The same optimum as WR's DP (:func:`ucudnn.planning.wr.solve`) over those sizes, in O(log size) steps
+    instead of O(size x sizes), which matters because the benchmark asks for it per configuration: let
+    C(1) = T(1) and C(2s) = min(T(2s), 2 C(s)), the fastest way to run a power of two samples in power-of-two
+    pieces.  Merging two equal pieces into one of twice the size never costs more (by C's definition), and
+    merging every equal pair leaves the binary digits of ``size``; so the fastest split of a power of two b is
+    two runs of C(b/2) (the last merge would give b itself, which is not a split), and of any other size one
+    C per binary digit.  ``tests/test_split_dominance.py`` checks it against ``solve``.  Ties go to fewer
+    micro-batches, as in ``solve``.
+    """
+    closed: dict[int, tuple[float, int, tuple[tuple[Measurement, int], ...]]] = {}
+    s = 1
+    while s < size:
+        options = []
+        if s in best:
+            options.append((best[s].time_ms, 1, ((best[s], 1),)))
+        half = closed.get(s // 2) if s > 1 else None
+        if half is not None:
+            options.append((2 * half[0], 2 * half[1], tuple((m, 2 * n) for m, n in half[2])))
+        if options:
+            closed[s] = min(options, key=lambda o: (o[0], o[1]))
+        s *= 2
+    if _power_of_two(size):
+        if size // 2 not in closed:
+            return None
+        parts = tuple((m, 2 * n) for m, n in closed[size // 2][2])
+    else:
+        digits = [1 << i for i in range(size.bit_length()) if size >> i & 1]
+        if any(d not in closed for d in digits):
+            return None
+        parts = tuple(p for d in digits for p in closed[d][2])
+    out = [m for m, n in parts for _ in range(n)]
+    out.sort(key=lambda m: -m.micro_batch)   # largest first, as solve returns them
+    return out
+
+
+def identity(m: Measurement) -> tuple[str, str, str]:
+    """A configuration across micro-batch sizes: (source, algorithm or engine tag, math type)."""
+    return (m.source, str(m.algo), m.math_type)
+
+
+@dataclass
+class SplitReference:
+    """Split dominance (``BenchSettings.split_margin``): what WR can already do at micro-batch ``size`` of one kernel,
+    from the rows recorded before it (every smaller size's, and other sources' at ``size``).
+
+    Why a configuration c at size b slower than ``margin`` x :meth:`reference` (w_c) is never WR's choice, nor
+    WD's: WR's DP (:mod:`ucudnn.planning.wr`) may run b samples as any sequence of measured micro-batches.  If c
+    were in a plan under a limit M (so w_c <= M), replacing it by the split (smaller micro-batches, each needing
+    no more than w_c) or by a faster configuration at b needing no more than w_c keeps the plan within M and
+    makes it faster, so an optimal plan never holds c.  WD chooses per kernel among WR plans under per-kernel
+    workspaces; the same replacement keeps the kernel's workspace and lowers its time, so a WD optimum never
+    holds c either.  ``margin`` covers the estimates' error: the first sample (Find's single run, the graph
+    source's quick sample) and, before any sample, c's own time at the largest smaller size as a lower bound
+    (a call on more samples is not faster, up to noise: :meth:`unneeded`).  The smaller sizes' rows are what
+    the planner will see, so the split is one the planner can build.
+
+    Two restrictions keep it exact for every plan the table may be asked for:
+
+    * splits use power-of-two sizes only: a table may be planned under any policy whose sizes it holds
+      (``powerOfTwo`` from a ``powerOfTwoAndMidpoints`` or ``all`` table, :mod:`ucudnn.policy`), and every
+      policy but ``undivided`` holds every power of two below the mini-batch;
+    * at the kernel's full mini-batch (``full``) a split is no reference, only other configurations at that
+      size: an ``undivided`` plan (cuDNN alone, the baseline that ``compare_policies`` and the benchmarks plan
+      from the same table) runs that size whole, and a configuration slower than one needing no more workspace
+      is not its choice either.
+    """
+
+    size: int
+    full: bool
+    margin: float
+    smaller: list[Measurement]            # rows at power-of-two sizes below size
+    same: list[Measurement]               # rows other sources recorded at size
+    previous: dict[tuple, Measurement]    # identity -> its row at the largest smaller size
+    _splits: dict[int, list[Measurement] | None] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def of(cls, measured: Iterable[Measurement], size: int, batch: int, margin: float) -> "SplitReference":
+        """From a kernel's rows so far (channel slices left out: they cover only some of the channels)."""
+        smaller: list[Measurement] = []
+        same: list[Measurement] = []
+        previous: dict[tuple, Measurement] = {}
+        for m in measured:
+            if getattr(m, "channels", None) is not None:
+                continue
+            if m.micro_batch < size:
+                if _power_of_two(m.micro_batch):
+                    smaller.append(m)
+                cur = previous.get(identity(m))
+                if cur is None or m.micro_batch >= cur.micro_batch:
+                    previous[identity(m)] = m
+            elif m.micro_batch == size:
+                same.append(m)
+        return cls(size, size >= batch, margin, smaller, same, previous)
+
+    def split(self, workspace: int) -> list[Measurement] | None:
+        """The fastest split of ``size`` into smaller power-of-two micro-batches needing at most ``workspace``."""
+        if self.full:
+            return None
+        # the rows that fit are set by the largest workspace among them that fits: one split per such threshold
+        key = max((m.workspace_bytes for m in self.smaller if m.workspace_bytes <= workspace), default=None)
+        if key is None:
+            return None
+        if key not in self._splits:
+            from ...planning.wr import fastest_per_size
+
+            self._splits[key] = split_plan(fastest_per_size(self.smaller, {m.micro_batch for m in self.smaller}, key),
+                                           self.size)
+        return self._splits[key]
+
+    def reference(self, workspace: int, others: Iterable[tuple[float, int]] = ()) -> tuple[float, str]:
+        """(ms, what): the fastest known way to run ``size`` samples within ``workspace``: the split, another
+        source's row at ``size``, or one of ``others`` (the caller's own (ms, workspace) at ``size``); inf: none."""
+        best, what = math.inf, "nothing fits"
+        sp = self.split(workspace)
+        if sp:
+            best = sum(m.time_ms for m in sp)
+            what = "split " + "+".join(f"{n}x{b}" for b, n in sorted(Counter(m.micro_batch for m in sp).items(),
+                                                                          reverse=True))
+        for m in self.same:
+            if m.workspace_bytes <= workspace and m.time_ms < best:
+                best, what = m.time_ms, f"{m.source} {m.algo} at this size"
+        for t, ws in others:
+            if ws <= workspace and t < best:
+                best, what = t, "another configuration at this size"
+        return best, what
+
+    def dominates(self, estimate_ms: float, workspace: int, others: Iterable[tuple[float, int]] = ()) -> bool:
+        """After the first sample: ``estimate_ms`` over ``margin`` x :meth:`reference` (record it, do not re-time)."""
+        return estimate_ms > self.margin * self.reference(workspace, others)[0]
+
+    def unneeded(self, source: str, algo: object, math_type: str, workspace: int,
+                 others: Iterable[tuple[float, int]] = ()) -> str | None:
+        """Before any sample: why this configuration need not be sampled at ``size`` at all (the ``Skipped``
+        reason), or None.  Its own recorded time at the largest smaller size is a lower bound of its time here;
+        a configuration with no row at a smaller size is always sampled."""
+        prev = self.previous.get((source, str(algo), math_type))
+        if prev is None:
+            return None
+        ref, what = self.reference(workspace, others)
+        if not prev.time_ms > self.margin * ref:
+            return None
+        return (f"split-dominated: not sampled, {prev.time_ms:.4g} ms at n={prev.micro_batch} (a lower bound at "
+                f"n={self.size}) > {self.margin:g} x {ref:.4g} ms ({what}, within {workspace} bytes)")
+
+
 @dataclass
 class Pruner:
     """One source's bookkeeping at one micro-batch size: which configurations to re-time, and how long.
@@ -148,11 +332,15 @@ class Pruner:
     estimates: list[tuple[float, int]] = field(default_factory=list)   # (first estimate ms, workspace) recorded
     timed: list[tuple[float, int]] = field(default_factory=list)       # (re-timed ms, workspace) recorded
     counts: dict[str, int] = field(default_factory=dict)               # how each configuration was recorded
+    split: SplitReference | None = None   # split dominance at this size (BenchSettings.split_reference)
 
     def decide(self, estimate_ms: float, workspace: int) -> str | None:
-        """None: re-time; else why the estimate is recorded instead (``dominated``, ``long``, ``budget``)."""
+        """None: re-time; else why the estimate is recorded instead (``dominated``, ``split-dominated``, ``long``,
+        ``budget``)."""
         if dominated(estimate_ms, workspace, self.estimates, self.settings.prune_margin):
             return "dominated"
+        if self.split is not None and self.split.dominates(estimate_ms, workspace):
+            return "split-dominated"
         if self.trust_long and self.settings.trusts(estimate_ms):
             return "long"
         if self.settings.budget_spent():
@@ -220,14 +408,16 @@ def time_config(fn: Callable[[], None], settings: BenchSettings,
         raise CaptureError(f"cannot be captured into a CUDA graph: {summary(e)}") from e
 
 
-def timed_beta(op: str) -> float:
+def timed_beta(op: str, problem: ConvProblem | None = None) -> float:
     """The beta every source measures ``op`` with: the one most of a plan's steps run.
 
     Backward filter sums over micro-batches, so every step after a plan's first runs with beta = 1
     (:class:`ucudnn.execute.Executor`), and some algorithms are slower so: on an H100, legacy WINOGRAD_NONFUSED
     wgrad (AlexNet conv2, TF32, n = 16) timed 1.5 ms with beta = 0 (Find's way) and ran 2.5-2.8 ms per 256
-    samples in a plan.  The other ops run with the caller's beta, 0 in training."""
-    return 1.0 if op == "backward_filter" else 0.0
+    samples in a plan.  Backward data of a channel slice (``problem.k_total``, issue 18) adds into dx: every
+    slice after a plan's first runs with beta = 1.  The other ops run with the caller's beta, 0 in training."""
+    return 1.0 if op == "backward_filter" or (op == "backward_data" and problem is not None
+                                               and problem.k_total is not None) else 0.0
 
 
 #: One configuration made ready to run: ``launch(ops, workspace, workspace_bytes, alpha, beta)`` computes
@@ -237,6 +427,8 @@ Launch = Callable[[Operands, int, int, float, float], None]
 
 class AlgorithmSource(Protocol):
     name: str
+    #: Sources that set ``channel_slices = True`` (legacy, graph) measure and run channel slices: problems with
+    #: ``k_total`` set, whose y (dy) is a strided view (issue 18).  The benchmark offers slices to those only.
 
     def measure(self, op: str, problem: ConvProblem, ops: Operands, workspace: int,
                 settings: BenchSettings) -> tuple[list[Measurement], list[Skipped]]:

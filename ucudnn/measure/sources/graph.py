@@ -60,7 +60,14 @@ benchmark's ``BenchSettings.prune_margin`` applies (the same rule,
 is spent the quick sample is recorded.  Early stop: configurations are timed
 fastest-quick-sample first, and one whose quick sample (its first sample) is
 hopeless against the best median so far keeps that sample
-(:meth:`~ucudnn.measure.sources.base.Pruner.hopeless`).
+(:meth:`~ucudnn.measure.sources.base.Pruner.hopeless`).  Split dominance
+(``BenchSettings.split_margin``, :class:`~ucudnn.measure.sources.base.SplitReference`): an engine whose
+time at the largest smaller size (a lower bound of its time here) is over the margin times what WR can
+already do at this size within its workspace (smaller micro-batches measured before, or a configuration
+recorded here before) is not run at all: left out, listed in ``skipped`` as ``split-dominated`` (stats
+``configs_split_skipped``); one whose quick sample is over it keeps the quick sample
+(``extra["pruned"] = "split-dominated"``, ``configs_split_quick``).  On AlexNet b256 FP32 strict most of the
+quick samples' time went to slow engines at the large sizes that two smaller micro-batches beat.
 """
 from __future__ import annotations
 
@@ -196,8 +203,13 @@ class EngineIdentity:
 
 
 def scratch_bytes(op: str, problem: ConvProblem) -> int:
-    """Extra workspace a backward-filter micro-batch needs to accumulate (one filter gradient), else 0."""
-    return _bytes("w", problem) if op == "backward_filter" else 0
+    """Extra workspace a micro-batch needs to accumulate: one filter gradient (backward filter), one dx
+    micro-batch (backward data of a channel slice, which adds into dx: issue 18), else 0."""
+    if op == "backward_filter":
+        return _bytes("w", problem)
+    if op == "backward_data" and problem.k_total is not None:
+        return _bytes("x", problem)
+    return 0
 
 
 def plan_workspace(engine_bytes: int, op: str, problem: ConvProblem) -> int:
@@ -220,7 +232,7 @@ def tensor_layout(problem: ConvProblem) -> dict[str, tuple[list[int], list[int]]
 
     return {"x": ([p.n, p.c, p.h, p.w], strides(p.n, p.c, p.h, p.w)),
             "w": ([p.k, cg, p.r, p.s], strides(p.k, cg, p.r, p.s)),
-            "y": ([p.n, p.k, p.p, p.q], strides(p.n, p.k, p.p, p.q))}
+            "y": ([p.n, p.k, p.p, p.q], list(p.y_strides()))}   # a channel slice's y is a view (issue 18)
 
 
 def classify_failure(message: str) -> str:
@@ -308,6 +320,7 @@ class GraphSource(Prepared):
     """
 
     name = "graph"
+    channel_slices = True   # tensor_layout gives a channel slice's y its view strides
 
     def __init__(self, modes: Sequence[str] = HEUR_MODES, top_k: int | None = None,
                  quick_margin: float | None = None, runtime_compiled: bool = False, *,
@@ -335,7 +348,7 @@ class GraphSource(Prepared):
         self._lock = threading.RLock()
         self.stats: dict[str, float] = {"heuristics_s": 0.0, "build_s": 0.0, "probe_s": 0.0, "time_s": 0.0,
                                         "configs_built": 0, "configs_timed": 0, "configs_quick_only": 0,
-                                        "configs_pruned": 0}
+                                        "configs_pruned": 0, "configs_split_skipped": 0, "configs_split_quick": 0}
 
     # -- plumbing ---------------------------------------------------------------------------------
     def _frontend(self) -> Any:
@@ -481,12 +494,30 @@ class GraphSource(Prepared):
         # time: one quick sample each, then (unless dominated by the margin) the full median
         measured: list[Measurement] = []
         acc_ms = self._accumulate_cost(op, problem, ops, workspace) if scratch else None
-        beta = timed_beta(op)   # backward filter: time the accumulating path
+        beta = timed_beta(op, problem)   # backward filter: time the accumulating path
         t2 = time.perf_counter()
         quick: dict[int, float] = {}
         rows = []
+        # split dominance before the quick sample (BenchSettings.split_margin): an engine whose time at a smaller
+        # size already exceeds what WR can do here is not run at all.  Engines new at this size first, then by
+        # that lower bound, so the fast ones' quick samples are references for the slow ones.
+        split = settings.split_reference(problem)
+        labels = {b[1].engine_id: math_type_label(notes.get(b[1].engine_id), numerics, problem.dtype) for b in built}
+        if split is not None:
+            def lower_bound(b: tuple) -> float:
+                prev = split.previous.get((self.name, b[1].tag, labels[b[1].engine_id]))
+                return -1.0 if prev is None else prev.time_ms
+
+            built = sorted(built, key=lower_bound)
+        sampled: list[tuple[float, int]] = []
         for i, ident, eng_ws, behavior, build_ms, rnk in built:
             ws = plan_workspace(eng_ws, op, problem)
+            if split is not None:
+                why = split.unneeded(self.name, ident.tag, labels[ident.engine_id], ws, sampled)
+                if why is not None:
+                    skipped.append(Skipped(mb, ident.tag, labels[ident.engine_id], why))
+                    self.stats["configs_split_skipped"] += 1
+                    continue
             cfg = self._config(mb, ident, ws)
             fn = self._runner(op, problem, cfg, ops, workspace, ws, beta)
             tq = time.perf_counter()
@@ -497,11 +528,15 @@ class GraphSource(Prepared):
                 continue
             rows.append((i, ident, eng_ws, ws, behavior, build_ms + (time.perf_counter() - tq) * 1e3, build_ms,
                          rnk, fn))
+            sampled.append((quick[i], ws))
         margin = self.quick_margin if self.quick_margin is not None else settings.prune_margin
         pruner = Pruner(settings)
         for i, ident, eng_ws, ws, behavior, cost_ms, build_ms, rnk, fn in sorted(rows, key=lambda r: quick[r[0]]):
             pruned = dominated(quick[i], ws, [(quick[j], ws_j) for j, _, _, ws_j, *_ in rows if j != i], margin)
             pruned = pruned or settings.budget_spent() or pruner.hopeless(quick[i], ws) or settings.trusts(quick[i])
+            # split dominance after the quick sample: no median for an engine WR would not choose
+            split_dominated = not pruned and split is not None and split.dominates(quick[i], ws)
+            pruned = pruned or split_dominated
             t = quick[i]
             timing = "quick"
             if settings.repeat > 0 and not pruned:
@@ -515,10 +550,13 @@ class GraphSource(Prepared):
                 cost_ms += (time.perf_counter() - tf) * 1e3
                 pruner.record(quick[i], ws, t, "median")
             self.stats["configs_timed" if timing == "median" else "configs_quick_only"] += 1
+            self.stats["configs_split_quick"] += split_dominated
             eng_notes = notes.get(ident.engine_id)
             extra: dict[str, Any] = {"heuristic_rank": rnk, "build_ms": round(build_ms, 3),
                                      "quick_ms": round(quick[i], 6), "timing": timing, "bench_ms": round(cost_ms, 3),
                                      "engine_workspace_bytes": eng_ws}
+            if split_dominated:
+                extra["pruned"] = "split-dominated"
             if eng_notes is not None:
                 extra["notes"] = sorted(eng_notes)
                 extra["deterministic"] = "NONDETERMINISTIC" not in eng_notes
@@ -592,15 +630,17 @@ class GraphSource(Prepared):
         return {e: (None if e in unknown else frozenset(has[e])) for e in engine_ids}
 
     def _accumulate_cost(self, op: str, problem: ConvProblem, ops: Operands, workspace: int) -> float | None:
-        """ms of adding one filter gradient into another (what explicit accumulation adds per micro-batch)."""
-        if problem.with_batch(1) in self._accumulate_ms:
-            return self._accumulate_ms[problem.with_batch(1)]
+        """ms of adding one filter gradient into another (what explicit accumulation adds per micro-batch; for
+        a channel slice's backward data, one dx micro-batch into another, which depends on the micro-batch)."""
+        key = problem if op == "backward_data" else problem.with_batch(1)
+        if key in self._accumulate_ms:
+            return self._accumulate_ms[key]
         try:
             t = self._time(lambda: self._blend(op, problem, workspace, ops.out, 1.0, 1.0),
                            repeat=5, warmup=1, min_sample_ms=1.0)
         except Exception:  # noqa: BLE001
             return None
-        self._accumulate_ms[problem.with_batch(1)] = t
+        self._accumulate_ms[key] = t
         return t
 
     # -- execution --------------------------------------------------------------------------------
@@ -719,13 +759,24 @@ def _bytes(role: str, problem: ConvProblem) -> int:
 
     from ...problem import DTYPE_BYTES
 
+    if role == "y" and problem.k_total is not None:   # a view: its extent, from its first to its last element
+        dims, strides = tensor_layout(problem)["y"]
+        return (1 + sum((d - 1) * st for d, st in zip(dims, strides))) * DTYPE_BYTES[problem.dtype]
     return prod(problem.shape(role)) * DTYPE_BYTES[problem.dtype]
 
 
 @lru_cache(maxsize=1024)
 def _output_descriptor(op: str, problem: ConvProblem) -> int:
     """The legacy descriptor of ``op``'s output at ``problem.n`` (cached: every accumulating step blends)."""
-    return _tensor_descriptor(problem.layout, problem.dtype, tuple(tensor_layout(problem)[ROLES[op][2]][0]))
+    role = ROLES[op][2]
+    if role == "y" and problem.k_total is not None:   # a channel slice of y: the view's own strides
+        from ...binding import cudnn
+
+        d = cudnn.create_tensor_descriptor()
+        cudnn.set_tensor_4d_descriptor_ex(d, problem.dtype, problem.n, problem.k, problem.p, problem.q,
+                                          problem.y_strides())
+        return d
+    return _tensor_descriptor(problem.layout, problem.dtype, tuple(tensor_layout(problem)[role][0]))
 
 
 @lru_cache(maxsize=1024)

@@ -13,7 +13,11 @@ the first estimate :class:`~ucudnn.measure.sources.base.Pruner` works with.
 Configurations are re-timed fastest-by-Find first; one dominated by Find's
 times (slower by ``prune_margin``, needing no less workspace) or met after the
 kernel's budget is spent is recorded with Find's time and
-``extra["timed"] = "find"``; one whose first sample is hopeless is recorded
+``extra["timed"] = "find"`` (``extra["pruned"]`` says why); so is one whose Find time is over
+``split_margin`` times what WR can already do at that size with no more workspace, mostly by running it as
+smaller micro-batches measured before (split dominance,
+:class:`~ucudnn.measure.sources.base.SplitReference`: Find times every algorithm anyway, so the rule saves
+the re-timing only); one whose first sample is hopeless is recorded
 with that sample and ``extra["timed"] = "first-sample"``.  Re-timed ones carry
 ``extra["timed"] = "median"``.
 """
@@ -30,6 +34,7 @@ from .base import BenchSettings, Launch, Operands, Prepared, Pruner, time_config
 
 class LegacySource(Prepared):
     name = "legacy"
+    channel_slices = True   # descriptors take y as a strided view (binding.gpu.descriptors)
 
     def measure(self, op: str, problem: ConvProblem, ops: Operands, workspace: int,
                 settings: BenchSettings) -> tuple[list[Measurement], list[Skipped]]:
@@ -48,7 +53,7 @@ class LegacySource(Prepared):
             except CudnnError as e:
                 skipped.append(Skipped(mb, None, desc_math, f"{e.call}: {e.status_name}"))
         allowed = set(num.allowed_math_types(settings.numerics, problem.dtype))
-        beta = timed_beta(op)   # not Find's beta = 0 (see timed_beta)
+        beta = timed_beta(op, problem)   # not Find's beta = 0 (see timed_beta)
         candidates: list[cudnn.PerfResult] = []
         seen: set[tuple[int, str]] = set()
         for r in results:
@@ -70,7 +75,8 @@ class LegacySource(Prepared):
                 continue
             candidates.append(r)
         measured: list[Measurement] = []
-        pruner = Pruner(settings, trust_long=op != "backward_filter")   # Find times wgrad with beta = 0
+        pruner = Pruner(settings, trust_long=op != "backward_filter",   # Find times wgrad with beta = 0
+                        split=settings.split_reference(problem))        # split dominance: Find's time decides
         # fastest by Find first: dominators and the best re-timed time are known before they are needed
         for r in sorted(candidates, key=lambda r: (r.time_ms, r.workspace_bytes)):
             extra = {"deterministic": r.deterministic}

@@ -1,0 +1,101 @@
+"""Channel-sliced plans (issue 18) equal undivided cuDNN (GPU; skipped without one).
+
+Each case benchmarks one kernel with ``channel_policy="halves"``, builds a plan that covers k with uneven
+slices (k/2 + k/4 + k/4), each slice split unevenly along the batch, with the fastest measured configuration of
+the named source at each (micro-batch, slice), executes it with the caller's alpha and beta, and compares with
+one undivided cuDNN call; eagerly and captured in a CUDA graph.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ucudnn.problem import ConvProblem, KernelSpec
+
+pytestmark = pytest.mark.gpu
+
+CASES = {
+    "odd-batch-3x5-stride2": ConvProblem(7, 16, 13, 11, 64, 3, 5, pad=(1, 2), stride=(2, 1)),
+    "nhwc-5x5": ConvProblem(5, 24, 15, 15, 32, 5, 5, pad=(2, 2), layout="NHWC"),
+    "alexnet-conv2-like": ConvProblem(6, 32, 27, 27, 64, 5, 5, pad=(2, 2)),
+    "first-layer-c3-stride4": ConvProblem(5, 3, 47, 47, 32, 11, 11, stride=(4, 4)),
+    "float16-nhwc": ConvProblem(9, 16, 14, 14, 64, 3, 3, pad=(1, 1), dtype="float16", layout="NHWC"),
+}
+TOL = {"float32": 2e-4, "float16": 2e-2}
+BATCHES = {7: [4, 2, 1], 5: [4, 1], 6: [4, 2], 9: [8, 1]}
+
+
+def rel_err(a, b) -> float:
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
+
+
+def _sliced_plan(problem, op, source):
+    from ucudnn.measure.benchmarking import benchmark
+    from ucudnn.planning.plan import KernelPlan, MicroConfig
+
+    numerics = "strict" if problem.dtype == "float32" else "default"
+    table = benchmark([KernelSpec("k", op, problem)], "powerOfTwo", numerics, sources=source, repeat=1,
+                      channel_policy="halves", max_workspace=256 << 20, progress=False)
+    ms = table.kernels[0].measurements
+    configs = []
+    for c in (problem.k // 2, problem.k // 4, problem.k // 4):
+        for mb in BATCHES[problem.n]:
+            opts = [m for m in ms if m.channels == c and m.micro_batch == mb]
+            if not opts:
+                pytest.skip(f"{source} measured nothing at micro-batch {mb}, {c} channels")
+            configs.append(MicroConfig.of(min(opts, key=lambda m: m.time_ms)))
+    return KernelPlan(f"test/{op}", op, problem, configs)
+
+
+def _undivided(problem, op, a, b, out, alpha, beta):
+    from ucudnn.binding import cudnn
+    from ucudnn.binding.gpu import descriptors, handle
+
+    d = descriptors(problem, "FMA" if problem.dtype == "float32" else "DEFAULT")
+    da, db, do = d.operands(op)
+    cudnn.convolution(handle(), op, alpha, da, a.data.ptr, db, b.data.ptr, d.conv, 0, 0, 0, beta, do, out.data.ptr)
+
+
+@pytest.mark.parametrize("source", ["legacy", "graph"])
+@pytest.mark.parametrize("op", ["forward", "backward_data", "backward_filter"])
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("replay", [False, True], ids=["eager", "replay"])
+def test_a_channel_sliced_plan_equals_undivided_cudnn(case, op, source, replay):
+    import cupy as cp
+
+    from ucudnn.execute.executor import Executor
+    from ucudnn.measure.benchmarking import Buffers
+
+    if source == "graph":
+        pytest.importorskip("cudnn")
+    problem = CASES[case]
+    plan = _sliced_plan(problem, op, source)
+    assert {c.channels for c in plan.configs} == {problem.k // 2, problem.k // 4}
+    buf = Buffers(problem)
+    a, b, out = buf.arrays(op)
+    rng = cp.random.default_rng(7)
+    start = rng.standard_normal(out.shape, dtype="float32").astype(out.dtype)
+    alpha, beta = 0.75, 0.5
+    ref = start.copy()
+    _undivided(problem, op, a, b, ref, alpha, beta)
+    got = start.copy()
+    ex = Executor(plan, replay=replay)
+    for _ in range(2 if replay else 1):   # replay: the second call replays the captured graph
+        got[...] = start
+        ex(a, b, got, alpha=alpha, beta=beta)
+    cp.cuda.Device().synchronize()
+    if replay:
+        assert not ex.replay_failures, ex.replay_failures
+    assert rel_err(got.get(), ref.get()) < TOL[problem.dtype], plan.summary()
+
+
+def test_the_benchmark_measures_slices_only_with_sources_that_run_them():
+    from ucudnn.measure.benchmarking import benchmark
+
+    p = CASES["alexnet-conv2-like"]
+    table = benchmark([KernelSpec("k", "forward", p)], "powerOfTwo", "strict", sources="legacy,direct", repeat=1,
+                      channel_policy="halves", max_workspace=64 << 20, progress=False)
+    sliced = [m for m in table.kernels[0].measurements if m.channels is not None]
+    assert sliced and {m.source for m in sliced} == {"legacy"} and {m.channels for m in sliced} == {32, 16, 8}
+    assert table.extra["channel_policy"] == "halves"
