@@ -292,3 +292,18 @@ def test_nhwc_slices_start_k0_elements_into_each_pixel(recorder):
     nhwc = ConvProblem(10, 3, 8, 8, 32, 3, 3, pad=(1, 1), layout="NHWC")
     _run("forward", problem=nhwc)
     assert [out for _, _, out, _ in recorder.calls] == [3 << 30, (3 << 30) + 16 * 4, (3 << 30) + 6 * YS + 16 * 4]
+
+
+def test_wd_takes_sliced_configurations_and_its_plans_execute_as_covers():
+    from ucudnn.planning.wd import plan_wd
+
+    table = BenchmarkTable("H100", 91900, [_kernel(_sliced(96) + _sliced(48)),
+                                           KernelBench("conv3", "forward", P, _kernel([]).measurements)], "strict")
+    wd = plan_wd(table, 110 * MiB)
+    assert wd.workspace_bytes <= 110 * MiB
+    for k in wd.kernels:
+        steps(k.configs, P.n, P.k)
+    # 110 MiB in all: conv2 slices its channels (7.5 ms in 50 MiB) beside conv3's two micro-batches (8.4 ms, 50 MiB)
+    wr = plan_wr(table, 55 * MiB)
+    assert wd.total_time_ms <= wr.total_time_ms + 1e-9
+    assert any(c.channels is not None for k in wd.kernels for c in k.configs)

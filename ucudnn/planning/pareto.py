@@ -72,6 +72,8 @@ class Configuration:
 
     @property
     def batch(self) -> int:
+        """The micro-batches' sum: the mini-batch without channel slices; with them, the mini-batch times the
+        number of slices (:attr:`ucudnn.planning.plan.KernelPlan.batch` knows k and gives the mini-batch)."""
         return sum(m.micro_batch for m in self.micro)
 
     def summary(self) -> str:

@@ -9,7 +9,8 @@ _SOURCES: dict[str, AlgorithmSource] = {}
 # ucudnn's own sources, created on first use (the graph source needs the optional frontend only when it runs)
 _BUILTIN = {"legacy": ("ucudnn.measure.sources.legacy", "LegacySource"), "graph": ("ucudnn.measure.sources.graph", "GraphSource"),
             "relayout": ("ucudnn.measure.sources.relayout", "RelayoutSource"), "fold": ("ucudnn.measure.sources.fold", "FoldSource"),
-            "mec": ("ucudnn.measure.sources.mec", "MecSource"), "direct": ("ucudnn.measure.sources.direct", "DirectSource")}
+            "mec": ("ucudnn.measure.sources.mec", "MecSource"), "direct": ("ucudnn.measure.sources.direct", "DirectSource"),
+            "winograd": ("ucudnn.measure.sources.winograd", "WinogradSource")}
 
 
 def register(source: AlgorithmSource) -> None:

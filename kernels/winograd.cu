@@ -1,0 +1,166 @@
+// Winograd F(4x4, 3x3) convolution transforms, for the winograd algorithm source (issue 18).
+//
+// A 3x3, stride-1 correlation of an input (Ci channels, Hi x Wi, padding PH/PW) into an output (Co channels,
+// Ho x Wo) is computed tile by tile: each 4x4 output tile reads a 6x6 input tile starting at
+// (4*th - PH, 4*tw - PW) (zero outside the input), and
+//     Y = A^T [ (G g G^T) (.) (B^T d B) ] A
+// element-wise over the 36 points xi = 6*i + j of the transform domain.  The product over channels is 36 GEMMs
+// (cuBLAS, launched by the source): M[xi] = U[xi] (Co x Ci) @ V[xi] (Ci x T).  Backward data is the same
+// machinery on dy with the filter rotated by 180 degrees and its K / C roles swapped (wino_filter's ROT).
+// kernels/winograd.py holds the matrices, the geometry, a float64 reference and a CPU emulation of these kernels.
+//
+// Workspace (float32):  U [36][Co][Ci]; V and M per transform-domain point either channel-major
+// ([36][Ci][T], [36][Co][T]: CMINOR = false, for NCHW tensors) or channel-minor ([36][T][Ci], [36][T][Co]:
+// CMINOR = true, for NHWC tensors).  Either way a thread's linear index within a plane is its offset there, and
+// consecutive threads walk the tensor's fastest dimension (tiles along a row for NCHW, channels for NHWC).
+// Tiles: t = (n*TH + th)*TW + tw over the n images of a chunk.  Tensors are addressed through element strides
+// (n, c, h, w), so NCHW, NHWC and channel slices of a wider y / dy are one code path.
+//
+// wino_filter:  one thread per (o, i): 9 filter taps -> 36 values U[xi][o][i].  g[r][s] = w[o*so + i*si + r*sr +
+//               s*ss] (ROT: w[... (2-r)*sr + (2-s)*ss]).  Grid (ceil(Co*Ci / 256)).
+// wino_input:   one thread per (c, t): 6x6 tile -> 36 values V[xi][...].  Grid (ceil(Ci*T / 256)).
+// wino_output:  one thread per (k, t): 36 values of M -> 4x4 outputs y = alpha * v + beta * y (y not read when
+//               beta == 0), edge tiles clipped to Ho x Wo.  Grid (ceil(Co*T / 256)).
+#include "common.cuh"
+
+// B^T d for one column d[0..5] (stride DS) into r[0..5] (stride RS)
+__device__ __forceinline__ void wino_bt(const float* d, int ds, float* r, int rs)
+{
+    const float d0 = d[0], d1 = d[ds], d2 = d[2 * ds], d3 = d[3 * ds], d4 = d[4 * ds], d5 = d[5 * ds];
+    r[0] = 4.f * d0 - 5.f * d2 + d4;
+    r[rs] = -4.f * d1 - 4.f * d2 + d3 + d4;
+    r[2 * rs] = 4.f * d1 - 4.f * d2 - d3 + d4;
+    r[3 * rs] = -2.f * d1 - d2 + 2.f * d3 + d4;
+    r[4 * rs] = 2.f * d1 - d2 - 2.f * d3 + d4;
+    r[5 * rs] = 4.f * d1 - 5.f * d3 + d5;
+}
+
+// G g for one column g[0..2] (stride GS) into u[0..5] (stride US)
+__device__ __forceinline__ void wino_g(const float* g, int gs, float* u, int us)
+{
+    const float g0 = g[0], g1 = g[gs], g2 = g[2 * gs];
+    u[0] = 0.25f * g0;
+    u[us] = -(g0 + g1 + g2) * (1.f / 6.f);
+    u[2 * us] = -(g0 - g1 + g2) * (1.f / 6.f);
+    u[3 * us] = g0 * (1.f / 24.f) + g1 * (1.f / 12.f) + g2 * (1.f / 6.f);
+    u[4 * us] = g0 * (1.f / 24.f) - g1 * (1.f / 12.f) + g2 * (1.f / 6.f);
+    u[5 * us] = g2;
+}
+
+// A^T m for one column m[0..5] (stride MS) into o[0..3] (stride OS)
+__device__ __forceinline__ void wino_at(const float* m, int ms, float* o, int os)
+{
+    const float m0 = m[0], m1 = m[ms], m2 = m[2 * ms], m3 = m[3 * ms], m4 = m[4 * ms], m5 = m[5 * ms];
+    o[0] = m0 + m1 + m2 + m3 + m4;
+    o[os] = m1 - m2 + 2.f * m3 - 2.f * m4;
+    o[2 * os] = m1 + m2 + 4.f * m3 + 4.f * m4;
+    o[3 * os] = m1 - m2 + 8.f * m3 - 8.f * m4 + m5;
+}
+
+template <typename T, bool ROT>
+__global__ void __launch_bounds__(256) wino_filter(const T* __restrict__ w, float* __restrict__ U, int Co, int Ci,
+                                                   long long so, long long si, long long sr, long long ss)
+{
+    const int idx = blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= Co * Ci) return;
+    const int o = idx / Ci, i = idx - o * Ci;
+    const T* base = w + o * so + i * si;
+    float g[9], tmp[18], u[36];
+#pragma unroll
+    for (int r = 0; r < 3; ++r)
+#pragma unroll
+        for (int s = 0; s < 3; ++s)
+            g[r * 3 + s] = to_float(base[(ROT ? 2 - r : r) * sr + (ROT ? 2 - s : s) * ss]);
+#pragma unroll
+    for (int s = 0; s < 3; ++s) wino_g(g + s, 3, tmp + s, 3);      // tmp [6][3] = G g
+#pragma unroll
+    for (int a = 0; a < 6; ++a) wino_g(tmp + 3 * a, 1, u + 6 * a, 1);   // u [6][6] = (G g) G^T
+    const long long plane = (long long)Co * Ci;
+#pragma unroll
+    for (int xi = 0; xi < 36; ++xi) U[xi * plane + idx] = u[xi];
+}
+
+template <typename T, bool CMINOR>
+__global__ void __launch_bounds__(256) wino_input(const T* __restrict__ x, float* __restrict__ V, int Ci, int T_,
+                                                  int TH, int TW, int Hi, int Wi, int PH, int PW, long long sn,
+                                                  long long sc, long long sh, long long sw)
+{
+    const int idx = blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= Ci * T_) return;
+    int c, t;
+    if (CMINOR) { t = idx / Ci; c = idx - t * Ci; }
+    else { c = idx / T_; t = idx - c * T_; }
+    const int tw = t % TW, nt = t / TW;
+    const int th = nt % TH, n = nt / TH;
+    const int h0 = 4 * th - PH, w0 = 4 * tw - PW;
+    const T* base = x + n * sn + c * sc;
+    float d[36], tmp[36];
+#pragma unroll
+    for (int a = 0; a < 6; ++a) {
+        const int h = h0 + a;
+        const bool hin = h >= 0 && h < Hi;
+#pragma unroll
+        for (int b = 0; b < 6; ++b) {
+            const int ww = w0 + b;
+            d[a * 6 + b] = (hin && ww >= 0 && ww < Wi) ? to_float(base[h * sh + ww * sw]) : 0.f;
+        }
+    }
+#pragma unroll
+    for (int b = 0; b < 6; ++b) wino_bt(d + b, 6, tmp + b, 6);            // tmp = B^T d (columns)
+#pragma unroll
+    for (int a = 0; a < 6; ++a) wino_bt(tmp + 6 * a, 1, d + 6 * a, 1);    // d = (B^T d) B (rows)
+    const long long plane = (long long)Ci * T_;
+#pragma unroll
+    for (int xi = 0; xi < 36; ++xi) V[xi * plane + idx] = d[xi];
+}
+
+template <typename T, bool CMINOR>
+__global__ void __launch_bounds__(256) wino_output(const float* __restrict__ M, T* __restrict__ y, int Co, int T_,
+                                                   int TH, int TW, int Ho, int Wo, long long sn, long long sc,
+                                                   long long sh, long long sw, float alpha, float beta)
+{
+    const int idx = blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= Co * T_) return;
+    int k, t;
+    if (CMINOR) { t = idx / Co; k = idx - t * Co; }
+    else { k = idx / T_; t = idx - k * T_; }
+    const int tw = t % TW, nt = t / TW;
+    const int th = nt % TH, n = nt / TH;
+    const long long plane = (long long)Co * T_;
+    float m[36], tmp[24], o[16];
+#pragma unroll
+    for (int xi = 0; xi < 36; ++xi) m[xi] = M[xi * plane + idx];
+#pragma unroll
+    for (int b = 0; b < 6; ++b) wino_at(m + b, 6, tmp + b, 6);           // tmp [4][6] = A^T m
+#pragma unroll
+    for (int a = 0; a < 4; ++a) wino_at(tmp + 6 * a, 1, o + 4 * a, 1);   // o [4][4] = (A^T m) A
+    T* base = y + n * sn + k * sc;
+    const int h0 = 4 * th, w0 = 4 * tw;
+#pragma unroll
+    for (int a = 0; a < 4; ++a) {
+        if (h0 + a >= Ho) break;
+#pragma unroll
+        for (int b = 0; b < 4; ++b) {
+            if (w0 + b >= Wo) break;
+            T* p = base + (h0 + a) * sh + (w0 + b) * sw;
+            float v = alpha * o[a * 4 + b];
+            if (beta != 0.f) v += beta * to_float(*p);
+            *p = from_float<T>(v);
+        }
+    }
+}
+
+#ifdef UCUDNN_NVCC_CHECK
+template __global__ void wino_filter<float, false>(const float*, float*, int, int, long long, long long, long long,
+                                                   long long);
+template __global__ void wino_filter<float, true>(const float*, float*, int, int, long long, long long, long long,
+                                                  long long);
+template __global__ void wino_input<float, false>(const float*, float*, int, int, int, int, int, int, int, int,
+                                                  long long, long long, long long, long long);
+template __global__ void wino_input<float, true>(const float*, float*, int, int, int, int, int, int, int, int,
+                                                 long long, long long, long long, long long);
+template __global__ void wino_output<float, false>(const float*, float*, int, int, int, int, int, int, long long,
+                                                   long long, long long, long long, float, float);
+template __global__ void wino_output<float, true>(const float*, float*, int, int, int, int, int, int, long long,
+                                                  long long, long long, long long, float, float);
+#endif

@@ -1,0 +1,399 @@
+"""Winograd F(4x4, 3x3) convolution (Lavin & Gray): transform matrices, tiling geometry, workspace layout, GEMM
+description, float64 NumPy references, a CPU emulation of winograd.cu's kernels, and their launchers.
+
+The ``winograd`` algorithm source (``ucudnn/measure/sources/winograd.py``) runs a configuration as:
+
+1. ``wino_filter``: U[xi] = (G g G^T)[xi] for every (output channel o, input channel i): ``U [36][Co][Ci]``;
+2. per chunk of ``chunk`` images: ``wino_input`` (V = B^T d B of every 6x6 input tile), one
+   ``cublasGemmStridedBatchedEx`` over the 36 transform-domain points (M[xi] = U[xi] V[xi], channels reduced), and
+   ``wino_output`` (y = alpha * A^T M A + beta * y, edge tiles clipped).
+
+Forward is the correlation of x (Ci = C) into y (Co = K) with the problem's padding.  Backward data is the same
+correlation of dy (Ci = K) into dx (Co = C) with the filter rotated by 180 degrees, its K / C roles swapped and
+padding ``2 - pad`` (the full convolution of dy), so ``pad <= 2``.
+
+Layouts: NCHW keeps V and M channel-major (``[36][Ci][T]``, ``[36][Co][T]``; M[xi] = U[xi] @ V[xi]), NHWC
+channel-minor (``[36][T][Ci]``, ``[36][T][Co]``; M[xi] = V[xi] @ U[xi]^T), so each kernel's threads walk the
+tensor's fastest dimension.  Tensors are addressed by element strides, so y (dy) may be a channel slice of a wider
+tensor (:meth:`ucudnn.problem.ConvProblem.y_strides`).  The workspace is float32 throughout.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from ucudnn.errors import InputError
+from ucudnn.problem import ConvProblem
+
+from . import _compile
+from .mec import WORKSPACE_ALIGN, Gemm, align_up, run_gemms
+
+SOURCE = "winograd.cu"
+#: output tile (m), filter size (r) and input tile (alpha = m + r - 1) of F(4x4, 3x3)
+M_TILE, R_FILTER, A_TILE = 4, 3, 6
+POINTS = A_TILE * A_TILE
+_THREADS = 256
+_INT_MAX = (1 << 31) - 1
+OPS = ("forward", "backward_data")
+#: the data types the kernels are instantiated for (the workspace is float32 whatever the data)
+DTYPES = ("float32",)
+
+# Lavin & Gray's F(4, 3) matrices (interpolation points 0, +-1, +-2, inf)
+BT = np.array([[4, 0, -5, 0, 1, 0],
+               [0, -4, -4, 1, 1, 0],
+               [0, 4, -4, -1, 1, 0],
+               [0, -2, -1, 2, 1, 0],
+               [0, 2, -1, -2, 1, 0],
+               [0, 4, 0, -5, 0, 1]], dtype=np.float64)
+G = np.array([[1 / 4, 0, 0],
+              [-1 / 6, -1 / 6, -1 / 6],
+              [-1 / 6, 1 / 6, -1 / 6],
+              [1 / 24, 1 / 12, 1 / 6],
+              [1 / 24, -1 / 12, 1 / 6],
+              [0, 0, 1]], dtype=np.float64)
+AT = np.array([[1, 1, 1, 1, 1, 0],
+               [0, 1, -1, 2, -2, 0],
+               [0, 1, 1, 4, 4, 0],
+               [0, 1, -1, 8, -8, 1]], dtype=np.float64)
+
+
+# ---- float64 references --------------------------------------------------------------------------------------------
+def filter_transform(g: np.ndarray) -> np.ndarray:
+    """``G g G^T`` over the last two axes (``[..., 3, 3]`` -> ``[..., 6, 6]``)."""
+    return np.einsum("ar,...rs,bs->...ab", G, g, G)
+
+
+def input_transform(d: np.ndarray) -> np.ndarray:
+    """``B^T d B`` over the last two axes (``[..., 6, 6]``)."""
+    return np.einsum("ai,...ij,bj->...ab", BT, d, BT)
+
+
+def output_transform(m: np.ndarray) -> np.ndarray:
+    """``A^T m A`` over the last two axes (``[..., 6, 6]`` -> ``[..., 4, 4]``)."""
+    return np.einsum("ai,...ij,bj->...ab", AT, m, AT)
+
+
+def tiles(size: int) -> int:
+    """Output tiles along one axis of ``size`` outputs."""
+    return -(-size // M_TILE)
+
+
+def correlation_reference(x: np.ndarray, w: np.ndarray, pad: tuple[int, int]) -> np.ndarray:
+    """The whole algorithm in float64 on NCHW arrays: ``x [N, Ci, H, W]`` correlated with ``w [Co, Ci, 3, 3]``
+    (padding ``pad``, stride 1) -> ``[N, Co, H + 2ph - 2, W + 2pw - 2]``, tile by tile."""
+    x, w = np.asarray(x, np.float64), np.asarray(w, np.float64)
+    n, ci, h, wd = x.shape
+    ph, pw = pad
+    ho, wo = h + 2 * ph - 2, wd + 2 * pw - 2
+    th, tw = tiles(ho), tiles(wo)
+    # padded so every 6x6 tile is inside: rows -ph .. 4*th - ph + 6
+    xp = np.zeros((n, ci, 4 * th + 2, 4 * tw + 2))
+    hh, ww = min(h, 4 * th + 2 - ph), min(wd, 4 * tw + 2 - pw)
+    xp[:, :, ph:ph + hh, pw:pw + ww] = x[:, :, :hh, :ww]
+    d = np.lib.stride_tricks.sliding_window_view(xp, (A_TILE, A_TILE), axis=(2, 3))[:, :, ::M_TILE, ::M_TILE]
+    v = input_transform(d)                                   # [n, ci, th, tw, 6, 6]
+    u = filter_transform(w)                                  # [co, ci, 6, 6]
+    m = np.einsum("kcab,nctsab->nktsab", u, v)
+    y = output_transform(m)                                  # [n, co, th, tw, 4, 4]
+    y = y.transpose(0, 1, 2, 4, 3, 5).reshape(n, w.shape[0], 4 * th, 4 * tw)
+    return y[:, :, :ho, :wo]
+
+
+def direct_correlation(x: np.ndarray, w: np.ndarray, pad: tuple[int, int]) -> np.ndarray:
+    """Plain float64 correlation (NCHW, stride 1, any filter): the reference the Winograd result is checked against."""
+    x, w = np.asarray(x, np.float64), np.asarray(w, np.float64)
+    ph, pw = pad
+    xp = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+    win = np.lib.stride_tricks.sliding_window_view(xp, w.shape[2:], axis=(2, 3))   # [n, ci, ho, wo, r, s]
+    return np.einsum("ncpqrs,kcrs->nkpq", win, w)
+
+
+# ---- geometry ------------------------------------------------------------------------------------------------------
+def refusal(problem: ConvProblem, op: str) -> str | None:
+    """Why the Winograd F(4x4, 3x3) kernels do not run ``op`` of ``problem`` (None: they do)."""
+    if op not in OPS:
+        return ("backward filter is not built (its transform accumulates in the transform domain across "
+                "micro-batches: declined)" if op == "backward_filter" else f"unknown op {op!r}")
+    if (problem.r, problem.s) != (3, 3):
+        return f"F(4x4, 3x3) runs 3x3 filters, not {problem.r}x{problem.s}"
+    if problem.stride != (1, 1):
+        return f"stride {list(problem.stride)}: Winograd runs stride 1 only"
+    if problem.dilation != (1, 1):
+        return f"dilated convolutions (dilation {list(problem.dilation)}) are not built"
+    if problem.groups != 1:
+        return f"grouped convolutions (groups = {problem.groups}) are not built"
+    if max(problem.pad) > 2:
+        return f"padding {list(problem.pad)} over 2 (backward data runs the full convolution with padding 2 - pad)"
+    if problem.dtype not in DTYPES:
+        return f"{problem.dtype}: winograd.cu's kernels are built for {' and '.join(DTYPES)}"
+    if problem.layout not in ("NCHW", "NHWC"):
+        return f"layout {problem.layout}"
+    if problem.k * problem.c > _INT_MAX:
+        return "K x C over 2^31 filter elements"
+    return None
+
+
+def _packed_strides(layout: str, c: int, h: int, w: int) -> tuple[int, int, int, int]:
+    """Element strides (n, c, h, w) of a packed tensor."""
+    return (c * h * w, h * w, w, 1) if layout == "NCHW" else (h * w * c, 1, w * c, c)
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """One op of one problem as the kernels see it: an input of ``ci`` channels (``hi x wi``) correlated into an
+    output of ``co`` channels (``ho x wo``) with padding ``pad``; strides in elements, (n, c, h, w) order; the
+    filter read as ``w[o*so + i*si + r*sr + s*ss]`` (rotated by 180 degrees when ``rot``)."""
+
+    op: str
+    ci: int
+    co: int
+    hi: int
+    wi: int
+    ho: int
+    wo: int
+    pad: tuple[int, int]
+    in_strides: tuple[int, int, int, int]
+    out_strides: tuple[int, int, int, int]
+    filter_strides: tuple[int, int, int, int]
+    rot: bool
+    cminor: bool      # NHWC: V and M channel-minor
+
+    @classmethod
+    def of(cls, problem: ConvProblem, op: str) -> "Geometry":
+        why = refusal(problem, op)
+        if why:
+            raise InputError(f"winograd cannot run {op} of {problem.describe()}: {why}", "problem")
+        p = problem
+        x_str = _packed_strides(p.layout, p.c, p.h, p.w)
+        y_str = p.y_strides()
+        # w: NCHW [K][C][3][3], NHWC [K][3][3][C]: strides of (k, c, r, s)
+        wk, wc, wr, ws = (p.c * 9, 9, 3, 1) if p.layout == "NCHW" else (9 * p.c, 1, 3 * p.c, p.c)
+        cminor = p.layout == "NHWC"
+        if op == "forward":
+            return cls(op, p.c, p.k, p.h, p.w, p.p, p.q, p.pad, x_str, y_str, (wk, wc, wr, ws), False, cminor)
+        pad = (2 - p.pad[0], 2 - p.pad[1])
+        return cls(op, p.k, p.c, p.p, p.q, p.h, p.w, pad, y_str, x_str, (wc, wk, wr, ws), True, cminor)
+
+    @property
+    def tiles_h(self) -> int:
+        return tiles(self.ho)
+
+    @property
+    def tiles_w(self) -> int:
+        return tiles(self.wo)
+
+    @property
+    def tiles_per_image(self) -> int:
+        return self.tiles_h * self.tiles_w
+
+    def segments(self, chunk: int) -> tuple[tuple[str, int, int], ...]:
+        """(name, byte offset, bytes) of U, V and M for chunks of ``chunk`` images (float32, 256-byte aligned)."""
+        t = chunk * self.tiles_per_image
+        out, off = [], 0
+        for name, elements in (("U", self.co * self.ci), ("V", self.ci * t), ("M", self.co * t)):
+            out.append((name, off, 4 * POINTS * elements))
+            off = align_up(off + 4 * POINTS * elements)
+        return tuple(out)
+
+    def workspace_bytes(self, chunk: int) -> int:
+        """Exactly what a configuration running chunks of ``chunk`` images touches: U, V and M (the last not
+        padded): ``36 * 4 * (Co*Ci (aligned) + Ci*T (aligned) + Co*T)`` bytes, T = chunk * tiles per image."""
+        return max(off + size for _, off, size in self.segments(chunk))
+
+    def chunk_refusal(self, chunk: int) -> str | None:
+        """Why chunks of ``chunk`` images do not run (32-bit thread indices), or None."""
+        t = chunk * self.tiles_per_image
+        if max(self.ci, self.co) * t > _INT_MAX:
+            return f"chunks of {chunk} images: {max(self.ci, self.co) * t} transformed elements per point, over 2^31"
+        return None
+
+    def gemm(self, images: int) -> Gemm:
+        """The 36 products of a chunk of ``images`` images (row-major, over the workspace buffers U, V, M)."""
+        t = images * self.tiles_per_image
+        ci, co = self.ci, self.co
+        if self.cminor:   # M[xi] (T x Co) = V[xi] (T x Ci) @ U[xi]^T
+            return Gemm(a="V", b="U", c="M", m=t, n=co, k=ci, lda=ci, ldb=ci, ldc=co, stride_a=ci * t,
+                        stride_b=co * ci, stride_c=co * t, batch=POINTS, trans_b=True, alpha=1.0, beta=0.0)
+        # M[xi] (Co x T) = U[xi] (Co x Ci) @ V[xi] (Ci x T)
+        return Gemm(a="U", b="V", c="M", m=co, n=t, k=ci, lda=ci, ldb=t, ldc=t, stride_a=co * ci, stride_b=ci * t,
+                    stride_c=co * t, batch=POINTS, alpha=1.0, beta=0.0)
+
+    def chunks(self, n: int, chunk: int) -> list[tuple[int, int]]:
+        """(first image, images) of each chunk of a call on ``n`` images."""
+        return [(n0, min(chunk, n - n0)) for n0 in range(0, n, chunk)]
+
+
+def chunk_sizes(n: int) -> list[int]:
+    """The chunk sizes offered at micro-batch ``n``: the powers of two below ``n``, and ``n`` (one chunk)."""
+    out, c = [], 1
+    while c < n:
+        out.append(c)
+        c *= 2
+    return out + [n]
+
+
+# ---- CPU emulation of winograd.cu (thread by thread index math, vectorised over threads) ---------------------------
+def _bt(d0, d1, d2, d3, d4, d5):
+    return (4 * d0 - 5 * d2 + d4, -4 * d1 - 4 * d2 + d3 + d4, 4 * d1 - 4 * d2 - d3 + d4,
+            -2 * d1 - d2 + 2 * d3 + d4, 2 * d1 - d2 - 2 * d3 + d4, 4 * d1 - 5 * d3 + d5)
+
+
+def _g(g0, g1, g2):
+    return (0.25 * g0, -(g0 + g1 + g2) / 6, -(g0 - g1 + g2) / 6, g0 / 24 + g1 / 12 + g2 / 6,
+            g0 / 24 - g1 / 12 + g2 / 6, g2)
+
+
+def _at(m0, m1, m2, m3, m4, m5):
+    return (m0 + m1 + m2 + m3 + m4, m1 - m2 + 2 * m3 - 2 * m4, m1 + m2 + 4 * m3 + 4 * m4,
+            m1 - m2 + 8 * m3 - 8 * m4 + m5)
+
+
+def _separable(f, block: list[list[np.ndarray]]) -> list[list[np.ndarray]]:
+    """f applied to every column of ``block`` (rows x cols of per-thread vectors), then to every row."""
+    cols = [f(*[block[a][b] for a in range(len(block))]) for b in range(len(block[0]))]   # cols[b][i]
+    tmp = [[cols[b][i] for b in range(len(cols))] for i in range(len(cols[0]))]
+    return [list(f(*row)) for row in tmp]
+
+
+def emulate_filter(geo: Geometry, w: np.ndarray, U: np.ndarray) -> None:
+    """wino_filter: ``U`` (flat, >= 36*Co*Ci) from flat ``w``."""
+    idx = np.arange(geo.co * geo.ci)
+    o, i = idx // geo.ci, idx % geo.ci
+    so, si, sr, ss = geo.filter_strides
+    base = o * so + i * si
+    g = [[w[base + ((2 - r) if geo.rot else r) * sr + ((2 - s) if geo.rot else s) * ss] for s in range(3)]
+         for r in range(3)]
+    u = _separable(_g, g)
+    plane = geo.co * geo.ci
+    for a in range(6):
+        for b in range(6):
+            U[(a * 6 + b) * plane + idx] = u[a][b]
+
+
+def _tile_of(geo: Geometry, idx: np.ndarray, channels: int, t_count: int) -> tuple[np.ndarray, ...]:
+    """(channel, n, th, tw) of each thread of wino_input / wino_output (the kernels' decoding of ``idx``)."""
+    if geo.cminor:
+        t, c = idx // channels, idx % channels
+    else:
+        c, t = idx // t_count, idx % t_count
+    tw, nt = t % geo.tiles_w, t // geo.tiles_w
+    return c, nt // geo.tiles_h, nt % geo.tiles_h, tw
+
+
+def emulate_input(geo: Geometry, x: np.ndarray, V: np.ndarray, images: int) -> None:
+    """wino_input on ``images`` images of flat ``x`` (starting at image 0 of the view)."""
+    t_count = images * geo.tiles_per_image
+    idx = np.arange(geo.ci * t_count)
+    c, n, th, tw = _tile_of(geo, idx, geo.ci, t_count)
+    sn, sc, sh, sw = geo.in_strides
+    h0, w0 = 4 * th - geo.pad[0], 4 * tw - geo.pad[1]
+    base = n * sn + c * sc
+    d = []
+    for a in range(6):
+        row = []
+        for b in range(6):
+            h, ww = h0 + a, w0 + b
+            ok = (h >= 0) & (h < geo.hi) & (ww >= 0) & (ww < geo.wi)
+            row.append(np.where(ok, x[np.where(ok, base + h * sh + ww * sw, 0)], 0.0))
+        d.append(row)
+    v = _separable(_bt, d)
+    plane = geo.ci * t_count
+    for a in range(6):
+        for b in range(6):
+            V[(a * 6 + b) * plane + idx] = v[a][b]
+
+
+def emulate_output(geo: Geometry, M: np.ndarray, y: np.ndarray, images: int, alpha: float, beta: float) -> None:
+    """wino_output on ``images`` images of flat ``y`` (y = alpha * A^T M A + beta * y, clipped to Ho x Wo)."""
+    t_count = images * geo.tiles_per_image
+    idx = np.arange(geo.co * t_count)
+    k, n, th, tw = _tile_of(geo, idx, geo.co, t_count)
+    plane = geo.co * t_count
+    m = [[M[(a * 6 + b) * plane + idx] for b in range(6)] for a in range(6)]
+    o = _separable(_at, m)
+    sn, sc, sh, sw = geo.out_strides
+    base = n * sn + k * sc
+    for a in range(4):
+        for b in range(4):
+            h, ww = 4 * th + a, 4 * tw + b
+            ok = (h < geo.ho) & (ww < geo.wo)
+            p = (base + h * sh + ww * sw)[ok]
+            v = alpha * o[a][b][ok]
+            y[p] = v + beta * y[p] if beta != 0 else v
+
+
+def emulate(geo: Geometry, w: np.ndarray, x: np.ndarray, y: np.ndarray, n: int, chunk: int, alpha: float = 1.0,
+            beta: float = 0.0, workspace: np.ndarray | None = None,
+            gemm: Callable[[list[Gemm], dict[str, np.ndarray]], None] | None = None) -> np.ndarray:
+    """One launch on the CPU, as the source runs it: ``x`` the input (x, or dy for backward data), ``y`` the output
+    (flat arrays addressed by the geometry's strides), the workspace a flat float array of
+    ``workspace_bytes(chunk) / 4`` elements split into U, V, M at the segments' offsets.  ``gemm(gemms, buffers)``
+    replaces the row-major GEMM execution (tests pass cuBLAS's column-major view).  Returns the workspace."""
+    words = geo.workspace_bytes(chunk) // 4
+    ws = np.full(words, np.nan) if workspace is None else workspace
+    seg = {name: ws[off // 4: off // 4 + size // 4] for name, off, size in geo.segments(chunk)}
+    emulate_filter(geo, w, seg["U"])
+    run = gemm or (lambda gms, bufs: run_gemms(gms, bufs))
+    for n0, images in geo.chunks(n, chunk):
+        emulate_input(geo, x[n0 * geo.in_strides[0]:], seg["V"], images)
+        run([geo.gemm(images)], seg)
+        emulate_output(geo, seg["M"], y[n0 * geo.out_strides[0]:], images, alpha, beta)
+    return ws
+
+
+# ---- GPU launchers (winograd.cu), on raw device pointers -----------------------------------------------------------
+FilterFn = Callable[[int, int], None]                  # (w, U)
+InputFn = Callable[[int, int, int], None]              # (x, V, images)
+OutputFn = Callable[[int, int, int, float, float], None]   # (M, y, images, alpha, beta)
+
+
+def launchers(geo: Geometry, itemsize: int = 4) -> tuple[FilterFn, InputFn, OutputFn]:
+    """``filter(w, U)``, ``input(x, V, images)``, ``output(M, y, images, alpha, beta)`` on CuPy's current stream
+    (pointers to the chunk's first image).  The kernels are compiled (or fetched) here, so a launch inside a CUDA
+    graph capture only enqueues."""
+    if itemsize != 4:
+        raise InputError(f"element size {itemsize} bytes is not supported (float32)", "itemsize")
+    i32, i64 = np.int32, np.int64
+    cm = "true" if geo.cminor else "false"
+    filt = f"wino_filter<float,{'true' if geo.rot else 'false'}>"
+    inp, outp = f"wino_input<float,{cm}>", f"wino_output<float,{cm}>"
+    f_args = (i32(geo.co), i32(geo.ci)) + tuple(i64(v) for v in geo.filter_strides)
+    in_str = tuple(i64(v) for v in geo.in_strides)
+    out_str = tuple(i64(v) for v in geo.out_strides)
+    th, tw = geo.tiles_h, geo.tiles_w
+    f_grid = (-(-geo.co * geo.ci // _THREADS),)
+
+    kf, ki, ko = (_compile.get_kernel(SOURCE, name) for name in (filt, inp, outp))   # compiled once, here
+
+    def filter_(w: int, U: int) -> None:
+        kf(f_grid, (_THREADS,), (w, U) + f_args)
+
+    in_args: dict[int, tuple] = {}
+    out_args: dict[int, tuple] = {}
+
+    def shapes(images: int) -> tuple[tuple, tuple]:
+        """(input grid + arguments, output grid + arguments) after the pointers, built once per chunk size."""
+        if images not in in_args:
+            t = images * th * tw
+            in_args[images] = ((-(-geo.ci * t // _THREADS),), (i32(geo.ci), i32(t), i32(th), i32(tw), i32(geo.hi),
+                                                               i32(geo.wi), i32(geo.pad[0]), i32(geo.pad[1])) + in_str)
+            out_args[images] = ((-(-geo.co * t // _THREADS),),
+                                (i32(geo.co), i32(t), i32(th), i32(tw), i32(geo.ho), i32(geo.wo)) + out_str)
+        return in_args[images], out_args[images]
+
+    def input_(x: int, V: int, images: int) -> None:
+        grid, args = shapes(images)[0]
+        ki(grid, (_THREADS,), (x, V) + args)
+
+    def output_(M: int, y: int, images: int, alpha: float, beta: float) -> None:
+        grid, args = shapes(images)[1]
+        ko(grid, (_THREADS,), (M, y) + args + (np.float32(alpha), np.float32(beta)))
+
+    return filter_, input_, output_
+
+
+__all__ = ["AT", "BT", "G", "Geometry", "WORKSPACE_ALIGN", "chunk_sizes", "correlation_reference",
+           "direct_correlation", "emulate", "filter_transform", "input_transform", "launchers", "output_transform",
+           "refusal"]

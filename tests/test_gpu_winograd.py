@@ -1,0 +1,302 @@
+"""The winograd source on the GPU (skipped without one): forward and backward data against a float64 direct
+correlation and undivided cuDNN on VGG-like layers and awkward shapes (odd H / W, pad 0 and 2, C = 3, C not a
+multiple of 8, n = 1 and 5), NCHW and NHWC, FP32 strict and TF32; internal chunks; alpha / beta; channel slices;
+micro-batched plans through the Executor mixed with legacy steps, eager and CUDA-graph replayed; a captured graph
+replayed on new data; measure()'s rows with exact workspace.  No timing is asserted.
+
+``python tests/test_gpu_winograd.py`` prints a timing report (filter transform against a whole step, VGG layers)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from ucudnn.kernels.winograd import Geometry, direct_correlation
+
+from ucudnn.planning.table import Measurement
+from ucudnn.problem import ConvProblem
+
+pytestmark = pytest.mark.gpu
+
+OPS = ("forward", "backward_data")
+CASES = {
+    "vgg-64x56": ConvProblem(3, 64, 56, 56, 64, 3, 3, pad=1),
+    "vgg-128x28": ConvProblem(3, 128, 28, 28, 128, 3, 3, pad=1),
+    "odd-13-pad0": ConvProblem(5, 3, 13, 13, 10, 3, 3, pad=0),
+    "odd-27-pad2": ConvProblem(1, 12, 27, 27, 20, 3, 3, pad=2),
+    "c13-nonsquare-pad12": ConvProblem(2, 13, 17, 15, 9, 3, 3, pad=(1, 2)),
+    "nhwc-odd": ConvProblem(5, 13, 13, 27, 24, 3, 3, pad=1, layout="NHWC"),
+    "nhwc-vgg": ConvProblem(2, 64, 28, 28, 96, 3, 3, pad=1, layout="NHWC"),
+}
+TOL = {"FMA": 1e-4, "TENSOR_OP": 3e-2}   # max error / max |reference|
+
+
+def _config(problem, op, chunk=None, math="FMA", n=None):
+    n = problem.n if n is None else n
+    chunk = n if chunk is None else min(chunk, n)
+    ws = Geometry.of(problem.with_batch(n), op).workspace_bytes(chunk)
+    algo = "wino-f4" if chunk >= n else f"wino-f4-c{chunk}"
+    return Measurement(n, algo, math, 1.0, ws, "winograd", None, {"winograd": {"chunk": chunk}})
+
+
+def _nchw(a, layout):
+    return a if layout == "NCHW" else a.transpose(0, 3, 1, 2)
+
+
+def _host(p: ConvProblem, seed: int):
+    rng = np.random.default_rng(seed)
+    return tuple(rng.standard_normal(s).astype(np.float32) for s in (p.x_shape(), p.w_shape(), p.y_shape()))
+
+
+def _reference(op, p, x, w, dy):
+    """float64, in p's layout."""
+    lay = p.layout
+    x64, w64, dy64 = (_nchw(a.astype(np.float64), lay) for a in (x, w, dy))
+    if op == "forward":
+        out = direct_correlation(x64, w64, p.pad)
+    else:   # the full correlation of dy with the rotated, transposed filter
+        out = direct_correlation(dy64, w64[:, :, ::-1, ::-1].transpose(1, 0, 2, 3), (2 - p.pad[0], 2 - p.pad[1]))
+    return out if lay == "NCHW" else out.transpose(0, 2, 3, 1)
+
+
+def _operands(op, x, w, dy):
+    return {"forward": (x, w), "backward_data": (w, dy)}[op]
+
+
+def _close(got, ref, math, what=""):
+    err = np.abs(np.asarray(got, np.float64) - ref).max() / max(np.abs(ref).max(), 1e-30)
+    assert err < TOL[math], f"{what}: relative error {err:.3g}"
+    return err
+
+
+def _launch_once(problem, op, chunk=None, alpha=1.0, beta=0.0, seed=0, math="FMA"):
+    """(result, float64 expectation) of one prepared launch with exactly the reported workspace (NaN-filled)."""
+    import cupy as cp
+
+    from ucudnn.measure.sources.base import Operands
+    from ucudnn.measure.sources.winograd import WinogradSource
+
+    x, w, dy = _host(problem, seed)
+    out_shape = problem.operand_shapes(op)[2]
+    old = np.random.default_rng(seed + 1).standard_normal(out_shape).astype(np.float32)
+    a, b = (cp.asarray(t) for t in _operands(op, x, w, dy))
+    out = cp.asarray(old) if beta != 0 else cp.full(out_shape, cp.nan, dtype=cp.float32)
+    cfg = _config(problem, op, chunk, math)
+    ws = cp.cuda.alloc(cfg.workspace_bytes)
+    cp.ndarray((cfg.workspace_bytes,), cp.uint8, ws).fill(0xFF)
+    WinogradSource().prepare(op, problem, cfg)(Operands(a.data.ptr, b.data.ptr, out.data.ptr), ws.ptr,
+                                               cfg.workspace_bytes, alpha, beta)
+    expect = alpha * _reference(op, problem, x, w, dy) + (beta * old.astype(np.float64) if beta != 0 else 0)
+    return out.get(), expect
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_matches_the_float64_reference(name, op):
+    problem = CASES[name]
+    got, expect = _launch_once(problem, op)
+    _close(got, expect, "FMA", f"{name} {op}")
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("name", ["odd-13-pad0", "nhwc-odd", "vgg-128x28"])
+def test_chunks_and_tf32(name, op):
+    problem = CASES[name]
+    got, expect = _launch_once(problem, op, chunk=2, seed=4)
+    _close(got, expect, "FMA", f"{name} {op} chunks of 2")
+    got, expect = _launch_once(problem, op, seed=5, math="TENSOR_OP")
+    _close(got, expect, "TENSOR_OP", f"{name} {op} TF32")
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("name", ["c13-nonsquare-pad12", "nhwc-odd"])
+def test_alpha_and_beta_scale_and_accumulate(name, op):
+    got, expect = _launch_once(CASES[name], op, chunk=2, alpha=-0.75, beta=0.5, seed=3)
+    _close(got, expect, "FMA", f"{name} {op}")
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("name", ["vgg-64x56", "vgg-128x28", "odd-27-pad2", "nhwc-vgg"])
+def test_matches_undivided_cudnn(name, op):
+    import cupy as cp
+
+    from ucudnn.binding import cudnn
+    from ucudnn.binding.gpu import descriptors, handle
+
+    problem = CASES[name]
+    x, w, dy = _host(problem, 5)
+    a, b = (cp.asarray(t) for t in _operands(op, x, w, dy))
+    d = descriptors(problem, "FMA")
+    da, db, do = d.operands(op)
+    ref = cp.empty(problem.operand_shapes(op)[2], cp.float32)
+    cudnn.convolution(handle(), op, 1.0, da, a.data.ptr, db, b.data.ptr, d.conv, 0, 0, 0, 0.0, do, ref.data.ptr)
+    got, expect = _launch_once(problem, op, seed=5)
+    _close(ref.get(), expect, "FMA", f"{name} {op}: cuDNN itself")
+    _close(got, ref.get().astype(np.float64), "FMA", f"{name} {op} vs cuDNN")
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_channel_slice_runs_on_the_wide_tensors_view(layout, op):
+    """k of k_total channels: y (dy) addressed through the wide tensor's strides, other channels untouched."""
+    import cupy as cp
+
+    from ucudnn.measure.sources.base import Operands
+    from ucudnn.measure.sources.winograd import WinogradSource
+
+    wide = ConvProblem(3, 16, 19, 14, 24, 3, 3, pad=1, layout=layout)
+    k0, k = 8, 8
+    sl = wide.with_channels(k, wide.k)
+    x, w, y = _host(wide, 11)
+    cx, cw, cy = cp.asarray(x), cp.asarray(w), cp.asarray(y)
+    per_channel = 4 * (wide.p * wide.q if layout == "NCHW" else 1)
+    w_slice = cp.ascontiguousarray(cw[k0:k0 + k])
+    cfg = _config(sl, op)
+    ws = cp.cuda.alloc(cfg.workspace_bytes)
+    launch = WinogradSource().prepare(op, sl, cfg)
+    if op == "forward":
+        launch(Operands(cx.data.ptr, w_slice.data.ptr, cy.data.ptr + k0 * per_channel), ws.ptr, cfg.workspace_bytes,
+               1.0, 0.0)
+        got = _nchw(cy.get(), layout)
+        ref = _nchw(_reference("forward", wide, x, w, y), layout)
+        _close(got[:, k0:k0 + k], ref[:, k0:k0 + k], "FMA", "slice")
+        keep = np.r_[0:k0, k0 + k:wide.k]
+        np.testing.assert_array_equal(got[:, keep], _nchw(y, layout)[:, keep])
+    else:
+        dx = cp.zeros(wide.x_shape(), cp.float32)
+        launch(Operands(w_slice.data.ptr, cy.data.ptr + k0 * per_channel, dx.data.ptr), ws.ptr, cfg.workspace_bytes,
+               1.0, 0.0)
+        yk = _nchw(y, layout).copy()
+        yk[:, :k0] = 0
+        yk[:, k0 + k:] = 0
+        yk = yk if layout == "NCHW" else yk.transpose(0, 2, 3, 1)
+        _close(dx.get(), _reference("backward_data", wide, x, w, yk), "FMA", "slice dx")
+
+
+def _plan(problem, op, steps):
+    from ucudnn.planning.plan import KernelPlan, MicroConfig
+
+    configs = []
+    for mb, source, what in steps:
+        if source == "winograd":
+            configs.append(MicroConfig.of(_config(problem, op, what, n=mb)))
+        else:
+            configs.append(MicroConfig.of(Measurement(mb, what, "FMA", 1.0, 0, "legacy")))
+    return KernelPlan(f"test/winograd/{op}", op, problem, configs)
+
+
+SPLITS = [[(2, "winograd", 2), (2, "winograd", 1), (1, "winograd", 1)], [(3, "winograd", 2), (2, "legacy", 0)]]
+
+
+@pytest.mark.parametrize("replay", [False, True])
+@pytest.mark.parametrize("split", range(len(SPLITS)))
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("name", ["odd-13-pad0", "nhwc-odd"])
+def test_micro_batched_plans_through_the_executor(name, op, split, replay):
+    import cupy as cp
+
+    from ucudnn.execute.executor import Executor
+
+    problem = CASES[name]   # n = 5
+    plan = _plan(problem, op, SPLITS[split])
+    x, w, dy = _host(problem, 7)
+    out_shape = problem.operand_shapes(op)[2]
+    old = np.random.default_rng(8).standard_normal(out_shape).astype(np.float32)
+    alpha, beta = (0.5, 0.25)
+    ex = Executor(plan, replay=replay)
+    a, b = (cp.asarray(t) for t in _operands(op, x, w, dy))
+    out, ws = cp.empty(out_shape, cp.float32), cp.cuda.alloc(ex.workspace_bytes)
+    for _ in range(2 if replay else 1):   # replay: captured on the first call, replayed on the second
+        out.set(old)
+        ex(a, b, out, alpha=alpha, beta=beta, workspace=ws, workspace_bytes=ex.workspace_bytes)
+        expect = alpha * _reference(op, problem, x, w, dy) + beta * old
+        _close(out.get(), expect, "FMA", f"{name} {op} {SPLITS[split]} replay={replay}")
+    assert ex.replay_failures == []
+    assert len(ex._graphs) == (1 if replay else 0)
+
+
+def test_a_captured_graph_replays_on_new_data():
+    import cupy as cp
+
+    from ucudnn.binding.gpu import capture
+    from ucudnn.measure.sources.base import Operands
+    from ucudnn.measure.sources.winograd import WinogradSource
+
+    problem = CASES["vgg-128x28"]
+    x, w, dy = _host(problem, 9)
+    cx, cw = cp.asarray(x), cp.asarray(w)
+    y = cp.empty(problem.y_shape(), cp.float32)
+    cfg = _config(problem, "forward", chunk=2)
+    ws = cp.cuda.alloc(cfg.workspace_bytes)
+    launch = WinogradSource().prepare("forward", problem, cfg)
+    graph = capture(lambda: launch(Operands(cx.data.ptr, cw.data.ptr, y.data.ptr), ws.ptr, cfg.workspace_bytes,
+                                   1.0, 0.0))
+    x2 = np.random.default_rng(10).standard_normal(x.shape).astype(np.float32)
+    cx.set(x2)
+    graph.launch(cp.cuda.get_current_stream())
+    _close(y.get(), _reference("forward", problem, x2, w, dy), "FMA", "replayed")
+
+
+def test_measure_records_labelled_rows_with_exact_workspace():
+    import cupy as cp
+
+    from ucudnn.measure.benchmarking import Buffers
+    from ucudnn.measure.sources.base import BenchSettings
+    from ucudnn.measure.sources.winograd import WinogradSource
+
+    problem = CASES["vgg-128x28"].with_batch(4)
+    buf = Buffers(problem)
+    for numerics, label in (("strict", "FMA"), ("tf32", "TENSOR_OP")):
+        settings = BenchSettings(numerics, repeat=2, warmup=1, max_workspace=256 << 20)
+        ws = cp.cuda.alloc(settings.max_workspace)
+        for op in OPS:
+            ms, sk = WinogradSource().measure(op, problem, buf.operands(op, problem.n), ws.ptr, settings)
+            assert sorted(m.extra["winograd"]["chunk"] for m in ms) == [1, 2, 4], sk
+            for m in ms:
+                chunk = m.extra["winograd"]["chunk"]
+                assert m.source == "winograd" and m.math_type == label and m.time_ms > 0
+                assert m.algo == ("wino-f4" if chunk == 4 else f"wino-f4-c{chunk}")
+                assert m.workspace_bytes == Geometry.of(problem, op).workspace_bytes(chunk)
+                assert m.extra["deterministic"] is True
+        ms, sk = WinogradSource().measure("backward_filter", problem, buf.operands("backward_filter", 4), ws.ptr,
+                                          settings)
+        assert ms == [] and "backward filter" in sk[0].reason
+
+
+# ---- timing report (not a test) -----------------------------------------------------------------------------------
+def _timing_report() -> None:
+    import cupy as cp
+
+    from ucudnn.binding.timing import time_ms
+    from ucudnn.kernels.winograd import launchers
+    from ucudnn.measure.benchmarking import Buffers
+    from ucudnn.measure.sources.base import Operands
+    from ucudnn.measure.sources.winograd import WinogradSource
+
+    layers = {"vgg conv4_2 fwd": ("forward", ConvProblem(64, 512, 28, 28, 512, 3, 3, pad=1)),
+              "vgg conv5_2 fwd": ("forward", ConvProblem(64, 512, 14, 14, 512, 3, 3, pad=1)),
+              "vgg conv3_2 bwd-data": ("backward_data", ConvProblem(64, 256, 56, 56, 256, 3, 3, pad=1)),
+              "vgg conv2_2 bwd-data": ("backward_data", ConvProblem(64, 128, 112, 112, 128, 3, 3, pad=1))}
+    ws = cp.cuda.alloc(256 << 20)
+    print("| layer | micro-batch | chunk | workspace MiB | step ms | filter transform ms | share | per image ms |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for name, (op, full) in layers.items():
+        buf = Buffers(full)
+        for mb, chunk in ((1, 1), (2, 2), (4, 4), (16, 2), (64, 2), (64, 4)):
+            p = full.with_batch(mb)
+            geo = Geometry.of(p, op)
+            need = geo.workspace_bytes(chunk)
+            if need > 256 << 20:
+                continue
+            cfg = _config(p, op, chunk)
+            launch = WinogradSource().prepare(op, p, cfg)
+            ops = buf.operands(op, mb)
+            t = time_ms(lambda: launch(ops, ws.ptr, need, 1.0, 0.0), repeat=3, warmup=1, min_sample_ms=2.0)
+            filt = launchers(geo)[0]
+            w_ptr = ops.b if op == "forward" else ops.a
+            tf = time_ms(lambda: filt(w_ptr, ws.ptr), repeat=3, warmup=1, min_sample_ms=2.0)
+            print(f"| {name} | {mb} | {chunk} | {need / 2**20:.1f} | {t:.3f} | {tf:.4f} | {tf / t:.0%} | "
+                  f"{t / mb:.4f} |")
+    _ = Operands
+
+
+if __name__ == "__main__":
+    _timing_report()

@@ -1,0 +1,301 @@
+"""The winograd source's pure-Python side without a GPU: F(4x4, 3x3)'s transforms against a float64 direct
+correlation (hypothesis over H, W, pads 0-2, n, C, K); a CPU emulation of winograd.cu's kernels (their thread index
+math, edge tiles, NCHW and NHWC, chunks, alpha / beta, channel-slice strides) with the GEMM run both row-major and
+as the column-major call cuBLAS receives, inside a workspace of exactly the reported size; the workspace formula;
+declines as Skipped rows; the source's names and registration; nvcc compiles winograd.cu for sm_80 and sm_90."""
+from __future__ import annotations
+
+import importlib.util
+import re
+import shutil
+import subprocess
+from fractions import Fraction
+from importlib import resources
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_mec_source import run_column_major
+from ucudnn.kernels import _compile
+from ucudnn.kernels.winograd import (AT, BT, G, WORKSPACE_ALIGN, Geometry, chunk_sizes, correlation_reference,
+                                     direct_correlation, emulate, filter_transform, input_transform,
+                                     output_transform, refusal, tiles)
+
+from ucudnn.errors import InputError
+from ucudnn.measure.sources.base import BenchSettings, Operands
+from ucudnn.measure.sources.winograd import WinogradSource, algo_name, chunk_of
+from ucudnn.planning.table import Measurement
+from ucudnn.problem import ConvProblem
+
+
+# ---- the transforms --------------------------------------------------------------------------------------------
+def test_one_dimensional_f43_is_exact_in_rational_arithmetic():
+    """A^T [(G g) . (B^T d)] is the 4-output correlation of d with g for every d, g: checked on the basis vectors,
+    with the matrices as exact fractions (G's entries are 1/4, 1/6, 1/12, 1/24)."""
+    def frac(m):
+        return [[Fraction(v).limit_denominator(24) for v in row] for row in m]
+
+    bt, g, at = frac(BT), frac(G), frac(AT)
+    for j in range(6):
+        for r in range(3):
+            gd = [sum(g[a][s] * (1 if s == r else 0) for s in range(3)) for a in range(6)]
+            bd = [sum(bt[a][i] * (1 if i == j else 0) for i in range(6)) for a in range(6)]
+            out = [sum(at[o][a] * gd[a] * bd[a] for a in range(6)) for o in range(4)]
+            assert out == [1 if j == o + r else 0 for o in range(4)], (j, r)
+
+
+def test_transforms_have_the_documented_shapes():
+    assert filter_transform(np.zeros((5, 2, 3, 3))).shape == (5, 2, 6, 6)
+    assert input_transform(np.zeros((6, 6))).shape == (6, 6)
+    assert output_transform(np.zeros((3, 6, 6))).shape == (3, 4, 4)
+
+
+@st.composite
+def shapes(draw):
+    ph, pw = draw(st.integers(0, 2)), draw(st.integers(0, 2))
+    h = draw(st.integers(max(1, 3 - 2 * ph), 14))
+    w = draw(st.integers(max(1, 3 - 2 * pw), 14))
+    return draw(st.integers(1, 3)), draw(st.integers(1, 5)), h, w, draw(st.integers(1, 4)), (ph, pw)
+
+
+def _scale_err(got, ref):
+    return np.abs(got - ref).max() / max(np.abs(ref).max(), 1e-300)
+
+
+@settings(max_examples=60, deadline=None)
+@given(shapes(), st.integers(0, 2**31 - 1))
+def test_whole_algorithm_in_float64_matches_direct_correlation(shape, seed):
+    n, c, h, w, k, pad = shape
+    rng = np.random.default_rng(seed)
+    x, wt = rng.standard_normal((n, c, h, w)), rng.standard_normal((k, c, 3, 3))
+    ref = direct_correlation(x, wt, pad)
+    got = correlation_reference(x, wt, pad)
+    assert got.shape == ref.shape == (n, k, h + 2 * pad[0] - 2, w + 2 * pad[1] - 2)
+    assert _scale_err(got, ref) < 1e-12
+
+
+# ---- the kernels, emulated ---------------------------------------------------------------------------------------
+def _to_layout(a, layout):
+    return np.ascontiguousarray(a if layout == "NCHW" else a.transpose(0, 2, 3, 1))
+
+
+def _from_layout(a, layout):
+    return a if layout == "NCHW" else a.transpose(0, 3, 1, 2)
+
+
+def _expected(op, problem, x, wt, dy):
+    """float64 reference in NCHW: forward y, backward data dx (the adjoint, by definition)."""
+    if op == "forward":
+        return direct_correlation(x, wt, problem.pad)
+    # dx[n, c, h, w] = sum_{k, r, s} dy[n, k, h - r + ph, w - s + pw] w[k, c, r, s]: computed as the adjoint
+    dx = np.zeros(x.shape)
+    ph, pw = problem.pad
+    for r in range(3):
+        for s in range(3):
+            full = np.einsum("nkpq,kc->ncpq", dy, wt[:, :, r, s])
+            padded = np.zeros((x.shape[0], x.shape[1], problem.h + 2 * ph, problem.w + 2 * pw))
+            padded[:, :, r:r + problem.p, s:s + problem.q] = full
+            dx += padded[:, :, ph:ph + problem.h, pw:pw + problem.w]
+    return dx
+
+
+def _run(op, problem, chunk, alpha, beta, seed, how="row"):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((problem.n, problem.c, problem.h, problem.w))
+    wt = rng.standard_normal((problem.k, problem.c, 3, 3))
+    dy = rng.standard_normal((problem.n, problem.k, problem.p, problem.q))
+    lay = problem.layout
+    w_flat = (wt if lay == "NCHW" else wt.transpose(0, 2, 3, 1)).reshape(-1).copy()
+    src = _to_layout(x if op == "forward" else dy, lay).reshape(-1)
+    out_nchw = rng.standard_normal(dy.shape if op == "forward" else x.shape)
+    out = _to_layout(out_nchw, lay).reshape(-1).copy()
+    geo = Geometry.of(problem, op)
+    ws = np.full(geo.workspace_bytes(chunk) // 4, np.nan)   # exactly the reported size; NaN: unwritten shows
+    emulate(geo, w_flat, src, out, problem.n, chunk, alpha, beta, workspace=ws,
+            gemm=(lambda gms, bufs: run_column_major(gms, bufs, 1.0, 0.0)) if how == "column" else None)
+    got = _from_layout(out.reshape(problem.x_shape() if op == "backward_data" else problem.y_shape()), lay)
+    return got, alpha * _expected(op, problem, x, wt, dy) + beta * out_nchw
+
+
+@settings(max_examples=60, deadline=None)
+@given(shapes(), st.sampled_from(["forward", "backward_data"]), st.sampled_from(["NCHW", "NHWC"]),
+       st.integers(1, 4), st.sampled_from([(1.0, 0.0), (-0.5, 1.0), (2.0, 0.25)]), st.sampled_from(["row", "column"]),
+       st.integers(0, 2**31 - 1))
+def test_emulated_kernels_compute_the_convolution(shape, op, layout, chunk, scalars, how, seed):
+    n, c, h, w, k, pad = shape
+    problem = ConvProblem(n, c, h, w, k, 3, 3, pad=pad, layout=layout)
+    got, expect = _run(op, problem, min(chunk, n), *scalars, seed, how)
+    assert _scale_err(got, expect) < 1e-11
+
+
+def test_backward_data_reference_is_the_adjoint_of_forward():
+    """<forward(x), dy> == <x, backward_data(dy)>: the test's own dx reference is right."""
+    p = ConvProblem(2, 3, 7, 6, 4, 3, 3, pad=(2, 0))
+    rng = np.random.default_rng(1)
+    x, wt, dy = rng.standard_normal((2, 3, 7, 6)), rng.standard_normal((4, 3, 3, 3)), rng.standard_normal((2, 4, 9, 4))
+    lhs = (_expected("forward", p, x, wt, dy) * dy).sum()
+    rhs = (x * _expected("backward_data", p, x, wt, dy)).sum()
+    assert abs(lhs - rhs) < 1e-9 * abs(lhs)
+
+
+def test_edge_tiles_write_only_inside_the_output():
+    """13x13, pad 0: 11x11 outputs in 3x3 tiles of 4 (the last ones cover 3 columns / rows): every output element
+    written exactly where it belongs, a NaN-filled output fully replaced, and nothing past it touched."""
+    p = ConvProblem(2, 3, 13, 13, 5, 3, 3, pad=0)
+    geo = Geometry.of(p, "forward")
+    assert (geo.tiles_h, geo.tiles_w, geo.tiles_per_image) == (3, 3, 9) and tiles(11) == 3 and tiles(12) == 3
+    rng = np.random.default_rng(2)
+    x, wt = rng.standard_normal(p.x_shape()), rng.standard_normal(p.w_shape())
+    y = np.full(2 * 5 * 11 * 11 + 7, np.nan)
+    emulate(geo, wt.reshape(-1), x.reshape(-1), y, 2, 2)
+    assert np.isnan(y[-7:]).all() and not np.isnan(y[:-7]).any()
+    assert _scale_err(y[:-7].reshape(p.y_shape()), direct_correlation(x, wt, (0, 0))) < 1e-12
+
+
+def test_tile_index_math_matches_a_hand_count():
+    p = ConvProblem(3, 4, 27, 9, 6, 3, 3, pad=1)                    # 27x9 output: 7x3 tiles per image
+    fwd, bwd = Geometry.of(p, "forward"), Geometry.of(p, "backward_data")
+    assert (fwd.ho, fwd.wo, fwd.tiles_h, fwd.tiles_w) == (27, 9, 7, 3)
+    assert (bwd.ci, bwd.co, bwd.hi, bwd.wi, bwd.pad, bwd.rot) == (6, 4, 27, 9, (1, 1), True)
+    assert Geometry.of(ConvProblem(1, 1, 8, 8, 1, 3, 3, pad=(0, 2)), "backward_data").pad == (2, 0)
+    assert fwd.chunks(7, 3) == [(0, 3), (3, 3), (6, 1)]
+    g = fwd.gemm(2)
+    assert (g.m, g.n, g.k, g.batch, g.a, g.b, g.c) == (6, 2 * 21, 4, 36, "U", "V", "M")
+    nhwc = Geometry.of(ConvProblem(3, 4, 27, 9, 6, 3, 3, pad=1, layout="NHWC"), "forward").gemm(2)
+    assert (nhwc.m, nhwc.n, nhwc.k, nhwc.trans_b, nhwc.a) == (42, 6, 4, True, "V")
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("op", ["forward", "backward_data"])
+def test_channel_slices_address_the_wider_tensor(op, layout):
+    """A slice of k of k_total output channels: y (dy) is read / written through the wide tensor's strides, the
+    other channels untouched."""
+    k0, k, kt = 2, 3, 7
+    wide = ConvProblem(2, 4, 9, 10, kt, 3, 3, pad=1, layout=layout)
+    sl = wide.with_channels(k, kt)
+    rng = np.random.default_rng(3)
+    x, wt = rng.standard_normal(wide.x_shape()), rng.standard_normal(wide.w_shape())
+    y = rng.standard_normal(wide.y_shape())
+    per_channel = wide.p * wide.q if layout == "NCHW" else 1
+    w_slice = wt[k0:k0 + k].reshape(-1).copy()
+    geo = Geometry.of(sl, op)
+    if op == "forward":
+        out = y.reshape(-1).copy()
+        emulate(geo, w_slice, x.reshape(-1), out[k0 * per_channel:], 2, 1)
+        out = out.reshape(y.shape)
+        y_n, x_n = _from_layout(out, layout), _from_layout(x, layout)
+        w_n = _from_layout(wt, layout)
+        ref = direct_correlation(x_n, w_n[k0:k0 + k], (1, 1))
+        np.testing.assert_allclose(y_n[:, k0:k0 + k], ref, rtol=1e-11, atol=1e-11)
+        keep = np.ones(kt, bool)
+        keep[k0:k0 + k] = False
+        np.testing.assert_array_equal(y_n[:, keep], _from_layout(y, layout)[:, keep])
+    else:
+        dx = np.zeros(wide.x_shape()).reshape(-1)
+        emulate(geo, w_slice, y.reshape(-1)[k0 * per_channel:], dx, 2, 2)
+        dy_n, w_n = _from_layout(y, layout)[:, k0:k0 + k], _from_layout(wt, layout)[k0:k0 + k]
+        ref = _expected("backward_data", sl, np.zeros((2, 4, 9, 10)), w_n, dy_n)
+        np.testing.assert_allclose(_from_layout(dx.reshape(wide.x_shape()), layout), ref, rtol=1e-11, atol=1e-11)
+
+
+# ---- workspace ----------------------------------------------------------------------------------------------------
+def _align(b):
+    return -(-b // WORKSPACE_ALIGN) * WORKSPACE_ALIGN
+
+
+@settings(max_examples=40, deadline=None)
+@given(shapes(), st.sampled_from(["forward", "backward_data"]), st.integers(1, 4))
+def test_workspace_is_u_v_and_m_exactly(shape, op, chunk):
+    n, c, h, w, k, pad = shape
+    p = ConvProblem(n, c, h, w, k, 3, 3, pad=pad)
+    geo = Geometry.of(p, op)
+    ci, co = (c, k) if op == "forward" else (k, c)
+    t = chunk * tiles(geo.ho) * tiles(geo.wo)
+    assert geo.workspace_bytes(chunk) == _align(36 * 4 * co * ci) + _align(36 * 4 * ci * t) + 36 * 4 * co * t
+    assert [off % WORKSPACE_ALIGN for _, off, _ in geo.segments(chunk)] == [0, 0, 0]
+
+
+def test_vgg_workspaces_fit_64_mib_where_cudnns_winograd_does_not():
+    """VGG-16 conv4_2 (512 -> 512, 28x28): U is 36 MiB, each image 3.4 MiB of V and of M: four images fit 64 MiB
+    (cuDNN's WINOGRAD_NONFUSED asks 146 MiB at any n up to 16).  conv1_2 (64 -> 64, 224x224): one image, 55 MiB."""
+    conv4_2 = Geometry.of(ConvProblem(64, 512, 28, 28, 512, 3, 3, pad=1), "forward")
+    assert conv4_2.workspace_bytes(4) < 64 << 20 < conv4_2.workspace_bytes(8)
+    conv1_2 = Geometry.of(ConvProblem(64, 64, 224, 224, 64, 3, 3, pad=1), "backward_data")
+    assert conv1_2.workspace_bytes(1) < 64 << 20 < conv1_2.workspace_bytes(2)
+
+
+# ---- declines and names ----------------------------------------------------------------------------------------------
+REFUSED = {
+    "stride": ConvProblem(8, 3, 32, 32, 16, 3, 3, pad=1, stride=2),
+    "5x5": ConvProblem(8, 3, 32, 32, 16, 5, 5, pad=2),
+    "grouped": ConvProblem(8, 4, 32, 32, 16, 3, 3, pad=1, groups=2),
+    "dilated": ConvProblem(8, 3, 32, 32, 16, 3, 3, pad=2, dilation=(2, 2)),
+    "over 2": ConvProblem(8, 3, 32, 32, 16, 3, 3, pad=3),
+    "float16": ConvProblem(8, 3, 32, 32, 16, 3, 3, pad=1, dtype="float16"),
+}
+
+
+@pytest.mark.parametrize("word", sorted(REFUSED))
+@pytest.mark.parametrize("op", ["forward", "backward_data", "backward_filter"])
+def test_unsupported_problems_are_skipped_with_the_reason(word, op):
+    problem = REFUSED[word]
+    ms, sk = WinogradSource().measure(op, problem, Operands(0, 0, 0), 0, BenchSettings("strict"))
+    assert ms == [] and len(sk) == 1 and sk[0].reason.startswith("winograd: ")
+    assert (word if op != "backward_filter" else "backward filter") in sk[0].reason
+    with pytest.raises(InputError):
+        WinogradSource().prepare(op, problem, Measurement(8, "wino-f4", "FMA", 1.0, 0, "winograd"))
+
+
+def test_refusal_accepts_what_the_kernels_run():
+    for layout in ("NCHW", "NHWC"):
+        for pad in (0, 1, 2, (0, 2)):
+            assert refusal(ConvProblem(5, 3, 13, 27, 7, 3, 3, pad=pad, layout=layout), "forward") is None
+            assert refusal(ConvProblem(5, 3, 13, 27, 7, 3, 3, pad=pad, layout=layout), "backward_data") is None
+    assert "backward filter" in refusal(ConvProblem(5, 3, 13, 27, 7, 3, 3, pad=1), "backward_filter")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("cupy") is not None,
+                    reason="with a GPU this would launch on null pointers (the GPU tests cover measure)")
+def test_measure_without_a_gpu_returns_skipped_rows_instead_of_raising():
+    problem = ConvProblem(4, 3, 16, 16, 8, 3, 3, pad=1)
+    for op in ("forward", "backward_data"):
+        ms, sk = WinogradSource().measure(op, problem, Operands(0, 0, 0), 0, BenchSettings("strict"))
+        assert ms == [] and sk and all(s.reason.startswith("winograd: ") for s in sk)
+
+
+def test_chunks_and_algorithm_names():
+    assert chunk_sizes(1) == [1] and chunk_sizes(6) == [1, 2, 4, 6] and chunk_sizes(8) == [1, 2, 4, 8]
+    assert algo_name(8, 8) == "wino-f4" and algo_name(2, 8) == "wino-f4-c2"
+    assert chunk_of(Measurement(8, "wino-f4", "FMA", 1.0, 0, "winograd"), 8) == 8
+    assert chunk_of(Measurement(8, "wino-f4-c2", "FMA", 1.0, 0, "winograd"), 8) == 2
+    assert chunk_of(Measurement(8, "wino-f4", "FMA", 1.0, 0, "winograd", None, {"winograd": {"chunk": 4}}), 8) == 4
+    with pytest.raises(InputError):
+        chunk_of(Measurement(8, "mec-A", "FMA", 1.0, 0, "winograd"), 8)
+
+
+def test_the_registry_builds_the_source_and_the_defaults_do_not_include_it():
+    from ucudnn import source_names
+    from ucudnn.measure.sources import registry
+
+    assert isinstance(registry.get("winograd"), WinogradSource) and registry.get("winograd").name == "winograd"
+    assert source_names.canonical("winograd,legacy,graph") == ("legacy", "graph", "winograd")
+    assert "winograd" not in source_names.default_names() or "UCUDNN_SOURCES" in __import__("os").environ
+
+
+NVCC = shutil.which("nvcc")
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc is not installed")
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_kernel_source_compiles_without_local_memory(arch, tmp_path):
+    assert "winograd.cu" in _compile.source_names()
+    with resources.as_file(resources.files("ucudnn.kernels").joinpath("winograd.cu")) as path:
+        proc = subprocess.run([NVCC, "-std=c++17", f"-arch={arch}", "--cubin", "-DUCUDNN_NVCC_CHECK", "-Xptxas", "-v",
+                               "-o", str(tmp_path / "k.cubin"), str(path)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    kernels = re.findall(r"Function properties for (\w+)\s*\n\s*(\d+) bytes stack frame, (\d+) bytes spill stores, "
+                         r"(\d+) bytes spill loads", proc.stderr)
+    assert len(kernels) == 6, proc.stderr
+    for fn, *local in kernels:
+        assert local == ["0", "0", "0"], f"{fn} uses local memory on {arch}"

@@ -1,0 +1,195 @@
+"""ucudnn's own Winograd F(4x4, 3x3) convolution (issue 18 part 2), as an algorithm source named ``winograd``.
+
+Why: on VGG-16 b64 FP32 strict, cuDNN's WINOGRAD_NONFUSED (legacy forward algo 7, backward-data algo 5) wins
+unbounded but sizes its workspace for internal chunks of 16 images whatever the micro-batch (VGG conv4_2 forward:
+146 MiB at n = 1..16), so at 64 MiB neither batch nor channel splits make it fit and ucudnn falls back to implicit
+GEMM at up to 3x the time.  This source's workspace is exactly what its configuration touches.
+
+A configuration (``kernels/winograd.py`` describes and emulates every step; ``kernels/winograd.cu`` holds the
+transforms): the filter transform U = G g G^T (``[36][Co][Ci]`` float32) written once per call at the start of the
+workspace, then for each chunk of ``chunk`` images of the micro-batch: the input transform V = B^T d B of every
+6x6 tile, the 36 transform-domain products as ONE ``cublasGemmStridedBatchedEx`` (batch 36), and the output
+transform y = alpha * A^T M A + beta * y.  A micro-batch of n images is offered with every chunk size in
+:func:`ucudnn.kernels.winograd.chunk_sizes` (powers of two below n, and n): ``wino-f4`` runs the micro-batch as one
+chunk, ``wino-f4-c<b>`` in chunks of b images, so the batch-independent filter transform is paid once per call
+while V and M stay sized for b images.  That is how "filter transform once per call" is met without an executor
+hook: WR chooses, per micro-batch size, between more steps (each transforming the filter) and fewer steps with
+smaller internal chunks, from measured times and exact workspaces.
+
+* forward: x (C channels) correlated into y (K), the problem's padding.
+* backward data: dy (K channels) correlated into dx (C) with the filter rotated by 180 degrees and K / C swapped,
+  padding 2 - pad (so pad <= 2).
+* backward filter: declined (a different transform: transform-domain accumulation across micro-batches).
+
+Numerics: the GEMM's compute type and the recorded math label come from :func:`ucudnn.binding.cublas.compute_type`
+(``FMA``: CUBLAS_COMPUTE_32F_PEDANTIC under ``strict``; ``TENSOR_OP``: TF32 under ``tf32`` / ``default``); the
+transforms run in FP32.  Everything is deterministic.  float32 only (float16 is declined).
+
+Workspace: ``36 * 4 * (Co*Ci + Ci*T + Co*T)`` bytes, T = chunk * ceil(Ho/4) * ceil(Wo/4), U and V 256-byte aligned
+(:meth:`ucudnn.kernels.winograd.Geometry.workspace_bytes`).  A launch uses only the workspace pointer it is given,
+allocates nothing and never synchronises (kernels are compiled in ``prepare``), so plans of winograd steps are
+captured into CUDA graphs like any other.  cuBLAS's own per-handle workspace is outside ucudnn's count, as for mec.
+
+Layouts: NCHW (V, M channel-major) and NHWC (channel-minor).  Tensors are addressed through strides, so a channel
+slice's y / dy view (``ConvProblem.y_strides``) runs as well; ``channel_slices`` stays False (the benchmark does not
+offer slices to this source: chunk variants already multiply its rows).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ...binding import cublas
+from ...errors import CaptureError, InputError, UcudnnError, summary
+from ...planning.table import Measurement, Skipped
+from ...problem import ConvProblem
+from .base import BenchSettings, Launch, Operands, Prepared, Pruner, time_config, timed_beta
+from .mec import compute_for
+
+ALGO = "wino-f4"
+
+
+def problem_refusal(problem: ConvProblem, op: str) -> str | None:
+    """Why the winograd source does not run ``op`` of ``problem`` (None: it does)."""
+    from ucudnn.kernels.winograd import refusal
+
+    return refusal(problem, op)
+
+
+def algo_name(chunk: int, n: int) -> str:
+    """The recorded algorithm of chunks of ``chunk`` images at micro-batch ``n``."""
+    return ALGO if chunk >= n else f"{ALGO}-c{chunk}"
+
+
+def chunk_of(config: Measurement, n: int) -> int:
+    """The chunk size a recorded configuration runs (its extra, else its algorithm's name), at most ``n``."""
+    info = config.extra.get("winograd") or {}
+    chunk = info.get("chunk")
+    if chunk is None:
+        algo = str(config.algo)
+        if algo == ALGO:
+            chunk = n
+        elif algo.startswith(ALGO + "-c") and algo[len(ALGO) + 2:].isdigit():
+            chunk = int(algo[len(ALGO) + 2:])
+        else:
+            raise InputError(f"winograd records {ALGO} or {ALGO}-c<chunk>, got {config.algo!r}", "algo")
+    if not isinstance(chunk, int) or chunk < 1:
+        raise InputError(f"chunk must be a positive integer, got {chunk!r}", "chunk")
+    return min(chunk, n)
+
+
+def _launch(problem: ConvProblem, op: str, chunk: int, compute: str) -> Launch:
+    """The launch of ``op`` at ``problem.n`` in chunks of ``chunk`` images."""
+    from ...binding.gpu import cupy
+    from ucudnn.kernels.winograd import Geometry, launchers
+
+    cp = cupy()
+    geo = Geometry.of(problem, op)
+    filter_, input_, output_ = launchers(geo)
+    need = geo.workspace_bytes(chunk)
+    offsets = {name: off for name, off, _ in geo.segments(chunk)}
+    dtype, ctype = cublas.DATA_TYPES["float32"], cublas.COMPUTE_TYPES[compute]
+    consts = np.array([1.0, 0.0], np.float32)       # the GEMM's alpha = 1, beta = 0 (host pointer mode)
+    one, zero = consts.ctypes.data, consts.ctypes.data + 4
+    chunks = geo.chunks(problem.n, chunk)
+    in_step, out_step = 4 * geo.in_strides[0], 4 * geo.out_strides[0]
+    gemms: dict[int, tuple] = {}
+    for _, images in chunks:
+        if images not in gemms:
+            cm = geo.gemm(images).column_major()
+            gemms[images] = (cublas.OPERATIONS[cm["transa"]], cublas.OPERATIONS[cm["transb"]], cm["m"], cm["n"],
+                             cm["k"], cm["A"][0], cm["lda"], cm["strideA"], cm["B"][0], cm["ldb"], cm["strideB"],
+                             cm["C"][0], cm["ldc"], cm["strideC"], cm["batchCount"])
+    forward = op == "forward"
+
+    def launch(ops: Operands, workspace: int, workspace_bytes: int, alpha: float, beta: float) -> None:
+        if workspace_bytes < need:
+            raise UcudnnError(f"winograd {op} (chunks of {chunk}) needs {need} bytes of workspace, "
+                              f"got {workspace_bytes}")
+        w, x, y = (ops.b, ops.a, ops.out) if forward else (ops.a, ops.b, ops.out)
+        bufs = {name: workspace + off for name, off in offsets.items()}
+        h = cublas.handle()
+        cublas.bind(h, cp.cuda.get_current_stream().ptr)
+        filter_(w, bufs["U"])
+        for n0, images in chunks:
+            ta, tb, m, n, k, an, lda, sa, bn, ldb, sb, cn, ldc, sc, batch = gemms[images]
+            input_(x + n0 * in_step, bufs["V"], images)
+            cublas.gemm_strided_batched(h, ta, tb, m, n, k, one, bufs[an], dtype, lda, sa, bufs[bn], dtype, ldb, sb,
+                                        zero, bufs[cn], dtype, ldc, sc, batch, ctype)
+            output_(bufs["M"], y + n0 * out_step, images, alpha, beta)
+
+    return launch
+
+
+class WinogradSource(Prepared):
+    """Winograd F(4x4, 3x3) on ucudnn's transform kernels and cuBLAS (see the module doc)."""
+
+    name = "winograd"
+    channel_slices = False
+
+    def measure(self, op: str, problem: ConvProblem, ops: Operands, workspace: int,
+                settings: BenchSettings) -> tuple[list[Measurement], list[Skipped]]:
+        mb = problem.n
+        try:
+            why = problem_refusal(problem, op)
+            if why:
+                return [], [Skipped(mb, None, None, f"winograd: {why}")]
+            return self._measure(op, problem, ops, workspace, settings)
+        except Exception as e:  # noqa: BLE001 - measure never raises: an unexpected failure is a skipped row
+            return [], [Skipped(mb, None, None, f"winograd: {summary(e)}")]
+
+    def _measure(self, op: str, problem: ConvProblem, ops: Operands, workspace: int,
+                 settings: BenchSettings) -> tuple[list[Measurement], list[Skipped]]:
+        from ucudnn.kernels.winograd import Geometry, chunk_sizes
+
+        mb = problem.n
+        compute, label = cublas.compute_type(settings.numerics, problem.dtype)
+        geo = Geometry.of(problem, op)
+        beta = timed_beta(op, problem)
+        pruner = Pruner(settings, trust_long=False)
+        measured: list[Measurement] = []
+        skipped: list[Skipped] = []
+        for chunk in sorted(chunk_sizes(mb), reverse=True):   # one chunk first: usually the fastest
+            algo = algo_name(chunk, mb)
+            ws = geo.workspace_bytes(chunk)
+            why = geo.chunk_refusal(chunk)
+            if why:
+                skipped.append(Skipped(mb, algo, label, f"winograd: {why}"))
+                continue
+            if ws > settings.max_workspace:
+                skipped.append(Skipped(mb, algo, label, f"winograd: needs {ws} bytes, over the benchmark cap"))
+                continue
+            info: dict[str, Any] = {"tile": "F(4x4,3x3)", "chunk": chunk, "chunks": len(geo.chunks(mb, chunk)),
+                                    "compute": compute, "layout": problem.layout,
+                                    "filter_transform": "once per call"}
+            extra = {"winograd": info, "deterministic": True}
+            stopped: list[float] = []
+
+            def give_up(ms: float, ws: int = ws, stopped: list[float] = stopped) -> bool:
+                if pruner.hopeless(ms, ws):
+                    stopped.append(ms)
+                return bool(stopped)
+
+            try:
+                launch = self.prepare(op, problem, Measurement(mb, algo, label, 0.0, ws, self.name, None, extra))
+                t = time_config(lambda: launch(ops, workspace, ws, 1.0, beta), settings,
+                                give_up=give_up if settings.hopeless_factor is not None else None)
+            except CaptureError as e:
+                skipped.append(Skipped(mb, algo, label, f"winograd: {e}"))
+                continue
+            except Exception as e:  # noqa: BLE001 - cuBLAS / CuPy / out-of-memory: this configuration only
+                skipped.append(Skipped(mb, algo, label, f"winograd: {summary(e)}"))
+                continue
+            how = "first-sample" if stopped else "median"
+            pruner.record(t, ws, None if stopped else t, how)
+            measured.append(Measurement(mb, algo, label, max(t, 1e-6), ws, self.name, None,
+                                        {**extra, "timed": how}))
+        return measured, skipped
+
+    def prepare(self, op: str, problem: ConvProblem, config: Measurement) -> Launch:
+        why = problem_refusal(problem, op)
+        if why:
+            raise InputError(f"winograd cannot run {op} of {problem.describe()}: {why}", "problem")
+        compute = compute_for(config.math_type, problem.dtype)
+        return _launch(problem, op, chunk_of(config, problem.n), compute)
