@@ -1,6 +1,8 @@
 """Issue 16: what each fast-benchmarking rule costs in planned time, on the recorded tables (CPU only).
 
-For every shipped real table (``ucudnn/data/tables``) and recorded fixture (``tests/fixtures``), replay
+For every shipped real table (``ucudnn/data/tables``), recorded fixture (``tests/fixtures``) and unpruned
+``bench_time.py`` off-run table (``benchmarks/results/bench_time-tables``: AlexNet FP16 NHWC and ResNet-50 with the
+default sources, ResNet-50 with legacy), replay
 each rule with :func:`ucudnn.measure.pruning.simulate` — what it would have pruned and recorded — then
 plan WR at 8, 64 and 256 MiB per kernel and WD at 64 MiB x #kernels from the pruned table, and price each
 plan at the recorded (fully re-timed) times.  The cost of a rule is that price over the unpruned plan's.
@@ -61,6 +63,8 @@ def tables() -> list[tuple[str, str]]:
     out = [(f"builtin:{n}", f"builtin:{n}") for n in builtin_tables()]
     out += [(p.name.removesuffix(".json.gz").removesuffix(".json"), str(p))
             for p in sorted((ROOT / "tests" / "fixtures").glob("*.json*"))]
+    out += [("bench_time off " + p.name.removesuffix(".json.gz"), str(p))
+            for p in sorted((ROOT / "benchmarks" / "results" / "bench_time-tables").glob("*-off.json.gz"))]
     return out
 
 

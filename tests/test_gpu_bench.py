@@ -13,7 +13,7 @@ import pytest
 pytestmark = pytest.mark.gpu
 
 MiB = 1 << 20
-OFF = {"prune_margin": None, "hopeless_factor": None, "kernel_budget_s": None}
+OFF = {"prune_margin": None, "hopeless_factor": None, "kernel_budget_s": None, "split_margin": None}
 NOISE = 0.03   # two unpruned runs of the same kernels differ by up to a few % on near-ties
 
 
@@ -63,7 +63,7 @@ def test_pruned_measurements_carry_the_marker_and_find_time(tables):
     rows = [m for k in on.kernels for m in k.measurements]
     assert all(m.extra.get("timed") in ("median", "find", "first-sample") for m in rows)
     pruned = [m for m in rows if m.extra["timed"] == "find"]
-    assert pruned and all(m.extra["pruned"] in ("dominated", "long", "budget") for m in pruned)
+    assert pruned and all(m.extra["pruned"] in ("dominated", "long", "budget", "split-dominated") for m in pruned)
     assert on.extra["pruning"]["prune_margin"] == BenchSettings.prune_margin
     off, _ = tables["off"]
     assert {m.extra.get("timed") for k in off.kernels for m in k.measurements} == {"median"}

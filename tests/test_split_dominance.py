@@ -22,6 +22,8 @@ from ucudnn.problem import ConvProblem
 
 MiB = 1 << 20
 FIXTURES = sorted((Path(__file__).parent / "fixtures").glob("*.json.gz"))
+#: the unpruned runs of benchmarks/bench_time.py kept beside its results (AlexNet FP16 NHWC, ResNet-50 b128)
+OFF_RUNS = sorted((Path(__file__).parent.parent / "benchmarks" / "results" / "bench_time-tables").glob("*-off.json.gz"))
 SPLIT_ONLY = replace(BenchSettings.unpruned("strict"), split_margin=BenchSettings.split_margin)
 
 
@@ -249,10 +251,11 @@ def test_with_exact_times_no_wr_or_undivided_plan_changes_at_any_limit(cfg, marg
             assert total(got, limit * MiB, policy) == pytest.approx(total(k, limit * MiB, policy))
 
 
-@pytest.mark.parametrize("path", FIXTURES, ids=lambda p: p.name.removesuffix(".json.gz"))
+@pytest.mark.parametrize("path", FIXTURES + OFF_RUNS, ids=lambda p: p.name.removesuffix(".json.gz"))
 def test_on_the_recorded_tables_no_wr_plan_changes_beyond_the_bar(path):
-    """Replayed on every recorded fixture: WR at 8/64/256 MiB priced at the recorded times is unchanged with
-    exact estimates and within 1% with the recorded ones (Find's time, the quick sample); undivided plans too."""
+    """Replayed on every recorded fixture and unpruned bench_time run: WR at 8/64/256 MiB priced at the recorded
+    times is unchanged with exact estimates and within 1% with the recorded ones (Find's time, the quick sample);
+    undivided plans too."""
     table = BenchmarkTable.load(str(path))
     for estimate, bar in (("exact", 1e-9), ("recorded", 0.01)):
         sim = pruning.simulate(table, replace(SPLIT_ONLY, numerics=table.numerics or "strict"), estimate)

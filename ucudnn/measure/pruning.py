@@ -187,4 +187,4 @@ def true_time_ms(plan: Plan, reference: BenchmarkTable) -> float:
 
 
 def _identity(m: Measurement) -> tuple:
-    return (m.micro_batch, m.source, str(m.algo), m.math_type, repr(m.engine), m.workspace_bytes)
+    return (m.micro_batch, m.channels, m.source, str(m.algo), m.math_type, repr(m.engine), m.workspace_bytes)

@@ -82,7 +82,10 @@ class BenchSettings:
     Defaults (issue 16) and what each costs, replayed on the recorded tables (``benchmarks/pruning_cost.py``):
     margin 1.5, early stop at 2x, trust from 2 ms, 3 samples of 0.5 ms: WR plans at 8/64/256 MiB within 1% of
     the unpruned plans on AlexNet and ResNet-50, re-timing cut from 3.8 to about 1 modelled GPU second on AlexNet
-    FP32 and from 7.0 to about 0.6 on AlexNet FP16 NHWC.  Measured end to end: ``benchmarks/bench_time.py``.
+    FP32 and from 7.0 to about 0.6 on AlexNet FP16 NHWC.  Split dominance at 1.5 (issue 16's third pass): alone at
+    most +0.58% on any replayed plan (+0.000% with exact estimates; at 1.0 +7.7%, at 1.25 +0.99%), and the graph
+    source's modelled quick samples 6.0 -> 1.9 s on AlexNet FP32 strict with the default sources, 7.1 -> 2.9 s on
+    ResNet-50 FP32.  Measured end to end: ``benchmarks/bench_time.py`` (``benchmarks/results/bench_time-*.md``).
     """
 
     numerics: str
