@@ -21,7 +21,10 @@ CASES = {
     "first-layer-c3-stride4": ConvProblem(5, 3, 47, 47, 32, 11, 11, stride=(4, 4)),
     "float16-nhwc": ConvProblem(9, 16, 14, 14, 64, 3, 3, pad=(1, 1), dtype="float16", layout="NHWC"),
 }
-TOL = {"float32": 2e-4, "float16": 2e-2}
+#: float32: transform-based engines differ from algorithm 0 by up to ~1e-3 whether sliced or not (H100: graph wgrad
+#: eng17_k25=0 on the alexnet-conv2-like case, 8.7e-4 unsliced and sliced alike, where eng0/eng1/eng20 are 1e-7..1e-6);
+#: a slicing error (offset, stride, beta) is O(1)
+TOL = {"float32": 1.5e-3, "float16": 2e-2}
 BATCHES = {7: [4, 2, 1], 5: [4, 1], 6: [4, 2], 9: [8, 1]}
 
 

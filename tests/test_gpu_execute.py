@@ -352,7 +352,10 @@ def test_relayout_workspace_counts_the_transformed_operands():
         extra = sum(segments("forward", other_layout(problem.with_batch(c.micro_batch)), 2))
         assert c.workspace_bytes >= extra
         via = c.extra["via"]  # timed as one step; the parts are kept for the record
-        assert c.time_ms > via["transform_ms"] and via["sum_of_parts_ms"] > via["inner_time_ms"]
+        # the step runs the inner call and the transforms; the transforms timed alone go through a slower host path
+        # than the prepared step (H100, fp16 NHWC n=32: step 0.021 ms, transforms alone 0.026), so only the inner
+        # call bounds the step from below
+        assert c.time_ms > via["inner_time_ms"] and via["sum_of_parts_ms"] > via["inner_time_ms"]
 
 
 @pytest.mark.parametrize("op", ["forward", "backward_data", "backward_filter"])

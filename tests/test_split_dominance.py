@@ -281,3 +281,28 @@ def test_on_the_default_sources_fixture_most_slow_quick_samples_are_not_taken():
     assert after.counts["split-skipped"] > 200
     assert before.quick_ms > 5000 and after.quick_ms < 2000
     assert after.retime_ms <= before.retime_ms
+
+
+def test_wrappers_inner_sources_get_split_dominance_on_their_own_transformed_rows():
+    """fold / relayout measure a transformed problem: its rows at smaller sizes, kept per kernel and transform,
+    are what split dominance compares with inside them (BenchSettings.for_inner)."""
+    from ucudnn.measure.sources.base import BenchSettings
+    from ucudnn.problem import ConvProblem
+
+    kernel = ConvProblem(256, 3, 227, 227, 96, 11, 11, stride=4)
+    folded = ConvProblem(256, 48, 57, 57, 96, 3, 3)
+    settings = BenchSettings("strict")
+    assert settings.for_inner(folded.with_batch(8), "fold") == (settings, None)   # no kernel started: inactive
+    measured: list = []
+    settings.start_kernel(kernel, measured)
+    inner, rows = settings.for_inner(folded.with_batch(8), ("fold", "NCHW", "legacy"))
+    assert inner.kernel == folded and inner.measured is rows and rows == []
+    assert settings.split_reference(folded.with_batch(8)) is None          # the kernel's own rows do not apply
+    assert inner.split_reference(folded.with_batch(8)) is not None
+    again, same = settings.for_inner(folded.with_batch(16), ("fold", "NCHW", "legacy"))
+    assert same is rows and settings.for_inner(folded.with_batch(16), ("fold", "NHWC", "legacy"))[1] is not rows
+    settings.start_kernel(kernel, [])
+    assert settings.for_inner(folded.with_batch(8), ("fold", "NCHW", "legacy"))[1] is not rows   # per kernel
+    off = BenchSettings("strict", split_margin=None)
+    off.start_kernel(kernel, [])
+    assert off.for_inner(folded, "fold") == (off, None)
