@@ -10,9 +10,14 @@ needs no GPU and does not import CuPy.
   thread coarsening (pooling.py, pooling.cu, autotune.py)
 - :func:`ucudnn.kernels.fold.launchers` -- space-to-depth folding of a strided convolution's operands, on raw
   pointers, for the fold algorithm source (fold.py, fold.cu)
+- :func:`fused_forward` -- consecutive convolution layers of a block (straight, split, merge; seed 004) in one
+  kernel, intermediates in shared memory (fused.py, fused.cu); :data:`ucudnn.kernels.fused.SEED_BLOCKS`
+- mec (seed 002), direct (seed 001), winograd: the algorithm sources' kernels (mec.py, direct.py, winograd.py)
 """
+from .fused import fused_forward
 from .layout import transform_layout
 from .pooling import pool2d_backward, pool2d_forward
 from .softmax import softmax_backward, softmax_forward
 
-__all__ = ["transform_layout", "softmax_forward", "softmax_backward", "pool2d_forward", "pool2d_backward"]
+__all__ = ["transform_layout", "softmax_forward", "softmax_backward", "pool2d_forward", "pool2d_backward",
+           "fused_forward"]
