@@ -13,14 +13,19 @@
 // ([36][Ci][T], [36][Co][T]: CMINOR = false, for NCHW tensors) or channel-minor ([36][T][Ci], [36][T][Co]:
 // CMINOR = true, for NHWC tensors).  Either way a thread's linear index within a plane is its offset there, and
 // consecutive threads walk the tensor's fastest dimension (tiles along a row for NCHW, channels for NHWC).
-// Tiles: t = (n*TH + th)*TW + tw over the n images of a chunk.  Tensors are addressed through element strides
-// (n, c, h, w), so NCHW, NHWC and channel slices of a wider y / dy are one code path.
+// Tiles: g = (n*TH + th)*TW + tw over the n images of the call (x / y point at image 0).  A chunk is a flat RANGE
+// of T_ tiles starting at tile t0 (whole images, a few tile rows of one image, or a range across an image
+// boundary): the thread's local tile t (0 <= t < T_) indexes V / M, its global tile g = t0 + t picks the 6x6 patch
+// it reads and the 4x4 outputs it writes.  Tensors are addressed through element strides (n, c, h, w), so NCHW,
+// NHWC and channel slices of a wider y / dy are one code path.
 //
 // wino_filter:  one thread per (o, i): 9 filter taps -> 36 values U[xi][o][i].  g[r][s] = w[o*so + i*si + r*sr +
 //               s*ss] (ROT: w[... (2-r)*sr + (2-s)*ss]).  Grid (ceil(Co*Ci / 256)).
-// wino_input:   one thread per (c, t): 6x6 tile -> 36 values V[xi][...].  Grid (ceil(Ci*T / 256)).
-// wino_output:  one thread per (k, t): 36 values of M -> 4x4 outputs y = alpha * v + beta * y (y not read when
-//               beta == 0), edge tiles clipped to Ho x Wo.  Grid (ceil(Co*T / 256)).
+// wino_input:   one thread per (c, t): 6x6 tile of global tile t0 + t -> 36 values V[xi][...].
+//               Grid (ceil(Ci*T / 256)).
+// wino_output:  one thread per (k, t): 36 values of M -> the 4x4 outputs of global tile t0 + t,
+//               y = alpha * v + beta * y (y not read when beta == 0), edge tiles clipped to Ho x Wo.
+//               Grid (ceil(Co*T / 256)).
 #include "common.cuh"
 
 // B^T d for one column d[0..5] (stride DS) into r[0..5] (stride RS)
@@ -82,7 +87,7 @@ __global__ void __launch_bounds__(256) wino_filter(const T* __restrict__ w, floa
 
 template <typename T, bool CMINOR>
 __global__ void __launch_bounds__(256) wino_input(const T* __restrict__ x, float* __restrict__ V, int Ci, int T_,
-                                                  int TH, int TW, int Hi, int Wi, int PH, int PW, long long sn,
+                                                  int t0, int TH, int TW, int Hi, int Wi, int PH, int PW, long long sn,
                                                   long long sc, long long sh, long long sw)
 {
     const int idx = blockIdx.x * blockDim.x + threadIdx.x;
@@ -90,10 +95,11 @@ __global__ void __launch_bounds__(256) wino_input(const T* __restrict__ x, float
     int c, t;
     if (CMINOR) { t = idx / Ci; c = idx - t * Ci; }
     else { c = idx / T_; t = idx - c * T_; }
-    const int tw = t % TW, nt = t / TW;
+    const int g = t0 + t;   // the tile's index over the whole call
+    const int tw = g % TW, nt = g / TW;
     const int th = nt % TH, n = nt / TH;
     const int h0 = 4 * th - PH, w0 = 4 * tw - PW;
-    const T* base = x + n * sn + c * sc;
+    const T* base = x + (long long)n * sn + (long long)c * sc;
     float d[36], tmp[36];
 #pragma unroll
     for (int a = 0; a < 6; ++a) {
@@ -116,7 +122,7 @@ __global__ void __launch_bounds__(256) wino_input(const T* __restrict__ x, float
 
 template <typename T, bool CMINOR>
 __global__ void __launch_bounds__(256) wino_output(const float* __restrict__ M, T* __restrict__ y, int Co, int T_,
-                                                   int TH, int TW, int Ho, int Wo, long long sn, long long sc,
+                                                   int t0, int TH, int TW, int Ho, int Wo, long long sn, long long sc,
                                                    long long sh, long long sw, float alpha, float beta)
 {
     const int idx = blockIdx.x * blockDim.x + threadIdx.x;
@@ -124,7 +130,8 @@ __global__ void __launch_bounds__(256) wino_output(const float* __restrict__ M, 
     int k, t;
     if (CMINOR) { t = idx / Co; k = idx - t * Co; }
     else { k = idx / T_; t = idx - k * T_; }
-    const int tw = t % TW, nt = t / TW;
+    const int g = t0 + t;   // the tile's index over the whole call
+    const int tw = g % TW, nt = g / TW;
     const int th = nt % TH, n = nt / TH;
     const long long plane = (long long)Co * T_;
     float m[36], tmp[24], o[16];
@@ -134,7 +141,7 @@ __global__ void __launch_bounds__(256) wino_output(const float* __restrict__ M, 
     for (int b = 0; b < 6; ++b) wino_at(m + b, 6, tmp + b, 6);           // tmp [4][6] = A^T m
 #pragma unroll
     for (int a = 0; a < 4; ++a) wino_at(tmp + 6 * a, 1, o + 4 * a, 1);   // o [4][4] = (A^T m) A
-    T* base = y + n * sn + k * sc;
+    T* base = y + (long long)n * sn + (long long)k * sc;
     const int h0 = 4 * th, w0 = 4 * tw;
 #pragma unroll
     for (int a = 0; a < 4; ++a) {
@@ -155,12 +162,12 @@ template __global__ void wino_filter<float, false>(const float*, float*, int, in
                                                    long long);
 template __global__ void wino_filter<float, true>(const float*, float*, int, int, long long, long long, long long,
                                                   long long);
-template __global__ void wino_input<float, false>(const float*, float*, int, int, int, int, int, int, int, int,
+template __global__ void wino_input<float, false>(const float*, float*, int, int, int, int, int, int, int, int, int,
                                                   long long, long long, long long, long long);
-template __global__ void wino_input<float, true>(const float*, float*, int, int, int, int, int, int, int, int,
+template __global__ void wino_input<float, true>(const float*, float*, int, int, int, int, int, int, int, int, int,
                                                  long long, long long, long long, long long);
-template __global__ void wino_output<float, false>(const float*, float*, int, int, int, int, int, int, long long,
+template __global__ void wino_output<float, false>(const float*, float*, int, int, int, int, int, int, int, long long,
                                                    long long, long long, long long, float, float);
-template __global__ void wino_output<float, true>(const float*, float*, int, int, int, int, int, int, long long,
+template __global__ void wino_output<float, true>(const float*, float*, int, int, int, int, int, int, int, long long,
                                                   long long, long long, long long, float, float);
 #endif

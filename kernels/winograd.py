@@ -4,9 +4,14 @@ description, float64 NumPy references, a CPU emulation of winograd.cu's kernels,
 The ``winograd`` algorithm source (``ucudnn/measure/sources/winograd.py``) runs a configuration as:
 
 1. ``wino_filter``: U[xi] = (G g G^T)[xi] for every (output channel o, input channel i): ``U [36][Co][Ci]``;
-2. per chunk of ``chunk`` images: ``wino_input`` (V = B^T d B of every 6x6 input tile), one
-   ``cublasGemmStridedBatchedEx`` over the 36 transform-domain points (M[xi] = U[xi] V[xi], channels reduced), and
-   ``wino_output`` (y = alpha * A^T M A + beta * y, edge tiles clipped).
+2. per chunk: ``wino_input`` (V = B^T d B of every 6x6 input tile), one ``cublasGemmStridedBatchedEx`` over the
+   36 transform-domain points (M[xi] = U[xi] V[xi], channels reduced), and ``wino_output``
+   (y = alpha * A^T M A + beta * y, edge tiles clipped).
+
+A chunk is a flat range of tiles over the call's ``n * TH * TW`` tiles (tile g = (image * TH + row) * TW + col):
+``chunk`` whole images (``Geometry.chunks``) or ``tiles`` tiles (``Geometry.tile_chunks``: a few tile rows of one
+image, or a range across image boundaries), so V and M can be sized for less than one image's plane.  The kernels
+take the range's first tile ``t0`` and the tensors' image-0 pointers.
 
 Forward is the correlation of x (Ci = C) into y (Co = K) with the problem's padding.  Backward data is the same
 correlation of dy (Ci = K) into dx (Co = C) with the filter rotated by 180 degrees, its K / C roles swapped and
@@ -188,30 +193,40 @@ class Geometry:
     def tiles_per_image(self) -> int:
         return self.tiles_h * self.tiles_w
 
-    def segments(self, chunk: int) -> tuple[tuple[str, int, int], ...]:
-        """(name, byte offset, bytes) of U, V and M for chunks of ``chunk`` images (float32, 256-byte aligned)."""
-        t = chunk * self.tiles_per_image
+    def segments(self, chunk: int, tiles: int | None = None) -> tuple[tuple[str, int, int], ...]:
+        """(name, byte offset, bytes) of U, V and M for chunks of ``chunk`` images, or of ``tiles`` tiles when given
+        (float32, 256-byte aligned)."""
+        t = self._chunk_tiles(chunk, tiles)
         out, off = [], 0
         for name, elements in (("U", self.co * self.ci), ("V", self.ci * t), ("M", self.co * t)):
             out.append((name, off, 4 * POINTS * elements))
             off = align_up(off + 4 * POINTS * elements)
         return tuple(out)
 
-    def workspace_bytes(self, chunk: int) -> int:
-        """Exactly what a configuration running chunks of ``chunk`` images touches: U, V and M (the last not
-        padded): ``36 * 4 * (Co*Ci (aligned) + Ci*T (aligned) + Co*T)`` bytes, T = chunk * tiles per image."""
-        return max(off + size for _, off, size in self.segments(chunk))
+    def _chunk_tiles(self, chunk: int, tiles: int | None) -> int:
+        return chunk * self.tiles_per_image if tiles is None else tiles
 
-    def chunk_refusal(self, chunk: int) -> str | None:
-        """Why chunks of ``chunk`` images do not run (32-bit thread indices), or None."""
-        t = chunk * self.tiles_per_image
+    def workspace_bytes(self, chunk: int, tiles: int | None = None) -> int:
+        """Exactly what a configuration running chunks of ``chunk`` images (or of ``tiles`` tiles) touches: U, V and
+        M (the last not padded): ``36 * 4 * (Co*Ci (aligned) + Ci*T (aligned) + Co*T)`` bytes, T = chunk * tiles
+        per image (or ``tiles``)."""
+        return max(off + size for _, off, size in self.segments(chunk, tiles))
+
+    def chunk_refusal(self, chunk: int, tiles: int | None = None, n: int | None = None) -> str | None:
+        """Why chunks of ``chunk`` images (or ``tiles`` tiles) of a call on ``n`` images do not run (32-bit thread
+        and tile indices), or None."""
+        t = self._chunk_tiles(chunk, tiles)
+        what = f"chunks of {chunk} images" if tiles is None else f"chunks of {tiles} tiles"
         if max(self.ci, self.co) * t > _INT_MAX:
-            return f"chunks of {chunk} images: {max(self.ci, self.co) * t} transformed elements per point, over 2^31"
+            return f"{what}: {max(self.ci, self.co) * t} transformed elements per point, over 2^31"
+        if n is not None and n * self.tiles_per_image > _INT_MAX:
+            return f"{n * self.tiles_per_image} tiles in the call, over 2^31"
         return None
 
-    def gemm(self, images: int) -> Gemm:
-        """The 36 products of a chunk of ``images`` images (row-major, over the workspace buffers U, V, M)."""
-        t = images * self.tiles_per_image
+    def gemm(self, images: int, tiles: int | None = None) -> Gemm:
+        """The 36 products of a chunk of ``images`` images, or of ``tiles`` tiles when given (row-major, over the
+        workspace buffers U, V, M)."""
+        t = self._chunk_tiles(images, tiles)
         ci, co = self.ci, self.co
         if self.cminor:   # M[xi] (T x Co) = V[xi] (T x Ci) @ U[xi]^T
             return Gemm(a="V", b="U", c="M", m=t, n=co, k=ci, lda=ci, ldb=ci, ldc=co, stride_a=ci * t,
@@ -224,6 +239,19 @@ class Geometry:
         """(first image, images) of each chunk of a call on ``n`` images."""
         return [(n0, min(chunk, n - n0)) for n0 in range(0, n, chunk)]
 
+    def tile_chunks(self, n: int, tiles: int) -> list[tuple[int, int]]:
+        """(first tile, tiles) of each chunk of ``tiles`` tiles of a call on ``n`` images (flat over its
+        ``n * TH * TW`` tiles; the last chunk may be shorter)."""
+        total = n * self.tiles_per_image
+        return [(t0, min(tiles, total - t0)) for t0 in range(0, total, tiles)]
+
+    def ranges(self, n: int, chunk: int, tiles: int | None = None) -> list[tuple[int, int]]:
+        """(first tile, tiles) of each chunk: chunks of ``chunk`` images as tile ranges, or of ``tiles`` tiles."""
+        if tiles is None:
+            tpi = self.tiles_per_image
+            return [(n0 * tpi, images * tpi) for n0, images in self.chunks(n, chunk)]
+        return self.tile_chunks(n, tiles)
+
 
 def chunk_sizes(n: int) -> list[int]:
     """The chunk sizes offered at micro-batch ``n``: the powers of two below ``n``, and ``n`` (one chunk)."""
@@ -232,6 +260,27 @@ def chunk_sizes(n: int) -> list[int]:
         out.append(c)
         c *= 2
     return out + [n]
+
+
+#: tile chunks are offered up to this many images' tiles (above, whole-image chunks already fill in sizes finely)
+TILE_CHUNK_IMAGES = 4
+#: and down to this fraction of one image's tiles (at least one tile row)
+TILE_CHUNK_MIN_FRACTION = 16
+
+
+def tile_chunk_sizes(geo: "Geometry", n: int) -> list[int]:
+    """The tile-range chunk sizes offered at micro-batch ``n``, ascending: ``TW * r`` tiles for ``r`` tile rows a
+    power of two or three times one (1, 2, 3, 4, 6, 8, 12, ...), from ``tiles_per_image / TILE_CHUNK_MIN_FRACTION``
+    (at least one row) to below ``min(n, TILE_CHUNK_IMAGES)`` images' tiles, whole numbers of images left out (the
+    image chunks of :func:`chunk_sizes` run those).  Below one image they make any plane fit a small workspace;
+    between image counts they fill the workspace between b and 2b images."""
+    tpi, tw = geo.tiles_per_image, geo.tiles_w
+    top, low = min(n, TILE_CHUNK_IMAGES) * tpi, max(tw, tpi // TILE_CHUNK_MIN_FRACTION)
+    rows, r = set(), 1
+    while r * tw < top:
+        rows.update((r, 3 * r))
+        r *= 2
+    return sorted(t for t in (r * tw for r in rows) if low <= t < top and t % tpi)
 
 
 # ---- CPU emulation of winograd.cu (thread by thread index math, vectorised over threads) ---------------------------
@@ -272,21 +321,22 @@ def emulate_filter(geo: Geometry, w: np.ndarray, U: np.ndarray) -> None:
             U[(a * 6 + b) * plane + idx] = u[a][b]
 
 
-def _tile_of(geo: Geometry, idx: np.ndarray, channels: int, t_count: int) -> tuple[np.ndarray, ...]:
-    """(channel, n, th, tw) of each thread of wino_input / wino_output (the kernels' decoding of ``idx``)."""
+def _tile_of(geo: Geometry, idx: np.ndarray, channels: int, t_count: int, t0: int = 0) -> tuple[np.ndarray, ...]:
+    """(channel, n, th, tw) of each thread of wino_input / wino_output (the kernels' decoding of ``idx``; the
+    thread's tile is ``t0 + t`` over the whole call)."""
     if geo.cminor:
         t, c = idx // channels, idx % channels
     else:
         c, t = idx // t_count, idx % t_count
-    tw, nt = t % geo.tiles_w, t // geo.tiles_w
+    g = t0 + t
+    tw, nt = g % geo.tiles_w, g // geo.tiles_w
     return c, nt // geo.tiles_h, nt % geo.tiles_h, tw
 
 
-def emulate_input(geo: Geometry, x: np.ndarray, V: np.ndarray, images: int) -> None:
-    """wino_input on ``images`` images of flat ``x`` (starting at image 0 of the view)."""
-    t_count = images * geo.tiles_per_image
+def emulate_input(geo: Geometry, x: np.ndarray, V: np.ndarray, t0: int, t_count: int) -> None:
+    """wino_input on tiles ``t0 .. t0 + t_count`` of flat ``x`` (image 0 at the view's start)."""
     idx = np.arange(geo.ci * t_count)
-    c, n, th, tw = _tile_of(geo, idx, geo.ci, t_count)
+    c, n, th, tw = _tile_of(geo, idx, geo.ci, t_count, t0)
     sn, sc, sh, sw = geo.in_strides
     h0, w0 = 4 * th - geo.pad[0], 4 * tw - geo.pad[1]
     base = n * sn + c * sc
@@ -305,11 +355,12 @@ def emulate_input(geo: Geometry, x: np.ndarray, V: np.ndarray, images: int) -> N
             V[(a * 6 + b) * plane + idx] = v[a][b]
 
 
-def emulate_output(geo: Geometry, M: np.ndarray, y: np.ndarray, images: int, alpha: float, beta: float) -> None:
-    """wino_output on ``images`` images of flat ``y`` (y = alpha * A^T M A + beta * y, clipped to Ho x Wo)."""
-    t_count = images * geo.tiles_per_image
+def emulate_output(geo: Geometry, M: np.ndarray, y: np.ndarray, t0: int, t_count: int, alpha: float,
+                   beta: float) -> None:
+    """wino_output on tiles ``t0 .. t0 + t_count`` of flat ``y`` (image 0 at the view's start;
+    y = alpha * A^T M A + beta * y, clipped to Ho x Wo)."""
     idx = np.arange(geo.co * t_count)
-    k, n, th, tw = _tile_of(geo, idx, geo.co, t_count)
+    k, n, th, tw = _tile_of(geo, idx, geo.co, t_count, t0)
     plane = geo.co * t_count
     m = [[M[(a * 6 + b) * plane + idx] for b in range(6)] for a in range(6)]
     o = _separable(_at, m)
@@ -326,33 +377,35 @@ def emulate_output(geo: Geometry, M: np.ndarray, y: np.ndarray, images: int, alp
 
 def emulate(geo: Geometry, w: np.ndarray, x: np.ndarray, y: np.ndarray, n: int, chunk: int, alpha: float = 1.0,
             beta: float = 0.0, workspace: np.ndarray | None = None,
-            gemm: Callable[[list[Gemm], dict[str, np.ndarray]], None] | None = None) -> np.ndarray:
+            gemm: Callable[[list[Gemm], dict[str, np.ndarray]], None] | None = None,
+            tiles: int | None = None) -> np.ndarray:
     """One launch on the CPU, as the source runs it: ``x`` the input (x, or dy for backward data), ``y`` the output
-    (flat arrays addressed by the geometry's strides), the workspace a flat float array of
-    ``workspace_bytes(chunk) / 4`` elements split into U, V, M at the segments' offsets.  ``gemm(gemms, buffers)``
-    replaces the row-major GEMM execution (tests pass cuBLAS's column-major view).  Returns the workspace."""
-    words = geo.workspace_bytes(chunk) // 4
+    (flat arrays addressed by the geometry's strides), in chunks of ``chunk`` images, or of ``tiles`` tiles when
+    given; the workspace a flat float array of ``workspace_bytes(chunk, tiles) / 4`` elements split into U, V, M at
+    the segments' offsets.  ``gemm(gemms, buffers)`` replaces the row-major GEMM execution (tests pass cuBLAS's
+    column-major view).  Returns the workspace."""
+    words = geo.workspace_bytes(chunk, tiles) // 4
     ws = np.full(words, np.nan) if workspace is None else workspace
-    seg = {name: ws[off // 4: off // 4 + size // 4] for name, off, size in geo.segments(chunk)}
+    seg = {name: ws[off // 4: off // 4 + size // 4] for name, off, size in geo.segments(chunk, tiles)}
     emulate_filter(geo, w, seg["U"])
     run = gemm or (lambda gms, bufs: run_gemms(gms, bufs))
-    for n0, images in geo.chunks(n, chunk):
-        emulate_input(geo, x[n0 * geo.in_strides[0]:], seg["V"], images)
-        run([geo.gemm(images)], seg)
-        emulate_output(geo, seg["M"], y[n0 * geo.out_strides[0]:], images, alpha, beta)
+    for t0, count in geo.ranges(n, chunk, tiles):
+        emulate_input(geo, x, seg["V"], t0, count)
+        run([geo.gemm(0, count)], seg)
+        emulate_output(geo, seg["M"], y, t0, count, alpha, beta)
     return ws
 
 
 # ---- GPU launchers (winograd.cu), on raw device pointers -----------------------------------------------------------
 FilterFn = Callable[[int, int], None]                  # (w, U)
-InputFn = Callable[[int, int, int], None]              # (x, V, images)
-OutputFn = Callable[[int, int, int, float, float], None]   # (M, y, images, alpha, beta)
+InputFn = Callable[[int, int, int, int], None]         # (x, V, t0, tiles)
+OutputFn = Callable[[int, int, int, int, float, float], None]   # (M, y, t0, tiles, alpha, beta)
 
 
 def launchers(geo: Geometry, itemsize: int = 4) -> tuple[FilterFn, InputFn, OutputFn]:
-    """``filter(w, U)``, ``input(x, V, images)``, ``output(M, y, images, alpha, beta)`` on CuPy's current stream
-    (pointers to the chunk's first image).  The kernels are compiled (or fetched) here, so a launch inside a CUDA
-    graph capture only enqueues."""
+    """``filter(w, U)``, ``input(x, V, t0, tiles)``, ``output(M, y, t0, tiles, alpha, beta)`` on CuPy's current
+    stream (x, y: pointers to the call's image 0; the chunk is tiles ``t0 .. t0 + tiles`` of the call).  The kernels
+    are compiled (or fetched) here, so a launch inside a CUDA graph capture only enqueues."""
     if itemsize != 4:
         raise InputError(f"element size {itemsize} bytes is not supported (float32)", "itemsize")
     i32, i64 = np.int32, np.int64
@@ -370,30 +423,31 @@ def launchers(geo: Geometry, itemsize: int = 4) -> tuple[FilterFn, InputFn, Outp
     def filter_(w: int, U: int) -> None:
         kf(f_grid, (_THREADS,), (w, U) + f_args)
 
-    in_args: dict[int, tuple] = {}
-    out_args: dict[int, tuple] = {}
+    in_args: dict[tuple[int, int], tuple] = {}
+    out_args: dict[tuple[int, int], tuple] = {}
 
-    def shapes(images: int) -> tuple[tuple, tuple]:
-        """(input grid + arguments, output grid + arguments) after the pointers, built once per chunk size."""
-        if images not in in_args:
-            t = images * th * tw
-            in_args[images] = ((-(-geo.ci * t // _THREADS),), (i32(geo.ci), i32(t), i32(th), i32(tw), i32(geo.hi),
-                                                               i32(geo.wi), i32(geo.pad[0]), i32(geo.pad[1])) + in_str)
-            out_args[images] = ((-(-geo.co * t // _THREADS),),
-                                (i32(geo.co), i32(t), i32(th), i32(tw), i32(geo.ho), i32(geo.wo)) + out_str)
-        return in_args[images], out_args[images]
+    def shapes(t0: int, t: int) -> tuple[tuple, tuple]:
+        """(input grid + arguments, output grid + arguments) after the pointers, built once per tile range."""
+        key = (t0, t)
+        if key not in in_args:
+            in_args[key] = ((-(-geo.ci * t // _THREADS),), (i32(geo.ci), i32(t), i32(t0), i32(th), i32(tw),
+                                                            i32(geo.hi), i32(geo.wi), i32(geo.pad[0]),
+                                                            i32(geo.pad[1])) + in_str)
+            out_args[key] = ((-(-geo.co * t // _THREADS),),
+                             (i32(geo.co), i32(t), i32(t0), i32(th), i32(tw), i32(geo.ho), i32(geo.wo)) + out_str)
+        return in_args[key], out_args[key]
 
-    def input_(x: int, V: int, images: int) -> None:
-        grid, args = shapes(images)[0]
+    def input_(x: int, V: int, t0: int, tiles: int) -> None:
+        grid, args = shapes(t0, tiles)[0]
         ki(grid, (_THREADS,), (x, V) + args)
 
-    def output_(M: int, y: int, images: int, alpha: float, beta: float) -> None:
-        grid, args = shapes(images)[1]
+    def output_(M: int, y: int, t0: int, tiles: int, alpha: float, beta: float) -> None:
+        grid, args = shapes(t0, tiles)[1]
         ko(grid, (_THREADS,), (M, y) + args + (np.float32(alpha), np.float32(beta)))
 
     return filter_, input_, output_
 
 
-__all__ = ["AT", "BT", "G", "Geometry", "WORKSPACE_ALIGN", "chunk_sizes", "correlation_reference",
-           "direct_correlation", "emulate", "filter_transform", "input_transform", "launchers", "output_transform",
-           "refusal"]
+__all__ = ["AT", "BT", "G", "Geometry", "TILE_CHUNK_IMAGES", "TILE_CHUNK_MIN_FRACTION", "WORKSPACE_ALIGN",
+           "chunk_sizes", "correlation_reference", "direct_correlation", "emulate", "filter_transform",
+           "input_transform", "launchers", "output_transform", "refusal", "tile_chunk_sizes"]

@@ -2,14 +2,16 @@
 correlation and undivided cuDNN on VGG-like layers and awkward shapes (odd H / W, pad 0 and 2, C = 3, C not a
 multiple of 8, n = 1 and 5), NCHW and NHWC, FP32 strict and TF32; internal chunks; alpha / beta; channel slices;
 micro-batched plans through the Executor mixed with legacy steps, eager and CUDA-graph replayed; a captured graph
-replayed on new data; measure()'s rows with exact workspace.  No timing is asserted.
+replayed on new data; tile-range chunks (``wino-f4-t<T>``: part of a tile row, a few rows, ranges crossing image
+boundaries, a VGG conv1_2 plane in chunks of 64 tile rows) forward and backward data against undivided cuDNN, and
+one captured and replayed; measure()'s rows (image and tile chunks) with exact workspace.  No timing is asserted.
 
 ``python tests/test_gpu_winograd.py`` prints a timing report (filter transform against a whole step, VGG layers)."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from ucudnn.kernels.winograd import Geometry, direct_correlation
+from ucudnn.kernels.winograd import Geometry, direct_correlation, tile_chunk_sizes
 
 from ucudnn.planning.table import Measurement
 from ucudnn.problem import ConvProblem
@@ -29,8 +31,11 @@ CASES = {
 TOL = {"FMA": 1e-4, "TENSOR_OP": 3e-2}   # max error / max |reference|
 
 
-def _config(problem, op, chunk=None, math="FMA", n=None):
+def _config(problem, op, chunk=None, math="FMA", n=None, tiles=None):
     n = problem.n if n is None else n
+    if tiles is not None:
+        ws = Geometry.of(problem.with_batch(n), op).workspace_bytes(0, tiles)
+        return Measurement(n, f"wino-f4-t{tiles}", math, 1.0, ws, "winograd", None, {"winograd": {"tiles": tiles}})
     chunk = n if chunk is None else min(chunk, n)
     ws = Geometry.of(problem.with_batch(n), op).workspace_bytes(chunk)
     algo = "wino-f4" if chunk >= n else f"wino-f4-c{chunk}"
@@ -67,7 +72,7 @@ def _close(got, ref, math, what=""):
     return err
 
 
-def _launch_once(problem, op, chunk=None, alpha=1.0, beta=0.0, seed=0, math="FMA"):
+def _launch_once(problem, op, chunk=None, alpha=1.0, beta=0.0, seed=0, math="FMA", tiles=None, reference=True):
     """(result, float64 expectation) of one prepared launch with exactly the reported workspace (NaN-filled)."""
     import cupy as cp
 
@@ -79,11 +84,13 @@ def _launch_once(problem, op, chunk=None, alpha=1.0, beta=0.0, seed=0, math="FMA
     old = np.random.default_rng(seed + 1).standard_normal(out_shape).astype(np.float32)
     a, b = (cp.asarray(t) for t in _operands(op, x, w, dy))
     out = cp.asarray(old) if beta != 0 else cp.full(out_shape, cp.nan, dtype=cp.float32)
-    cfg = _config(problem, op, chunk, math)
+    cfg = _config(problem, op, chunk, math, tiles=tiles)
     ws = cp.cuda.alloc(cfg.workspace_bytes)
     cp.ndarray((cfg.workspace_bytes,), cp.uint8, ws).fill(0xFF)
     WinogradSource().prepare(op, problem, cfg)(Operands(a.data.ptr, b.data.ptr, out.data.ptr), ws.ptr,
                                                cfg.workspace_bytes, alpha, beta)
+    if not reference:
+        return out.get(), None
     expect = alpha * _reference(op, problem, x, w, dy) + (beta * old.astype(np.float64) if beta != 0 else 0)
     return out.get(), expect
 
@@ -171,6 +178,78 @@ def test_channel_slice_runs_on_the_wide_tensors_view(layout, op):
         _close(dx.get(), _reference("backward_data", wide, x, w, yk), "FMA", "slice dx")
 
 
+def _cudnn(problem, op, seed):
+    """Undivided cuDNN's result (FMA descriptors, no workspace) on _host(problem, seed)'s data."""
+    import cupy as cp
+
+    from ucudnn.binding import cudnn
+    from ucudnn.binding.gpu import descriptors, handle
+
+    x, w, dy = _host(problem, seed)
+    a, b = (cp.asarray(t) for t in _operands(op, x, w, dy))
+    d = descriptors(problem, "FMA")
+    da, db, do = d.operands(op)
+    ref = cp.empty(problem.operand_shapes(op)[2], cp.float32)
+    cudnn.convolution(handle(), op, 1.0, da, a.data.ptr, db, b.data.ptr, d.conv, 0, 0, 0, 0.0, do, ref.data.ptr)
+    return ref.get().astype(np.float64)
+
+
+def _tile_counts(problem, op):
+    geo = Geometry.of(problem, op)
+    tpi, tw = geo.tiles_per_image, geo.tiles_w
+    # part of a row (starts mid-row), 3 rows, an image and a bit (crosses images), a prime count
+    return sorted({max(1, tw // 2), 3 * tw, tpi + tw, 37})
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("name", ["vgg-64x56", "odd-27-pad2", "odd-13-pad0", "nhwc-vgg", "nhwc-odd"])
+def test_tile_chunks_match_undivided_cudnn(name, op):
+    problem = CASES[name]
+    ref = _cudnn(problem, op, 5)
+    for t in _tile_counts(problem, op):
+        got, _ = _launch_once(problem, op, seed=5, tiles=t, reference=False)
+        _close(got, ref, "FMA", f"{name} {op} chunks of {t} tiles vs cuDNN")
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_vgg_conv1_2_plane_in_tile_row_chunks_matches_cudnn(op):
+    """VGG conv1_2 (64 -> 64, 224x224) at n = 2: chunks of 64 tile rows (3584 tiles: more than one image, so the
+    second chunk starts inside image 0 and ends in image 1) and of 8 rows, at their exact workspace."""
+    problem = ConvProblem(2, 64, 224, 224, 64, 3, 3, pad=1)
+    ref = _cudnn(problem, op, 6)
+    for t in (64 * 56, 8 * 56):
+        got, _ = _launch_once(problem, op, seed=6, tiles=t, reference=False)
+        _close(got, ref, "FMA", f"conv1_2 {op} chunks of {t} tiles vs cuDNN")
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_tile_chunks_alpha_beta_against_float64(op):
+    got, expect = _launch_once(CASES["c13-nonsquare-pad12"], op, alpha=-0.75, beta=0.5, seed=3, tiles=7)
+    _close(got, expect, "FMA", f"c13 {op} chunks of 7 tiles")
+
+
+def test_a_captured_tile_chunk_graph_replays_on_new_data():
+    import cupy as cp
+
+    from ucudnn.binding.gpu import capture
+    from ucudnn.measure.sources.base import Operands
+    from ucudnn.measure.sources.winograd import WinogradSource
+
+    problem = CASES["vgg-64x56"]   # 14x14 tiles an image; chunks of 3 rows + the short last one
+    x, w, dy = _host(problem, 9)
+    cdy, cw = cp.asarray(dy), cp.asarray(w)
+    dx = cp.empty(problem.x_shape(), cp.float32)
+    cfg = _config(problem, "backward_data", tiles=42)
+    ws = cp.cuda.alloc(cfg.workspace_bytes)
+    launch = WinogradSource().prepare("backward_data", problem, cfg)
+    graph = capture(lambda: launch(Operands(cw.data.ptr, cdy.data.ptr, dx.data.ptr), ws.ptr, cfg.workspace_bytes,
+                                   1.0, 0.0))
+    dy2 = np.random.default_rng(10).standard_normal(dy.shape).astype(np.float32)
+    cdy.set(dy2)
+    graph.launch(cp.cuda.get_current_stream())
+    _close(dx.get(), _reference("backward_data", problem, x, w, dy2), "FMA", "tile chunks replayed")
+
+
 def _plan(problem, op, steps):
     from ucudnn.planning.plan import KernelPlan, MicroConfig
 
@@ -248,13 +327,22 @@ def test_measure_records_labelled_rows_with_exact_workspace():
         settings = BenchSettings(numerics, repeat=2, warmup=1, max_workspace=256 << 20)
         ws = cp.cuda.alloc(settings.max_workspace)
         for op in OPS:
+            geo = Geometry.of(problem, op)
             ms, sk = WinogradSource().measure(op, problem, buf.operands(op, problem.n), ws.ptr, settings)
-            assert sorted(m.extra["winograd"]["chunk"] for m in ms) == [1, 2, 4], sk
-            for m in ms:
+            images = [m for m in ms if "chunk" in m.extra["winograd"]]
+            tiled = [m for m in ms if "tiles" in m.extra["winograd"]]
+            assert sorted(m.extra["winograd"]["chunk"] for m in images) == [1, 2, 4], sk
+            assert sorted(m.extra["winograd"]["tiles"] for m in tiled) == tile_chunk_sizes(geo, 4), sk
+            assert len(images) + len(tiled) == len(ms)
+            for m in images:
                 chunk = m.extra["winograd"]["chunk"]
-                assert m.source == "winograd" and m.math_type == label and m.time_ms > 0
                 assert m.algo == ("wino-f4" if chunk == 4 else f"wino-f4-c{chunk}")
-                assert m.workspace_bytes == Geometry.of(problem, op).workspace_bytes(chunk)
+                assert m.workspace_bytes == geo.workspace_bytes(chunk)
+            for m in tiled:
+                t = m.extra["winograd"]["tiles"]
+                assert m.algo == f"wino-f4-t{t}" and m.workspace_bytes == geo.workspace_bytes(0, t)
+            for m in ms:
+                assert m.source == "winograd" and m.math_type == label and m.time_ms > 0
                 assert m.extra["deterministic"] is True
         ms, sk = WinogradSource().measure("backward_filter", problem, buf.operands("backward_filter", 4), ws.ptr,
                                           settings)

@@ -1,8 +1,10 @@
 """The winograd source's pure-Python side without a GPU: F(4x4, 3x3)'s transforms against a float64 direct
 correlation (hypothesis over H, W, pads 0-2, n, C, K); a CPU emulation of winograd.cu's kernels (their thread index
-math, edge tiles, NCHW and NHWC, chunks, alpha / beta, channel-slice strides) with the GEMM run both row-major and
-as the column-major call cuBLAS receives, inside a workspace of exactly the reported size; the workspace formula;
-declines as Skipped rows; the source's names and registration; nvcc compiles winograd.cu for sm_80 and sm_90."""
+math, edge tiles, NCHW and NHWC, chunks of whole images and tile-range chunks (any number of tiles, ranges starting
+mid-row and crossing image boundaries), alpha / beta, channel-slice strides) with the GEMM run both row-major and
+as the column-major call cuBLAS receives, inside a workspace of exactly the reported size; the workspace formula for
+image and tile chunks; the offered tile-chunk sizes; declines as Skipped rows; the source's names and registration;
+nvcc compiles winograd.cu for sm_80 and sm_90."""
 from __future__ import annotations
 
 import importlib.util
@@ -18,13 +20,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_mec_source import run_column_major
 from ucudnn.kernels import _compile
-from ucudnn.kernels.winograd import (AT, BT, G, WORKSPACE_ALIGN, Geometry, chunk_sizes, correlation_reference,
-                                     direct_correlation, emulate, filter_transform, input_transform,
-                                     output_transform, refusal, tiles)
+from ucudnn.kernels.winograd import (AT, BT, G, TILE_CHUNK_IMAGES, WORKSPACE_ALIGN, Geometry, chunk_sizes,
+                                     correlation_reference, direct_correlation, emulate, emulate_input,
+                                     emulate_output, filter_transform, input_transform, output_transform, refusal,
+                                     tile_chunk_sizes, tiles)
 
 from ucudnn.errors import InputError
 from ucudnn.measure.sources.base import BenchSettings, Operands
-from ucudnn.measure.sources.winograd import WinogradSource, algo_name, chunk_of
+from ucudnn.measure.sources.winograd import WinogradSource, algo_name, chunk_of, tile_algo_name, tiles_of
 from ucudnn.planning.table import Measurement
 from ucudnn.problem import ConvProblem
 
@@ -100,7 +103,7 @@ def _expected(op, problem, x, wt, dy):
     return dx
 
 
-def _run(op, problem, chunk, alpha, beta, seed, how="row"):
+def _run(op, problem, chunk, alpha, beta, seed, how="row", tiles=None):
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((problem.n, problem.c, problem.h, problem.w))
     wt = rng.standard_normal((problem.k, problem.c, 3, 3))
@@ -111,9 +114,9 @@ def _run(op, problem, chunk, alpha, beta, seed, how="row"):
     out_nchw = rng.standard_normal(dy.shape if op == "forward" else x.shape)
     out = _to_layout(out_nchw, lay).reshape(-1).copy()
     geo = Geometry.of(problem, op)
-    ws = np.full(geo.workspace_bytes(chunk) // 4, np.nan)   # exactly the reported size; NaN: unwritten shows
+    ws = np.full(geo.workspace_bytes(chunk, tiles) // 4, np.nan)   # exactly the reported size; NaN: unwritten shows
     emulate(geo, w_flat, src, out, problem.n, chunk, alpha, beta, workspace=ws,
-            gemm=(lambda gms, bufs: run_column_major(gms, bufs, 1.0, 0.0)) if how == "column" else None)
+            gemm=(lambda gms, bufs: run_column_major(gms, bufs, 1.0, 0.0)) if how == "column" else None, tiles=tiles)
     got = _from_layout(out.reshape(problem.x_shape() if op == "backward_data" else problem.y_shape()), lay)
     return got, alpha * _expected(op, problem, x, wt, dy) + beta * out_nchw
 
@@ -127,6 +130,76 @@ def test_emulated_kernels_compute_the_convolution(shape, op, layout, chunk, scal
     problem = ConvProblem(n, c, h, w, k, 3, 3, pad=pad, layout=layout)
     got, expect = _run(op, problem, min(chunk, n), *scalars, seed, how)
     assert _scale_err(got, expect) < 1e-11
+
+
+@settings(max_examples=80, deadline=None)
+@given(shapes(), st.sampled_from(["forward", "backward_data"]), st.sampled_from(["NCHW", "NHWC"]),
+       st.data(), st.sampled_from([(1.0, 0.0), (-0.5, 1.0), (2.0, 0.25)]), st.sampled_from(["row", "column"]),
+       st.integers(0, 2**31 - 1))
+def test_emulated_kernels_with_tile_range_chunks_compute_the_convolution(shape, op, layout, data, scalars, how,
+                                                                        seed):
+    """Chunks of any number of tiles (one tile, part of a row, a few rows, more than an image, the whole call and
+    beyond): ranges start mid-row and cross image boundaries, V / M sized for the chunk, the float64 result equal to
+    the reference."""
+    n, c, h, w, k, pad = shape
+    problem = ConvProblem(n, c, h, w, k, 3, 3, pad=pad, layout=layout)
+    geo = Geometry.of(problem, op)
+    total = n * geo.tiles_per_image
+    t = data.draw(st.one_of(st.integers(1, total + 3), st.sampled_from(tile_chunk_sizes(geo, n) or [1])))
+    got, expect = _run(op, problem, 0, *scalars, seed, how, tiles=t)
+    assert _scale_err(got, expect) < 1e-11
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("op", ["forward", "backward_data"])
+def test_tile_range_offsets_read_and_write_the_right_tiles(op, layout):
+    """wino_input on tiles t0 .. t0 + count writes exactly that slice of the whole call's V (the right 6x6 patches:
+    range starting mid-row, crossing an image boundary, ending on a clipped edge tile); wino_output of that range
+    writes exactly the range's 4x4 outputs (clipped) and nothing else."""
+    p = ConvProblem(3, 5, 13, 11, 4, 3, 3, pad=(1, 2), layout=layout)
+    geo = Geometry.of(p, op)
+    tpi, total = geo.tiles_per_image, 3 * geo.tiles_per_image
+    ci, co = geo.ci, geo.co
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal(3 * ci * geo.hi * geo.wi)
+    whole = np.full(36 * ci * total, np.nan)
+    emulate_input(geo, x, whole, 0, total)
+    whole = whole.reshape(36, ci, total) if not geo.cminor else whole.reshape(36, total, ci)
+    for t0, count in ((0, 1), (tpi - 2, 5), (geo.tiles_w + 1, tpi), (total - 3, 3), (2, total - 2)):
+        v = np.full(36 * ci * count, np.nan)
+        emulate_input(geo, x, v, t0, count)
+        want = whole[:, :, t0:t0 + count] if not geo.cminor else whole[:, t0:t0 + count, :]
+        np.testing.assert_array_equal(v.reshape(want.shape), want)
+        # output: M = the tile index + 1 everywhere -> every written element says which tile wrote it
+        m = np.zeros((36, co, count) if not geo.cminor else (36, count, co))
+        tile_ids = np.arange(t0, t0 + count) + 1.0
+        m[0] = tile_ids[None, :] if not geo.cminor else tile_ids[:, None]     # A^T m A at point 0: m0 on (0, 0)
+        y = np.zeros(3 * co * geo.ho * geo.wo)
+        emulate_output(geo, m.reshape(-1), y, t0, count, 1.0, 0.0)
+        sn, sc, sh, sw = geo.out_strides
+        expect = np.zeros_like(y)
+        for g in range(t0, t0 + count):
+            img, rem = divmod(g, tpi)
+            th, tw = divmod(rem, geo.tiles_w)
+            for kk in range(co):
+                if 4 * th < geo.ho and 4 * tw < geo.wo:
+                    expect[img * sn + kk * sc + 4 * th * sh + 4 * tw * sw] = g + 1.0
+        np.testing.assert_array_equal(y, expect)
+
+
+def test_tile_chunks_crossing_images_write_only_inside_the_output():
+    """13x13, pad 0 (3x3 tiles of 4, the last ones clipped), chunks of 4 tiles (start mid-row, cross images): a
+    NaN-filled output fully replaced, nothing past it touched."""
+    p = ConvProblem(2, 3, 13, 13, 5, 3, 3, pad=0)
+    geo = Geometry.of(p, "forward")
+    assert geo.tile_chunks(2, 4) == [(0, 4), (4, 4), (8, 4), (12, 4), (16, 2)]
+    rng = np.random.default_rng(2)
+    x, wt = rng.standard_normal(p.x_shape()), rng.standard_normal(p.w_shape())
+    y = np.full(2 * 5 * 11 * 11 + 7, np.nan)
+    ws = emulate(geo, wt.reshape(-1), x.reshape(-1), y, 2, 0, tiles=4)
+    assert ws.size == geo.workspace_bytes(0, 4) // 4
+    assert np.isnan(y[-7:]).all() and not np.isnan(y[:-7]).any()
+    assert _scale_err(y[:-7].reshape(p.y_shape()), direct_correlation(x, wt, (0, 0))) < 1e-12
 
 
 def test_backward_data_reference_is_the_adjoint_of_forward():
@@ -216,6 +289,48 @@ def test_workspace_is_u_v_and_m_exactly(shape, op, chunk):
     assert [off % WORKSPACE_ALIGN for _, off, _ in geo.segments(chunk)] == [0, 0, 0]
 
 
+@settings(max_examples=40, deadline=None)
+@given(shapes(), st.sampled_from(["forward", "backward_data"]), st.sampled_from(["NCHW", "NHWC"]), st.integers(1, 700))
+def test_workspace_is_u_v_and_m_exactly_for_tile_chunks(shape, op, layout, t):
+    n, c, h, w, k, pad = shape
+    p = ConvProblem(n, c, h, w, k, 3, 3, pad=pad, layout=layout)
+    geo = Geometry.of(p, op)
+    ci, co = (c, k) if op == "forward" else (k, c)
+    assert geo.workspace_bytes(0, t) == _align(36 * 4 * co * ci) + _align(36 * 4 * ci * t) + 36 * 4 * co * t
+    assert [off % WORKSPACE_ALIGN for _, off, _ in geo.segments(0, t)] == [0, 0, 0]
+    # a tile chunk of a whole number of images is that image chunk, byte for byte
+    assert geo.workspace_bytes(0, 2 * geo.tiles_per_image) == geo.workspace_bytes(2)
+    g = geo.gemm(0, t)
+    assert (g.m, g.n) == ((co, t) if layout == "NCHW" else (t, co)) and g.k == ci and g.batch == 36
+    ranges = geo.tile_chunks(n, t)
+    assert ranges[0][0] == 0 and sum(cnt for _, cnt in ranges) == n * geo.tiles_per_image
+    assert all(a + ca == b for (a, ca), (b, _) in zip(ranges, ranges[1:])) and max(c for _, c in ranges) <= t
+
+
+def test_offered_tile_chunks_are_tile_rows_between_a_sixteenth_and_four_images():
+    conv1_2 = Geometry.of(ConvProblem(64, 64, 224, 224, 64, 3, 3, pad=1), "forward")
+    sizes = tile_chunk_sizes(conv1_2, 64)
+    assert conv1_2.tiles_w == 56 and sizes == [56 * r for r in (4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192)]
+    for n in (1, 2, 3, 8):
+        for geo in (conv1_2, Geometry.of(ConvProblem(n, 5, 13, 27, 7, 3, 3, pad=1), "backward_data")):
+            got = tile_chunk_sizes(geo, n)
+            tpi = geo.tiles_per_image
+            assert got == sorted(set(got)) and all(t % geo.tiles_w == 0 and t % tpi for t in got)
+            assert all(max(geo.tiles_w, tpi // 16) <= t < min(n, TILE_CHUNK_IMAGES) * tpi for t in got)
+            rows = [t // geo.tiles_w for t in got]
+            assert all(r & (r - 1) == 0 or (r % 3 == 0 and (r // 3) & (r // 3 - 1) == 0) for r in rows)
+
+
+def test_tile_chunks_fit_vgg_conv1_2_under_64_mib():
+    """conv1_2 (64 -> 64, 224x224: 3136 tiles an image): one image is 55.7 MiB; 64 tile rows (3584 tiles, more than
+    an image) 63.6 MiB; 32 tile rows 32.1 MiB."""
+    for op in ("forward", "backward_data"):
+        geo = Geometry.of(ConvProblem(64, 64, 224, 224, 64, 3, 3, pad=1), op)
+        assert geo.workspace_bytes(0, 64 * 56) < 64 << 20 < geo.workspace_bytes(0, 96 * 56)
+        assert geo.workspace_bytes(0, 32 * 56) < 33 << 20
+        assert len(geo.tile_chunks(64, 64 * 56)) == 56 and geo.chunk_refusal(0, 64 * 56, 64) is None
+
+
 def test_vgg_workspaces_fit_64_mib_where_cudnns_winograd_does_not():
     """VGG-16 conv4_2 (512 -> 512, 28x28): U is 36 MiB, each image 3.4 MiB of V and of M: four images fit 64 MiB
     (cuDNN's WINOGRAD_NONFUSED asks 146 MiB at any n up to 16).  conv1_2 (64 -> 64, 224x224): one image, 55 MiB."""
@@ -272,6 +387,18 @@ def test_chunks_and_algorithm_names():
     assert chunk_of(Measurement(8, "wino-f4", "FMA", 1.0, 0, "winograd", None, {"winograd": {"chunk": 4}}), 8) == 4
     with pytest.raises(InputError):
         chunk_of(Measurement(8, "mec-A", "FMA", 1.0, 0, "winograd"), 8)
+
+
+def test_tile_chunk_names():
+    assert tile_algo_name(3584) == "wino-f4-t3584"
+    assert tiles_of(Measurement(8, "wino-f4-t3584", "FMA", 1.0, 0, "winograd")) == 3584
+    assert tiles_of(Measurement(8, "wino-f4", "FMA", 1.0, 0, "winograd", None, {"winograd": {"tiles": 12}})) == 12
+    assert tiles_of(Measurement(8, "wino-f4-c2", "FMA", 1.0, 0, "winograd")) is None
+    assert tiles_of(Measurement(8, "wino-f4", "FMA", 1.0, 0, "winograd")) is None
+    with pytest.raises(InputError):
+        tiles_of(Measurement(8, "wino-f4-t7", "FMA", 1.0, 0, "winograd", None, {"winograd": {"tiles": 0}}))
+    with pytest.raises(InputError):
+        chunk_of(Measurement(8, "wino-f4-t7", "FMA", 1.0, 0, "winograd"), 8)
 
 
 def test_the_registry_builds_the_source_and_the_defaults_do_not_include_it():

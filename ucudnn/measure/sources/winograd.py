@@ -16,6 +16,13 @@ while V and M stay sized for b images.  That is how "filter transform once per c
 hook: WR chooses, per micro-batch size, between more steps (each transforming the filter) and fewer steps with
 smaller internal chunks, from measured times and exact workspaces.
 
+Tile chunks: a chunk may also be a flat range of T tiles over the micro-batch's n * ceil(Ho/4) * ceil(Wo/4) tiles
+(``wino-f4-t<T>``; :func:`ucudnn.kernels.winograd.tile_chunk_sizes`: T a power of two or three times one of tile
+rows, from 1/16 of an image up to 4 images, whole images left out), so V and M can be smaller than one image's
+plane: VGG conv1_2 (64 channels, 224x224: 3136 tiles, 55.7 MiB for one image) runs in chunks of 64 tile rows at
+63.6 MiB or of 32 at 32.1 MiB.  Ranges cross image boundaries freely (the kernels decode each tile's image, row and
+column from its index over the call), so only the last chunk is short.
+
 * forward: x (C channels) correlated into y (K), the problem's padding.
 * backward data: dy (K channels) correlated into dx (C) with the filter rotated by 180 degrees and K / C swapped,
   padding 2 - pad (so pad <= 2).
@@ -25,7 +32,8 @@ Numerics: the GEMM's compute type and the recorded math label come from :func:`u
 (``FMA``: CUBLAS_COMPUTE_32F_PEDANTIC under ``strict``; ``TENSOR_OP``: TF32 under ``tf32`` / ``default``); the
 transforms run in FP32.  Everything is deterministic.  float32 only (float16 is declined).
 
-Workspace: ``36 * 4 * (Co*Ci + Ci*T + Co*T)`` bytes, T = chunk * ceil(Ho/4) * ceil(Wo/4), U and V 256-byte aligned
+Workspace: ``36 * 4 * (Co*Ci + Ci*T + Co*T)`` bytes, T = chunk * ceil(Ho/4) * ceil(Wo/4) (or the tile chunk's T),
+U and V 256-byte aligned
 (:meth:`ucudnn.kernels.winograd.Geometry.workspace_bytes`).  A launch uses only the workspace pointer it is given,
 allocates nothing and never synchronises (kernels are compiled in ``prepare``), so plans of winograd steps are
 captured into CUDA graphs like any other.  cuBLAS's own per-handle workspace is outside ucudnn's count, as for mec.
@@ -62,6 +70,26 @@ def algo_name(chunk: int, n: int) -> str:
     return ALGO if chunk >= n else f"{ALGO}-c{chunk}"
 
 
+def tile_algo_name(tiles: int) -> str:
+    """The recorded algorithm of chunks of ``tiles`` tiles."""
+    return f"{ALGO}-t{tiles}"
+
+
+def tiles_of(config: Measurement) -> int | None:
+    """The tile count per chunk of a recorded tile-chunk configuration (its extra, else its algorithm's name
+    ``wino-f4-t<T>``); None for whole-image chunks."""
+    info = config.extra.get("winograd") or {}
+    tiles = info.get("tiles")
+    if tiles is None:
+        algo = str(config.algo)
+        if not (algo.startswith(ALGO + "-t") and algo[len(ALGO) + 2:].isdigit()):
+            return None
+        tiles = int(algo[len(ALGO) + 2:])
+    if not isinstance(tiles, int) or tiles < 1:
+        raise InputError(f"tiles must be a positive integer, got {tiles!r}", "tiles")
+    return tiles
+
+
 def chunk_of(config: Measurement, n: int) -> int:
     """The chunk size a recorded configuration runs (its extra, else its algorithm's name), at most ``n``."""
     info = config.extra.get("winograd") or {}
@@ -73,51 +101,56 @@ def chunk_of(config: Measurement, n: int) -> int:
         elif algo.startswith(ALGO + "-c") and algo[len(ALGO) + 2:].isdigit():
             chunk = int(algo[len(ALGO) + 2:])
         else:
-            raise InputError(f"winograd records {ALGO} or {ALGO}-c<chunk>, got {config.algo!r}", "algo")
+            raise InputError(f"winograd records {ALGO}, {ALGO}-c<chunk> or {ALGO}-t<tiles>, got {config.algo!r}",
+                             "algo")
     if not isinstance(chunk, int) or chunk < 1:
         raise InputError(f"chunk must be a positive integer, got {chunk!r}", "chunk")
     return min(chunk, n)
 
 
-def _launch(problem: ConvProblem, op: str, chunk: int, compute: str) -> Launch:
-    """The launch of ``op`` at ``problem.n`` in chunks of ``chunk`` images."""
+def _launch(problem: ConvProblem, op: str, chunk: int, compute: str, tiles: int | None = None) -> Launch:
+    """The launch of ``op`` at ``problem.n`` in chunks of ``chunk`` images, or of ``tiles`` tiles when given."""
     from ...binding.gpu import cupy
     from ucudnn.kernels.winograd import Geometry, launchers
 
     cp = cupy()
     geo = Geometry.of(problem, op)
+    if tiles is not None:
+        tiles = min(tiles, problem.n * geo.tiles_per_image)
+    why = geo.chunk_refusal(chunk, tiles, problem.n)
+    if why:
+        raise InputError(f"winograd cannot run {op} of {problem.describe()}: {why}", "chunk")
     filter_, input_, output_ = launchers(geo)
-    need = geo.workspace_bytes(chunk)
-    offsets = {name: off for name, off, _ in geo.segments(chunk)}
+    need = geo.workspace_bytes(chunk, tiles)
+    offsets = {name: off for name, off, _ in geo.segments(chunk, tiles)}
     dtype, ctype = cublas.DATA_TYPES["float32"], cublas.COMPUTE_TYPES[compute]
     consts = np.array([1.0, 0.0], np.float32)       # the GEMM's alpha = 1, beta = 0 (host pointer mode)
     one, zero = consts.ctypes.data, consts.ctypes.data + 4
-    chunks = geo.chunks(problem.n, chunk)
-    in_step, out_step = 4 * geo.in_strides[0], 4 * geo.out_strides[0]
+    chunks = geo.ranges(problem.n, chunk, tiles)     # (first tile, tiles): x / y stay at image 0
+    what = f"chunks of {chunk} images" if tiles is None else f"chunks of {tiles} tiles"
     gemms: dict[int, tuple] = {}
-    for _, images in chunks:
-        if images not in gemms:
-            cm = geo.gemm(images).column_major()
-            gemms[images] = (cublas.OPERATIONS[cm["transa"]], cublas.OPERATIONS[cm["transb"]], cm["m"], cm["n"],
-                             cm["k"], cm["A"][0], cm["lda"], cm["strideA"], cm["B"][0], cm["ldb"], cm["strideB"],
-                             cm["C"][0], cm["ldc"], cm["strideC"], cm["batchCount"])
+    for _, count in chunks:
+        if count not in gemms:
+            cm = geo.gemm(0, count).column_major()
+            gemms[count] = (cublas.OPERATIONS[cm["transa"]], cublas.OPERATIONS[cm["transb"]], cm["m"], cm["n"],
+                            cm["k"], cm["A"][0], cm["lda"], cm["strideA"], cm["B"][0], cm["ldb"], cm["strideB"],
+                            cm["C"][0], cm["ldc"], cm["strideC"], cm["batchCount"])
     forward = op == "forward"
 
     def launch(ops: Operands, workspace: int, workspace_bytes: int, alpha: float, beta: float) -> None:
         if workspace_bytes < need:
-            raise UcudnnError(f"winograd {op} (chunks of {chunk}) needs {need} bytes of workspace, "
-                              f"got {workspace_bytes}")
+            raise UcudnnError(f"winograd {op} ({what}) needs {need} bytes of workspace, got {workspace_bytes}")
         w, x, y = (ops.b, ops.a, ops.out) if forward else (ops.a, ops.b, ops.out)
         bufs = {name: workspace + off for name, off in offsets.items()}
         h = cublas.handle()
         cublas.bind(h, cp.cuda.get_current_stream().ptr)
         filter_(w, bufs["U"])
-        for n0, images in chunks:
-            ta, tb, m, n, k, an, lda, sa, bn, ldb, sb, cn, ldc, sc, batch = gemms[images]
-            input_(x + n0 * in_step, bufs["V"], images)
+        for t0, count in chunks:
+            ta, tb, m, n, k, an, lda, sa, bn, ldb, sb, cn, ldc, sc, batch = gemms[count]
+            input_(x, bufs["V"], t0, count)
             cublas.gemm_strided_batched(h, ta, tb, m, n, k, one, bufs[an], dtype, lda, sa, bufs[bn], dtype, ldb, sb,
                                         zero, bufs[cn], dtype, ldc, sc, batch, ctype)
-            output_(bufs["M"], y + n0 * out_step, images, alpha, beta)
+            output_(bufs["M"], y, t0, count, alpha, beta)
 
     return launch
 
@@ -141,7 +174,7 @@ class WinogradSource(Prepared):
 
     def _measure(self, op: str, problem: ConvProblem, ops: Operands, workspace: int,
                  settings: BenchSettings) -> tuple[list[Measurement], list[Skipped]]:
-        from ucudnn.kernels.winograd import Geometry, chunk_sizes
+        from ucudnn.kernels.winograd import Geometry, chunk_sizes, tile_chunk_sizes
 
         mb = problem.n
         compute, label = cublas.compute_type(settings.numerics, problem.dtype)
@@ -150,19 +183,30 @@ class WinogradSource(Prepared):
         pruner = Pruner(settings, trust_long=False)
         measured: list[Measurement] = []
         skipped: list[Skipped] = []
-        for chunk in sorted(chunk_sizes(mb), reverse=True):   # one chunk first: usually the fastest
-            algo = algo_name(chunk, mb)
-            ws = geo.workspace_bytes(chunk)
-            why = geo.chunk_refusal(chunk)
+        tpi = geo.tiles_per_image
+        # (tiles per chunk, images per chunk or None for a tile chunk), largest first: usually the fastest
+        variants = sorted([(c * tpi, c) for c in chunk_sizes(mb)] + [(t, None) for t in tile_chunk_sizes(geo, mb)],
+                          reverse=True, key=lambda v: v[0])
+        for t_chunk, images in variants:
+            tiles = None if images is not None else t_chunk
+            chunk = images if images is not None else 0
+            algo = algo_name(chunk, mb) if tiles is None else tile_algo_name(tiles)
+            ws = geo.workspace_bytes(chunk, tiles)
+            why = geo.chunk_refusal(chunk, tiles, mb)
             if why:
                 skipped.append(Skipped(mb, algo, label, f"winograd: {why}"))
                 continue
             if ws > settings.max_workspace:
                 skipped.append(Skipped(mb, algo, label, f"winograd: needs {ws} bytes, over the benchmark cap"))
                 continue
-            info: dict[str, Any] = {"tile": "F(4x4,3x3)", "chunk": chunk, "chunks": len(geo.chunks(mb, chunk)),
+            info: dict[str, Any] = {"tile": "F(4x4,3x3)", "chunks": len(geo.ranges(mb, chunk, tiles)),
                                     "compute": compute, "layout": problem.layout,
                                     "filter_transform": "once per call"}
+            if tiles is None:
+                info["chunk"] = chunk
+            else:
+                rows = tiles // geo.tiles_w if tiles % geo.tiles_w == 0 else tiles / geo.tiles_w
+                info.update(tiles=tiles, tile_rows=rows)
             extra = {"winograd": info, "deterministic": True}
             stopped: list[float] = []
 
@@ -192,4 +236,7 @@ class WinogradSource(Prepared):
         if why:
             raise InputError(f"winograd cannot run {op} of {problem.describe()}: {why}", "problem")
         compute = compute_for(config.math_type, problem.dtype)
+        tiles = tiles_of(config)
+        if tiles is not None:
+            return _launch(problem, op, 0, compute, tiles)
         return _launch(problem, op, chunk_of(config, problem.n), compute)
