@@ -262,3 +262,23 @@ def test_16_bit_data_runs_find_once_under_tensor_op_which_returns_the_default_ro
                                       Operands(0, 0, 0), 0, BenchSettings("default", repeat=0))
     assert finds == ["TENSOR_OP"] and not sk
     assert sorted((m.algo, m.math_type) for m in ms) == [(0, "DEFAULT"), (1, "DEFAULT"), (1, "TENSOR_OP")]
+
+
+def test_retime_applies_the_early_stop_and_records_what_it_timed():
+    """One place times a configuration under the early stop for every source (legacy, wrappers, mec, winograd)."""
+    p = Pruner(BenchSettings("strict"))
+    p.record(1.0, 0, 1.0, "median")                              # the best re-timed so far: 1 ms
+    seen = []
+
+    def timing(first):
+        def run(give_up):
+            seen.append(give_up)
+            return first if give_up is not None and give_up(first) else first / 2
+        return run
+
+    assert p.retime(timing(5.0), 4.0, 0) == (5.0, "first-sample")   # 5 ms > 2 x 1 ms: its first sample stands
+    assert p.retime(timing(1.5), None, 0) == (0.75, "median")      # not hopeless: the median is what it timed
+    assert p.estimates[-2:] == [(4.0, 0), (0.75, 0)] and p.timed[-1] == (0.75, 0)
+    assert p.counts == {"median": 2, "first-sample": 1}
+    off = Pruner(BenchSettings("strict", hopeless_factor=None))
+    assert off.retime(timing(9.0), 9.0, 0) == (4.5, "median") and seen[-1] is None

@@ -388,6 +388,25 @@ class Pruner:
         k = self.settings.hopeless_factor
         return k is not None and any(t * k < first_ms for t, _ in self.timed)
 
+    def retime(self, time: Callable[[Callable[[float], bool] | None], float], estimate_ms: float | None,
+              workspace: int) -> tuple[float, str]:
+        """Time one configuration with the early stop and record it: ``time(give_up)`` runs the timing
+        (:func:`time_config` with that ``give_up``: None when early stop is off).  Returns (ms, how): ``median``, or
+        ``first-sample`` when the first sample was :meth:`hopeless`.  ``estimate_ms``: the configuration's first
+        estimate (Find's time, the inner measurement), None where it has none but this timing.  An error in
+        ``time`` propagates and nothing is recorded (the source records the configuration as skipped)."""
+        stopped: list[float] = []
+
+        def give_up(ms: float) -> bool:
+            if self.hopeless(ms, workspace):
+                stopped.append(ms)
+            return bool(stopped)
+
+        t = time(give_up if self.settings.hopeless_factor is not None else None)
+        how = "first-sample" if stopped else "median"
+        self.record(t if estimate_ms is None else estimate_ms, workspace, None if stopped else t, how)
+        return t, how
+
     def record(self, estimate_ms: float, workspace: int, timed_ms: float | None, how: str) -> None:
         """``timed_ms``: the full median (None when the estimate or a first sample was recorded)."""
         self.estimates.append((estimate_ms, workspace))

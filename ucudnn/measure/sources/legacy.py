@@ -90,25 +90,17 @@ class LegacySource(Prepared):
                 measured.append(Measurement(mb, r.algo, r.math_type, max(r.time_ms, 1e-6), r.workspace_bytes,
                                             extra={**extra, "timed": "find", "pruned": why}))
                 continue
-            stopped: list[float] = []   # the first sample, when it was hopeless
-
-            def give_up(ms: float, ws: int = r.workspace_bytes, stopped: list[float] = stopped) -> bool:
-                if pruner.hopeless(ms, ws):
-                    stopped.append(ms)
-                return bool(stopped)
-
             try:
                 launch = self.prepare(op, problem, config)
-                t = time_config(lambda: launch(ops, workspace, r.workspace_bytes, 1.0, beta), settings,
-                                give_up=give_up if settings.hopeless_factor is not None else None)
+                t, how = pruner.retime(lambda give_up: time_config(
+                    lambda: launch(ops, workspace, r.workspace_bytes, 1.0, beta), settings, give_up=give_up),
+                    r.time_ms, r.workspace_bytes)
             except CudnnError as e:
                 skipped.append(Skipped(mb, r.algo, r.math_type, f"{e.call}: {e.status_name}"))
                 continue
             except CaptureError as e:
                 skipped.append(Skipped(mb, r.algo, r.math_type, str(e)))
                 continue
-            how = "first-sample" if stopped else "median"
-            pruner.record(r.time_ms, r.workspace_bytes, None if stopped else t, how)
             measured.append(Measurement(mb, r.algo, r.math_type, max(t, 1e-6), r.workspace_bytes,
                                         extra={**extra, "find_time_ms": round(r.time_ms, 6), "timed": how}))
         return measured, skipped

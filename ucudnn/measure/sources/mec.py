@@ -319,25 +319,16 @@ class MecSource(Prepared):
             if threshold is not None:
                 info.update(T=threshold, T_from=how_t, rule=g.choose(mb, threshold))
             extra = {"mec": info, "deterministic": True}
-            stopped: list[float] = []
-
-            def give_up(ms: float, ws: int = ws, stopped: list[float] = stopped) -> bool:
-                if pruner.hopeless(ms, ws):
-                    stopped.append(ms)
-                return bool(stopped)
-
             try:
                 launch = self.prepare(op, problem, Measurement(mb, algo, label, 0.0, ws, self.name, None, extra))
-                t = time_config(lambda: launch(ops, workspace, ws, 1.0, beta), settings,
-                                give_up=give_up if settings.hopeless_factor is not None else None)
+                t, how = pruner.retime(lambda give_up: time_config(lambda: launch(ops, workspace, ws, 1.0, beta),
+                                                                  settings, give_up=give_up), None, ws)
             except CaptureError as e:
                 skipped.append(Skipped(mb, algo, label, f"mec: {e}"))
                 continue
             except Exception as e:  # noqa: BLE001 - cuBLAS / CuPy / out-of-memory: this configuration only
                 skipped.append(Skipped(mb, algo, label, f"mec: {summary(e)}"))
                 continue
-            how = "first-sample" if stopped else "median"
-            pruner.record(t, ws, None if stopped else t, how)
             measured.append(Measurement(mb, algo, label, max(t, 1e-6), ws, self.name, None,
                                         {**extra, "timed": how}))
         return measured, skipped

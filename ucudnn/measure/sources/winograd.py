@@ -208,25 +208,16 @@ class WinogradSource(Prepared):
                 rows = tiles // geo.tiles_w if tiles % geo.tiles_w == 0 else tiles / geo.tiles_w
                 info.update(tiles=tiles, tile_rows=rows)
             extra = {"winograd": info, "deterministic": True}
-            stopped: list[float] = []
-
-            def give_up(ms: float, ws: int = ws, stopped: list[float] = stopped) -> bool:
-                if pruner.hopeless(ms, ws):
-                    stopped.append(ms)
-                return bool(stopped)
-
             try:
                 launch = self.prepare(op, problem, Measurement(mb, algo, label, 0.0, ws, self.name, None, extra))
-                t = time_config(lambda: launch(ops, workspace, ws, 1.0, beta), settings,
-                                give_up=give_up if settings.hopeless_factor is not None else None)
+                t, how = pruner.retime(lambda give_up: time_config(lambda: launch(ops, workspace, ws, 1.0, beta),
+                                                                  settings, give_up=give_up), None, ws)
             except CaptureError as e:
                 skipped.append(Skipped(mb, algo, label, f"winograd: {e}"))
                 continue
             except Exception as e:  # noqa: BLE001 - cuBLAS / CuPy / out-of-memory: this configuration only
                 skipped.append(Skipped(mb, algo, label, f"winograd: {summary(e)}"))
                 continue
-            how = "first-sample" if stopped else "median"
-            pruner.record(t, ws, None if stopped else t, how)
             measured.append(Measurement(mb, algo, label, max(t, 1e-6), ws, self.name, None,
                                         {**extra, "timed": how}))
         return measured, skipped

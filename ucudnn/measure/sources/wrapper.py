@@ -46,22 +46,11 @@ class Wrapper(Prepared):
                 pruner.record(cfg.time_ms, cfg.workspace_bytes, None, why)
                 out[i] = (cfg.time_ms, "estimate")
                 continue
-            stopped: list[float] = []
-
-            def give_up(ms: float, ws: int = cfg.workspace_bytes, stopped: list[float] = stopped) -> bool:
-                if pruner.hopeless(ms, ws):
-                    stopped.append(ms)
-                return bool(stopped)
-
             try:
-                t = self.time_step(op, problem, cfg, ops, workspace, settings,
-                                   give_up if settings.hopeless_factor is not None else None)
+                out[i] = pruner.retime(lambda give_up: self.time_step(op, problem, cfg, ops, workspace, settings,
+                                                                     give_up), cfg.time_ms, cfg.workspace_bytes)
             except CaptureError as e:
                 out[i] = e
-                continue
-            how = "first-sample" if stopped else "median"
-            pruner.record(cfg.time_ms, cfg.workspace_bytes, None if stopped else t, how)
-            out[i] = (t, how)
         return [out[i] for i in range(len(configs))]
 
     def timed_rows(self, op: str, problem: ConvProblem, configs: list[Measurement], ops: Operands, workspace: int,
