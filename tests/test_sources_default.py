@@ -299,3 +299,29 @@ def test_no_background_benchmark_starts_once_the_interpreter_is_exiting(fake_gpu
     api._background.stop()                    # what atexit does
     api._plan_from_store_or_bench(PROBLEM, "forward", 64 << 20, "powerOfTwo", "strict", "legacy")
     assert api.wait_for_benchmarks(timeout=10) and api.calls == []
+
+
+def test_the_channel_policy_comes_from_the_environment_and_joins_the_key_only_when_set(fake_gpu, monkeypatch):
+    from ucudnn import config
+
+    api = fake_gpu
+    monkeypatch.delenv("UCUDNN_CHANNEL_POLICY", raising=False)
+    plain = api._cache_key(PROBLEM, "forward", "strict", "powerOfTwo", sources=("legacy",))
+    assert config.channel_policy() == "none" and "channel_policy" not in plain   # keys written before stay valid
+    monkeypatch.setenv("UCUDNN_CHANNEL_POLICY", "Halves")
+    sliced = api._cache_key(PROBLEM, "forward", "strict", "powerOfTwo", sources=("legacy",))
+    assert sliced["channel_policy"] == "halves" and {k: v for k, v in sliced.items() if k != "channel_policy"} == plain
+    monkeypatch.setenv("UCUDNN_CHANNEL_POLICY", "thirds")
+    with pytest.raises(InputError) as e:
+        config.channel_policy()
+    assert e.value.field == "UCUDNN_CHANNEL_POLICY"
+
+
+def test_a_changed_channel_policy_is_a_new_executor_not_the_cached_one(fake_gpu, monkeypatch):
+    api = fake_gpu
+    monkeypatch.delenv("UCUDNN_CHANNEL_POLICY", raising=False)
+    monkeypatch.setattr(api, "Executor", lambda plan, replay=False: ("executor", plan.configs[0].micro_batch))
+    api._executor(PROBLEM, "forward", 64 << 20, "powerOfTwo", "strict", sources="legacy")
+    monkeypatch.setenv("UCUDNN_CHANNEL_POLICY", "halves")
+    api._executor(PROBLEM, "forward", 64 << 20, "powerOfTwo", "strict", sources="legacy")
+    assert [c for c in api.calls if c[0] == "forward"] == [("forward", ("legacy",))] * 2   # benchmarked again

@@ -326,10 +326,13 @@ def test_a_prepared_call_is_trusted_only_while_the_lookup_chain_holds_its_execut
 
 def test_a_prepared_calls_key_follows_the_environment_its_defaulted_settings_read(monkeypatch):
     monkeypatch.delenv("UCUDNN_SOURCES", raising=False)
+    monkeypatch.delenv("UCUDNN_CHANNEL_POLICY", raising=False)
     monkeypatch.setenv("UCUDNN_BATCH_SIZE_POLICY", "all")
     defaulted, explicit = runtime.Settings(1 << 26), runtime.Settings(1 << 26, "powerOfTwo", "legacy")
-    assert runtime._defaults_env(defaulted) == ("all", None)
-    assert runtime._defaults_env(explicit) == (None, None)
+    assert runtime._defaults_env(defaulted) == ("all", None, None)
+    assert runtime._defaults_env(explicit) == (None, None, None)
     monkeypatch.setenv("UCUDNN_SOURCES", "legacy,graph")
-    assert runtime._defaults_env(defaulted) == ("all", "legacy,graph")
-    assert runtime._defaults_env(explicit) == (None, None)
+    assert runtime._defaults_env(defaulted) == ("all", "legacy,graph", None)
+    assert runtime._defaults_env(explicit) == (None, None, None)
+    monkeypatch.setenv("UCUDNN_CHANNEL_POLICY", "halves")    # no layer setting names it: always the environment's
+    assert runtime._defaults_env(explicit) == (None, None, "halves")

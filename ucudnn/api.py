@@ -69,12 +69,16 @@ def _get_store() -> Store | None:
 def _cache_key(problem: ConvProblem, op: str, numerics: str, batch_policy: str, limit: int | None = None,
                sources: tuple[str, ...] = (source_names.LEGACY_ONLY,)) -> dict:
     """The kernel-cache key: device, cuDNN version, problem, op, numerics, batch policy, sources (left out for legacy
-    alone, so keys written before sources joined the key still answer), and the limit for a plan's key."""
+    alone, so keys written before sources joined the key still answer), the channel policy every benchmark here
+    runs under (``UCUDNN_CHANNEL_POLICY``; left out for ``none``, likewise), and the limit for a plan's key."""
     key = {"device": device_name(), "cudnn_version": cudnn.get_version(), "problem": problem.to_dict(), "op": op,
            "numerics": numerics, "batch_policy": batch_policy}
     field = source_names.key_field(sources)
     if field is not None:
         key["sources"] = field
+    channels = config.channel_policy()
+    if channels != "none":
+        key["channel_policy"] = channels
     if limit is not None:
         key["workspace_limit"] = limit
     return key
@@ -109,7 +113,7 @@ def _executor(problem: ConvProblem, op: str, workspace_limit: Any, batch_policy:
     bp = normalize_policy(batch_policy or config.batch_policy())
     nm = num.normalize(numerics, problem.dtype)
     names = _source_names(sources)
-    mem_key = (cupy().cuda.Device().id, problem, op, limit, bp, nm, names, bool(replay))
+    mem_key = (cupy().cuda.Device().id, problem, op, limit, bp, nm, names, config.channel_policy(), bool(replay))
     ex = _executors.get(mem_key)
     if ex is not None:
         return ex
@@ -156,7 +160,7 @@ def _plan_from_store_or_bench(problem: ConvProblem, op: str, limit: int, bp: str
         from .measure.heuristic import heuristic_plan
 
         plan = heuristic_plan(problem, op, limit, bp, nm)
-        _background.submit((cupy().cuda.Device().id, problem, op, limit, bp, nm, names))
+        _background.submit((cupy().cuda.Device().id, problem, op, limit, bp, nm, names, config.channel_policy()))
         return plan
 
 
@@ -190,7 +194,8 @@ class _Background:
             self._stopping = True
 
     def submit(self, key: tuple) -> None:
-        """Benchmark ``(device, problem, op, limit, batch policy, numerics, sources)`` (once, however often asked)."""
+        """Benchmark ``(device, problem, op, limit, batch policy, numerics, sources, channel policy)`` (once, however
+        often asked)."""
         with self._cond:
             if key in self._pending:
                 return
@@ -215,7 +220,7 @@ class _Background:
             try:
                 cp = cupy()
                 with cp.cuda.Device(device), cp.cuda.Stream(non_blocking=True):
-                    plan = _lookup(*key[1:])
+                    plan = _lookup(*key[1:7])   # the channel policy (key[7]) is the environment's, read there
                 with _lock:
                     for mem_key, old in list(_executors.items()):
                         if mem_key[:-1] == key:

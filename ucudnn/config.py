@@ -16,13 +16,14 @@ defaults that explicit arguments and CLI flags override.
 | ``UCUDNN_SOURCES`` | algorithm sources benchmarked (``legacy,graph,fold``; see :mod:`ucudnn.source_names`) | legacy, graph where installed, fold |
 | ``UCUDNN_BENCHMARK`` | ``full``: a kernel no cache knows is benchmarked before its first call runs; ``heuristic``: it runs at once on cuDNN's heuristic choice and is benchmarked in a background thread | ``full`` |
 | ``UCUDNN_PROGRESS`` | ``1`` / ``0``: benchmark progress on stderr always / never | after 2 s |
+| ``UCUDNN_CHANNEL_POLICY`` | ``none`` / ``halves`` / ``powerOfTwo``: channel slices benchmarked besides micro-batches (:func:`ucudnn.policy.channel_sizes`, issue 18) | ``none`` |
 """
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-from .policy import normalize_policy
+from .policy import normalize_channel_policy, normalize_policy
 from .units import parse_size
 
 DEFAULT_WORKSPACE_LIMIT = 64 << 20
@@ -35,6 +36,14 @@ def _env(name: str) -> str | None:
 
 def batch_policy() -> str:
     return normalize_policy(_env("UCUDNN_BATCH_SIZE_POLICY") or "powerOfTwo", "UCUDNN_BATCH_SIZE_POLICY")
+
+
+def channel_policy() -> str:
+    """``UCUDNN_CHANNEL_POLICY``: which output-channel slices every benchmark measures (``none`` unless set).
+
+    An environment default rather than an argument of every call, as ``UCUDNN_SOURCES`` is: it reaches the
+    Python API, ``ucudnn.torch`` and the CLI alike, and the kernel-cache key records it (``ucudnn.api._cache_key``)."""
+    return normalize_channel_policy(_env("UCUDNN_CHANNEL_POLICY") or "none", "UCUDNN_CHANNEL_POLICY")
 
 
 def default_workspace_limit() -> int:

@@ -63,8 +63,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--timing", default="eager", choices=("eager", "replay"), help="eager: each configuration "
                    "called back to back from Python, as plans run by default; replay: captured into a CUDA graph and "
                    "replayed, for plans you capture (GPU time without the host's launch work)")
-    p.add_argument("--channel-policy", default="none", help="also measure slices of each kernel's output channels "
-                   "(issue 18): none (default) | halves (k/2, k/4, k/8) | powerOfTwo; the planners cover k with them "
+    p.add_argument("--channel-policy", default=None, help="also measure slices of each kernel's output channels "
+                   "(issue 18): none | halves (k/2, k/4, k/8) | powerOfTwo (default: UCUDNN_CHANNEL_POLICY, else "
+                   "none); the planners cover k with them "
                    "where that is faster under a limit (legacy and graph sources; about 4x the benchmark for halves)")
     p.add_argument("-o", "--out", required=True, help="where to write the table (JSON)")
     p.set_defaults(func=run)
@@ -92,7 +93,9 @@ def run(args: argparse.Namespace) -> int:
     table = benchmark(kernels, args.batch_policy or config.batch_policy(), args.numerics, sources=sources,
                       repeat=args.repeat,
                       max_workspace=parse_size(args.max_workspace) if args.max_workspace else None,
-                      timing=args.timing, channel_policy=normalize_channel_policy(args.channel_policy, "--channel-policy"))
+                      timing=args.timing,
+                      channel_policy=None if args.channel_policy is None
+                      else normalize_channel_policy(args.channel_policy, "--channel-policy"))
     table.save(args.out)
     n = sum(len(k.measurements) for k in table.kernels)
     print(f"wrote {args.out}: {len(table.kernels)} kernels, {n} measurements on {table.device}, "

@@ -119,7 +119,7 @@ def benchmark(kernels: Sequence[KernelSpec], batch_policy: str = "powerOfTwo", n
     ``channel_policy`` (issue 18; :func:`ucudnn.policy.channel_sizes`): also measure slices of each ungrouped
     kernel's output channels at every micro-batch size, with the sources that run channel slices (legacy,
     graph: ``channel_slices = True``); the planners then cover k with them where that is faster under a limit.
-    Default ``none``: whole kernels only.
+    Default (None): ``UCUDNN_CHANNEL_POLICY`` (:func:`ucudnn.config.channel_policy`), ``none`` unless set.
     """
     if timing not in TIMINGS:
         raise InputError(f"unknown timing {timing!r}; use one of {', '.join(TIMINGS)}", "timing")
@@ -134,6 +134,10 @@ def benchmark(kernels: Sequence[KernelSpec], batch_policy: str = "powerOfTwo", n
                              hopeless_factor=hopeless_factor, kernel_budget_s=kernel_budget_s,
                              trust_estimate_ms=trust_estimate_ms, split_margin=split_margin)
     memo: dict[tuple[ConvProblem, str], KernelBench] = {}
+    if channel_policy is None:
+        from .. import config
+
+        channel_policy = config.channel_policy()
     channel_policy = normalize_channel_policy(channel_policy)
     slicing = [s for s in sources if getattr(s, "channel_slices", False)]
     slices = {k.problem: channel_sizes(channel_policy, k.problem.k, k.problem.groups) if slicing else []

@@ -251,11 +251,12 @@ _calls: dict[tuple, _Call] = {}
 
 def _defaults_env(settings: Settings) -> tuple:
     """The environment variables a layer's defaulted settings are read from (``UCUDNN_BATCH_SIZE_POLICY`` when
-    it names no batch policy, ``UCUDNN_SOURCES`` when it names no sources): part of a prepared call's key, so
+    it names no batch policy, ``UCUDNN_SOURCES`` when it names no sources, ``UCUDNN_CHANNEL_POLICY``): part of a
+    prepared call's key, so
     a change of them is seen at the next launch, as the lookup chain sees it."""
     environ = os.environ
     return (None if settings.batch_policy else environ.get("UCUDNN_BATCH_SIZE_POLICY"),
-            None if settings.sources else environ.get("UCUDNN_SOURCES"))
+            None if settings.sources else environ.get("UCUDNN_SOURCES"), environ.get("UCUDNN_CHANNEL_POLICY"))
 
 
 def launch(op: str, problem: ConvProblem, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, settings: Settings,
