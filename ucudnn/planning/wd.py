@@ -115,7 +115,7 @@ def _solve(table: BenchmarkTable, options: dict[str, list[Configuration]], budge
     prob, variables, symmetry = _model(table, options, budget_units, alignment)
     model_seconds = time.perf_counter() - t0
 
-    backend = _backend(solver, time_limit)
+    backend = milp_backend(solver, time_limit)
     solve_seconds = 0.0
     for _attempt in range(3):
         t1 = time.perf_counter()
@@ -233,7 +233,9 @@ def _silence_highs_banner() -> None:
             _banner_done = True
 
 
-def _backend(solver: str, time_limit: float | None) -> Any:
+def milp_backend(solver: str, time_limit: float | None) -> Any:
+    """The MILP solver PuLP should use: HiGHS where installed (``auto``), else CBC (a separate install, or the one
+    PuLP <= 3 bundles); :class:`InputError` naming ``solver`` when none is found.  WD and the layout choice use it."""
     import pulp
 
     highs_ok = "HiGHS" in pulp.listSolvers(onlyAvailable=True)
@@ -250,7 +252,7 @@ def _backend(solver: str, time_limit: float | None) -> Any:
         bundled = getattr(pulp, "PULP_CBC_CMD", None)  # the binary PuLP <= 3 bundles; gone in PuLP 4
         if bundled is not None and bundled(msg=False).available():
             return bundled(msg=False, timeLimit=time_limit, gapRel=0.0)
-    raise InputError(f"no MILP solver for WD: PuLP {pulp.__version__} finds neither HiGHS nor CBC "
+    raise InputError(f"no MILP solver: PuLP {pulp.__version__} finds neither HiGHS nor CBC "
                      "(pip install highspy, or pulp[cbc])", "solver")
 
 
