@@ -355,7 +355,7 @@ class Pruner:
     """
 
     settings: BenchSettings
-    trust_long: bool = True    # False where the estimate is not the plan's call (Find's beta = 0 for wgrad)
+    trust_long: bool = True    # False where the estimate is not the plan's call (Find: beta 0; plan: 1)
     estimates: list[tuple[float, int]] = field(default_factory=list)   # (first estimate ms, workspace) recorded
     timed: list[tuple[float, int]] = field(default_factory=list)       # (re-timed ms, workspace) recorded
     counts: dict[str, int] = field(default_factory=dict)               # how each configuration was recorded

@@ -163,10 +163,7 @@ class FoldSource(Wrapper):
         skipped: list[Skipped] = []
         for inner in self.inner:
             what = f"fold into {layout} via {inner.name}"
-            inner_settings, rows_so_far = settings.for_inner(fp, ("fold", layout, inner.name))
-            ms, sk = inner.measure(op, fp, inner_ops, workspace, inner_settings)
-            if rows_so_far is not None:
-                rows_so_far += ms   # the next size's split dominance on the folded problem reads them
+            ms, sk = self.measure_inner(inner, op, fp, inner_ops, workspace, settings)
             skipped += [Skipped(s.micro_batch, s.algo, s.math_type, f"{what}: {s.reason}") for s in sk]
             ms, dropped = _pareto(ms)
             if dropped:

@@ -75,7 +75,7 @@ class LegacySource(Prepared):
                 continue
             candidates.append(r)
         measured: list[Measurement] = []
-        pruner = Pruner(settings, trust_long=op != "backward_filter",   # Find times wgrad with beta = 0
+        pruner = Pruner(settings, trust_long=beta == 0.0,   # Find times with beta = 0: no estimate of a beta = 1 call
                         split=settings.split_reference(problem))        # split dominance: Find's time decides
         # fastest by Find first: dominators and the best re-timed time are known before they are needed
         for r in sorted(candidates, key=lambda r: (r.time_ms, r.workspace_bytes)):

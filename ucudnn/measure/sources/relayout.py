@@ -93,10 +93,7 @@ class RelayoutSource(Wrapper):
         measured: list[Measurement] = []
         skipped: list[Skipped] = []
         for inner in self.inner:
-            inner_settings, rows_so_far = settings.for_inner(p2, ("relayout", inner.name))
-            ms, sk = inner.measure(op, p2, inner_ops, workspace, inner_settings)
-            if rows_so_far is not None:
-                rows_so_far += ms   # split dominance on the transformed problem at the next size reads them
+            ms, sk = self.measure_inner(inner, op, p2, inner_ops, workspace, settings)
             skipped += [Skipped(s.micro_batch, s.algo, s.math_type, f"relayout via {p2.layout} {inner.name}: {s.reason}")
                         for s in sk]
             cfgs: list[Measurement] = []

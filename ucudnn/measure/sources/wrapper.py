@@ -28,6 +28,17 @@ class Wrapper(Prepared):
         if any(s.name == self.name for s in self.inner):
             raise ValueError(f"a {self.name} source cannot wrap itself")
 
+    def measure_inner(self, inner: AlgorithmSource, op: str, problem: ConvProblem, ops: Operands, workspace: int,
+                      settings: BenchSettings) -> tuple[list[Measurement], list[Skipped]]:
+        """``inner``'s own measurement of the transformed ``problem`` (the folded convolution, the other layout),
+        under split dominance against ``inner``'s rows of that problem at the smaller sizes
+        (:meth:`~ucudnn.measure.sources.base.BenchSettings.for_inner`), which it then joins."""
+        inner_settings, rows_so_far = settings.for_inner(problem, (self.name, inner.name))
+        ms, sk = inner.measure(op, problem, ops, workspace, inner_settings)
+        if rows_so_far is not None:
+            rows_so_far += ms
+        return ms, sk
+
     def time_steps(self, op: str, problem: ConvProblem, configs: Sequence[Measurement], ops: Operands,
                    workspace: int, settings: BenchSettings) -> list[tuple[float, str] | CaptureError]:
         """Each of ``configs`` timed by :meth:`time_step` under the fast-benchmarking rules, in input order.
