@@ -20,7 +20,7 @@ import os
 import tempfile
 import threading
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Sequence
 
 FORMAT = "ucudnn-kernel-tuning/1"
 _lock = threading.Lock()
@@ -84,6 +84,46 @@ def confirm(measure: Callable[[tuple[int, ...]], float], times: dict[tuple[int, 
             samples[f].append(float(measure(f)))
     medians = {f: sorted(v)[len(v) // 2] for f, v in samples.items()}
     return min(finalists, key=lambda f: (medians[f], finalists.index(f))), medians
+
+
+def grid_point(axes: Sequence[Sequence[int]], coords: Sequence[int]) -> tuple[int, ...] | None:
+    """The values at tuning ``coords`` (an index into each axis' values), or None outside the grid."""
+    if len(coords) != len(axes) or any(not 0 <= c < len(v) for c, v in zip(coords, axes)):
+        return None
+    return tuple(v[c] for c, v in zip(coords, axes))
+
+
+def climb_grid(device: str, key: str, axes: Sequence[Sequence[int]], start: tuple[int, ...],
+               candidate: Callable[[tuple[int, ...]], Callable[[], float] | None], max_trials: int,
+               finalists: int, rounds: int) -> tuple[int, ...] | None:
+    """Tune a kernel's tiling over the grid of ``axes``: :func:`hill_climb` from ``start`` by steps of one index
+    along every axis, then :func:`confirm`; the choice is recorded under (``device``, ``key``) and returned as
+    coordinates (None: no candidate could be timed).
+
+    ``candidate(coords)`` returns None for a tiling that cannot or should not run (costs no trial), else a
+    function timing it in ms.  At most ``max_trials`` candidates are timed during the climb (each may compile
+    a kernel); confirming re-times finalists that already ran, outside that budget.  A candidate whose timing
+    raises is not a choice."""
+    budget = [max_trials]
+
+    def measure(coords: tuple[int, ...]) -> float:
+        run = candidate(coords)
+        if run is None or budget[0] <= 0:
+            return float("inf")
+        budget[0] -= 1
+        try:
+            return float(run())
+        except Exception:  # noqa: BLE001 - a candidate that cannot compile or launch is not a choice
+            return float("inf")
+
+    limits = [(0, len(v) - 1) for v in axes]
+    coords, times = hill_climb(measure, start, limits, [(-1, 1)] * len(axes))
+    if all(v == float("inf") for v in times.values()):
+        return None
+    budget[0] = 10 ** 9   # the finalists compiled already
+    coords, medians = confirm(measure, times, finalists, rounds)
+    record(device, key, coords, {**times, **medians})
+    return coords
 
 
 def cache_path() -> Path:

@@ -38,6 +38,7 @@ KT_VALUES = (1, 2, 4, 8)
 CHUNK_VALUES = (1, 2, 4, 8, 16)
 TUNE_MAX_TRIALS = 14          # candidates compiled and timed per tuning before the climb is cut short
 TUNE_FINALISTS, TUNE_ROUNDS = 3, 2
+AXES = (TX_VALUES, RB_VALUES, KT_VALUES, CHUNK_VALUES)   # the tuning grid, in Tiling's field order
 
 
 @dataclass(frozen=True)
@@ -85,10 +86,8 @@ class Tiling:
     @classmethod
     def at(cls, coords: tuple[int, ...]) -> "Tiling | None":
         """The tiling at tuning coordinates, or None outside the grid."""
-        values = (TX_VALUES, RB_VALUES, KT_VALUES, CHUNK_VALUES)
-        if len(coords) != 4 or any(not 0 <= c < len(v) for c, v in zip(coords, values)):
-            return None
-        return cls(*(v[c] for c, v in zip(coords, values)))
+        values = autotune.grid_point(AXES, coords)
+        return None if values is None else cls(*values)
 
 
 # ---- what runs -----------------------------------------------------------------------------------------------
@@ -324,39 +323,27 @@ def tuned_tiling(op: str, problem: ConvProblem, operands: tuple[int, int, int] |
             return time_ms(fn, repeat=3, warmup=1, min_sample_ms=0.5)
 
     cc = _compile.compute_capability()
-    tried: list[int] = [0]
 
-    def measure(coords: tuple[int, ...]) -> float:
+    def candidate(coords: tuple[int, ...]) -> Callable[[], float] | None:
         t = Tiling.at(coords)
         if t is None or not fits(op, problem, t, limit) or (t != start and not useful(op, problem, t)):
-            return float("inf")
-        if tried[0] >= TUNE_MAX_TRIALS:
-            return float("inf")
-        tried[0] += 1
-        try:
+            return None
+
+        def run() -> float:
             launch = launcher(op, problem, t, uses_async(op, problem, cc))
             a, b, out = operands
             return float(timer(lambda: launch(a, b, out, 1.0, 0.0)))
-        except Exception:  # noqa: BLE001 - a candidate that cannot compile or launch is not a choice
-            return float("inf")
 
-    limits = [(0, len(TX_VALUES) - 1), (0, len(RB_VALUES) - 1), (0, len(KT_VALUES) - 1), (0, len(CHUNK_VALUES) - 1)]
-    coords, times = autotune.hill_climb(measure, start.coordinates(), limits, [(-1, 1)] * 4)
-    if all(v == float("inf") for v in times.values()):
+        return run
+
+    coords = autotune.climb_grid(device, key, AXES, start.coordinates(), candidate, TUNE_MAX_TRIALS, TUNE_FINALISTS,
+                                 TUNE_ROUNDS)
+    if coords is None:
         return start, "default"
-    coords, medians = autotune.confirm(measure_again(measure, tried), times, TUNE_FINALISTS, TUNE_ROUNDS)
-    autotune.record(device, key, coords, {**times, **medians})
     choice = Tiling.at(coords)
     return (choice if choice is not None else start), "climb"
 
 
-def measure_again(measure: Callable[[tuple[int, ...]], float], tried: list[int]) -> Callable[[tuple[int, ...]], float]:
-    """``measure`` with the trial budget lifted: confirming re-times finalists that already compiled."""
-    def again(coords: tuple[int, ...]) -> float:
-        tried[0] = -10 ** 9
-        return measure(coords)
-
-    return again
 
 
 # ---- float64 references and the block-by-block emulation ------------------------------------------------------------

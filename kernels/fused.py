@@ -59,6 +59,7 @@ KS_VALUES = (1, 2, 4, 8)
 NT_VALUES = (64, 128, 256, 512)
 TUNE_MAX_TRIALS = 12
 TUNE_FINALISTS, TUNE_ROUNDS = 3, 2
+AXES = (TH_VALUES, TW_VALUES, KS_VALUES, NT_VALUES)   # the tuning grid, in Tiling's field order
 
 
 def _pair(v: Any, name: str) -> tuple[int, int]:
@@ -329,10 +330,8 @@ class Tiling:
 
     @classmethod
     def at(cls, coords: tuple[int, ...]) -> "Tiling | None":
-        values = (TH_VALUES, TW_VALUES, KS_VALUES, NT_VALUES)
-        if len(coords) != 4 or any(not 0 <= c < len(v) for c, v in zip(coords, values)):
-            return None
-        return cls(*(v[c] for c, v in zip(coords, values)))
+        values = autotune.grid_point(AXES, coords)
+        return None if values is None else cls(*values)
 
 
 # ---- geometry mirrored from fused.cu ---------------------------------------------------------------------------------
@@ -826,32 +825,22 @@ def tuned_tiling(block: Block, dtype: str, layout: str, x_shape: Sequence[int],
             return time_ms(fn, repeat=5, warmup=2, min_sample_ms=0.2)
 
     _, (p, q) = block.planes(h, w)
-    tried = [0]
 
-    def measure(coords: tuple[int, ...]) -> float:
+    def candidate(coords: tuple[int, ...]) -> Callable[[], float] | None:
         t = Tiling.at(coords)
         if t is None or not fits(block, t, limit) or (t.th > 1 and t.th >= 2 * p) or (t.tw > 1 and t.tw >= 2 * q):
-            return float("inf")
-        if tried[0] >= TUNE_MAX_TRIALS:
-            return float("inf")
-        tried[0] += 1
-        try:
-            run = launcher(block, t, dtype, layout, x_shape)
-            return float(timer(lambda: run(*operands)))
-        except Exception:  # noqa: BLE001 - a candidate that cannot compile or launch is not a choice
-            return float("inf")
+            return None
 
-    limits = [(0, len(TH_VALUES) - 1), (0, len(TW_VALUES) - 1), (0, len(KS_VALUES) - 1), (0, len(NT_VALUES) - 1)]
-    coords, times = autotune.hill_climb(measure, start.coordinates(), limits, [(-1, 1)] * 4)
-    if all(v == float("inf") for v in times.values()):
+        def run() -> float:
+            launch = launcher(block, t, dtype, layout, x_shape)
+            return float(timer(lambda: launch(*operands)))
+
+        return run
+
+    coords = autotune.climb_grid(device, key, AXES, start.coordinates(), candidate, TUNE_MAX_TRIALS, TUNE_FINALISTS,
+                                 TUNE_ROUNDS)
+    if coords is None:
         return start, "default"
-
-    def again(c: tuple[int, ...]) -> float:
-        tried[0] = -10 ** 9
-        return measure(c)
-
-    coords, medians = autotune.confirm(again, times, TUNE_FINALISTS, TUNE_ROUNDS)
-    autotune.record(device, key, coords, {**times, **medians})
     choice = Tiling.at(coords)
     return (choice if choice is not None else start), "climb"
 
