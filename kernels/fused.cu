@@ -1,10 +1,11 @@
 // Fused convolution blocks (seed 004, "cross-layer data reuse"): two or three consecutive convolution layers of a
-// block in ONE kernel, the intermediate activation kept in shared memory, bias and ReLU between the layers.
+// block in ONE kernel, the intermediate activation kept in shared memory, bias and activation (none, ReLU or
+// ReLU6 per layer) between the layers.
 //
 // A block description (kernels/fused.py: Block) is instantiated as C++ template arguments -- one Layer<...> type
-// per convolution, the tiling as Tile<...> -- so every channel count, filter size, stride and pad is a compile-time
-// constant and the loops over taps and register tiles unroll.  The three modes of the seed map onto one kernel,
-// fused_block<T, NHWC, P1, P2, C1, C2, MRELU, TL>, with two producer slots and two consumer slots:
+// per convolution, the tiling as Tile<...> -- so every channel count, filter size, stride, pad and activation is a
+// compile-time constant and the loops over taps and register tiles unroll.  The three modes of the seed map onto
+// one kernel, fused_block<T, NHWC, P1, P2, C1, C2, MRELU, TL>, with two producer slots and two consumer slots:
 //
 //   straight  P1 (from x) -> mid -> C1                         (GoogLeNet 1x1 -> 5x5, MobileNet dw -> pw)
 //   split     P1 (from x) -> mid -> C1 and C2, concatenated    (SqueezeNet fire: squeeze -> expand 1x1 | 3x3)
@@ -36,19 +37,35 @@
 // kernels/fused.py and emulated block by block on the CPU (tests/test_fused.py).
 #include "common.cuh"
 
-// One convolution: K outputs, C inputs, R x S filter, stride (SH, SW), zero padding (PH, PW), G groups.
-template <int K_, int C_, int R_, int S_, int SH_, int SW_, int PH_, int PW_, int G_, bool BIAS_, bool RELU_>
+// A layer's activation after its bias: none, ReLU (max(v, 0)) or ReLU6 (min(max(v, 0), 6): MobileNet V2's expand
+// and depthwise layers).  kernels/fused.py: ConvLayer.activation, activate.
+enum : int { ACT_NONE = 0, ACT_RELU = 1, ACT_RELU6 = 2 };
+
+template <int ACT> __device__ __forceinline__ float act(float v) {
+    static_assert(ACT == ACT_NONE || ACT == ACT_RELU || ACT == ACT_RELU6, "unknown activation");
+    if constexpr (ACT == ACT_RELU6) return fminf(fmaxf(v, 0.f), 6.f);
+    else if constexpr (ACT == ACT_RELU) return fmaxf(v, 0.f);
+    else return v;
+}
+
+// One convolution: K outputs, C inputs, R x S filter, stride (SH, SW), zero padding (PH, PW), G groups; bias, then
+// ReLU (RELU_) or ReLU6 (RELU6_; defaults to false, so the names of layers without it read as before).
+template <int K_, int C_, int R_, int S_, int SH_, int SW_, int PH_, int PW_, int G_, bool BIAS_, bool RELU_,
+          bool RELU6_ = false>
 struct Layer {
     static constexpr int K = K_, C = C_, R = R_, S = S_, SH = SH_, SW = SW_, PH = PH_, PW = PW_, G = G_;
     static constexpr int CG = C / G, KG = K / G, RS = R * S;
-    static constexpr bool BIAS = BIAS_, RELU = RELU_, NONE = false;
+    static constexpr bool BIAS = BIAS_, NONE = false;
+    static constexpr int ACT = RELU6_ ? ACT_RELU6 : RELU_ ? ACT_RELU : ACT_NONE;
     static_assert(K % G == 0 && C % G == 0, "channels must divide into the groups");
+    static_assert(!(RELU_ && RELU6_), "ReLU6 replaces the ReLU");
 };
 
 struct NoLayer {
     static constexpr int K = 0, C = 0, R = 1, S = 1, SH = 1, SW = 1, PH = 0, PW = 0, G = 1;
     static constexpr int CG = 1, KG = 1, RS = 1;
-    static constexpr bool BIAS = false, RELU = false, NONE = true;
+    static constexpr bool BIAS = false, NONE = true;
+    static constexpr int ACT = ACT_NONE;
 };
 
 // The tiling: TH x TW output tile, KS channel slices, NT threads; (PX, KT) of the producer stage and of each
@@ -86,8 +103,6 @@ struct Geometry {
     static_assert(C2::NONE || (C2::SH == C1::SH && C2::SW == C1::SW), "split consumers share their stride");
     static_assert(C1::C == P1::K && (C2::NONE || C2::C == P1::K), "consumers read the intermediate");
 };
-
-template <bool RELU> __device__ __forceinline__ float act(float v) { return RELU ? fmaxf(v, 0.f) : v; }
 
 // Element offset of pixel (h, w) of one sample and the stride between its channels.
 template <bool NHWC> __device__ __forceinline__ long long pix_at(int h, int w, int C, int W) {
@@ -302,6 +317,7 @@ __device__ __forceinline__ void produce(float* __restrict__ mid, const T* __rest
                                         const T* __restrict__ w2, const T* __restrict__ b2, int H, int W, int H2,
                                         int W2, int MP, int MQ, int m0, int n0) {
     constexpr int NPIX = G::MPLANE, PB = (NPIX + PX - 1) / PX, KB = G::KM / KT, ITEMS = PB * KB;
+    constexpr int MACT = MRELU ? ACT_RELU : ACT_NONE;  // after the merge's add: a plain ReLU or nothing
     static_assert(G::KM % KT == 0, "KT divides the intermediate's channels");
 #pragma unroll 1
     for (int item = threadIdx.x; item < ITEMS; item += NT) {
@@ -330,7 +346,7 @@ __device__ __forceinline__ void produce(float* __restrict__ mid, const T* __rest
             for (int kt = 0; kt < KT; ++kt) {
                 const float bb = P1::BIAS ? bias_of(b1, k0 + kt) : 0.f;
 #pragma unroll
-                for (int u = 0; u < PX; ++u) v[u][kt] = act<P1::RELU>(acc[u][kt] + bb);
+                for (int u = 0; u < PX; ++u) v[u][kt] = act<P1::ACT>(acc[u][kt] + bb);
             }
         } else {
             int hb2[PX], wb2[PX];
@@ -341,19 +357,19 @@ __device__ __forceinline__ void produce(float* __restrict__ mid, const T* __rest
                 hb2[u] = (m0 + mh) * P2::SH - P2::PH;
                 wb2[u] = (n0 + mw) * P2::SW - P2::PW;
             }
-            if constexpr (P1::RELU || P2::RELU) {  // activations before the add: two partial results
+            if constexpr (P1::ACT != ACT_NONE || P2::ACT != ACT_NONE) {  // activations before the add: two sums
 #pragma unroll
                 for (int kt = 0; kt < KT; ++kt) {
                     const float bb = P1::BIAS ? bias_of(b1, k0 + kt) : 0.f;
 #pragma unroll
-                    for (int u = 0; u < PX; ++u) v[u][kt] = act<P1::RELU>(acc[u][kt] + bb), acc[u][kt] = 0.f;
+                    for (int u = 0; u < PX; ++u) v[u][kt] = act<P1::ACT>(acc[u][kt] + bb), acc[u][kt] = 0.f;
                 }
                 reduce_global<T, NHWC, P2, PX, KT>(acc, x2n, H2, W2, hb2, wb2, w2, k0);
 #pragma unroll
                 for (int kt = 0; kt < KT; ++kt) {
                     const float bb = P2::BIAS ? bias_of(b2, k0 + kt) : 0.f;
 #pragma unroll
-                    for (int u = 0; u < PX; ++u) v[u][kt] = act<MRELU>(v[u][kt] + act<P2::RELU>(acc[u][kt] + bb));
+                    for (int u = 0; u < PX; ++u) v[u][kt] = act<MACT>(v[u][kt] + act<P2::ACT>(acc[u][kt] + bb));
                 }
             } else {                               // linear producers: one accumulator, both biases at the end
                 reduce_global<T, NHWC, P2, PX, KT>(acc, x2n, H2, W2, hb2, wb2, w2, k0);
@@ -361,7 +377,7 @@ __device__ __forceinline__ void produce(float* __restrict__ mid, const T* __rest
                 for (int kt = 0; kt < KT; ++kt) {
                     const float bb = (P1::BIAS ? bias_of(b1, k0 + kt) : 0.f) + (P2::BIAS ? bias_of(b2, k0 + kt) : 0.f);
 #pragma unroll
-                    for (int u = 0; u < PX; ++u) v[u][kt] = act<MRELU>(acc[u][kt] + bb);
+                    for (int u = 0; u < PX; ++u) v[u][kt] = act<MACT>(acc[u][kt] + bb);
                 }
             }
         }
@@ -410,7 +426,7 @@ __device__ __forceinline__ void consume(const float* __restrict__ mid, const flo
                 if (!ok[u]) continue;
                 const long long o = NHWC ? ((long long)(p0 + oh[u]) * Q + q0 + ow[u]) * G::KY + c
                                          : ((long long)c * P + p0 + oh[u]) * Q + q0 + ow[u];
-                yn[o] = from_float<T>(act<L::RELU>(acc[u][kt] + bb));
+                yn[o] = from_float<T>(act<L::ACT>(acc[u][kt] + bb));
             }
         }
     }
@@ -467,7 +483,9 @@ __device__ __forceinline__ void produce_pipelined(float* __restrict__ mid, float
     constexpr int XE = NPROD * CC * NPIX, WE = NPROD * (CC / FV) * KM;
     constexpr int XPF = (XE + NT - 1) / NT, WPF = (WE + NT - 1) / NT;
     constexpr int CMAX = cmax(P1::C, P2::C), NCH = (CMAX + CC - 1) / CC;
-    constexpr bool TWO = !P2::NONE && (P1::RELU || P2::RELU);  // separate sums: activations before the add
+    // separate sums where an activation comes before the add
+    constexpr bool TWO = !P2::NONE && (P1::ACT != ACT_NONE || P2::ACT != ACT_NONE);
+    constexpr int MACT = MRELU ? ACT_RELU : ACT_NONE;
     constexpr int VW = (KT % 4 == 0) ? 4 : (KT % 2 == 0) ? 2 : 1;
     static_assert(ITEMS <= NT, "one producer item per thread");
     static_assert(P1::RS == 1 && P1::G == 1 && (P2::NONE || (P2::RS == 1 && P2::G == 1)), "1x1 dense producers");
@@ -593,10 +611,10 @@ __device__ __forceinline__ void produce_pipelined(float* __restrict__ mid, float
         for (int u = 0; u < PX; ++u) {
             if (pix[u] < 0) continue;
             float val;
-            if constexpr (P2::NONE) val = act<P1::RELU>(acc[u][kt] + bb1);
+            if constexpr (P2::NONE) val = act<P1::ACT>(acc[u][kt] + bb1);
             else if constexpr (TWO)
-                val = act<MRELU>(act<P1::RELU>(acc[u][kt] + bb1) + act<P2::RELU>(acc2[u][kt] + bb2));
-            else val = act<MRELU>(acc[u][kt] + bb1 + bb2);
+                val = act<MACT>(act<P1::ACT>(acc[u][kt] + bb1) + act<P2::ACT>(acc2[u][kt] + bb2));
+            else val = act<MACT>(acc[u][kt] + bb1 + bb2);
             const int mh = pix[u] / G::MW, mw = pix[u] - mh * G::MW, m = m0 + mh, q = n0 + mw;
             mid[k * NPIX + pix[u]] = (m >= 0 && m < MP && q >= 0 && q < MQ) ? val : 0.f;
         }
@@ -646,7 +664,9 @@ fused_block(const T* __restrict__ x, const T* __restrict__ x2, const T* __restri
 #define FUSED_ARGS(T) const T*, const T*, const T*, const T*, const T*, const T*, const T*, const T*, const T*, \
     const T*, T*, int, int, int, int, int, int, int, int
 // The seed blocks at their default tilings (kernels/fused.py default_tiling on an H100): batch 1 FP32 NCHW and
-// batch 8 FP16 (NCHW; NHWC for a.2 and c.1).
+// batch 8 FP16 (NCHW; NHWC for a.2 and c.1); then two MobileNet V2 blocks with ReLU6 (expand 24 -> 144): the
+// depthwise 3x3 stride 2 + ReLU6 -> linear 1x1 projection (batch 1 FP32 NCHW) and the expand 1x1 + ReLU6 (a
+// pipelined producer) -> depthwise 3x3 + ReLU6 (batch 8 FP16 NHWC).
 template __global__ void fused_block<float, false, Layer<16, 192, 1, 1, 1, 1, 0, 0, 1, true, true>, NoLayer,
                                      Layer<32, 16, 5, 5, 1, 1, 2, 2, 1, true, true>, NoLayer, false, Tile<2, 2, 1,
                                      256, 1, 4, 1, 4, 1, 1, 32>>(FUSED_ARGS(float));
@@ -675,4 +695,10 @@ template __global__ void fused_block<half_t, true, Layer<256, 64, 1, 1, 1, 1, 0,
                                      1, 1, 1, 1, 0, 0, 1, true, false>, Layer<64, 256, 1, 1, 1, 1, 0, 0, 1, true,
                                      true>, NoLayer, true, Tile<4, 8, 1, 256, 2, 16, 2, 8, 1, 1,
                                      16>>(FUSED_ARGS(half_t));
+template __global__ void fused_block<float, false, Layer<144, 144, 3, 3, 2, 2, 1, 1, 144, true, false, true>,
+                                     NoLayer, Layer<32, 144, 1, 1, 1, 1, 0, 0, 1, true, false>, NoLayer, false,
+                                     Tile<1, 2, 1, 128, 2, 2, 1, 1, 1, 1, 0>>(FUSED_ARGS(float));
+template __global__ void fused_block<half_t, true, Layer<144, 24, 1, 1, 1, 1, 0, 0, 1, true, false, true>, NoLayer,
+                                     Layer<144, 144, 3, 3, 1, 1, 1, 1, 144, true, false, true>, NoLayer, false,
+                                     Tile<4, 7, 1, 256, 2, 16, 7, 4, 1, 1, 16>>(FUSED_ARGS(half_t));
 #endif

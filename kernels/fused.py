@@ -5,13 +5,14 @@ of the kernel.
 Why fuse: at small batches a block's per-layer kernels are short, each pays a launch, and every intermediate
 activation goes to DRAM/L2 and back (plus separate bias and ReLU passes in frameworks).  One kernel per block
 keeps the intermediate in shared memory, tile by tile, recomputing the halo a consumer's window needs -- the
-seed's "tiling with halos" -- and applies bias and ReLU in registers.
+seed's "tiling with halos" -- and applies bias and activation (ReLU, ReLU6) in registers.
 
 A :class:`Block` is one of the seed's three modes (``straight``: L1 -> L2; ``split``: L1 -> L2 | L3 concatenated
 along channels; ``merge``: act(L1(x) + L2(x2)) -> L3), each layer a :class:`ConvLayer` (filter, stride, pad,
-groups, output channels, bias, ReLU).  :data:`SEED_BLOCKS` holds the seed's four test cases.  The block maps onto
-the kernel's slots (producers P1, P2 read x; consumers C1, C2 read the intermediate) and becomes C++ template
-arguments (:func:`plan`); a :class:`Tiling` (output tile, channel slices, threads) completes the instantiation.
+groups, output channels, bias, activation: none, ReLU or ReLU6 -- MobileNet V2's min(max(v, 0), 6)).
+:data:`SEED_BLOCKS` holds the seed's four test cases.  The block maps onto the kernel's slots (producers P1, P2 read
+x; consumers C1, C2 read the intermediate) and becomes C++ template arguments (:func:`plan`); a :class:`Tiling`
+(output tile, channel slices, threads) completes the instantiation.
 
 The kernel's index math is mirrored here -- :func:`tile_origin`, :func:`geometry` (halo region and the consumers'
 offsets into it), :func:`stage_work` (each stage's register tiles) -- and :func:`emulate` runs a block tile by tile
@@ -60,6 +61,9 @@ NT_VALUES = (64, 128, 256, 512)
 TUNE_MAX_TRIALS = 12
 TUNE_FINALISTS, TUNE_ROUNDS = 3, 2
 AXES = (TH_VALUES, TW_VALUES, KS_VALUES, NT_VALUES)   # the tuning grid, in Tiling's field order
+#: a layer's activation after its bias (ConvLayer.activation; fused.cu ACT_NONE / ACT_RELU / ACT_RELU6)
+ACTIVATIONS = ("none", "relu", "relu6")
+RELU6_CAP = 6.0
 
 
 def _pair(v: Any, name: str) -> tuple[int, int]:
@@ -85,7 +89,9 @@ def _int(v: Any, name: str, lo: int, hi: int) -> int:
 @dataclass(frozen=True)
 class ConvLayer:
     """One convolution of a block: ``out_channels`` filters of ``kernel`` (int or (r, s)), ``stride``, zero ``pad``
-    (int or (ph, pw), both sides), ``groups``; then + bias (``bias``) and ReLU (``relu``).  Dilation 1."""
+    (int or (ph, pw), both sides), ``groups``; then + bias (``bias``) and ReLU (``relu``) or ReLU6 (``relu6``:
+    min(max(v, 0), 6), MobileNet V2's expand and depthwise layers; it replaces the ReLU, so it takes
+    ``relu=False``: both set is an :class:`InputError` naming ``relu6``).  Dilation 1."""
 
     out_channels: int
     kernel: Any = 1
@@ -94,6 +100,7 @@ class ConvLayer:
     groups: int = 1
     bias: bool = True
     relu: bool = True
+    relu6: bool = False
 
     def __post_init__(self) -> None:
         _int(self.out_channels, "out_channels", 1, MAX_CHANNELS)
@@ -107,12 +114,19 @@ class ConvLayer:
         _int(self.groups, "groups", 1, MAX_CHANNELS)
         if self.out_channels % self.groups:
             raise InputError(f"{self.out_channels} output channels do not split into {self.groups} groups", "groups")
-        for name in ("bias", "relu"):
+        for name in ("bias", "relu", "relu6"):
             if not isinstance(getattr(self, name), bool):
                 raise InputError(f"expected true or false, got {getattr(self, name)!r}", name)
+        if self.relu and self.relu6:
+            raise InputError("ReLU6 replaces the ReLU: set relu to false with relu6", "relu6")
         object.__setattr__(self, "kernel", k)
         object.__setattr__(self, "stride", s)
         object.__setattr__(self, "pad", p)
+
+    @property
+    def activation(self) -> str:
+        """The activation after the bias: one of :data:`ACTIVATIONS`."""
+        return "relu6" if self.relu6 else "relu" if self.relu else "none"
 
     def out_plane(self, h: int, w: int) -> tuple[int, int]:
         (r, s), (sh, sw), (ph, pw) = self.kernel, self.stride, self.pad
@@ -124,8 +138,12 @@ class ConvLayer:
         return (self.out_channels, cg, r, s) if layout == "NCHW" else (self.out_channels, r, s, cg)
 
     def to_dict(self) -> dict:
-        return {"out_channels": self.out_channels, "kernel": list(self.kernel), "stride": list(self.stride),
-                "pad": list(self.pad), "groups": self.groups, "bias": self.bias, "relu": self.relu}
+        """The JSON form; ``relu6`` only where set (the form of every other layer is unchanged)."""
+        doc = {"out_channels": self.out_channels, "kernel": list(self.kernel), "stride": list(self.stride),
+               "pad": list(self.pad), "groups": self.groups, "bias": self.bias, "relu": self.relu}
+        if self.relu6:
+            doc["relu6"] = True
+        return doc
 
 
 @dataclass(frozen=True)
@@ -135,7 +153,8 @@ class Block:
     ``straight``: layers (L1, L2), y = L2(L1(x)).  ``split``: (L1, L2, L3), y = concat(L2(m), L3(m)) along channels,
     m = L1(x) (SqueezeNet fire).  ``merge``: (L1, L2, L3), y = L3(m), m = L1(x) + L2(x2), ReLU'd after the add when
     ``merge_relu`` (ResNet: the residual add of two linear 1x1 convolutions; x2 defaults to x, as the seed's c.1
-    lists one input).  Each layer adds its bias and applies its own ReLU before anything else sees its output.
+    lists one input).  Each layer adds its bias and applies its own activation (ReLU or ReLU6) before anything
+    else sees its output; ``merge_relu`` is a plain ReLU.
     ``hw``: the input plane the block was described for (benchmarks, defaults); the kernels take any plane."""
 
     name: str
@@ -234,10 +253,11 @@ class Block:
         return [l.weight_shape(c, layout) for l, c in zip(self.layers, self.layer_inputs())]
 
     def key(self) -> str:
-        """A short stable text of the structure (tuning and cache keys)."""
+        """A short stable text of the structure (tuning and cache keys); a ReLU6 layer ends in ``r6`` (the keys of
+        blocks without one are what they were before ReLU6 existed)."""
         def one(l: ConvLayer) -> str:
             return (f"k{l.out_channels}f{l.kernel[0]}x{l.kernel[1]}s{l.stride[0]},{l.stride[1]}p{l.pad[0]},{l.pad[1]}"
-                    f"g{l.groups}{'b' if l.bias else ''}{'r' if l.relu else ''}")
+                    f"g{l.groups}{'b' if l.bias else ''}{'r' if l.relu else ''}{'r6' if l.relu6 else ''}")
         return f"{self.mode}/c{self.in_channels}/" + "/".join(one(l) for l in self.layers) + (
             "/mr" if self.merge_relu else "")
 
@@ -566,7 +586,8 @@ def _layer_type(layer: ConvLayer | None, cin: int) -> str:
     (r, s), (sh, sw), (ph, pw) = layer.kernel, layer.stride, layer.pad
     b = "true" if layer.bias else "false"
     a = "true" if layer.relu else "false"
-    return f"Layer<{layer.out_channels},{cin},{r},{s},{sh},{sw},{ph},{pw},{layer.groups},{b},{a}>"
+    a6 = ",true" if layer.relu6 else ""    # Layer's RELU6 (defaults to false: other layers' names are unchanged)
+    return f"Layer<{layer.out_channels},{cin},{r},{s},{sh},{sw},{ph},{pw},{layer.groups},{b},{a}{a6}>"
 
 
 @dataclass(frozen=True)
@@ -854,8 +875,23 @@ def _filters_nchw(w: np.ndarray, layout: str) -> np.ndarray:
     return np.asarray(w, np.float64).transpose(0, 3, 1, 2) if layout == "NHWC" else np.asarray(w, np.float64)
 
 
+def activate(v: np.ndarray, activation: str) -> np.ndarray:
+    """fused.cu act<ACT>: ``activation`` (one of :data:`ACTIVATIONS`) applied elementwise."""
+    if activation == "relu6":
+        return np.minimum(np.maximum(v, 0), RELU6_CAP)
+    if activation == "relu":
+        return np.maximum(v, 0)
+    if activation != "none":
+        raise ValueError(f"unknown activation {activation!r}")
+    return v
+
+
+def _merge_act(block: Block) -> str:
+    return "relu" if block.merge_relu else "none"
+
+
 def conv_reference(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, layer: ConvLayer) -> np.ndarray:
-    """One layer in float64, NCHW: conv + bias (+ ReLU)."""
+    """One layer in float64, NCHW: conv + bias (+ ReLU or ReLU6)."""
     n, c, h, wd = x.shape
     (r, s), (sh, sw), (ph, pw) = layer.kernel, layer.stride, layer.pad
     p, q = layer.out_plane(h, wd)
@@ -871,7 +907,7 @@ def conv_reference(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, layer: Co
                 y[:, gi * kg:(gi + 1) * kg] += np.einsum("nchw,kc->nkhw", patch, w[gi * kg:(gi + 1) * kg, :, i, j])
     if b is not None:
         y += np.asarray(b, np.float64)[None, :, None, None]
-    return np.maximum(y, 0) if layer.relu else y
+    return activate(y, layer.activation)
 
 
 def reference(block: Block, x: np.ndarray, weights: Sequence[np.ndarray], biases: Sequence[np.ndarray | None],
@@ -962,7 +998,6 @@ def _produce(block: Block, g: Geometry, layout: str, xf: np.ndarray, x2f: np.nda
     n = xf.shape[0]
     p1s, p2s, _, _ = block.slots()
     cins = block.layer_inputs()
-    relu = lambda v, on: np.maximum(v, 0) if on else v  # noqa: E731
     mid = np.full((n, g.km * g.mplane), np.nan)
     l1, l2 = block.layers[p1s], (block.layers[p2s] if p2s is not None else None)
     px, kt = g.producer
@@ -975,12 +1010,12 @@ def _produce(block: Block, g: Geometry, layout: str, xf: np.ndarray, x2f: np.nda
                              qq * l1.stride[1] - l1.pad[1], wf[p1s], k0, kt)
         b1 = bf[p1s][k0:k0 + kt] if bf[p1s] is not None else 0.0
         if l2 is None:
-            v = relu(acc + b1, l1.relu)
+            v = activate(acc + b1, l1.activation)
         else:
             acc2 = _reduce_global(layout, l2, cins[p2s], x2f, h, w, m * l2.stride[0] - l2.pad[0],
                                   qq * l2.stride[1] - l2.pad[1], wf[p2s], k0, kt)
             b2 = bf[p2s][k0:k0 + kt] if bf[p2s] is not None else 0.0
-            v = relu(relu(acc + b1, l1.relu) + relu(acc2 + b2, l2.relu), block.merge_relu)
+            v = activate(activate(acc + b1, l1.activation) + activate(acc2 + b2, l2.activation), _merge_act(block))
         for u, pv in enumerate(pix):
             if pv < 0:
                 continue
@@ -1054,16 +1089,15 @@ def _produce_pipelined(block: Block, g: Geometry, layout: str, xs: list, ws: lis
                 assert (wbase % vw == 0).all(), "a filter vector load is misaligned"
                 wv = buf[:, wbase[:, None] + np.arange(kt)[None, :]]                 # (N, CC, KT)
                 acc[pr, :, i] += np.einsum("nuc,nck->nuk", xv, wv)
-    relu = lambda v, on: np.maximum(v, 0) if on else v  # noqa: E731
     mid = np.full((n, g.km * g.mplane), np.nan)
     for i, (k0, _, pix) in enumerate(items):
         b1 = bs[0][k0:k0 + kt] if bs[0] is not None else 0.0
         if len(slots) == 1:
-            v = relu(acc[0, :, i] + b1, layers[0].relu)
+            v = activate(acc[0, :, i] + b1, layers[0].activation)
         else:
             b2 = bs[1][k0:k0 + kt] if bs[1] is not None else 0.0
-            v = relu(relu(acc[0, :, i] + b1, layers[0].relu) + relu(acc[1, :, i] + b2, layers[1].relu),
-                     block.merge_relu)
+            v = activate(activate(acc[0, :, i] + b1, layers[0].activation)
+                         + activate(acc[1, :, i] + b2, layers[1].activation), _merge_act(block))
         for u, pv in enumerate(pix):
             if pv < 0:
                 continue
@@ -1097,7 +1131,6 @@ def emulate(block: Block, t: Tiling, x: np.ndarray, weights: Sequence[np.ndarray
     y = np.full((n, g.ky * p * q), np.nan)
     written = np.zeros(g.ky * p * q, dtype=int)
     tp, tq = tiles(block, t, h, w)
-    relu = lambda v, on: np.maximum(v, 0) if on else v  # noqa: E731
     for bx in range(tp * tq):
         p0, q0 = tile_origin(bx, block, t, h, w)
         m0, n0, _, _ = halo_window(block, t, p0, q0)
@@ -1157,7 +1190,7 @@ def emulate(block: Block, t: Tiling, x: np.ndarray, weights: Sequence[np.ndarray
                                             i[None, None, :, None], j[None, None, None, :])]
                     acc = np.einsum("nukcij,kcij->nuk", xv, wv)
                     bb = bf[slot][k] if bf[slot] is not None else 0.0
-                    v = relu(acc + bb, layer.relu)
+                    v = activate(acc + bb, layer.activation)
                     for u in range(cpx):
                         if not ok[u]:
                             continue

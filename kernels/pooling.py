@@ -1,11 +1,14 @@
-"""2-D max / average pooling, forward and backward, on CuPy arrays in NCHW or CHWN.
+"""2-D max / average pooling, forward and backward, on CuPy arrays in NCHW, CHWN or NHWC.
 
     y = pool2d_forward(x, window=3, stride=2, pad=0, mode="max", layout="CHWN")
     y, idx = pool2d_forward(x, 3, 2, 0, return_indices=True)
     dx = pool2d_backward(dy, x, 3, 2, 0, mode="max", indices=idx)   # or recompute: indices=None
 
 ``x`` is ``(N, C, H, W)`` for NCHW and ``(C, H, W, N)`` for CHWN; the output
-keeps the layout with ``P = (H + 2 pad - window) // stride + 1`` (cuDNN's
+keeps the layout.  NHWC ``(N, H, W, C)`` runs the CHWN kernels: pooling treats
+the batch and the channels alike (independent planes), so an NHWC tensor *is*
+a CHWN one with the two roles swapped (channels innermost and vectorised,
+samples outermost); indices are the same ``h * W + w``.  The output with ``P = (H + 2 pad - window) // stride + 1`` (cuDNN's
 floor rule).  ``mode="avg"`` divides by the window size when
 ``count_include_pad`` (cuDNN's AVERAGE_COUNT_INCLUDE_PADDING) and by the
 in-bounds count otherwise.  Max indices are int32 ``h * W + w`` within the
@@ -89,9 +92,11 @@ class Pool2d:
 
 
 def geometry(shape: tuple[int, ...], window: Any, stride: Any, pad: Any, layout: str) -> Pool2d:
-    """Validated :class:`Pool2d` for an input of ``shape`` in ``layout``."""
+    """Validated :class:`Pool2d` for an input of ``shape`` in ``layout`` (NHWC: as CHWN, module doc)."""
+    if layout == "NHWC":
+        layout = "CHWN"
     if layout not in LAYOUTS:
-        raise InputError(f"unknown layout {layout!r}; use one of {', '.join(LAYOUTS)}", "layout")
+        raise InputError(f"unknown layout {layout!r}; use one of {', '.join(LAYOUTS)}, NHWC", "layout")
     if len(shape) != 4:
         raise InputError(f"expected a 4-D array in {layout} order, got shape {tuple(shape)}", "x")
     (kh, kw), (sh, sw), (ph, pw) = _pair(window, "window"), _pair(stride, "stride"), _pair(pad, "pad")
@@ -363,7 +368,7 @@ def pool2d_backward(dy: Any, x: Any, window: Any, stride: Any = None, pad: Any =
         raise InputError(f"expected a C-contiguous {x.dtype} array of shape {x.shape}", "out")
     m = 0 if mode == "max" else (1 if count_include_pad else 2)
     src = 0 if indices is not None or m != 0 else 1
-    name = f"pool_bwd<{DTYPES[dtype]},{g.kh},{g.kw},{g.sh},{g.sw},{m},{src},{'true' if layout == 'CHWN' else 'false'}>"
+    name = f"pool_bwd<{DTYPES[dtype]},{g.kh},{g.kw},{g.sh},{g.sw},{m},{src},{'true' if g.layout == 'CHWN' else 'false'}>"
     total = x.size
     i32 = np.int32
     _compile.get_kernel(SOURCE, name)((-(-total // 256),), (256,), (

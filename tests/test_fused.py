@@ -1,11 +1,14 @@
 """Fused-block kernels (kernels/fused.py, fused.cu) without a GPU: the block description and its refusals, the float64
 reference against ucudnn's direct-convolution reference, the kernel's tiling and halo index math emulated tile by
 tile and work item by work item against the reference (hypothesis over modes, filters, strides, pads, groups,
-planes, tilings and layouts), tile coverage and halo windows, launch geometry, the default tiling, the launcher's
+planes, tilings, layouts and activations: none, ReLU, ReLU6), MobileNet V2's ReLU6 blocks, tile coverage and halo
+windows, launch geometry, the default tiling, the launcher's
 argument checks and pointer arithmetic (a fake kernel), the tuner's plumbing with a synthetic clock, and the nvcc
 build for sm_80 and sm_90."""
 from __future__ import annotations
 
+import dataclasses
+import json
 import re
 import shutil
 import subprocess
@@ -42,7 +45,8 @@ def layers(draw, cin: int, kernel=None, stride=None, pad=None, out=None):
     r, s = kernel or (draw(st.integers(1, 5)), draw(st.integers(1, 5)))
     stride = stride or (draw(st.integers(1, 2)), draw(st.integers(1, 2)))
     pad = pad or (draw(st.integers(0, r - 1)), draw(st.integers(0, s - 1)))
-    return L(out, (r, s), stride, pad, groups, draw(st.booleans()), draw(st.booleans()))
+    act = draw(st.sampled_from(F.ACTIVATIONS))
+    return L(out, (r, s), stride, pad, groups, draw(st.booleans()), act == "relu", act == "relu6")
 
 
 @st.composite
@@ -134,6 +138,10 @@ def test_seed_blocks_are_the_seeds_table_1():
     (lambda: L(4, groups=3), "groups"),
     (lambda: L(4, relu="yes"), "relu"),
     (lambda: L(4, bias=1), "bias"),
+    (lambda: L(4, relu6=True), "relu6"),                  # relu defaults to true: ReLU6 replaces it
+    (lambda: L(4, relu=True, relu6=True), "relu6"),
+    (lambda: L(4, relu=False, relu6=1), "relu6"),
+    (lambda: L(4, relu=False, relu6=None), "relu6"),
     (lambda: F.Tiling(4, 4, 1, 100), "tiling.nt"),
     (lambda: F.Tiling(0, 4), "tiling.th"),
     (lambda: F.Tiling.from_list([4, 4]), "tiling"),
@@ -159,11 +167,137 @@ def test_bad_descriptions_are_refused_naming_the_field(make, field):
     ({"name": "x", "mode": "straight", "layers": [{"out_channels": 4}, {"out_channels": 4}]}, "in_channels"),
     ({"name": "x", "mode": "straight", "in_channels": 4, "layers": "conv"}, "layers"),
     ({"name": "x", "mode": "straight", "in_channels": 4, "layers": [], "colour": "red"}, "colour"),
+    ({"name": "x", "mode": "straight", "in_channels": 4, "layers": [{"out_channels": 4},
+                                                                    {"out_channels": 4, "relu6": True}]},
+     "layers[1].relu6"),
+    ({"name": "x", "mode": "straight", "in_channels": 4, "layers": [{"out_channels": 4, "relu": False,
+                                                                     "relu6": "yes"}, {"out_channels": 4}]},
+     "layers[0].relu6"),
 ])
 def test_from_dict_names_the_dotted_path(doc, field):
     with pytest.raises(InputError) as e:
         F.Block.from_dict(doc)
     assert e.value.field == field, str(e.value)
+
+
+# ---- ReLU6 (MobileNet V2) ------------------------------------------------------------------------------------------
+def _mobilenet_v2(c: int = 8, out: int = 6) -> dict[str, F.Block]:
+    """MobileNet V2 inverted-residual pieces with ReLU6: depthwise 3x3 (stride 1 and 2) + ReLU6 -> the linear 1x1
+    projection (a.2 with ReLU6), and the expand 1x1 + ReLU6 (a pipelined producer) -> depthwise 3x3 + ReLU6."""
+    r6 = dict(relu=False, relu6=True)
+    return {
+        "dw-s1": F.Block("mv2-dw-s1", "straight", c, (L(c, 3, pad=1, groups=c, **r6), L(out, 1, relu=False))),
+        "dw-s2": F.Block("mv2-dw-s2", "straight", c, (L(c, 3, stride=2, pad=1, groups=c, **r6), L(out, 1, relu=False))),
+        "expand": F.Block("mv2-expand", "straight", out, (L(c, 1, **r6), L(c, 3, pad=1, groups=c, **r6))),
+        "expand-s2": F.Block("mv2-expand-s2", "straight", out, (L(c, 1, **r6), L(c, 3, stride=2, pad=1, groups=c,
+                                                                                  **r6))),
+        # the other modes with ReLU6 producers and consumers (merge: activations before the add, two sums)
+        "split": F.Block("r6-split", "split", out, (L(c, 1, **r6), L(4, 1, **r6), L(4, 3, pad=1, **r6))),
+        "merge": F.Block("r6-merge", "merge", out, (L(c, 1, **r6), L(c, 1, relu=False), L(4, 3, pad=1, **r6)),
+                         merge_relu=True),
+        "merge-dw": F.Block("r6-merge-dw", "merge", c, (L(c, 3, pad=1, groups=c, **r6), L(c, 3, pad=1, groups=c, **r6),
+                                                        L(out, 1, relu=False))),
+    }
+
+
+def test_relu6_layer_description_json_and_key():
+    r6 = L(8, 3, pad=1, groups=8, relu=False, relu6=True)
+    assert (r6.relu, r6.relu6, r6.activation) == (False, True, "relu6")
+    assert [l.activation for l in (L(4), L(4, relu=False))] == ["relu", "none"]
+    assert L(4).relu6 is False and L(4) == L(4, relu=True, relu6=False)
+    assert r6.to_dict() == {"out_channels": 8, "kernel": [3, 3], "stride": [1, 1], "pad": [1, 1], "groups": 8,
+                            "bias": True, "relu": False, "relu6": True}
+    b = _mobilenet_v2()["dw-s2"]
+    assert F.Block.from_dict(b.to_dict()) == b
+    assert F.Block.from_dict(json.loads(json.dumps(b.to_dict()))) == b
+    assert b.key() == "straight/c8/k8f3x3s2,2p1,1g8br6/k6f1x1s1,1p0,0g1b"
+    # ReLU6 is part of the key: the same structure with ReLU or no activation tunes and caches apart
+    keys = {F.Block("x", "straight", 8, (L(8, 3, pad=1, groups=8, relu=r, relu6=r6_), L(6, 1, relu=False))).key()
+            for r, r6_ in ((False, False), (True, False), (False, True))}
+    assert len(keys) == 3
+
+
+def test_keys_and_json_of_blocks_without_relu6_are_unchanged():
+    """Tuning caches stay valid: the seed blocks' keys, JSON and kernel names are what they were before ReLU6."""
+    assert {k: b.key() for k, b in F.SEED_BLOCKS.items()} == {
+        "a.1": "straight/c192/k16f1x1s1,1p0,0g1br/k32f5x5s1,1p2,2g1br",
+        "a.2": "straight/c16/k16f3x3s1,1p1,1g16br/k16f1x1s1,1p0,0g1b",
+        "b.1": "split/c64/k16f1x1s1,1p0,0g1br/k64f1x1s1,1p0,0g1br/k64f3x3s1,1p1,1g1br",
+        "c.1": "merge/c64/k256f1x1s1,1p0,0g1b/k256f1x1s1,1p0,0g1b/k64f1x1s1,1p0,0g1br/mr",
+    }
+    for b in F.SEED_BLOCKS.values():
+        for doc in b.to_dict()["layers"]:
+            assert set(doc) == {"out_channels", "kernel", "stride", "pad", "groups", "bias", "relu"}
+        assert "relu6" not in json.dumps(b.to_dict())
+        for dtype in F.DTYPES:   # every Layer<...> keeps its 11 arguments (RELU6 left to its default)
+            layers_ = re.findall(r"Layer<([^<>]*)>", F.plan(b, F.Tiling(4, 8), dtype, "NCHW", 1, *b.hw).name_expr)
+            assert layers_ and all(len(a.split(",")) == 11 for a in layers_)
+    assert F.tuning_key(F.SEED_BLOCKS["a.2"], "float32", "NCHW", (1, 16, 80, 80)) == \
+        "fused/straight/c16/k16f3x3s1,1p1,1g16br/k16f1x1s1,1p0,0g1b/float32/NCHW/1x16x80x80"
+
+
+def test_relu6_plan_names_the_activation():
+    b = _mobilenet_v2(16, 8)["dw-s2"]
+    geo = F.plan(b, F.Tiling(4, 8), "float16", "NHWC", 2, 17, 18)
+    assert geo.name_expr.startswith("fused_block<half_t,true,Layer<16,16,3,3,2,2,1,1,16,true,false,true>,NoLayer,"
+                                    "Layer<8,16,1,1,1,1,0,0,1,true,false>,NoLayer,false,Tile<4,8,1,256,")
+    e = _mobilenet_v2(16, 8)["expand"]
+    assert F.pipelined(e)
+    assert F.plan(e, F.Tiling(2, 4), "float32", "NCHW", 1, 9, 9).name_expr.startswith(
+        "fused_block<float,false,Layer<16,8,1,1,1,1,0,0,1,true,false,true>,NoLayer,"
+        "Layer<16,16,3,3,1,1,1,1,16,true,false,true>,NoLayer,false,")
+
+
+def test_activate_is_the_kernels_act():
+    v = np.array([-3.0, -0.0, 0.5, 5.999, 6.0, 6.5, 1e9])
+    np.testing.assert_array_equal(F.activate(v, "relu6"), [0, 0, 0.5, 5.999, 6, 6, 6])
+    np.testing.assert_array_equal(F.activate(v, "relu"), [0, 0, 0.5, 5.999, 6, 6.5, 1e9])
+    np.testing.assert_array_equal(F.activate(v, "none"), v)
+    with pytest.raises(ValueError):
+        F.activate(v, "gelu")
+
+
+@pytest.mark.parametrize("layout", F.LAYOUTS)
+@pytest.mark.parametrize("name", list(_mobilenet_v2()))
+def test_relu6_blocks_emulated_equal_the_reference(name, layout):
+    """ReLU6 producers (global and pipelined) and consumers, in every mode: emulated tile by tile at several tilings
+    equals the float64 reference, and the operands are large enough that the cap at 6 is reached often."""
+    b = _mobilenet_v2()[name]
+    x, ws, bs, x2 = _operands(b, 2, 11, 9, layout, seed=6)
+    x, x2 = 3 * x, (None if x2 is None else 3 * x2)
+    ref = F.reference(b, x, ws, bs, x2, layout)
+    l1 = b.layers[0]
+    m = F.conv_reference(F._nchw(x, layout), F._filters_nchw(ws[0], layout), bs[0], l1)
+    assert l1.relu6 and 0.05 < (m == 6).mean() < 0.9 and ((m > 0) & (m < 6)).mean() > 0.05
+    assert m.max() == 6 and m.min() == 0
+    linear = dataclasses.replace(l1, relu6=False)
+    assert np.abs(F.conv_reference(F._nchw(x, layout), F._filters_nchw(ws[0], layout), bs[0], linear)).max() > 6
+    for t in (F.Tiling(1, 1, 1, 64), F.Tiling(4, 8, 2, 256), F.Tiling(3, 2, 1, 128),
+              F.default_tiling(b, 2, 11, 9)):
+        outs = [b.layers[s].out_channels for s in b.slots()[2:] if s is not None]
+        if any(o % t.ks for o in outs) or not F.fits(b, t, 1 << 30):
+            continue
+        np.testing.assert_allclose(F.emulate(b, t, x, ws, bs, x2, layout), ref, atol=1e-9, rtol=1e-9)
+    assert F.pipelined(b) == (name in ("expand", "expand-s2", "split", "merge"))
+
+
+def test_relu6_reference_clamps_each_layer_and_not_the_merge():
+    """The straight block is conv -> ReLU6 -> conv (linear); the merge's add is followed by a plain ReLU."""
+    blocks = _mobilenet_v2()
+    b = blocks["dw-s2"]
+    x, ws, bs, _ = _operands(b, 1, 8, 8, "NCHW", seed=2)
+    x = 4 * x
+    linear0 = dataclasses.replace(b.layers[0], relu6=False)
+    mid = np.clip(F.conv_reference(x, ws[0], bs[0], linear0), 0, 6)
+    np.testing.assert_allclose(F.reference(b, x, ws, bs), F.conv_reference(mid, ws[1], bs[1], b.layers[1]))
+    mb = blocks["merge"]
+    x, ws, bs, x2 = _operands(mb, 1, 6, 7, "NCHW", seed=3)
+    x, x2 = 4 * x, 4 * x2
+    s = np.clip(F.conv_reference(x, ws[0], bs[0], dataclasses.replace(mb.layers[0], relu6=False)), 0, 6) \
+        + F.conv_reference(x2, ws[1], bs[1], mb.layers[1])
+    assert (s > 6).any(), "the merge's ReLU does not cap"
+    np.testing.assert_allclose(F.reference(mb, x, ws, bs, x2),
+                               F.conv_reference(np.maximum(s, 0), ws[2], bs[2], mb.layers[2]))
 
 
 # ---- references ------------------------------------------------------------------------------------------------------
@@ -180,7 +314,8 @@ def test_one_layer_reference_equals_the_direct_reference(layer, h, w, layout):
     nchw = (lambda a: a.transpose(0, 3, 1, 2)) if layout == "NHWC" else (lambda a: a)
     got = F.conv_reference(nchw(x), nchw(wt), b if layer.bias else None, layer)
     want = nchw(forward_reference(x, wt, p)) + (b[None, :, None, None] if layer.bias else 0)
-    np.testing.assert_allclose(got, np.maximum(want, 0) if layer.relu else want, atol=1e-12)
+    want = np.minimum(np.maximum(want, 0), 6) if layer.relu6 else np.maximum(want, 0) if layer.relu else want
+    np.testing.assert_allclose(got, want, atol=1e-12)
 
 
 def test_block_reference_composes_the_layers():
@@ -495,8 +630,9 @@ def test_run_time_source_is_self_contained():
 @pytest.mark.skipif(NVCC is None, reason="nvcc is not installed")
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_source_compiles_with_nvcc_without_warnings_or_spills(arch, tmp_path):
-    """The seed blocks' instantiations (float and half, NCHW and NHWC, each mode) build for the architecture with no
-    warning, and every one keeps its register tiles in registers: no stack frame, no spills."""
+    """The seed blocks' instantiations (float and half, NCHW and NHWC, each mode) and two MobileNet V2 blocks with
+    ReLU6 build for the architecture with no warning, and every one keeps its register tiles in registers: no stack
+    frame, no spills."""
     src = resources.files("ucudnn.kernels").joinpath(F.SOURCE)
     with resources.as_file(src) as path:
         proc = subprocess.run([NVCC, "-std=c++17", f"-arch={arch}", "--cubin", "-DUCUDNN_NVCC_CHECK", "-Xptxas", "-v",
@@ -505,6 +641,8 @@ def test_source_compiles_with_nvcc_without_warnings_or_spills(arch, tmp_path):
     assert "warning" not in proc.stderr.lower(), proc.stderr
     kernels = re.findall(r"Function properties for (\w+)\s*\n\s*(\d+) bytes stack frame, (\d+) bytes spill stores, "
                          r"(\d+) bytes spill loads", proc.stderr)
-    assert len([k for k in kernels if "fused_block" in k[0]]) == 8
+    assert len([k for k in kernels if "fused_block" in k[0]]) == 10
+    # ReLU6 instantiations: Layer<..., RELU6 = true> mangles as a third bool template argument of one
+    assert sum(bool(re.search(r"ELb[01]ELb0ELb1EE", k[0])) for k in kernels) == 2
     for fn, stack, stores, loads in kernels:
         assert (stack, stores, loads) == ("0", "0", "0"), f"{fn} uses local memory on {arch}"

@@ -2,7 +2,9 @@
 accumulation) at batches 1, 3 and 8 against per-layer cuDNN (torch.nn.functional.conv2d with cuDNN, TF32 off) and
 the float64 reference; NHWC; seeded random blocks (odd planes, channel counts no tile divides, strides, groups,
 rectangular filters) at several tilings; batches split across launches; CUDA-graph capture and replay equal to
-the eager launch; the tuner on the device.
+the eager launch; the tuner on the device; MobileNet V2 blocks with ReLU6 (depthwise 3x3 stride 1 and 2 + ReLU6 ->
+linear 1x1, expand 1x1 + ReLU6 -> depthwise 3x3 + ReLU6) in FP32 and FP16, NCHW and NHWC, against the float64
+reference and per-layer cuDNN.
 
 Outputs are poisoned with NaN before each launch: every element must be written.  Inputs are random normal and
 filters He-scaled, so activations stay of order one through the block (no test on zeros)."""
@@ -25,13 +27,15 @@ def rel_err(a, b) -> float:
     return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
 
 
-def operands(block: F.Block, n: int, h: int, w: int, dtype: str, layout: str = "NCHW", seed: int = 0):
+def operands(block: F.Block, n: int, h: int, w: int, dtype: str, layout: str = "NCHW", seed: int = 0,
+             scale: float = 1.0):
+    """Random operands; ``scale`` multiplies x (and x2): ReLU6 blocks take 4 so that the cap at 6 is reached."""
     import cupy as cp
 
     rng = np.random.default_rng(seed)
-    x = cp.asarray(rng.standard_normal(block.x_shape(n, h, w, layout)).astype(dtype))
-    x2 = cp.asarray(rng.standard_normal(block.x_shape(n, h, w, layout)).astype(dtype)) if block.mode == "merge" \
-        else None
+    x = cp.asarray((scale * rng.standard_normal(block.x_shape(n, h, w, layout))).astype(dtype))
+    x2 = cp.asarray((scale * rng.standard_normal(block.x_shape(n, h, w, layout))).astype(dtype)) \
+        if block.mode == "merge" else None
     ws, bs = [], []
     for layer, cin, shape in zip(block.layers, block.layer_inputs(), block.weight_shapes(layout)):
         fan_in = cin // layer.groups * layer.kernel[0] * layer.kernel[1]
@@ -68,7 +72,7 @@ def torch_per_layer(block: F.Block, x, ws, bs, x2):
     def conv(inp, i):
         layer = block.layers[i]
         y = tF.conv2d(inp, t(ws[i]), t(bs[i]), layer.stride, layer.pad, 1, layer.groups)
-        return torch.relu(y) if layer.relu else y
+        return tF.relu6(y) if layer.relu6 else torch.relu(y) if layer.relu else y
 
     prev = (torch.backends.cudnn.enabled, torch.backends.cudnn.allow_tf32)
     torch.backends.cudnn.enabled, torch.backends.cudnn.allow_tf32 = True, False
@@ -136,6 +140,13 @@ RANDOM = [
     F.Block("r-pipe-straight", "straight", 37, (F.ConvLayer(20, 1, stride=2), F.ConvLayer(9, 3, pad=1))),
     F.Block("r-pipe-merge", "merge", 13, (F.ConvLayer(24, 1, relu=True), F.ConvLayer(24, 1, relu=False, bias=False),
                                           F.ConvLayer(10, 3, pad=1, relu=False)), merge_relu=True),
+    # ReLU6 producers and consumers in the other modes (global and pipelined producers, two sums before the add)
+    F.Block("r-relu6-merge", "merge", 6, (F.ConvLayer(10, 3, pad=1, relu=False, relu6=True),
+                                          F.ConvLayer(10, 3, pad=1, groups=2, relu=False),
+                                          F.ConvLayer(7, 1, relu=False, relu6=True)), merge_relu=True),
+    F.Block("r-relu6-pipe-split", "split", 11, (F.ConvLayer(12, 1, relu=False, relu6=True),
+                                                F.ConvLayer(5, 1, relu=False, relu6=True),
+                                                F.ConvLayer(6, 3, pad=1, relu=False, relu6=True))),
 ]
 
 
@@ -145,7 +156,8 @@ def test_random_blocks_on_odd_planes_at_several_tilings(block, dtype):
     rng = np.random.default_rng(len(block.name))
     for trial in range(3):
         n, h, w = int(rng.integers(1, 6)), int(rng.integers(5, 40)) | 1, int(rng.integers(5, 40)) | 1
-        x, ws, bs, x2 = operands(block, n, h, w, dtype, seed=trial)
+        x, ws, bs, x2 = operands(block, n, h, w, dtype, seed=trial,
+                                 scale=4.0 if any(l.relu6 for l in block.layers) else 1.0)
         ref = F.reference(block, host(x), [host(v) for v in ws], [host(v) for v in bs], host(x2))
         outs = [block.layers[s].out_channels for s in block.slots()[2:] if s is not None]
         for t in (None, F.Tiling(int(rng.choice([1, 2, 4, 7, 8])), int(rng.choice([1, 4, 7, 8, 16])),
@@ -219,3 +231,59 @@ def test_tuner_on_the_device_picks_a_correct_tiling(monkeypatch, tmp_path):
     got = run_fused(b, x, ws, bs, x2, tiling=t)
     assert rel_err(got, F.reference(b, host(x), [host(w) for w in ws], [host(v) for v in bs])) < TOL_REF["float32"]
     autotune.clear_memory()
+
+
+# ---- MobileNet V2: ReLU6 ---------------------------------------------------------------------------------------------
+def _r6(out, kernel=1, **kw):
+    return F.ConvLayer(out, kernel, relu=False, relu6=True, **kw)
+
+
+#: MobileNet V2 inverted-residual pieces (expansion 6): the depthwise 3x3 + ReLU6 -> linear 1x1 projection (seed a.2
+#: with ReLU6) at stride 1 and 2, and the expand 1x1 + ReLU6 -> depthwise 3x3 + ReLU6 (a pipelined producer).
+MOBILENET_V2 = [
+    F.Block("mv2-dw-s1", "straight", 144, (_r6(144, 3, pad=1, groups=144), F.ConvLayer(24, 1, relu=False)),
+            hw=(56, 56)),
+    F.Block("mv2-dw-s2", "straight", 144, (_r6(144, 3, stride=2, pad=1, groups=144), F.ConvLayer(32, 1, relu=False)),
+            hw=(56, 56)),
+    F.Block("mv2-dw-s2-odd", "straight", 96, (_r6(96, 3, stride=2, pad=1, groups=96), F.ConvLayer(24, 1, relu=False)),
+            hw=(15, 23)),
+    F.Block("mv2-expand", "straight", 24, (_r6(144, 1), _r6(144, 3, pad=1, groups=144)), hw=(28, 28)),
+    F.Block("mv2-expand-s2", "straight", 16, (_r6(96, 1), _r6(96, 3, stride=2, pad=1, groups=96)), hw=(29, 27)),
+]
+
+
+def _nchw_operands(x, ws, x2, layout):
+    """The operands in NCHW (filters [K, C/G, R, S]) for the per-layer cuDNN comparison."""
+    import cupy as cp
+
+    if layout == "NCHW":
+        return x, ws, x2
+    t = lambda a: None if a is None else cp.ascontiguousarray(a.transpose(0, 3, 1, 2))  # noqa: E731
+    return t(x), [t(w) for w in ws], t(x2)
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("block", MOBILENET_V2, ids=[b.name for b in MOBILENET_V2])
+def test_mobilenet_v2_relu6_blocks_match_cudnn_per_layer_and_float64(block, dtype, layout):
+    pytest.importorskip("torch")
+    outs = [block.layers[s].out_channels for s in block.slots()[2:] if s is not None]
+    sliced = next(t for t in (F.Tiling(4, 8, 2, 128), F.Tiling(2, 4, 2, 256), F.Tiling(2, 2, 1, 256))
+                  if all(o % t.ks == 0 for o in outs) and F.fits(block, t, F.smem_limit()))
+    for n, tiling in ((1, None), (3, None), (2, sliced)):
+        x, ws, bs, x2 = operands(block, n, *block.hw, dtype, layout=layout, seed=11 + n, scale=4.0)
+        hx, hws, hbs = host(x), [host(w) for w in ws], [host(v) for v in bs]
+        mid = F.conv_reference(F._nchw(hx, layout), F._filters_nchw(hws[0], layout), hbs[0], block.layers[0])
+        assert 0.02 < (mid == 6).mean() < 0.9, "ReLU6 caps a fair share of the intermediate"
+        got = run_fused(block, x, ws, bs, x2, layout=layout, tiling=tiling)
+        ref = F.reference(block, hx, hws, hbs, host(x2), layout=layout)
+        assert rel_err(got, ref) < TOL_REF[dtype], (n, tiling)
+        # the same block with a plain ReLU (no cap) is far off: the kernel did clamp
+        relu = F.Block(block.name, block.mode, block.in_channels,
+                       tuple(F.ConvLayer(l.out_channels, l.kernel, l.stride, l.pad, l.groups, l.bias, l.relu6)
+                             for l in block.layers))
+        assert rel_err(F.reference(relu, hx, hws, hbs, host(x2), layout=layout), ref) > 10 * TOL_CUDNN[dtype]
+        cudnn = torch_per_layer(block, *_nchw_operands(x, ws, x2, layout)[:2], bs, None)
+        if layout == "NHWC":
+            cudnn = cudnn.transpose(0, 2, 3, 1)
+        assert rel_err(got, cudnn) < TOL_CUDNN[dtype], (n, tiling)

@@ -428,6 +428,11 @@ def test_unknown_row_kernel_is_refused():
 
 
 # --- pooling --------------------------------------------------------------------------------
+def test_nhwc_pooling_is_chwn_with_samples_and_channels_swapped():
+    g = pooling.geometry((8, 55, 55, 96), 3, 2, 0, "NHWC")     # N=8, C=96 in NHWC
+    assert g.layout == "CHWN" and (g.c, g.n) == (8, 96) and g.out_shape() == (8, 27, 27, 96)
+
+
 def test_pooling_output_size_follows_cudnns_floor_rule():
     g = pooling.geometry((128, 96, 55, 55), 3, 2, 0, "NCHW")
     assert (g.p, g.q) == (27, 27)
@@ -437,7 +442,7 @@ def test_pooling_output_size_follows_cudnns_floor_rule():
 
 @pytest.mark.parametrize("kwargs,field", [
     (dict(window=0), "window"), (dict(stride=(1, 0)), "stride"), (dict(pad=3), "pad"),
-    (dict(window=(9, 9)), "window"), (dict(layout="NHWC"), "layout"), (dict(window="3"), "window"),
+    (dict(window=(9, 9)), "window"), (dict(layout="NDHWC"), "layout"), (dict(window="3"), "window"),
 ])
 def test_bad_pooling_geometry_names_the_field(kwargs, field):
     args = dict(window=3, stride=2, pad=0, layout="NCHW") | kwargs

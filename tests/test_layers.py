@@ -25,6 +25,7 @@ LAYERS = ["basics", "planning", "binding", "kernels", "measure", "execute", "cat
 #: the longest matching prefix decides a module's layer
 PREFIXES = {
     "ucudnn": "interfaces", "ucudnn.__main__": "interfaces", "ucudnn.api": "interfaces", "ucudnn.cli": "interfaces",
+    "ucudnn.inference": "interfaces",
     "ucudnn.torch": "interfaces", "ucudnn.server": "interfaces", "ucudnn._moved": "interfaces",
     "ucudnn.errors": "basics", "ucudnn.units": "basics", "ucudnn.config": "basics", "ucudnn.problem": "basics",
     "ucudnn.numerics": "basics", "ucudnn.policy": "basics", "ucudnn.source_names": "basics", "ucudnn.schemas": "basics", "ucudnn.data": "basics",

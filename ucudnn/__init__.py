@@ -30,6 +30,7 @@ from .units import format_size, parse_size
 _moved.install()
 
 _API = ("conv2d_forward", "conv2d_backward_data", "conv2d_backward_filter", "Conv2d", "get_plan", "wait_for_benchmarks")
+_INFERENCE = ("infer", "plan_inference")
 
 
 def __getattr__(name: str):
@@ -38,6 +39,10 @@ def __getattr__(name: str):
         from . import api
 
         return getattr(api, name)
+    if name in _INFERENCE:
+        from . import inference
+
+        return getattr(inference, name)
     # old flat module paths (``ucudnn.network.from_torch``): see ucudnn._moved
     if f"ucudnn.{name}" in _moved.MOVED:
         import importlib
@@ -52,6 +57,6 @@ def __getattr__(name: str):
 __all__ = [
     "BenchmarkTable", "ConvProblem", "Conv2d", "CudnnError", "CudnnNotFound", "GpuUnavailable", "InfeasibleError",
     "InputError", "KernelBench", "KernelPlan", "Measurement", "MicroConfig", "Plan", "TableError", "UcudnnError",
-    "conv2d_backward_data", "conv2d_backward_filter", "conv2d_forward", "format_size", "get_plan", "parse_size",
-    "plan", "wait_for_benchmarks",
+    "conv2d_backward_data", "conv2d_backward_filter", "conv2d_forward", "format_size", "get_plan", "infer", "parse_size",
+    "plan", "plan_inference", "wait_for_benchmarks",
 ]

@@ -57,3 +57,35 @@ def print_compare(summary: dict[str, Any]) -> None:
                   f"{format_size(p['workspace_bytes'])} / {format_size(p['workspace_sum_bytes'])}",
                   f"{p['wd_speedup']:.3f}x" if "wd_speedup" in p else "")
     Console().print(t)
+
+
+def print_inference_plan(doc: dict[str, Any]) -> None:
+    """An inference plan (ucudnn-inference-plan/1): its steps, then the baselines it was compared with."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from ..planning.plan import KernelPlan
+
+    t = Table(title=f"inference plan: {doc['network']['name']} batch {doc['batch']} {doc['dtype']} "
+                    f"({doc['numerics']}), {format_size(doc['workspace_limit'])} per conv, input "
+                    f"{doc['input_layout']} — {doc.get('device', '')}", title_justify="left")
+    t.add_column("step")
+    t.add_column("kind")
+    t.add_column("layout")
+    t.add_column("how")
+    t.add_column("time ms", justify="right")
+    for s in doc["steps"]:
+        how = ""
+        if s["kind"] == "conv":
+            how = KernelPlan.from_dict(s["kernel_plan"]).summary()
+        elif s["kind"] == "fused":
+            how = f"{s['mode']} {len(s['convs'])} convs, tiling {s['tiling']}"
+        elif s["kind"] == "transform":
+            how = f"{s['from']} -> {s['to']}"
+        t.add_row(s["name"], s["kind"], s["layout"], how, f"{s['ms']:.4f}")
+    t.add_section()
+    t.add_row("total (predicted)", "", "", "", f"{doc['predicted_ms']:.4f}")
+    for k, v in doc["baselines"].items():
+        label = {"seed_heuristic": "seed 000's layout rule", "unfused": "no fusion"}.get(k, f"all {k}")
+        t.add_row(f"  baseline: {label}", "", "", "", "-" if v is None else f"{v:.4f}")
+    Console().print(t)

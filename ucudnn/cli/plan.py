@@ -43,6 +43,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--compare", action="store_true",
                    help="also plan WD, WR and undivided at the same memory (WD: the total; WR, undivided: the "
                         "per-kernel limit, default total / number of kernels) and report them side by side")
+    p.add_argument("--inference", action="store_true",
+                   help="with --network: plan the whole forward pass for inference (issue 19; a whole-graph spec "
+                        "such as squeezenet1_1 or mobilenet_v2): measures on this GPU every conv's WR plan under "
+                        "--workspace-limit (default 8MiB here), every fusable block fused, every node and layout "
+                        "transform, then chooses per block fused or per layer and per layer the layout "
+                        "(--layout: the input's, default NCHW); writes ucudnn-inference-plan/1")
+    p.add_argument("--from-plan", metavar="PLAN.json",
+                   help="with --inference: re-plan from the costs an inference plan holds (no GPU), e.g. with "
+                        "another --layout or --no-fuse")
+    p.add_argument("--no-fuse", action="store_true", help="with --inference: run every layer on its own")
     p.add_argument("--json", action="store_true", help="print the plan as JSON (ucudnn-plan/1)")
     p.add_argument("-o", "--out", metavar="PLAN.json", help="also write the plan JSON here")
     p.set_defaults(func=run)
@@ -50,6 +60,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     batch_policy = args.batch_policy or config.batch_policy()
+    if args.inference or args.from_plan:
+        return _inference(args, batch_policy)
     if args.sources is not None and (args.tables or not args.network):
         raise InputError("only applies when --network is benchmarked (without --from-table)", "--sources")
     if args.network and not args.tables:
@@ -108,3 +120,47 @@ def _measure(args: argparse.Namespace, batch_policy: str) -> BenchmarkTable:
     if args.save_table:
         table.save(args.save_table)
     return table
+
+
+def _inference(args: argparse.Namespace, batch_policy: str) -> int:
+    """``ucudnn plan --network squeezenet1_1 --inference --batch 1 --workspace-limit 8MiB`` (GPU), or
+    ``--inference --from-plan P.json`` (re-planned from its costs, no GPU)."""
+    import json
+    import sys
+
+    if args.tables:
+        raise InputError("inference plans are measured on the GPU (or re-planned --from-plan), not from training "
+                         "tables", "--from-table")
+    for flag, v in (("--policy", args.policy), ("--total-workspace", args.total_workspace),
+                    ("--compare", args.compare or None), ("--save-table", args.save_table)):
+        if v is not None:
+            raise InputError("does not apply to inference plans", flag)
+    if args.from_plan:
+        from ..planning.inference import load_plan, replan
+
+        doc = replan(load_plan(args.from_plan), input_layout=args.layout or None, fuse=not args.no_fuse) \
+            if args.layout else replan(load_plan(args.from_plan), fuse=not args.no_fuse)
+    else:
+        if not args.network:
+            raise InputError("--inference needs --network (a whole-graph spec) or --from-plan", "--network")
+        if args.dtype == "bfloat16":
+            raise InputError("inference plans run float32 or float16", "--dtype")
+        from ..inference import plan_inference
+        from .bench import _sources
+
+        doc = plan_inference(args.network, args.batch, args.dtype or "float32",
+                             workspace_limit=args.workspace_limit or "8MiB", input_layout=args.layout or "NCHW",
+                             sources=_sources(args.sources, None), batch_policy=batch_policy,
+                             fuse=not args.no_fuse, log=lambda m: print(m, file=sys.stderr))
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(json.dumps(doc, indent=1) + "\n")
+    if args.json:
+        from ._output import print_json
+
+        print_json(doc)
+    else:
+        from ._output import print_inference_plan
+
+        print_inference_plan(doc)
+    return 0

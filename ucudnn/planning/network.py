@@ -1,8 +1,14 @@
-"""Networks as data: a list of conv layers (``ucudnn-network/1``), instantiated at a batch size.
+"""Networks as data (``ucudnn-network/1``), instantiated at a batch size.
 
 Shipped specs live in ``ucudnn/data/networks`` (``alexnet``, ``resnet50``, ...);
-a JSON file path works too.  Each layer yields three kernels named
+a JSON file path works too.  Each conv layer yields three kernels named
 ``<layer>/forward``, ``<layer>/backward_data``, ``<layer>/backward_filter``.
+
+Training plans need the conv layers only, and most specs list only those.  Inference (issue 19) needs the whole
+graph: a spec may also list pooling, channel concatenation, residual adds and softmax as nodes (``op``), with
+each conv's bias, activation and folded BatchNorm; ``after`` then names a node's data inputs.
+:attr:`Network.layers` stays the conv layers, so training users see the same network either way;
+:meth:`Network.shapes` follows the data through the whole graph and is what inference planning checks.
 """
 from __future__ import annotations
 
@@ -22,12 +28,31 @@ if TYPE_CHECKING:
 FORMAT = "ucudnn-network/1"
 
 
+NODE_OPS = ("conv", "pool", "global_avg_pool", "concat", "add", "softmax")
+
+
+def op_of(node: dict[str, Any]) -> str:
+    return node.get("op", "conv")
+
+
 @dataclass
 class Network:
+    """A network's nodes in topological order (conv layers and, for inference, the rest of the graph)."""
+
     name: str
-    layers: list[dict[str, Any]]
+    nodes: list[dict[str, Any]]
     default_batch: int = 1
     description: str = ""
+
+    @property
+    def layers(self) -> list[dict[str, Any]]:
+        """The conv layers (what training plans and benchmarks see)."""
+        return [n for n in self.nodes if op_of(n) == "conv"]
+
+    @property
+    def is_graph(self) -> bool:
+        """Whether the spec lists more than conv layers (pooling, concat, add, softmax): a whole inference graph."""
+        return any(op_of(n) != "conv" for n in self.nodes)
 
     def kernels(self, batch: int | None = None, dtype: str = "float32", layout: str = "NCHW",
                 ops: Sequence[str] = OPS) -> list[KernelSpec]:
@@ -40,17 +65,96 @@ class Network:
             out.extend(KernelSpec(f"{layer['name']}/{op}", op, p) for op in ops)
         return out
 
+    def inputs(self) -> dict[str, list[str]]:
+        """Each node's data inputs: its ``after`` list, else the previous node; ``[]``: the network's input."""
+        out: dict[str, list[str]] = {}
+        prev: list[str] = []
+        for node in self.nodes:
+            out[node["name"]] = list(node.get("after", prev))
+            prev = [node["name"]]
+        return out
+
     def predecessors(self) -> dict[str, list[str]]:
-        """Each layer's inputs among the layers: its ``after`` list, else the previous layer.
+        """Each conv layer's inputs among the conv layers: the nearest conv layers upstream of its ``after`` list
+        (else of the previous node), looking through pooling, concat and add nodes.
 
         Layers with no path between them (an inception block's branches) are
         independent: their kernels may run concurrently (see :mod:`ucudnn.planning.arena`).
         """
+        inputs = self.inputs()
+        ops = {n["name"]: op_of(n) for n in self.nodes}
+        convs: dict[str, list[str]] = {}   # node -> the conv layers it reads from, nearest first
         out: dict[str, list[str]] = {}
-        prev: list[str] = []
-        for layer in self.layers:
-            out[layer["name"]] = list(layer.get("after", prev))
-            prev = [layer["name"]]
+        for node in self.nodes:
+            ups: list[str] = []
+            for i in inputs[node["name"]]:
+                for c in ([i] if ops[i] == "conv" else convs[i]):
+                    if c not in ups:
+                        ups.append(c)
+            if op_of(node) == "conv":
+                out[node["name"]] = ups
+            convs[node["name"]] = ups
+        return out
+
+    def input_shape(self) -> tuple[int, int, int]:
+        """(C, H, W) of the network's input: that of the first node reading it (a conv layer)."""
+        inputs = self.inputs()
+        for i, node in enumerate(self.nodes):
+            if not inputs[node["name"]]:
+                if op_of(node) != "conv":
+                    raise InputError("the network's input must be read by a conv layer (its c, h, w give its shape)",
+                                     f"layers[{i}].op")
+                return node["c"], node["h"], node["w"]
+        raise InputError("no node reads the network's input", "layers")
+
+    def shapes(self) -> dict[str, tuple[int, int, int]]:
+        """(C, H, W) of every node's output, following the data from the input; per sample.
+
+        Raises :class:`InputError` naming the field when a node does not fit its inputs (a conv's ``c``, ``h``,
+        ``w`` must be its input's shape, concatenated inputs share their plane, added ones their shape): the
+        check a whole-graph spec must pass before it is planned for inference.
+        """
+        inputs = self.inputs()
+        x = self.input_shape()
+        out: dict[str, tuple[int, int, int]] = {}
+        for i, node in enumerate(self.nodes):
+            ins = [out[a] if a in out else None for a in inputs[node["name"]]] or [x]
+            op = op_of(node)
+            where = f"layers[{i}]"
+            if op == "conv":
+                c, h, w = ins[0]
+                for f, v in (("c", c), ("h", h), ("w", w)):
+                    if node[f] != v:
+                        raise InputError(f"{node['name']}: {f} = {node[f]} but its input {inputs[node['name']] or ['input']} "
+                                         f"has {f} = {v}", f"{where}.{f}")
+                if len(ins) != 1:
+                    raise InputError(f"a conv layer reads one input, got {len(ins)}", f"{where}.after")
+                out[node["name"]] = (node["k"], *conv_plane(node, h, w))
+            elif op == "pool":
+                c, h, w = ins[0]
+                out[node["name"]] = (c, *pool_plane(node, h, w, where))
+            elif op == "global_avg_pool":
+                out[node["name"]] = (ins[0][0], 1, 1)
+            elif op == "concat":
+                if len({s[1:] for s in ins}) != 1:
+                    raise InputError(f"concatenated inputs must share their plane, got {ins}", f"{where}.after")
+                out[node["name"]] = (sum(s[0] for s in ins), *ins[0][1:])
+            elif op == "add":
+                if len(set(ins)) != 1:
+                    raise InputError(f"added inputs must have one shape, got {ins}", f"{where}.after")
+                out[node["name"]] = ins[0]
+            else:  # softmax: over channels
+                out[node["name"]] = ins[0]
+            if min(out[node["name"]]) < 1:
+                raise InputError(f"{node['name']} leaves an empty output {out[node['name']]}", where)
+        return out
+
+    def consumers(self) -> dict[str, list[str]]:
+        """Which nodes read each node's output (``input``: the network's input)."""
+        out: dict[str, list[str]] = {"input": [], **{n["name"]: [] for n in self.nodes}}
+        for name, ins in self.inputs().items():
+            for i in ins or ["input"]:
+                out[i].append(name)
         return out
 
     def table_from(self, table: "BenchmarkTable", batch: int | None = None, dtype: str | None = None,
@@ -81,7 +185,32 @@ class Network:
 
     def to_dict(self) -> dict[str, Any]:
         return {"format": FORMAT, "name": self.name, "description": self.description,
-                "default_batch": self.default_batch, "layers": self.layers}
+                "default_batch": self.default_batch, "layers": self.nodes}
+
+
+def conv_plane(layer: dict[str, Any], h: int, w: int) -> tuple[int, int]:
+    """A conv layer's output plane for an input plane (h, w)."""
+    (ph, pw), (sh, sw) = layer.get("pad", (0, 0)), layer.get("stride", (1, 1))
+    dh, dw = layer.get("dilation", (1, 1))
+    return ((h + 2 * ph - dh * (layer["r"] - 1) - 1) // sh + 1, (w + 2 * pw - dw * (layer["s"] - 1) - 1) // sw + 1)
+
+
+def pool_plane(node: dict[str, Any], h: int, w: int, where: str = "pool") -> tuple[int, int]:
+    """A pooling node's output plane, as PyTorch computes it (``ceil_mode``: a last window that starts inside the
+    padded input counts)."""
+    win = node["window"]
+    stride = node.get("stride", win)
+    pad = node.get("pad", (0, 0))
+    out = []
+    for size, k, s, p in zip((h, w), win, stride, pad):
+        if 2 * p > k:
+            raise InputError(f"pad must be at most half the window, got {p} for {k}", f"{where}.pad")
+        span = size + 2 * p - k
+        o = (-(-span // s) if node.get("ceil_mode") else span // s) + 1
+        if node.get("ceil_mode") and (o - 1) * s >= size + p:
+            o -= 1
+        out.append(o)
+    return out[0], out[1]
 
 
 def builtin_networks() -> list[str]:
@@ -107,7 +236,10 @@ def load_network(name_or_path: str | Path) -> Network:
         raise InputError(f"not valid JSON: {e}", "network") from None
     validate(doc, FORMAT)
     _check_layer_graph(doc["layers"])
-    return Network(doc["name"], doc["layers"], doc.get("default_batch", 1), doc.get("description", ""))
+    net = Network(doc["name"], doc["layers"], doc.get("default_batch", 1), doc.get("description", ""))
+    if net.is_graph:
+        net.shapes()  # a whole graph must be consistent: errors name the node's field
+    return net
 
 
 def _check_layer_graph(layers: list[dict[str, Any]]) -> None:
@@ -120,6 +252,9 @@ def _check_layer_graph(layers: list[dict[str, Any]]) -> None:
         if layer["name"] in seen:
             raise InputError(f"duplicate layer name {layer['name']!r}", f"layers[{i}].name")
         seen.add(layer["name"])
+        if layer.get("op", "conv") not in ("concat", "add") and len(layer.get("after", [])) > 1 and \
+                any(op_of(x) != "conv" for x in layers):
+            raise InputError(f"a {layer.get('op', 'conv')} node reads one input", f"layers[{i}].after")
 
 
 def from_torch(module: Any, input_shape: Sequence[int], name: str | None = None,

@@ -12,6 +12,7 @@ FORMATS = {
     "ucudnn-benchmark-table/1": "benchmark-table.schema.json",
     "ucudnn-plan/1": "plan.schema.json",
     "ucudnn-network/1": "network.schema.json",
+    "ucudnn-inference-plan/1": "inference-plan.schema.json",
 }
 
 

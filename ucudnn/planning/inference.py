@@ -1,0 +1,355 @@
+"""Inference planning for a whole network (issue 19): per block fused or per layer, per layer the layout.
+
+Input: a whole-graph network spec (:class:`~ucudnn.planning.network.Network` with pooling, concat, add and
+softmax nodes) and :class:`InferenceCosts`, what each way of running each part took on the device, executed and
+replayed in a CUDA graph (:mod:`ucudnn.execute.inference_costs` measures them):
+
+* every node in every layout it runs in (a conv: its WR plan under the workspace limit plus bias and activation);
+* every fusable block (:func:`find_blocks`: seed 004's straight, split and merge patterns found in the graph) as
+  one fused kernel in each layout;
+* every tensor's layout transform (zero for a tensor whose layouts coincide in memory: a 1x1 plane or one
+  channel).
+
+The choice, in two steps:
+
+1. **Fusion**: candidate blocks may overlap (MobileNet's expand -> depthwise and depthwise -> project share the
+   depthwise); the non-overlapping set is chosen greedily by saving (the best per-layer time of its layers minus
+   the best fused time, each over layouts), largest first, and only blocks that save time are kept.  A kept
+   block is one unit whose cost in a layout is the better of fused and per layer *in that layout*, so a layout
+   where fusion loses runs the block's layers one by one.
+2. **Layouts**: the units form a graph; :func:`ucudnn.planning.layouts.choose_layouts` picks each unit's layout
+   with one transform per (tensor, target layout) paid once (a DP on a chain, an ILP with branches), never worse
+   than the whole network in one layout.  Seed 000's heuristic and each single layout are evaluated on the same
+   costs and reported beside it (``baselines``).
+
+The result is a plan document (``ucudnn-inference-plan/1``, its own JSON Schema): the steps to run in order,
+each with its layout, the kernel plan or fused tiling it runs, and its measured time; the costs it was planned
+from are kept in it, so a plan can be re-planned without a GPU (:func:`replan`).  Pure Python: no GPU.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from ..errors import InputError
+from ..schemas import validate
+from . import layouts as lay
+from .network import Network, op_of
+
+FORMAT = "ucudnn-inference-plan/1"
+LAYOUTS = ("NCHW", "NHWC")
+INPUT = lay.INPUT
+
+
+# ---- fusable blocks in a graph -------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class BlockCandidate:
+    """A part of the graph one fused kernel (seed 004) can run.
+
+    ``convs``: the conv nodes in the fused kernel's layer order (straight: L1, L2; split: squeeze, the two
+    concatenated expands in concat order; merge: the two added convs, then the consumer); ``nodes``: every node it
+    covers (the convs and the concat / add); ``output``: the node whose tensor it produces; ``inputs``: the
+    tensors it reads (merge: x for L1, x2 for L2).
+    """
+
+    mode: str
+    convs: tuple[str, ...]
+    nodes: tuple[str, ...]
+    output: str
+    inputs: tuple[str, ...]
+    merge_relu: bool = False
+
+    @property
+    def name(self) -> str:
+        return f"{self.mode}:{'+'.join(self.convs)}"
+
+
+def find_blocks(network: Network) -> list[BlockCandidate]:
+    """Every place in ``network`` where one of seed 004's three modes applies (candidates may overlap).
+
+    A block's inner tensors must be read by the block alone (else they would have to be written out anyway):
+    straight ``A -> B`` where B is A's only reader; split ``A -> (B | C) -> concat`` where B and C read A only and
+    the concat is their only reader; merge ``add(A(x), B(x2)) -> C`` where the add is A's and B's only reader, C
+    the add's.  Whether the fused kernel supports the layers (filter sizes, groups, shared memory) is the
+    measuring step's question: a candidate it cannot run gets no fused time and is never chosen.
+    """
+    inputs = network.inputs()
+    readers = network.consumers()
+    node = {n["name"]: n for n in network.nodes}
+
+    def conv(name: str) -> bool:
+        return name in node and op_of(node[name]) == "conv"
+
+    def act(name: str) -> str | None:
+        return node[name].get("act")
+
+    def sole_input(name: str) -> str:
+        ins = inputs[name]
+        return ins[0] if ins else INPUT
+
+    out: list[BlockCandidate] = []
+    for n in network.nodes:
+        a = n["name"]
+        if op_of(n) == "conv":
+            rd = readers[a]
+            if len(rd) == 1 and conv(rd[0]) and inputs[rd[0]] == [a]:
+                out.append(BlockCandidate("straight", (a, rd[0]), (a, rd[0]), rd[0], (sole_input(a),)))
+            if len(rd) == 2 and all(conv(r) and inputs[r] == [a] for r in rd):
+                cats = {tuple(readers[r]) for r in rd}
+                if len(cats) == 1 and len(next(iter(cats))) == 1:
+                    cat = next(iter(cats))[0]
+                    if op_of(node[cat]) == "concat" and sorted(inputs[cat]) == sorted(rd) and len(inputs[cat]) == 2:
+                        b, c = inputs[cat]
+                        out.append(BlockCandidate("split", (a, b, c), (a, b, c, cat), cat, (sole_input(a),)))
+        elif op_of(n) == "add" and len(inputs[a]) == 2 and act(a) in (None, "relu"):
+            p, q = inputs[a]
+            rd = readers[a]
+            if (conv(p) and conv(q) and readers[p] == [a] and readers[q] == [a] and len(rd) == 1 and conv(rd[0])
+                    and inputs[rd[0]] == [a]):
+                out.append(BlockCandidate("merge", (p, q, rd[0]), (p, q, a, rd[0]), rd[0],
+                                          (sole_input(p), sole_input(q)), merge_relu=act(a) == "relu"))
+    return out
+
+
+# ---- what was measured ----------------------------------------------------------------------------------------------
+@dataclass
+class InferenceCosts:
+    """Measured ms of every part, executed and replayed (module doc); ``conv_plans`` and ``tilings`` record what
+    ran: a conv node's WR kernel plan per layout (``KernelPlan.to_dict``), a block's fused tiling per layout."""
+
+    network: str
+    batch: int
+    dtype: str
+    numerics: str
+    workspace_limit: int
+    device: str = ""
+    cudnn_version: int = 0
+    nodes: dict[str, dict[str, float]] = field(default_factory=dict)
+    blocks: dict[str, dict[str, float]] = field(default_factory=dict)
+    transforms: dict[str, dict[str, float]] = field(default_factory=dict)
+    conv_plans: dict[str, dict[str, dict]] = field(default_factory=dict)
+    tilings: dict[str, dict[str, list[int]]] = field(default_factory=dict)
+    declined: dict[str, str] = field(default_factory=dict)   # what could not be measured, and why
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in ("network", "batch", "dtype", "numerics", "workspace_limit", "device",
+                                              "cudnn_version", "nodes", "blocks", "transforms", "conv_plans",
+                                              "tilings", "declined")}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "InferenceCosts":
+        return cls(**{k: d[k] for k in ("network", "batch", "dtype", "numerics", "workspace_limit")},
+                   **{k: d.get(k, cls.__dataclass_fields__[k].default_factory())  # type: ignore[misc]
+                      for k in ("nodes", "blocks", "transforms", "conv_plans", "tilings", "declined")},
+                   device=d.get("device", ""), cudnn_version=d.get("cudnn_version", 0))
+
+    def transform_ms(self, tensor: str, src: str, dst: str) -> float:
+        if src == dst:
+            return 0.0
+        try:
+            return self.transforms[tensor][f"{src}>{dst}"]
+        except KeyError:
+            raise InputError(f"no measured {src} -> {dst} transform of {tensor!r}", f"costs.transforms.{tensor}") \
+                from None
+
+
+# ---- the plan -------------------------------------------------------------------------------------------------------
+@dataclass
+class _Unit:
+    name: str                 # the tensor it produces
+    inputs: tuple[str, ...]
+    costs: dict[str, float]
+    block: BlockCandidate | None = None
+    fused_in: tuple[str, ...] = ()   # layouts in which the block runs fused (else per layer)
+
+
+def _per_layer(costs: InferenceCosts, nodes: Sequence[str], layout: str) -> float | None:
+    try:
+        return sum(costs.nodes[n][layout] for n in nodes)
+    except KeyError:
+        return None
+
+
+def choose_blocks(network: Network, costs: InferenceCosts, fuse: bool = True) -> list[BlockCandidate]:
+    """Step 1 of the module doc: non-overlapping blocks, largest saving first, each saving time."""
+    if not fuse:
+        return []
+    scored = []
+    for b in find_blocks(network):
+        fused = costs.blocks.get(b.name, {})
+        per = [t for t in (_per_layer(costs, b.nodes, lo) for lo in LAYOUTS) if t is not None]
+        if fused and per and min(fused.values()) < min(per):
+            scored.append((min(per) - min(fused.values()), b))
+    chosen: list[BlockCandidate] = []
+    taken: set[str] = set()
+    for _, b in sorted(scored, key=lambda s: -s[0]):
+        if taken.isdisjoint(b.nodes):
+            chosen.append(b)
+            taken.update(b.nodes)
+    return chosen
+
+
+def _units(network: Network, costs: InferenceCosts, blocks: Sequence[BlockCandidate]) -> list[_Unit]:
+    inputs = network.inputs()
+    owner = {n: b for b in blocks for n in b.nodes}
+    units = []
+    for node in network.nodes:
+        name = node["name"]
+        b = owner.get(name)
+        if b is None:
+            c = costs.nodes.get(name)
+            if not c:
+                raise InputError(f"no measured time for node {name!r} in any layout"
+                                 f"{': ' + costs.declined[name] if name in costs.declined else ''}",
+                                 f"costs.nodes.{name}")
+            units.append(_Unit(name, tuple(inputs[name]) or (INPUT,), dict(c)))
+        elif name == b.output:
+            c, fused_in = {}, []
+            for lo in LAYOUTS:
+                per, fused = _per_layer(costs, b.nodes, lo), costs.blocks.get(b.name, {}).get(lo)
+                options = [t for t in (per, fused) if t is not None]
+                if options:
+                    c[lo] = min(options)
+                    if fused is not None and fused == c[lo]:
+                        fused_in.append(lo)
+            units.append(_Unit(name, b.inputs, c, b, tuple(fused_in)))
+    return units
+
+
+def _assign(units: Sequence[_Unit], costs: InferenceCosts, input_layout: str, output_layout: str | None,
+            how: str, shapes: dict[str, tuple[int, int, int]], batch: int) -> lay.Assignment | None:
+    nodes = [lay.Node(u.name, u.inputs, u.costs) for u in units]
+    transform = costs.transform_ms
+    if how == "choice":
+        return lay.choose_layouts(nodes, transform, input_layout, output_layout)
+    if how == "seed_heuristic":
+        chans = {}
+        for u in units:
+            first = u.block.convs[0] if u.block else u.name
+            src = u.block.inputs[0] if u.block else u.inputs[0]
+            chans[u.name] = shapes[src][0] if src in shapes else shapes[first][0]
+        return lay.seed_heuristic(nodes, chans, batch, transform, input_layout, conv_layout="NCHW",
+                                  wide_layout="NHWC", output_layout=output_layout)
+    if all(how in n.costs for n in nodes):
+        return lay.evaluate(nodes, {n.name: how for n in nodes}, transform, input_layout, output_layout)
+    return None
+
+
+def plan_inference(network: Network, costs: InferenceCosts, *, input_layout: str = "NCHW",
+                   output_layout: str | None = None, fuse: bool = True,
+                   layouts: Sequence[str] | None = None) -> dict[str, Any]:
+    """The inference plan document for ``network`` from ``costs`` (module doc); ``output_layout`` defaults to
+    ``input_layout``; ``fuse=False`` plans every layer on its own (the unfused baseline); ``layouts`` restricts
+    the layouts layers may run in (``["NHWC"]``: the whole network in NHWC, the input transformed first)."""
+    if input_layout not in LAYOUTS:
+        raise InputError(f"must be one of {LAYOUTS}, got {input_layout!r}", "input_layout")
+    output_layout = output_layout or input_layout
+    if output_layout not in LAYOUTS:
+        raise InputError(f"must be one of {LAYOUTS}, got {output_layout!r}", "output_layout")
+    if costs.network != network.name:
+        raise InputError(f"costs were measured for {costs.network!r}, not {network.name!r}", "costs.network")
+    shapes = network.shapes()
+    if layouts is not None:
+        if not layouts or any(lo not in LAYOUTS for lo in layouts):
+            raise InputError(f"must be a non-empty subset of {LAYOUTS}, got {list(layouts)!r}", "layouts")
+        keep = set(layouts)
+        costs = InferenceCosts.from_dict(json.loads(json.dumps(costs.to_dict())))
+        for table in (costs.nodes, costs.blocks):
+            for name in table:
+                table[name] = {lo: t for lo, t in table[name].items() if lo in keep}
+    blocks = choose_blocks(network, costs, fuse)
+    units = _units(network, costs, blocks)
+    best = _assign(units, costs, input_layout, output_layout, "choice", shapes, costs.batch)
+    assert best is not None
+    baselines: dict[str, float | None] = {}
+    for how in (*LAYOUTS, "seed_heuristic"):
+        a = _assign(units, costs, input_layout, output_layout, how, shapes, costs.batch)
+        baselines[how] = None if a is None else round(a.total_ms, 6)
+    if fuse:
+        unfused = plan_inference(network, costs, input_layout=input_layout, output_layout=output_layout, fuse=False,
+                                 layouts=layouts)
+        baselines["unfused"] = unfused["predicted_ms"]
+    steps = _steps(network, units, best, costs, input_layout, output_layout)
+    doc = {"format": FORMAT, "network": network.to_dict(), "batch": costs.batch, "dtype": costs.dtype,
+           "numerics": costs.numerics, "workspace_limit": costs.workspace_limit, "device": costs.device,
+           "cudnn_version": costs.cudnn_version, "input_layout": input_layout, "output_layout": output_layout,
+           "fuse": fuse, **({"layouts": sorted(layouts)} if layouts is not None else {}), "steps": steps, "output": steps[-1]["name"],
+           "predicted_ms": round(sum(s["ms"] for s in steps), 6), "baselines": baselines,
+           "costs": costs.to_dict()}
+    validate(doc, FORMAT)
+    return doc
+
+
+def _steps(network: Network, units: Sequence[_Unit], best: lay.Assignment, costs: InferenceCosts,
+           input_layout: str, output_layout: str) -> list[dict[str, Any]]:
+    """The plan's steps in order: each unit in its layout (a block fused, or its layers one by one), preceded by
+    the transforms of its inputs it needs, each transform made once."""
+    node = {n["name"]: n for n in network.nodes}
+    inputs = network.inputs()
+    placed = {INPUT: input_layout}
+    have: dict[tuple[str, str], str] = {}   # (tensor, layout) -> the step name holding it
+    steps: list[dict[str, Any]] = []
+
+    def tensor(t: str, want: str) -> str:
+        if placed[t] == want:
+            return t
+        key = (t, want)
+        if key not in have:
+            name = f"{t}@{want}"
+            steps.append({"kind": "transform", "name": name, "nodes": [], "inputs": [t], "layout": want,
+                          "from": placed[t], "to": want, "ms": round(costs.transform_ms(t, placed[t], want), 6)})
+            have[key] = name
+        return have[key]
+
+    def one(name: str, layout: str, ins: list[str]) -> dict[str, Any]:
+        n = node[name]
+        s: dict[str, Any] = {"kind": op_of(n), "name": name, "nodes": [name], "inputs": ins, "layout": layout,
+                             "ms": round(costs.nodes[name][layout], 6)}
+        if op_of(n) == "conv":
+            s["kernel_plan"] = costs.conv_plans[name][layout]
+        return s
+
+    for u in units:
+        lo = best.layouts[u.name]
+        ins = [tensor(t, lo) for t in u.inputs]
+        if u.block is None:
+            steps.append(one(u.name, lo, ins))
+        elif lo in u.fused_in:
+            b = u.block
+            steps.append({"kind": "fused", "name": b.output, "nodes": list(b.nodes), "convs": list(b.convs),
+                          "mode": b.mode, "merge_relu": b.merge_relu, "inputs": ins, "layout": lo,
+                          "tiling": costs.tilings[b.name][lo], "ms": round(costs.blocks[b.name][lo], 6)})
+        else:   # per layer: the block's nodes in graph order, their inner tensors already in this layout
+            for name in u.block.nodes:
+                steps.append(one(name, lo, [x if x in u.block.nodes else ins[u.block.inputs.index(x)]
+                                            for x in (inputs[name] or [INPUT])]))
+        placed[u.name] = lo
+        for name in (u.block.nodes if u.block else ()):
+            placed[name] = lo
+    last = units[-1].name
+    if placed[last] != output_layout:
+        tensor(last, output_layout)
+    return steps
+
+
+def replan(doc: dict[str, Any], **kw: Any) -> dict[str, Any]:
+    """Plan again from the costs a plan document holds (other layouts, fusion off): no GPU needed."""
+    validate(doc, FORMAT)
+    net = Network(doc["network"]["name"], doc["network"]["layers"], doc["network"].get("default_batch", 1),
+                  doc["network"].get("description", ""))
+    kw.setdefault("input_layout", doc["input_layout"])
+    return plan_inference(net, InferenceCosts.from_dict(doc["costs"]), **kw)
+
+
+def load_plan(path: str | Path) -> dict[str, Any]:
+    """An inference plan document from a file, validated (errors name the field)."""
+    try:
+        doc = json.loads(Path(path).read_text())
+    except OSError as e:
+        raise InputError(f"cannot read {path}: {e.strerror}", "plan") from None
+    except json.JSONDecodeError as e:
+        raise InputError(f"not valid JSON: {e}", "plan") from None
+    validate(doc, FORMAT)
+    return doc
