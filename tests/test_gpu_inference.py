@@ -126,3 +126,20 @@ def test_nhwc_pooling_equals_nchw_pooling(dtype, mode, window, stride, pad):
     want = pooling.pool2d_forward(x, window, stride, pad, mode, "NCHW")
     got = pooling.pool2d_forward(cp.ascontiguousarray(x.transpose(0, 2, 3, 1)), window, stride, pad, mode, "NHWC")
     cp.testing.assert_allclose(got.transpose(0, 3, 1, 2), want, rtol=1e-3 if dtype == "float16" else 1e-6)
+
+
+def test_torch_inference_module_equals_the_model():
+    torch, model = _torchvision("squeezenet1_1")
+    import ucudnn.torch
+
+    model = model.cuda()
+    fast = ucudnn.torch.Inference(model, "squeezenet1_1", batch=2, sources="legacy", block_tuning_s=0)
+    x = torch.randn(2, 3, 224, 224, device="cuda")
+    torch.backends.cudnn.allow_tf32 = False
+    with torch.no_grad():
+        want = torch.softmax(model(x), dim=1)
+        a = fast(x)
+        b = fast(torch.randn_like(x))   # the first result is a copy: the next call does not change it
+    assert a.shape == want.shape and a.device == x.device
+    torch.testing.assert_close(a, want, rtol=1e-3, atol=1e-6)
+    assert not torch.equal(a, b)

@@ -340,3 +340,41 @@ def test_a_plan_restricted_to_one_layout_runs_every_layer_in_it_and_is_no_faster
     with pytest.raises(InputError) as e:
         plan_inference(net, c, layouts=["CHWN"])
     assert e.value.field == "layouts"
+
+
+# ---- ucudnn.torch.Inference: argument errors (CPU) ---------------------------------------------------------------------
+def test_torch_inference_refuses_a_training_model_and_a_cpu_model():
+    torch = pytest.importorskip("torch")
+    import ucudnn.torch
+
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3))
+    with pytest.raises(InputError) as e:
+        ucudnn.torch.Inference(model, "squeezenet1_1")
+    assert e.value.field == "model" and "eval" in str(e.value)
+    with pytest.raises(InputError) as e:
+        ucudnn.torch.Inference(model.eval(), "squeezenet1_1")
+    assert e.value.field == "model" and "cpu" in str(e.value)
+
+
+# ---- the command line ----------------------------------------------------------------------------------------------------
+def test_cli_replans_an_inference_plan_without_a_gpu(tmp_path, capsys):
+    from ucudnn.cli import main
+
+    net = load_network("squeezenet1_1")
+    doc = plan_inference(net, fake_costs(net, np.random.default_rng(7), fused_factor=0.5))
+    f = tmp_path / "sq.json"
+    f.write_text(json.dumps(doc))
+    out = tmp_path / "plain.json"
+    assert main(["plan", "--inference", "--from-plan", str(f), "--no-fuse", "-o", str(out)]) == 0
+    assert "total (predicted)" in capsys.readouterr().out
+    plain = json.loads(out.read_text())
+    validate(plain, FORMAT)
+    assert not any(s["kind"] == "fused" for s in plain["steps"])
+    assert main(["plan", "--inference", "--from-plan", str(f), "--layout", "NHWC", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["input_layout"] == "NHWC"
+
+
+def test_cli_inference_refuses_training_options(tmp_path):
+    from ucudnn.cli import main
+
+    assert main(["plan", "--network", "squeezenet1_1", "--inference", "--policy", "wd"]) == 2

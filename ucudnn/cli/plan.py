@@ -138,8 +138,8 @@ def _inference(args: argparse.Namespace, batch_policy: str) -> int:
     if args.from_plan:
         from ..planning.inference import load_plan, replan
 
-        doc = replan(load_plan(args.from_plan), input_layout=args.layout or None, fuse=not args.no_fuse) \
-            if args.layout else replan(load_plan(args.from_plan), fuse=not args.no_fuse)
+        doc = replan(load_plan(args.from_plan), fuse=not args.no_fuse,
+                     **({"input_layout": args.layout} if args.layout else {}))
     else:
         if not args.network:
             raise InputError("--inference needs --network (a whole-graph spec) or --from-plan", "--network")

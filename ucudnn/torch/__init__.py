@@ -10,10 +10,13 @@ imports torch).  The convolutions are ``torch.library`` custom operators
 implementations, so ``torch.compile`` does not graph-break on them and CUDA
 graph capture works; they run on the tensors' own memory, on torch's current
 stream, with their workspace from torch's caching allocator (:mod:`.runtime`).
+For inference, :class:`Inference` runs a model's whole forward pass (eval mode) as one ucudnn inference plan:
+fused blocks, per-layer layouts, replayed as a CUDA graph (:mod:`.inference`, issue 19).
 """
 from __future__ import annotations
 
+from .inference import Inference
 from .modules import Conv2d, convert, converted, revert
 from .planning import plan
 
-__all__ = ["Conv2d", "convert", "converted", "plan", "revert"]
+__all__ = ["Conv2d", "Inference", "convert", "converted", "plan", "revert"]
