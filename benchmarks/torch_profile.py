@@ -10,7 +10,11 @@ shows whether it is, and where the host time goes:
 * the host cost of one call on a tiny convolution (GPU time negligible), float32 NCHW and autocast float16
   channels_last, with a layer-by-layer breakdown of one forward (``call_breakdown``) and a cProfile;
 * GPU kernel time per step (torch.profiler), so a host-bound step still shows what the GPU alone would take;
-* ``--bisect``: the converted model's step with one layer of ucudnn's call path stubbed out at a time.
+* ``--bisect``: the converted model's step with one layer of ucudnn's call path stubbed out at a time;
+* ``--launch-costs``: host time per call of each kernel, layer by layer of the launch path, beside
+  PyTorch's own call;
+* ``--layers``: the convolutions' GPU time per step, layer shape by layer shape, PyTorch's against ucudnn's,
+  with ucudnn's plans.
 
     python benchmarks/torch_profile.py --model resnet50 --batch 128 --mode default
     python benchmarks/torch_profile.py --mode amp --sources legacy,graph,fold --bisect --out /tmp/out
@@ -228,7 +232,7 @@ def plan_shapes(step) -> dict:
 
     from ucudnn.torch import runtime
 
-    runtime._calls.clear()     # a cache: only this model's kernels are prepared again
+    runtime.forget_prepared()     # a cache: only this model's kernels are prepared again
     step()
     steps, sources = Counter(), Counter()
     for call in runtime._calls.values():
@@ -366,6 +370,260 @@ def bisect(model_name: str, batch: int, mode: str, limit: str, sources: str | No
     return out
 
 
+def _avg_device_us(e) -> float:
+    return float(getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0.0) or 0.0)
+
+
+def _shape_key(x_shape, w_shape) -> str:
+    return f"x{list(x_shape)} w{list(w_shape)}"
+
+
+def layer_times(model_name: str, batch: int, mode: str, limit: str, sources: str | None, n: int = 3) -> dict:
+    """GPU time of the convolutions per training step, layer shape by layer shape, PyTorch's against ucudnn's
+    (torch.profiler: device time of the kernels each convolution call launches), the rest of the step's kernels,
+    ucudnn's plans (steps, sources, planned time) and, per ucudnn call, the GPU span between CUDA events
+    recorded around it (its kernels plus any launch gaps inside the call).
+
+    PyTorch's: ``aten::cudnn_convolution`` (forward) and ``aten::convolution_backward`` (dx and dw in one call)
+    grouped by input shapes; ucudnn's: a ``record_function`` range around each ``runtime.launch``."""
+    import gc
+    from collections import defaultdict
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    from ucudnn.torch import runtime
+
+    def kernels_total(prof) -> float | None:
+        try:
+            return sum(_avg_device_us(e) for e in prof.key_averages()
+                       if str(getattr(e, "device_type", "")).endswith("CUDA")) / n / 1e3
+        except Exception:  # noqa: BLE001 - a diagnostic: report, go on
+            return None
+
+    out: dict = {"n_steps_profiled": n}
+    # --- PyTorch ---
+    step = build(model_name, batch, mode, None)
+    for _ in range(3):
+        step()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True) as prof:
+        for _ in range(n):
+            step()
+        torch.cuda.synchronize()
+    t_rows: dict = defaultdict(lambda: {"fwd": 0.0, "bwd": 0.0, "calls": 0})
+    for e in prof.key_averages(group_by_input_shape=True):
+        if e.key == "aten::cudnn_convolution":
+            k, which = _shape_key(e.input_shapes[0], e.input_shapes[1]), "fwd"
+        elif e.key == "aten::convolution_backward":
+            k, which = _shape_key(e.input_shapes[1], e.input_shapes[2]), "bwd"
+        else:
+            continue
+        t_rows[k][which] += _avg_device_us(e) / n / 1e3
+        t_rows[k]["calls"] += e.count // n
+    out["torch_kernels_ms"] = kernels_total(prof)
+    del step, prof
+    gc.collect()
+    torch.cuda.empty_cache()
+    # --- ucudnn ---
+    step = build(model_name, batch, mode, limit, sources)
+    step()     # plans (benchmarks if no cache has them)
+    for _ in range(3):
+        step()
+    torch.cuda.synchronize()
+    orig = runtime.launch
+
+    def ranged(op, problem, *a, **k):
+        p = problem
+        with record_function(f"ucudnn|{op}|{_shape_key([p.n, p.c, p.h, p.w], [p.k, p.c // p.groups, p.r, p.s])}"):
+            return orig(op, problem, *a, **k)
+
+    runtime.launch = ranged
+    try:
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for _ in range(n):
+                step()
+            torch.cuda.synchronize()
+    finally:
+        runtime.launch = orig
+    u_rows: dict = defaultdict(lambda: {"forward": 0.0, "backward_data": 0.0, "backward_filter": 0.0, "calls": 0})
+    for e in prof.key_averages():
+        if e.key.startswith("ucudnn|"):
+            _, op, k = e.key.split("|", 2)
+            u_rows[k][op] += _avg_device_us(e) / n / 1e3
+            u_rows[k]["calls"] += e.count // n
+    out["ucudnn_kernels_ms"] = kernels_total(prof)
+    del prof
+    # per-call GPU span (CUDA events around each launch)
+    spans: list = []
+
+    def evented(op, problem, *a, **k):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        r = orig(op, problem, *a, **k)
+        e.record()
+        spans.append((op, problem, s, e))
+        return r
+
+    runtime.launch = evented
+    try:
+        for _ in range(n):
+            step()
+        torch.cuda.synchronize()
+    finally:
+        runtime.launch = orig
+    span_rows: dict = defaultdict(float)
+    for op, p, s, e in spans:
+        span_rows[(op, _shape_key([p.n, p.c, p.h, p.w], [p.k, p.c // p.groups, p.r, p.s]))] += s.elapsed_time(e) / n
+    plans = []
+    for key, call in runtime._calls.items():
+        ex = call.executor
+        p = ex.plan.problem
+        plans.append({"op": key[0], "shape": _shape_key([p.n, p.c, p.h, p.w], [p.k, p.c // p.groups, p.r, p.s]),
+                      "problem": p.describe(), "planned_ms": round(ex.plan.time_ms, 4),
+                      "workspace_mib": round(ex.workspace_bytes / 2**20, 1),
+                      "steps": [f"{s.config.source}:{s.micro_batch}:{s.config.algo}/{s.config.math_type}"
+                                + (f":k{s.config.channels}" if s.config.channels is not None else "")
+                                for s in ex.steps]})
+    out["plans"] = plans
+    rows = []
+    for k in sorted(set(t_rows) | set(u_rows)):
+        t, u = t_rows.get(k), u_rows.get(k)
+        rows.append({"shape": k, "torch_fwd_ms": round(t["fwd"], 4) if t else None,
+                     "torch_bwd_ms": round(t["bwd"], 4) if t else None, "torch_calls": t["calls"] if t else 0,
+                     "ucudnn_fwd_ms": round(u["forward"], 4) if u else None,
+                     "ucudnn_bwd_ms": round(u["backward_data"] + u["backward_filter"], 4) if u else None,
+                     "ucudnn_dx_ms": round(u["backward_data"], 4) if u else None,
+                     "ucudnn_dw_ms": round(u["backward_filter"], 4) if u else None,
+                     "ucudnn_calls": u["calls"] if u else 0,
+                     "ucudnn_span_ms": round(sum(v for (op, kk), v in span_rows.items() if kk == k), 4)})
+    out["layers"] = rows
+    tot = lambda f: round(sum(r[f] or 0.0 for r in rows), 3)  # noqa: E731
+    out["totals"] = {f: tot(f) for f in ("torch_fwd_ms", "torch_bwd_ms", "ucudnn_fwd_ms", "ucudnn_bwd_ms",
+                                         "ucudnn_dx_ms", "ucudnn_dw_ms", "ucudnn_span_ms")}
+    for impl in ("torch", "ucudnn"):
+        k = out[f"{impl}_kernels_ms"]
+        out["totals"][f"{impl}_non_conv_ms"] = None if k is None else round(
+            k - out["totals"][f"{impl}_fwd_ms"] - out["totals"][f"{impl}_bwd_ms"], 3)
+    return out
+
+
+def launch_costs(model_name: str, batch: int, mode: str, limit: str, sources: str | None, reps: int = 100) -> dict:
+    """Host microseconds per call, kernel by kernel of the converted model, of ucudnn's layers from the outside
+    in (``runtime.launch``, ``Executor.launch`` in CuPy's context, the step's source launcher, and for graph steps
+    cudnn-frontend's ``execute_plan_at_index`` and its compiled method called directly) beside PyTorch's own call
+    for the same convolution (``aten.convolution`` / ``aten.convolution_backward`` for that one gradient), on
+    buffers of the kernel's shapes.  ``reps`` calls back to back, no synchronisation inside, best of three:
+    the GPU queue stays short of full, so this is the host's time per call."""
+    import torch
+
+    from ucudnn.torch import runtime
+
+    step = build(model_name, batch, mode, limit, sources)
+    runtime.forget_prepared()
+    step()
+    torch.cuda.synchronize()
+    cp = runtime._cp
+    stream = runtime._cupy_stream(0)
+    rows = []
+    for key, call in list(runtime._calls.items()):
+        op, problem, settings, numerics = key[0], key[1], key[2], key[3]
+        ex = call.executor
+        p = problem
+        fmt = runtime.memory_format(p.layout)
+        dt = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}[p.dtype]
+        x = torch.randn(p.n, p.c, p.h, p.w, device="cuda", dtype=dt).contiguous(memory_format=fmt)
+        w = torch.randn(p.k, p.c // p.groups, p.r, p.s, device="cuda", dtype=dt).contiguous(memory_format=fmt)
+        dy = torch.randn(p.n, p.k, p.p, p.q, device="cuda", dtype=dt).contiguous(memory_format=fmt)
+        a, b, out = {"forward": (x, w, torch.empty_like(dy)), "backward_data": (w, dy, torch.empty_like(x)),
+                     "backward_filter": (x, dy, torch.empty_like(w))}[op]
+        ws = torch.empty(max(ex.workspace_bytes, 1), dtype=torch.uint8, device="cuda")
+        ptrs = (a.data_ptr(), b.data_ptr(), out.data_ptr())
+        args = (list(p.stride), list(p.pad), list(p.dilation), False, [0, 0], p.groups)
+        if op == "forward":
+            torch_fn = lambda: torch.ops.aten.convolution(x, w, None, *args)  # noqa: E731
+        else:
+            mask = [op == "backward_data", op == "backward_filter", False]
+            torch_fn = lambda: torch.ops.aten.convolution_backward(dy, x, w, None, *args, mask)  # noqa: E731
+
+        def in_ctx(fn):
+            def f():
+                with cp.cuda.Device(0), stream:
+                    fn()
+            return f
+
+        row = {"op": op, "problem": p.describe(), "steps": [f"{s.config.source}:{s.micro_batch}" for s in ex.steps],
+               "planned_gpu_us": round(ex.plan.time_ms * 1e3, 1)}
+        variants = [("torch", torch_fn),
+                    ("runtime.launch", lambda: runtime.launch(op, problem, a, b, out, settings, numerics)),
+                    ("Executor.launch", in_ctx(lambda: ex.launch(ptrs, ws.data_ptr(), ex.workspace_bytes)))]
+        st = ex.steps[0]
+        if len(ex.steps) == 1 and not any(st.shifts):
+            from ucudnn.measure.sources.base import Operands
+
+            ops_ = Operands(*ptrs)
+            variants.append(("source launcher", in_ctx(lambda: st.launch(ops_, ws.data_ptr(), ex.workspace_bytes,
+                                                                           1.0, 0.0))))
+            if st.config.source == "graph":
+                try:
+                    from ucudnn.binding.gpu import handle
+                    from ucudnn.measure.sources import registry
+                    from ucudnn.measure.sources.graph import UIDS, EngineIdentity
+
+                    g = registry.get("graph")
+                    ident = EngineIdentity.from_json(st.config.engine if st.config.engine is not None
+                                                     else st.config.algo)
+                    built = g.plan_for(op, p.with_batch(st.micro_batch), ident)
+                    wsp = ws.data_ptr()
+                    variants.append(("frontend execute_plan_at_index", in_ctx(
+                        lambda: built.graph.execute_plan_at_index({UIDS[0]: ptrs[0], UIDS[1]: ptrs[1],
+                                                                   UIDS[2]: ptrs[2]}, wsp, built.index,
+                                                                  handle=handle()))))
+                    h = None
+
+                    def direct():
+                        built.graph._execute_plan_at_index({UIDS[0]: ptrs[0], UIDS[1]: ptrs[1], UIDS[2]: ptrs[2]},
+                                                           wsp, built.index, h, None, None, None)
+
+                    with cp.cuda.Device(0), stream:
+                        h = handle()
+                    variants.append(("pybind _execute_plan_at_index", direct))
+                    variants.append(("binding.gpu.handle()", in_ctx(handle)))
+                except Exception as e:  # noqa: BLE001 - a diagnostic: report, go on
+                    row["graph_error"] = f"{type(e).__name__}: {str(e)[:160]}"
+        for name, fn in variants:
+            try:
+                for _ in range(3):
+                    fn()
+                row[name] = round(_per_call_us(fn, reps), 1)
+            except Exception as e:  # noqa: BLE001
+                row[name] = f"error: {type(e).__name__}: {str(e)[:120]}"
+        rows.append(row)
+        del x, w, dy, a, b, out, ws
+    names = ["torch", "runtime.launch", "Executor.launch", "source launcher", "frontend execute_plan_at_index",
+             "pybind _execute_plan_at_index", "binding.gpu.handle()"]
+    sums = {n: round(sum(r[n] for r in rows if isinstance(r.get(n), float)), 1) for n in names}
+    counts = {n: sum(1 for r in rows if isinstance(r.get(n), float)) for n in names}
+    return {"rows": rows, "sum_us_over_kernels": sums, "kernels_measured": counts}
+
+
+def _layers_md(res: dict) -> list[str]:
+    L = res["layers"]
+    md = [f"Kernel time per step (torch.profiler, {L['n_steps_profiled']} steps): PyTorch {L['torch_kernels_ms']} ms, "
+          f"ucudnn {L['ucudnn_kernels_ms']} ms", "", f"Totals (ms per step): {L['totals']}", "",
+          "| layer shape | torch fwd | torch bwd (dx+dw) | ucudnn fwd | ucudnn dx | ucudnn dw | ucudnn span | calls t/u |",
+          "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    f = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
+    for r in L["layers"]:
+        md.append(f"| {r['shape']} | {f(r['torch_fwd_ms'])} | {f(r['torch_bwd_ms'])} | {f(r['ucudnn_fwd_ms'])} | "
+                  f"{f(r['ucudnn_dx_ms'])} | {f(r['ucudnn_dw_ms'])} | {f(r['ucudnn_span_ms'])} | "
+                  f"{r['torch_calls']}/{r['ucudnn_calls']} |")
+    md += ["", "Plans (op, problem, planned ms, workspace MiB, steps source:micro-batch:algo/math):", ""]
+    md += [f"- {p['op']} {p['problem']}: {p['planned_ms']} ms, {p['workspace_mib']} MiB, {' '.join(p['steps'])}"
+           for p in L["plans"]]
+    return md
+
+
 def _safe(fn, *args) -> dict:
     try:
         return fn(*args)
@@ -386,8 +644,31 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-cprofile", action="store_true", help="skip the cProfile runs")
     ap.add_argument("--bisect", action="store_true",
                     help="only the per-layer bisection of the converted model's step (see bisect()); --out/torch_bisect-*")
+    ap.add_argument("--layers", action="store_true",
+                    help="only the per-layer GPU time of the convolutions, PyTorch's against ucudnn's, and ucudnn's "
+                         "plans (see layer_times()); --out/torch_layers-*")
+    ap.add_argument("--launch-costs", action="store_true",
+                    help="only the host time per call of each of the converted model's kernels, layer by layer of "
+                         "ucudnn's launch path, beside PyTorch's (see launch_costs()); --out/torch_launch_costs-*")
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
     a = ap.parse_args(argv)
+    if a.launch_costs:
+        res = {"model": a.model, "batch": a.batch, "mode": a.mode, "limit": a.limit, "sources": a.sources,
+               "launch_costs": launch_costs(a.model, a.batch, a.mode, a.limit, a.sources), "provenance": provenance()}
+        lc = res["launch_costs"]
+        md = [md_header(f"Host us per call of each kernel of a converted {a.model} b{a.batch} ({a.mode})",
+                        res["provenance"]), "", f"Sum over the kernels (us): {lc['sum_us_over_kernels']}", "",
+              f"Kernels measured: {lc['kernels_measured']}", "",
+              *[f"- {r}" for r in lc["rows"]]]
+        write(Path(a.out), f"torch_launch_costs-{a.model}-{a.mode}", res, "\n".join(md) + "\n")
+        return 0
+    if a.layers:
+        res = {"model": a.model, "batch": a.batch, "mode": a.mode, "limit": a.limit, "sources": a.sources,
+               "layers": layer_times(a.model, a.batch, a.mode, a.limit, a.sources), "provenance": provenance()}
+        md = [md_header(f"Convolution GPU time of a {a.model} b{a.batch} step ({a.mode}), PyTorch vs ucudnn "
+                        f"at {a.limit}", res["provenance"]), "", *_layers_md(res)]
+        write(Path(a.out), f"torch_layers-{a.model}-{a.mode}", res, "\n".join(md) + "\n")
+        return 0
     if a.bisect:
         res = {"model": a.model, "batch": a.batch, "mode": a.mode, "limit": a.limit, "sources": a.sources,
                "bisect": bisect(a.model, a.batch, a.mode, a.limit, a.sources, a.steps), "provenance": provenance()}

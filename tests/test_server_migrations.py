@@ -93,3 +93,33 @@ def test_a_store_newer_than_this_code_is_not_touched(tmp_path):
         c.execute(text("UPDATE alembic_version SET version_num = '9999'"))
     with pytest.raises(Exception):
         Store(url)  # Alembic does not know revision 9999: refuse rather than guess
+
+
+def test_a_migration_that_loses_a_race_with_another_process_retries(tmp_path, monkeypatch):
+    """Two processes opening a new SQLite store: one's DDL can land between the other's inspection and its own
+    ("table ... already exists").  The loser's transaction rolls back and it tries again instead of failing."""
+    import ucudnn.server.migrations as mig
+
+    real = mig._upgrade_locked
+    calls = []
+
+    def loses_first(engine):
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("table benchmark_tables already exists")   # the store is still empty here
+        real(engine)
+
+    monkeypatch.setattr(mig, "_upgrade_locked", loses_first)
+    store = Store(tmp_path / "s.sqlite")
+    assert len(calls) == 2
+    with store.engine.connect() as conn:
+        assert mig.current_revision(conn) == HEAD
+
+
+def test_a_migration_that_keeps_failing_raises(tmp_path, monkeypatch):
+    import ucudnn.server.migrations as mig
+
+    monkeypatch.setattr(mig, "_upgrade_locked", lambda engine: (_ for _ in ()).throw(RuntimeError("disk full")))
+    monkeypatch.setattr(mig.time, "sleep", lambda s: None)
+    with pytest.raises(RuntimeError, match="disk full"):
+        Store(tmp_path / "s.sqlite")

@@ -336,3 +336,51 @@ def test_a_prepared_calls_key_follows_the_environment_its_defaulted_settings_rea
     assert runtime._defaults_env(explicit) == (None, None, None)
     monkeypatch.setenv("UCUDNN_CHANNEL_POLICY", "halves")    # no layer setting names it: always the environment's
     assert runtime._defaults_env(explicit) == (None, None, "halves")
+
+
+def test_prepared_calls_are_found_by_identity_and_by_equality_and_still_follow_currency_and_environment(monkeypatch):
+    """runtime.prepared's identity cache answers only for the very objects it saw; an equal problem object
+    finds the same call through the equality-keyed cache; a call no longer current, or a change of an
+    environment default, prepares a new one."""
+    from ucudnn.problem import ConvProblem
+
+    made = []
+
+    class FakeCall:
+        def __init__(self, problem, op, settings, numerics, device):
+            made.append((problem, op))
+            self.ok = True
+
+        def current(self):
+            return self.ok
+
+    monkeypatch.setattr(runtime, "_Call", FakeCall)
+    monkeypatch.setattr(runtime, "_calls", {})
+    monkeypatch.setattr(runtime, "_by_id", {})
+    monkeypatch.delenv("UCUDNN_SOURCES", raising=False)
+    p, s = ConvProblem(2, 3, 8, 8, 4, 3, 3, (1, 1)), runtime.Settings(1 << 26)
+    first = runtime.prepared("forward", p, s, "strict", 0)
+    assert runtime.prepared("forward", p, s, "strict", 0) is first and len(made) == 1
+    twin = ConvProblem(2, 3, 8, 8, 4, 3, 3, (1, 1))            # equal, another object
+    assert runtime.prepared("forward", twin, s, "strict", 0) is first and len(made) == 1
+    assert runtime.prepared("backward_data", p, s, "strict", 0) is not first and len(made) == 2
+    first.ok = False                                          # e.g. heuristic mode swapped the executor
+    again = runtime.prepared("forward", p, s, "strict", 0)
+    assert again is not first and len(made) == 3 and runtime.prepared("forward", twin, s, "strict", 0) is again
+    monkeypatch.setenv("UCUDNN_SOURCES", "legacy")             # a defaulted setting's environment changed
+    assert runtime.prepared("forward", p, s, "strict", 0) is not again and len(made) == 4
+    runtime.forget_prepared()
+    assert not runtime._calls and not runtime._by_id
+
+
+def test_a_layers_problem_and_settings_are_the_same_objects_on_every_call():
+    from ucudnn.torch import ops
+
+    x, w = torch.randn(2, 3, 8, 8), torch.randn(4, 3, 3, 3)
+    args = ([1, 1], [1, 1], [1, 1], 1, "NCHW", 1 << 26, "", "", False)
+    p, s = ops._layer(x, w, *args)
+    assert ops._layer(torch.randn(2, 3, 8, 8), torch.randn(4, 3, 3, 3), *args) == (p, s)
+    assert all(a is b for a, b in zip(ops._layer(x, w, *args), (p, s)))
+    assert p == runtime.problem_of(x.shape, w.shape, (1, 1), (1, 1), (1, 1), 1, torch.float32, "NCHW")
+    assert s == runtime.Settings(1 << 26)
+    assert ops._layer(torch.randn(3, 3, 8, 8), w, *args)[0].n == 3

@@ -19,6 +19,7 @@ is not needed): copy the latest file and bump ``revision``/``down_revision``.
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 from sqlalchemy import inspect, text
@@ -28,6 +29,7 @@ HEAD = "0002"
 V1_TABLES = {"benchmark_tables", "plans", "kernel_benches"}
 _PG_LOCK_KEY = 0x75637564  # "ucud": serialises migrations of one PostgreSQL store across processes
 _local_lock = threading.Lock()
+_RETRIES = 10   # about 2.75 s of back-off in all: a concurrent migration takes well under a second
 
 
 def current_revision(conn: Connection) -> str | None:
@@ -51,14 +53,21 @@ def upgrade(engine: Engine) -> None:
     except Exception:  # noqa: BLE001 - e.g. a locked SQLite file: fall through to the locked path
         pass
     with _local_lock:
-        try:
-            _upgrade_locked(engine)
-        except Exception:
-            # Another process may have migrated the store between our check and our DDL
-            # (SQLite has no advisory locks): that is success, anything else is not.
-            with engine.connect() as conn:
-                if current_revision(conn) != HEAD:
+        for attempt in range(_RETRIES):
+            try:
+                _upgrade_locked(engine)
+                return
+            except Exception:
+                # Another process may be migrating the same store (SQLite has no advisory locks): its DDL can
+                # land between our inspection and ours ("table ... already exists").  Our transaction rolled
+                # back, so once that process has committed the store is at HEAD (success) or we try again;
+                # a store that never gets there is a real error.
+                with engine.connect() as conn:
+                    if current_revision(conn) == HEAD:
+                        return
+                if attempt == _RETRIES - 1:
                     raise
+                time.sleep(0.05 * (attempt + 1))
 
 
 def _upgrade_locked(engine: Engine) -> None:

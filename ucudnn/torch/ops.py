@@ -44,14 +44,34 @@ def _settings(workspace_limit: int, batch_policy: str, sources: str, replay: boo
     return runtime.Settings(int(workspace_limit), batch_policy, sources, bool(replay))
 
 
+#: (x shape, w shape, stride, padding, dilation, groups, dtype, layout, workspace_limit, batch_policy, sources,
+#: replay) -> (problem, settings): a call's problem and settings in one lookup, the same two objects every time
+#: (which the launch path's identity cache relies on: :func:`ucudnn.torch.runtime.prepared`)
+_layers: dict[tuple, tuple] = {}
+
+
+def _layer(x: Tensor, w: Tensor, stride, padding, dilation, groups, layout, workspace_limit, batch_policy, sources,
+           replay) -> tuple:
+    key = (x.shape, w.shape, tuple(stride), tuple(padding), tuple(dilation), groups, x.dtype, layout,
+           workspace_limit, batch_policy, sources, replay)
+    hit = _layers.get(key)
+    if hit is None:
+        if len(_layers) >= 4096:
+            _layers.clear()
+        hit = _layers[key] = (runtime.problem_of(x.shape, w.shape, stride, padding, dilation, groups, x.dtype, layout),
+                              _settings(workspace_limit, batch_policy, sources, replay))
+    return hit
+
+
 def _run(op: str, x: Tensor, w: Tensor, a: Tensor, b: Tensor, out: Tensor, stride, padding, dilation, groups,
          layout, numerics, workspace_limit, batch_policy, sources, replay) -> bool:
     """Run ``op`` by ucudnn into ``out``; False (reason logged once) when torch must do it instead."""
     if not runtime.runs_here(a):   # modules send other devices to torch before this; direct callers may not
         return False
-    problem = runtime.problem_of(x.shape, w.shape, stride, padding, dilation, groups, x.dtype, layout)
+    problem, settings = _layer(x, w, stride, padding, dilation, groups, layout, workspace_limit, batch_policy,
+                               sources, replay)
     try:
-        runtime.launch(op, problem, a, b, out, _settings(workspace_limit, batch_policy, sources, replay), numerics)
+        runtime.launch(op, problem, a, b, out, settings, numerics)
         return True
     except runtime.FALLBACK_ERRORS as e:
         runtime.note_fallback(problem, op, e)
@@ -87,11 +107,18 @@ def backward_impl(which: str, grad_y: Tensor, x: Tensor, weight: Tensor, stride,
     """
     op, index = _GRADIENTS[which]
     fmt = runtime.memory_format(layout)
-    dy, xc, w = (t.contiguous(memory_format=fmt) for t in (grad_y, x, weight))
-    operands = (xc, w)
-    out = _empty(operands[index].shape, dy, layout)
-    if _run(op, xc, w, operands[1 - index], dy, out, stride, padding, dilation, groups, layout, numerics,
-            workspace_limit, batch_policy, sources, replay):
+    dy = grad_y.contiguous(memory_format=fmt)
+    xc = x.contiguous(memory_format=fmt)
+    w = weight.contiguous(memory_format=fmt)
+    if index:
+        out = _empty(w.shape, dy, layout)
+        ran = _run(op, xc, w, xc, dy, out, stride, padding, dilation, groups, layout, numerics, workspace_limit,
+                   batch_policy, sources, replay)
+    else:
+        out = _empty(xc.shape, dy, layout)
+        ran = _run(op, xc, w, w, dy, out, stride, padding, dilation, groups, layout, numerics, workspace_limit,
+                   batch_policy, sources, replay)
+    if ran:
         return out
     mask = [i == index for i in range(3)]
     return torch.ops.aten.convolution_backward(dy, xc, w, None, stride, padding, dilation, False, [0, 0], groups,

@@ -90,9 +90,14 @@ def numerics_for(dtype: torch.dtype) -> str:
     ``torch.backends.cudnn.deterministic`` add ``-deterministic``.
     """
     base = ("tf32" if torch.backends.cudnn.allow_tf32 else "strict") if dtype == torch.float32 else \
-        num.normalize(None, DTYPES[dtype])
-    deterministic = torch.are_deterministic_algorithms_enabled() or torch.backends.cudnn.deterministic
-    return f"{base}-deterministic" if deterministic else base
+        _HALF_NUMERICS.get(dtype) or num.normalize(None, DTYPES[dtype])
+    if torch.are_deterministic_algorithms_enabled() or torch.backends.cudnn.deterministic:
+        return f"{base}-deterministic"
+    return base
+
+
+#: the numerics of the half types (``num.normalize(None, dtype)``: a constant per dtype, looked up per call)
+_HALF_NUMERICS = {t: num.normalize(None, name) for t, name in DTYPES.items() if t != torch.float32}
 
 
 def memory_format(layout: str) -> torch.memory_format:
@@ -244,6 +249,17 @@ class _Call:
             return True
         return self.mem_key is not None and _api._executors.get(self.mem_key) is self.executor
 
+    def run(self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> None:
+        """One launch on the tensors' memory (CuPy's device and stream already torch's): the workspace, when the
+        call owns none, a ``torch.empty`` from torch's caching allocator, back to its pool at once (stream-ordered,
+        so the launches finish with it first)."""
+        if self.ws_bytes:
+            ws = torch.empty(self.ws_bytes, dtype=torch.uint8, device=self.torch_device)
+            self.executor.launch((a.data_ptr(), b.data_ptr(), out.data_ptr()), ws.data_ptr(), self.ws_bytes)
+            del ws
+        else:
+            self.executor.launch((a.data_ptr(), b.data_ptr(), out.data_ptr()), self.ws_ptr, self.ws_size)
+
 
 #: (op, problem, settings, numerics, device, environment defaults) -> its prepared call
 _calls: dict[tuple, _Call] = {}
@@ -259,6 +275,40 @@ def _defaults_env(settings: Settings) -> tuple:
             None if settings.sources else environ.get("UCUDNN_SOURCES"), environ.get("UCUDNN_CHANNEL_POLICY"))
 
 
+#: the same prepared calls by object identity: (op, id(problem), id(settings), numerics, device, environment
+#: defaults) -> (problem, settings, call).  The layers pass the same few ConvProblem and Settings objects on
+#: every call (both cached where they are made), so a launch finds its call without hashing a ConvProblem (its
+#: dataclass hash rebuilds a 14-field tuple every time); the entry holds both objects, so their ids stay theirs,
+#: and it is trusted only if they are the very objects of this call
+_by_id: dict[tuple, tuple[ConvProblem, Settings, _Call]] = {}
+_BY_ID_MAX = 4096
+
+
+def forget_prepared() -> None:
+    """Drop every prepared call (the next launch of each kernel prepares it again through the lookup chain)."""
+    _by_id.clear()
+    _calls.clear()
+
+
+def prepared(op: str, problem: ConvProblem, settings: Settings, numerics: str, device: int) -> _Call:
+    """The prepared call of ``(op, problem)`` for these settings on ``device``, made (lookup chain, maybe a
+    benchmark) if there is none or the one there is no longer current.  Call with CuPy's device and stream set
+    (:func:`launch` does): preparing may benchmark."""
+    env = _defaults_env(settings)
+    fast = (op, id(problem), id(settings), numerics, device, env)
+    hit = _by_id.get(fast)
+    if hit is not None and hit[0] is problem and hit[1] is settings and hit[2].current():
+        return hit[2]
+    key = (op, problem, settings, numerics, device, env)
+    call = _calls.get(key)
+    if call is None or not call.current():
+        call = _calls[key] = _Call(problem, op, settings, numerics, device)
+    if len(_by_id) >= _BY_ID_MAX:
+        _by_id.clear()
+    _by_id[fast] = (problem, settings, call)
+    return call
+
+
 def launch(op: str, problem: ConvProblem, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, settings: Settings,
            numerics: str) -> None:
     """``out = op(a, b)`` by ucudnn's plan, on torch's current stream, workspace from torch's allocator.
@@ -269,18 +319,8 @@ def launch(op: str, problem: ConvProblem, a: torch.Tensor, b: torch.Tensor, out:
     device = a.get_device()
     if not _shared:
         share_torch_memory()
-    cp = _cp
-    key = (op, problem, settings, numerics, device, _defaults_env(settings))
-    with cp.cuda.Device(device), _cupy_stream(device):
-        call = _calls.get(key)
-        if call is None or not call.current():
-            call = _calls[key] = _Call(problem, op, settings, numerics, device)
-        if call.ws_bytes:
-            ws = torch.empty(call.ws_bytes, dtype=torch.uint8, device=call.torch_device)
-            call.executor.launch((a.data_ptr(), b.data_ptr(), out.data_ptr()), ws.data_ptr(), call.ws_bytes)
-            del ws  # back to torch's pool; stream-ordered, so the launches above finish first
-        else:
-            call.executor.launch((a.data_ptr(), b.data_ptr(), out.data_ptr()), call.ws_ptr, call.ws_size)
+    with _cp.cuda.Device(device), _cupy_stream(device):
+        prepared(op, problem, settings, numerics, device).run(a, b, out)
 
 
 #: failures that mean "ucudnn cannot run this convolution here", answered by running torch's instead
