@@ -11,7 +11,7 @@ workspace comes from torch's allocator, so it is counted).
 Modes: ``fp32`` (strict: TF32 off, as the issue's H100 numbers), ``default``
 (PyTorch's defaults: TF32 allowed in cuDNN convolutions), ``amp`` (autocast
 float16, channels_last).  PyTorch runs with ``cudnn.benchmark = True``.
-Implementations: ``torch``, ``ucudnn-64`` and ``ucudnn-256`` (MiB per kernel).
+Implementations: ``torch``, ``ucudnn-64``, ``ucudnn-256`` (MiB per kernel) and ``ucudnn-256-replay`` (``convert(replay=True)``).
 
 Caps are percentages of PyTorch's own uncapped peak for that model and mode
 (``max_memory_reserved``: what the cap limits; at 100% of its allocated peak
@@ -49,7 +49,7 @@ from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
 OUT = RESULTS / "torch_train.jsonl"
-IMPLS = {"torch": None, "ucudnn-64": "64MiB", "ucudnn-256": "256MiB"}
+IMPLS = {"torch": None, "ucudnn-64": "64MiB", "ucudnn-256": "256MiB", "ucudnn-256-replay": "256MiB"}
 MODES = ("fp32", "default", "amp")
 
 
@@ -74,7 +74,8 @@ def worker(a: argparse.Namespace) -> dict:
     if IMPLS[a.impl]:
         import ucudnn.torch
 
-        ucudnn.torch.convert(model, workspace_limit=IMPLS[a.impl], sources=a.sources)
+        ucudnn.torch.convert(model, workspace_limit=IMPLS[a.impl], sources=a.sources,
+                             replay=a.impl.endswith("-replay"))
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     x = torch.randn(a.batch, 3, 224, 224, device=dev).to(memory_format=fmt)
     t = torch.randint(0, 1000, (a.batch,), device=dev)

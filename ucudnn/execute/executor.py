@@ -59,8 +59,11 @@ class Executor:
     micro-batch: create an Executor once per plan and device, call it often.
     """
 
-    #: captured calls kept per executor (least recently used dropped): one per distinct set of buffers
-    MAX_GRAPHS = 8
+    #: captured calls kept per executor (least recently used dropped): one per distinct set of buffers.  Executors
+    #: are shared by every layer of one shape (ResNet-50 has up to 6 per shape and op in a training step, each with
+    #: its own buffers), so a small cache re-captures on every call (measured: a replayed ResNet-50 AMP step took
+    #: 84.5 ms of host time against 53.2 eager with 8)
+    MAX_GRAPHS = 64
 
     def __init__(self, plan: KernelPlan, *, replay: bool = False):
         self.plan = plan
