@@ -282,3 +282,46 @@ def test_retime_applies_the_early_stop_and_records_what_it_timed():
     assert p.counts == {"median": 2, "first-sample": 1}
     off = Pruner(BenchSettings("strict", hopeless_factor=None))
     assert off.retime(timing(9.0), 9.0, 0) == (4.5, "median") and seen[-1] is None
+
+
+# ---- the one timing path of sources with their own kernels (mec, winograd) ------------------------------------------
+class _OwnKernels:
+    """A source with its own kernels whose ``prepare`` fails as told."""
+
+    name = "own"
+
+    def __init__(self, fail=None):
+        self.fail = fail
+
+    def prepare(self, op, problem, config):
+        if self.fail is not None:
+            raise self.fail
+        return lambda ops, workspace, ws, alpha, beta: None
+
+
+def _time_prepared(fail, monkeypatch, ms=0.25):
+    from ucudnn.measure.sources import base
+    from ucudnn.planning.table import Measurement
+
+    monkeypatch.setattr(base, "time_config", lambda fn, settings, give_up=None: (fn(), ms)[1])
+    src = type("Own", (base.Prepared,), dict(vars(_OwnKernels)))(fail)
+    p = ConvProblem(4, 8, 6, 6, 16, 3, 3, (1, 1))
+    cfg = Measurement(4, "k", "FMA", 0.0, 1024, "own", None, {"own": {"v": 1}, "deterministic": True})
+    pruner = Pruner(BenchSettings("strict", hopeless_factor=4.0))
+    return src.time_prepared("forward", p, cfg, Operands(0, 0, 0), 0, 0.0, BenchSettings("strict"), pruner), pruner
+
+
+def test_a_timed_configuration_keeps_its_identity_and_says_how_it_was_timed(monkeypatch):
+    row, pruner = _time_prepared(None, monkeypatch)
+    assert (row.micro_batch, row.algo, row.math_type, row.workspace_bytes, row.source) == (4, "k", "FMA", 1024, "own")
+    assert row.time_ms == 0.25 and row.extra == {"own": {"v": 1}, "deterministic": True, "timed": "median"}
+    assert pruner.timed == [(0.25, 1024)]
+
+
+def test_a_configuration_that_fails_is_a_skipped_row_naming_the_source(monkeypatch):
+    from ucudnn.errors import CaptureError
+
+    row, pruner = _time_prepared(CaptureError("cannot capture cublas"), monkeypatch)
+    assert row.reason == "own: cannot capture cublas" and pruner.timed == []
+    row, _ = _time_prepared(MemoryError("out of memory"), monkeypatch)
+    assert row.reason.startswith("own: ") and "out of memory" in row.reason and row.algo == "k"

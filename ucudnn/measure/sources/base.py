@@ -21,6 +21,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Protocol
 
+from ...errors import CaptureError, summary
 from ...planning.table import Measurement, Skipped
 from ...problem import ConvProblem
 
@@ -500,3 +501,20 @@ class Prepared:
     def run(self, op: str, problem: ConvProblem, config: Measurement, ops: Operands, workspace: int,
             workspace_bytes: int, alpha: float, beta: float) -> None:
         self.prepare(op, problem, config)(ops, workspace, workspace_bytes, alpha, beta)
+
+    def time_prepared(self, op: str, problem: ConvProblem, config: Measurement, ops: Operands, workspace: int,
+                      beta: float, settings: BenchSettings, pruner: "Pruner") -> Measurement | Skipped:
+        """``config`` (time 0) prepared and timed as execution runs it, through ``pruner``'s early stop: its row,
+        ``extra`` gaining how it was timed, or a ``Skipped`` naming this source and why (a capture failure, or
+        any error of this configuration alone: cuBLAS, CuPy, out of memory)."""
+        mb, algo, label, ws = config.micro_batch, config.algo, config.math_type, config.workspace_bytes
+        try:
+            launch = self.prepare(op, problem, config)
+            t, how = pruner.retime(lambda give_up: time_config(lambda: launch(ops, workspace, ws, 1.0, beta),
+                                                              settings, give_up=give_up), None, ws)
+        except CaptureError as e:
+            return Skipped(mb, algo, label, f"{self.name}: {e}")  # type: ignore[attr-defined]
+        except Exception as e:  # noqa: BLE001 - cuBLAS / CuPy / out-of-memory: this configuration only
+            return Skipped(mb, algo, label, f"{self.name}: {summary(e)}")  # type: ignore[attr-defined]
+        return Measurement(mb, algo, label, max(t, 1e-6), ws, config.source, config.channels,
+                           {**config.extra, "timed": how})

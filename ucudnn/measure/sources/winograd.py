@@ -49,10 +49,10 @@ from typing import Any
 import numpy as np
 
 from ...binding import cublas
-from ...errors import CaptureError, InputError, UcudnnError, summary
+from ...errors import InputError, UcudnnError, summary
 from ...planning.table import Measurement, Skipped
 from ...problem import ConvProblem
-from .base import BenchSettings, Launch, Operands, Prepared, Pruner, time_config, timed_beta
+from .base import BenchSettings, Launch, Operands, Prepared, Pruner, timed_beta
 from .mec import compute_for
 
 ALGO = "wino-f4"
@@ -207,19 +207,9 @@ class WinogradSource(Prepared):
             else:
                 rows = tiles // geo.tiles_w if tiles % geo.tiles_w == 0 else tiles / geo.tiles_w
                 info.update(tiles=tiles, tile_rows=rows)
-            extra = {"winograd": info, "deterministic": True}
-            try:
-                launch = self.prepare(op, problem, Measurement(mb, algo, label, 0.0, ws, self.name, None, extra))
-                t, how = pruner.retime(lambda give_up: time_config(lambda: launch(ops, workspace, ws, 1.0, beta),
-                                                                  settings, give_up=give_up), None, ws)
-            except CaptureError as e:
-                skipped.append(Skipped(mb, algo, label, f"winograd: {e}"))
-                continue
-            except Exception as e:  # noqa: BLE001 - cuBLAS / CuPy / out-of-memory: this configuration only
-                skipped.append(Skipped(mb, algo, label, f"winograd: {summary(e)}"))
-                continue
-            measured.append(Measurement(mb, algo, label, max(t, 1e-6), ws, self.name, None,
-                                        {**extra, "timed": how}))
+            config = Measurement(mb, algo, label, 0.0, ws, self.name, None, {"winograd": info, "deterministic": True})
+            row = self.time_prepared(op, problem, config, ops, workspace, beta, settings, pruner)
+            (measured if isinstance(row, Measurement) else skipped).append(row)  # type: ignore[arg-type]
         return measured, skipped
 
     def prepare(self, op: str, problem: ConvProblem, config: Measurement) -> Launch:
