@@ -23,6 +23,7 @@ from ucudnn.errors import InputError
 from ucudnn.problem import DTYPE_BYTES, ConvProblem
 
 from . import _compile, autotune
+from .reference import conv2d_nchw
 
 SOURCE = "direct.cu"
 NT = 256                      # threads per block (DIRECT_NT)
@@ -358,17 +359,8 @@ def _from_nchw(a: np.ndarray, layout: str) -> np.ndarray:
 def forward_reference(x: np.ndarray, w: np.ndarray, problem: ConvProblem) -> np.ndarray:
     """y in float64 and the problem's layout (any groups, stride, padding; dilation 1)."""
     p = problem
-    xn = np.pad(_to_nchw(np.asarray(x, np.float64), p.layout), ((0, 0), (0, 0), (p.pad[0],) * 2, (p.pad[1],) * 2))
-    wn = _to_nchw(np.asarray(w, np.float64), p.layout)
-    cg, kg = p.c // p.groups, p.k // p.groups
-    y = np.zeros((p.n, p.k, p.p, p.q))
-    sh, sw = p.stride
-    for g in range(p.groups):
-        xs = xn[:, g * cg:(g + 1) * cg]
-        for i in range(p.r):
-            for j in range(p.s):
-                patch = xs[:, :, i:i + sh * (p.p - 1) + 1:sh, j:j + sw * (p.q - 1) + 1:sw]
-                y[:, g * kg:(g + 1) * kg] += np.einsum("nchw,kc->nkhw", patch, wn[g * kg:(g + 1) * kg, :, i, j])
+    y = conv2d_nchw(_to_nchw(np.asarray(x, np.float64), p.layout), _to_nchw(np.asarray(w, np.float64), p.layout),
+                    p.pad, p.stride, (1, 1), p.groups)
     return _from_nchw(y, p.layout)
 
 

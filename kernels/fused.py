@@ -42,6 +42,7 @@ import numpy as np
 from ucudnn.errors import InputError
 
 from . import _compile, autotune
+from .reference import conv2d_nchw
 
 SOURCE = "fused.cu"
 MODES = ("straight", "split", "merge")
@@ -868,11 +869,9 @@ def tuned_tiling(block: Block, dtype: str, layout: str, x_shape: Sequence[int],
 
 # ---- float64 reference -----------------------------------------------------------------------------------------------
 def _nchw(a: np.ndarray, layout: str) -> np.ndarray:
+    """A tensor or a filter bank of ``layout`` in float64 NCHW order: NHWC data [N, H, W, C] and NHWC filters
+    [K, R, S, C/G] take the same permutation."""
     return np.asarray(a, np.float64).transpose(0, 3, 1, 2) if layout == "NHWC" else np.asarray(a, np.float64)
-
-
-def _filters_nchw(w: np.ndarray, layout: str) -> np.ndarray:
-    return np.asarray(w, np.float64).transpose(0, 3, 1, 2) if layout == "NHWC" else np.asarray(w, np.float64)
 
 
 def activate(v: np.ndarray, activation: str) -> np.ndarray:
@@ -892,19 +891,7 @@ def _merge_act(block: Block) -> str:
 
 def conv_reference(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, layer: ConvLayer) -> np.ndarray:
     """One layer in float64, NCHW: conv + bias (+ ReLU or ReLU6)."""
-    n, c, h, wd = x.shape
-    (r, s), (sh, sw), (ph, pw) = layer.kernel, layer.stride, layer.pad
-    p, q = layer.out_plane(h, wd)
-    xp = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
-    g = layer.groups
-    cg, kg = c // g, layer.out_channels // g
-    y = np.zeros((n, layer.out_channels, p, q))
-    for gi in range(g):
-        xs = xp[:, gi * cg:(gi + 1) * cg]
-        for i in range(r):
-            for j in range(s):
-                patch = xs[:, :, i:i + sh * (p - 1) + 1:sh, j:j + sw * (q - 1) + 1:sw]
-                y[:, gi * kg:(gi + 1) * kg] += np.einsum("nchw,kc->nkhw", patch, w[gi * kg:(gi + 1) * kg, :, i, j])
+    y = conv2d_nchw(x, w, layer.pad, layer.stride, (1, 1), layer.groups)
     if b is not None:
         y += np.asarray(b, np.float64)[None, :, None, None]
     return activate(y, layer.activation)
@@ -914,7 +901,7 @@ def reference(block: Block, x: np.ndarray, weights: Sequence[np.ndarray], biases
               x2: np.ndarray | None = None, layout: str = "NCHW") -> np.ndarray:
     """The whole block in float64 (NumPy), per layer and unfused, in ``layout``."""
     xs = _nchw(x, layout)
-    ws = [_filters_nchw(w, layout) for w in weights]
+    ws = [_nchw(w, layout) for w in weights]
     bs = [None if (b is None or not l.bias) else np.asarray(b, np.float64) for b, l in zip(biases, block.layers)]
     L = block.layers
     if block.mode == "straight":

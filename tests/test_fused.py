@@ -267,11 +267,11 @@ def test_relu6_blocks_emulated_equal_the_reference(name, layout):
     x, x2 = 3 * x, (None if x2 is None else 3 * x2)
     ref = F.reference(b, x, ws, bs, x2, layout)
     l1 = b.layers[0]
-    m = F.conv_reference(F._nchw(x, layout), F._filters_nchw(ws[0], layout), bs[0], l1)
+    m = F.conv_reference(F._nchw(x, layout), F._nchw(ws[0], layout), bs[0], l1)
     assert l1.relu6 and 0.05 < (m == 6).mean() < 0.9 and ((m > 0) & (m < 6)).mean() > 0.05
     assert m.max() == 6 and m.min() == 0
     linear = dataclasses.replace(l1, relu6=False)
-    assert np.abs(F.conv_reference(F._nchw(x, layout), F._filters_nchw(ws[0], layout), bs[0], linear)).max() > 6
+    assert np.abs(F.conv_reference(F._nchw(x, layout), F._nchw(ws[0], layout), bs[0], linear)).max() > 6
     for t in (F.Tiling(1, 1, 1, 64), F.Tiling(4, 8, 2, 256), F.Tiling(3, 2, 1, 128),
               F.default_tiling(b, 2, 11, 9)):
         outs = [b.layers[s].out_channels for s in b.slots()[2:] if s is not None]

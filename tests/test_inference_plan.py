@@ -253,6 +253,7 @@ def run_plan_numpy(doc, weights, x):
 
 def _node_value(node, args, shape, weights):
     from ucudnn.execute import inference as inf
+    from ucudnn.kernels.fused import activate
 
     op = node.get("op", "conv")
     if op == "conv":
@@ -260,7 +261,7 @@ def _node_value(node, args, shape, weights):
     if op == "concat":
         return np.concatenate(args, axis=1)
     if op == "add":
-        return inf._act64(args[0] + args[1], node.get("act"))
+        return activate(args[0] + args[1], node.get("act") or "none")
     if op == "pool":
         return inf._pool64(args[0], node, shape[1:])
     if op == "global_avg_pool":

@@ -28,8 +28,7 @@ __all__ = ["plan_inference", "infer", "InferenceSession", "weights_from_torch", 
 
 def network_of(plan: Mapping[str, Any]) -> Network:
     """The network spec a plan document was made for."""
-    n = plan["network"]
-    return Network(n["name"], n["layers"], n.get("default_batch", 1), n.get("description", ""))
+    return Network.from_dict(plan["network"])
 
 
 def plan_inference(network: str | Path | Network, batch: int | None = None, dtype: str = "float32", *,

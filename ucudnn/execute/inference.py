@@ -24,6 +24,8 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from ..binding.gpu import capture, cupy
+from ..kernels.fused import activate
+from ..kernels.reference import conv2d_nchw
 from ..errors import InputError
 from ..planning.inference import FORMAT, INPUT
 from ..planning.network import Network, op_of
@@ -288,8 +290,7 @@ class InferenceSession:
         validate(plan, FORMAT)
         cp = cupy()
         self.plan = plan
-        net = plan["network"]
-        self.network = Network(net["name"], net["layers"], net.get("default_batch", 1), net.get("description", ""))
+        self.network = Network.from_dict(plan["network"])
         self.dtype = plan["dtype"]
         n = self.batch = plan["batch"]
         shapes = self.network.shapes()
@@ -388,35 +389,6 @@ class InferenceSession:
 
 
 # ---- float64 reference ----------------------------------------------------------------------------------------------
-def _conv64(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, node: dict[str, Any]) -> np.ndarray:
-    n, c, h, wd = x.shape
-    k, cg, r, s = w.shape
-    (ph, pw), (sh, sw) = node.get("pad", (0, 0)), node.get("stride", (1, 1))
-    dh, dw = node.get("dilation", (1, 1))
-    g = node.get("groups", 1)
-    xp = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
-    p, q = (h + 2 * ph - dh * (r - 1) - 1) // sh + 1, (wd + 2 * pw - dw * (s - 1) - 1) // sw + 1
-    out = np.zeros((n, k, p, q))
-    kg = k // g
-    for gi in range(g):
-        xs = xp[:, gi * cg:(gi + 1) * cg]
-        for i in range(r):
-            for j in range(s):
-                patch = xs[:, :, i * dh:i * dh + sh * (p - 1) + 1:sh, j * dw:j * dw + sw * (q - 1) + 1:sw]
-                out[:, gi * kg:(gi + 1) * kg] += np.einsum("nchw,kc->nkhw", patch, w[gi * kg:(gi + 1) * kg, :, i, j])
-    if b is not None:
-        out += b[None, :, None, None]
-    return out
-
-
-def _act64(v: np.ndarray, act: str | None) -> np.ndarray:
-    if act == "relu":
-        return np.maximum(v, 0)
-    if act == "relu6":
-        return np.clip(v, 0, 6)
-    return v
-
-
 def _pool64(x: np.ndarray, node: dict[str, Any], out_hw: tuple[int, int]) -> np.ndarray:
     win = node["window"]
     stride = node.get("stride", win)
@@ -451,8 +423,11 @@ def reference(network: Network, weights: Weights, x: Any) -> np.ndarray:
         if op == "conv":
             w, b = weights[name]
             w = _numpy(w)
-            v = _act64(_conv64(xs[0], w if w.ndim == 4 else w[:, :, None, None], None if b is None else _numpy(b),
-                               node), node.get("act"))
+            v = conv2d_nchw(xs[0], w if w.ndim == 4 else w[:, :, None, None], node.get("pad", (0, 0)),
+                            node.get("stride", (1, 1)), node.get("dilation", (1, 1)), node.get("groups", 1))
+            if b is not None:
+                v += _numpy(b)[None, :, None, None]
+            v = activate(v, node.get("act") or "none")
         elif op == "pool":
             v = _pool64(xs[0], node, shapes[name][1:])
         elif op == "global_avg_pool":
@@ -460,7 +435,7 @@ def reference(network: Network, weights: Weights, x: Any) -> np.ndarray:
         elif op == "concat":
             v = np.concatenate(xs, axis=1)
         elif op == "add":
-            v = _act64(xs[0] + xs[1], node.get("act"))
+            v = activate(xs[0] + xs[1], node.get("act") or "none")
         else:
             e = np.exp(xs[0] - xs[0].max(axis=1, keepdims=True))
             v = e / e.sum(axis=1, keepdims=True)

@@ -28,6 +28,7 @@ from are kept in it, so a plan can be re-planned without a GPU (:func:`replan`).
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -255,10 +256,11 @@ def plan_inference(network: Network, costs: InferenceCosts, *, input_layout: str
         if not layouts or any(lo not in LAYOUTS for lo in layouts):
             raise InputError(f"must be a non-empty subset of {LAYOUTS}, got {list(layouts)!r}", "layouts")
         keep = set(layouts)
-        costs = InferenceCosts.from_dict(json.loads(json.dumps(costs.to_dict())))
-        for table in (costs.nodes, costs.blocks):
-            for name in table:
-                table[name] = {lo: t for lo, t in table[name].items() if lo in keep}
+
+        def only(table: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+            return {name: {lo: t for lo, t in c.items() if lo in keep} for name, c in table.items()}
+
+        costs = dataclasses.replace(costs, nodes=only(costs.nodes), blocks=only(costs.blocks))
     blocks = choose_blocks(network, costs, fuse)
     units = _units(network, costs, blocks)
     best = _assign(units, costs, input_layout, output_layout, "choice", shapes, costs.batch)
@@ -337,8 +339,7 @@ def _steps(network: Network, units: Sequence[_Unit], best: lay.Assignment, costs
 def replan(doc: dict[str, Any], **kw: Any) -> dict[str, Any]:
     """Plan again from the costs a plan document holds (other layouts, fusion off): no GPU needed."""
     validate(doc, FORMAT)
-    net = Network(doc["network"]["name"], doc["network"]["layers"], doc["network"].get("default_batch", 1),
-                  doc["network"].get("description", ""))
+    net = Network.from_dict(doc["network"])
     kw.setdefault("input_layout", doc["input_layout"])
     return plan_inference(net, InferenceCosts.from_dict(doc["costs"]), **kw)
 

@@ -59,9 +59,7 @@ class Network:
         n = batch or self.default_batch
         out = []
         for layer in self.layers:
-            p = ConvProblem(n, layer["c"], layer["h"], layer["w"], layer["k"], layer["r"], layer["s"],
-                            tuple(layer.get("pad", (0, 0))), tuple(layer.get("stride", (1, 1))),
-                            tuple(layer.get("dilation", (1, 1))), layer.get("groups", 1), dtype, layout)
+            p = problem_of(layer, n, dtype, layout)
             out.extend(KernelSpec(f"{layer['name']}/{op}", op, p) for op in ops)
         return out
 
@@ -129,7 +127,8 @@ class Network:
                                          f"has {f} = {v}", f"{where}.{f}")
                 if len(ins) != 1:
                     raise InputError(f"a conv layer reads one input, got {len(ins)}", f"{where}.after")
-                out[node["name"]] = (node["k"], *conv_plane(node, h, w))
+                p = problem_of(node, 1)
+                out[node["name"]] = (node["k"], p.p, p.q)
             elif op == "pool":
                 c, h, w = ins[0]
                 out[node["name"]] = (c, *pool_plane(node, h, w, where))
@@ -187,12 +186,17 @@ class Network:
         return {"format": FORMAT, "name": self.name, "description": self.description,
                 "default_batch": self.default_batch, "layers": self.nodes}
 
+    @classmethod
+    def from_dict(cls, doc: dict[str, Any]) -> "Network":
+        """The network of a ``ucudnn-network/1`` document already validated (:func:`load_network` validates)."""
+        return cls(doc["name"], doc["layers"], doc.get("default_batch", 1), doc.get("description", ""))
 
-def conv_plane(layer: dict[str, Any], h: int, w: int) -> tuple[int, int]:
-    """A conv layer's output plane for an input plane (h, w)."""
-    (ph, pw), (sh, sw) = layer.get("pad", (0, 0)), layer.get("stride", (1, 1))
-    dh, dw = layer.get("dilation", (1, 1))
-    return ((h + 2 * ph - dh * (layer["r"] - 1) - 1) // sh + 1, (w + 2 * pw - dw * (layer["s"] - 1) - 1) // sw + 1)
+
+def problem_of(layer: dict[str, Any], batch: int, dtype: str = "float32", layout: str = "NCHW") -> ConvProblem:
+    """A conv layer's problem at ``batch``."""
+    return ConvProblem(batch, layer["c"], layer["h"], layer["w"], layer["k"], layer["r"], layer["s"],
+                       tuple(layer.get("pad", (0, 0))), tuple(layer.get("stride", (1, 1))),
+                       tuple(layer.get("dilation", (1, 1))), layer.get("groups", 1), dtype, layout)
 
 
 def pool_plane(node: dict[str, Any], h: int, w: int, where: str = "pool") -> tuple[int, int]:
@@ -236,7 +240,7 @@ def load_network(name_or_path: str | Path) -> Network:
         raise InputError(f"not valid JSON: {e}", "network") from None
     validate(doc, FORMAT)
     _check_layer_graph(doc["layers"])
-    net = Network(doc["name"], doc["layers"], doc.get("default_batch", 1), doc.get("description", ""))
+    net = Network.from_dict(doc)
     if net.is_graph:
         net.shapes()  # a whole graph must be consistent: errors name the node's field
     return net
