@@ -273,7 +273,7 @@ def test_mobilenet_v2_relu6_blocks_match_cudnn_per_layer_and_float64(block, dtyp
     for n, tiling in ((1, None), (3, None), (2, sliced)):
         x, ws, bs, x2 = operands(block, n, *block.hw, dtype, layout=layout, seed=11 + n, scale=4.0)
         hx, hws, hbs = host(x), [host(w) for w in ws], [host(v) for v in bs]
-        mid = F.conv_reference(F._nchw(hx, layout), F._filters_nchw(hws[0], layout), hbs[0], block.layers[0])
+        mid = F.conv_reference(F._nchw(hx, layout), F._nchw(hws[0], layout), hbs[0], block.layers[0])
         assert 0.02 < (mid == 6).mean() < 0.9, "ReLU6 caps a fair share of the intermediate"
         got = run_fused(block, x, ws, bs, x2, layout=layout, tiling=tiling)
         ref = F.reference(block, hx, hws, hbs, host(x2), layout=layout)
