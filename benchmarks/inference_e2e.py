@@ -73,10 +73,13 @@ def case(name: str, dtype: str, batch: int, args) -> dict:
     row["baselines_predicted"] = doc["baselines"]
     row["steps"] = len(doc["steps"])
     row["fused_steps"] = sum(s["kind"] == "fused" for s in doc["steps"])
+    row["wide_steps"] = sum(s["kind"] == "wide_conv" for s in doc["steps"])
+    row["epilogue_steps"] = sum("epilogue" in s for s in doc["steps"])
     row["layouts_used"] = sorted({s["layout"] for s in doc["steps"] if s["kind"] != "transform"})
     row["transforms"] = sum(s["kind"] == "transform" for s in doc["steps"])
     row["declined"] = len(doc["costs"].get("declined", {}))
-    plans = {"ucudnn": doc, "ucudnn-unfused": replan(doc, fuse=False)}
+    plans = {"ucudnn": doc, "ucudnn-unfused": replan(doc, fuse=False),
+             "ucudnn-no-epilogue": replan(doc, epilogues=False)}
     for lo in ("NCHW", "NHWC"):
         try:
             plans[f"ucudnn-{lo}"] = replan(doc, layouts=[lo])
@@ -137,12 +140,14 @@ def report(path: Path, out_dir: Path) -> None:
     md = [md_header("Whole-network inference: ucudnn plans vs PyTorch (issue 19)", prov), "",
           "ms per forward pass, replayed in a CUDA graph unless marked eager (median; ucudnn and PyTorch timed by "
           "the same code in one process). `ucudnn` = the plan (fusion + per-layer layouts); `unfused` = same costs "
-          "without fusion; `NCHW`/`NHWC` = every layer in one layout; `torch` = best of NCHW / channels_last; "
+          "without fusion; `NCHW`/`NHWC` = every layer in one layout; `no epilogue` = the plan without cuDNN's fused conv + bias + "
+          "activation; wide steps: a concat of convs run as one conv; `torch` = best of NCHW / channels_last; "
           "`compile` = torch.compile(mode=\"max-autotune\") called back to back. err = max |softmax difference| vs "
           "PyTorch.", "",
           "| network | dtype | batch | ucudnn | ucudnn eager | unfused | NCHW | NHWC | torch eager | torch replayed | "
-          "compile | vs torch replayed | vs compile | plan vs best layout | fused steps | err | plan s |",
-          "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+          "compile | vs torch replayed | vs compile | plan vs best layout | no epilogue | fused / wide / epilogue "
+          "steps | err | plan s |",
+          "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
 
     def f(v, d=4):
         return "-" if v is None else f"{v:.{d}f}"
@@ -158,7 +163,9 @@ def report(path: Path, out_dir: Path) -> None:
                   f"{f(comp.get('ms')) if 'ms' in comp else (comp.get('not_run', '-')[:30] if comp else '-')} | "
                   f"{r['speedup_vs_torch_replayed']:.2f}x | "
                   f"{(str(r['speedup_vs_compile']) + 'x') if 'speedup_vs_compile' in r else '-'} | "
-                  f"{f(r['plan_vs_best_single_layout'], 2)}x | {r['fused_steps']} | {m['ucudnn']['err']:.1e} | "
+                  f"{f(r['plan_vs_best_single_layout'], 2)}x | {f(m.get('ucudnn-no-epilogue', {}).get('replayed'))} | "
+                  f"{r['fused_steps']} / {r.get('wide_steps', 0)} / {r.get('epilogue_steps', 0)} | "
+                  f"{m['ucudnn']['err']:.1e} | "
                   f"{r['plan_s']} |")
     for r in failed:
         md.append(f"\nFailed: {r['network']} {r['dtype']} b{r['batch']}: {r.get('error', '?')[:200]}")

@@ -57,6 +57,50 @@ def test_small_graph_equals_the_float64_reference(small_plans, dtype, layout, re
     np.testing.assert_allclose(run_plan_numpy(doc, w, x), want, rtol=1e-9, atol=1e-12)
 
 
+def _forced(doc, wide: bool, epilogue: bool):
+    """The plan's costs re-planned with every wide block and / or every measured fused epilogue made the
+    cheapest way (each way's steps must compute the network, chosen or not)."""
+    from ucudnn.planning.inference import InferenceCosts, plan_inference as from_costs
+    from ucudnn.planning.network import Network
+
+    c = json.loads(json.dumps(doc["costs"]))
+    if wide:
+        for name, per in c["blocks"].items():
+            if name.startswith("wide:"):
+                for lo in per:
+                    per[lo] = 1e-6
+    if epilogue:
+        for per in c["epilogues"].values():
+            for e in per.values():
+                e["ms"] = 1e-7
+    return from_costs(Network.from_dict(doc["network"]), InferenceCosts.from_dict(c), input_layout=doc["input_layout"])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_wide_convs_and_fused_epilogues_compute_the_network(small_plans, dtype, layout):
+    net = _small_fire_net()
+    doc = small_plans[(dtype, layout)]
+    if dtype == "float16":   # cuDNN fuses conv + bias + relu in FP16 on every GPU ucudnn targets (NHWC at least)
+        assert doc["costs"]["epilogues"], doc["costs"]["declined"]
+    forced = _forced(doc, wide=True, epilogue=True)
+    kinds = [s["kind"] for s in forced["steps"]]
+    assert kinds.count("wide_conv") == 2 and "concat" not in kinds
+    n_epi = sum("epilogue" in s for s in forced["steps"])
+    assert n_epi > 0 or not any(doc["costs"]["epilogues"].values())
+    w = random_weights(net, 8)
+    x = np.random.default_rng(8).standard_normal((3, 3, 13, 13))
+    want = reference(net, w, x)
+    for replay in (False, True):
+        sess = InferenceSession(forced, w, replay=replay)
+        assert not sess.notes, sess.notes          # every epilogue rebuilt from its engine tag
+        for _ in range(3):
+            got = sess(cp.asarray(_to_layout(x, layout), dtype=dtype))
+        got = cp.asnumpy(got).astype(np.float64).reshape(want.shape)
+        tol = 2e-4 if dtype == "float32" else 2e-2
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol * 1e-2)
+
+
 def test_fused_and_unfused_plans_agree(small_plans):
     net = _small_fire_net()
     doc = small_plans[("float32", "NCHW")]

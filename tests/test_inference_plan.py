@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from ucudnn.errors import InputError
 from ucudnn.execute.inference import random_weights, reference
-from ucudnn.planning.inference import (FORMAT, InferenceCosts, find_blocks, plan_inference, replan)
+from ucudnn.planning.inference import (FORMAT, InferenceCosts, find_blocks, plan_inference, replan, wide_node)
 from ucudnn.planning.network import Network, load_network, pool_plane
 from ucudnn.problem import ConvProblem
 from ucudnn.schemas import validate
@@ -97,12 +97,76 @@ def test_pool_plane_matches_pytorch(size, win, stride, pad, ceil):
 
 
 # ---- blocks -----------------------------------------------------------------------------------------------------------
-def test_every_fire_module_is_a_split_block():
+def test_every_fire_module_is_a_split_block_and_its_expands_a_wide_block():
     blocks = find_blocks(load_network("squeezenet1_1"))
-    assert [b.mode for b in blocks] == ["split"] * 8
+    assert [b.mode for b in blocks] == ["split"] * 8 + ["wide"] * 8
     b = blocks[0]
     assert b.convs == ("features.3.squeeze", "features.3.expand1x1", "features.3.expand3x3")
     assert b.output == "features.3" and b.inputs == ("features.2",)
+    w = blocks[8]
+    assert w.convs == ("features.3.expand1x1", "features.3.expand3x3")
+    assert w.nodes == (*w.convs, "features.3") and w.output == "features.3" and w.inputs == ("features.3.squeeze",)
+
+
+def test_a_wide_conv_stacks_the_filters_in_concat_order_centred_in_the_largest_window():
+    net = load_network("squeezenet1_1")
+    m = wide_node(net, ("features.3.expand1x1", "features.3.expand3x3"))
+    assert (m["c"], m["h"], m["k"], m["r"], m["s"], m["pad"]) == (16, 55, 128, 3, 3, [1, 1])
+    assert m["bias"] and m["act"] == "relu"
+
+
+@pytest.mark.parametrize("b_kw, merged", [
+    (dict(r=3, pad=[1, 1]), (3, 3, [1, 1])),                       # 1x1 + 3x3 'same'
+    (dict(r=5, pad=[2, 2]), (5, 5, [2, 2])),
+    (dict(r=3, pad=[0, 0]), None),                                 # 3x3 'valid' vs 1x1: planes differ
+    (dict(r=3, pad=[1, 1], stride=[2, 2]), None),                  # strides differ
+    (dict(r=3, pad=[1, 1], act="relu6"), None),                    # activations differ
+    (dict(r=2, pad=[1, 1]), None),                                 # an even difference cannot be centred
+    (dict(r=3, pad=[1, 1], groups=2), None),
+])
+def test_which_parallel_convs_can_be_one_conv(b_kw, merged):
+    kw = {k: v for k, v in b_kw.items() if k != "r"}
+    kw.setdefault("act", "relu")
+    net = Network("w", [_conv("s", 4, 6, 4, after=[]), _conv("a", 4, 6, 2, act="relu", after=["s"]),
+                        _conv("b", 4, 6, 6, b_kw["r"], after=["s"], **kw)])
+    m = wide_node(net, ("a", "b"))
+    assert (None if m is None else (m["r"], m["s"], m["pad"])) == merged
+
+
+def test_one_by_three_and_three_by_one_make_a_three_by_three():
+    net = Network("w", [_conv("s", 4, 6, 4, after=[]),
+                        {"name": "a", "c": 4, "h": 6, "w": 6, "k": 2, "r": 1, "s": 3, "pad": [0, 1], "after": ["s"]},
+                        {"name": "b", "c": 4, "h": 6, "w": 6, "k": 3, "r": 3, "s": 1, "pad": [1, 0], "after": ["s"]}])
+    m = wide_node(net, ("a", "b"))
+    assert (m["k"], m["r"], m["s"], m["pad"]) == (5, 3, 3, [1, 1])
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 10_000), st.sampled_from([(1, 0), (3, 1), (5, 2)]), st.sampled_from([(1, 0), (3, 1)]),
+       st.integers(1, 3), st.booleans())
+def test_the_wide_conv_computes_the_concatenation(seed, f1, f2, stride, bias_b):
+    """wide_weights: one conv over the stacked, zero-padded filters equals the concat of the separate convs."""
+    from ucudnn.execute.inference import wide_weights
+    from ucudnn.kernels.reference import conv2d_nchw
+
+    rng = np.random.default_rng(seed)
+    a = {"name": "a", "c": 3, "h": 9, "w": 7, "k": 2, "r": f1[0], "s": f1[0], "pad": [f1[1]] * 2,
+         "stride": [stride] * 2, "bias": True, "after": []}
+    b = {"name": "b", "c": 3, "h": 9, "w": 7, "k": 4, "r": f2[0], "s": f2[0], "pad": [f2[1]] * 2,
+         "stride": [stride] * 2, "bias": bias_b, "after": []}
+    net = Network("w", [a, b, {"name": "cat", "op": "concat", "after": ["a", "b"]}])
+    w = random_weights(net, seed)
+    x = rng.standard_normal((2, 3, 9, 7))
+
+    def conv(n, wb):
+        y = conv2d_nchw(x, wb[0], tuple(n["pad"]), tuple(n["stride"]))
+        return y if wb[1] is None else y + wb[1][None, :, None, None]
+
+    m = wide_node(net, ("a", "b"))
+    ww, wb = wide_weights(net, ("a", "b"), w)
+    assert ww.shape == (6, 3, m["r"], m["s"]) and wb.shape == (6,)
+    np.testing.assert_allclose(conv(m, (ww, wb)), np.concatenate([conv(a, w["a"]), conv(b, w["b"])], axis=1),
+                               rtol=1e-12, atol=1e-12)
 
 
 def test_mobilenet_blocks_are_overlapping_straight_pairs():
@@ -124,8 +188,8 @@ def test_a_residual_add_of_two_convs_into_a_conv_is_a_merge_block():
 
 
 # ---- planning from costs ------------------------------------------------------------------------------------------------
-def _kernel_plan(net, name, layout, batch):
-    l = {n["name"]: n for n in net.nodes}[name]
+def _kernel_plan(net, name, layout, batch, node=None):
+    l = node or {n["name"]: n for n in net.nodes}[name]
     p = ConvProblem(batch, l["c"], l["h"], l["w"], l["k"], l["r"], l["s"], tuple(l.get("pad", (0, 0))),
                     tuple(l.get("stride", (1, 1))), (1, 1), l.get("groups", 1), "float32", layout)
     return {"name": name, "op": "forward", "problem": p.to_dict(), "time_ms": 0.01, "workspace_bytes": 0,
@@ -147,6 +211,9 @@ def fake_costs(net, rng, batch=1, fused_factor=None, layouts=("NCHW", "NHWC")):
             f = fused_factor if fused_factor is not None else rng.uniform(0.4, 1.3)
             c.blocks.setdefault(b.name, {})[lo] = float(per * f)
             c.tilings.setdefault(b.name, {})[lo] = [4, 4, 1, 128]
+            if b.mode == "wide":
+                c.conv_plans.setdefault(b.name, {})[lo] = _kernel_plan(net, b.name, lo, batch,
+                                                                       wide_node(net, b.convs))
     for t in ["input", *(n["name"] for n in net.nodes)]:
         c.transforms[t] = {"NCHW>NHWC": float(rng.uniform(0, 0.02)), "NHWC>NCHW": float(rng.uniform(0, 0.02))}
     return c
@@ -379,3 +446,38 @@ def test_cli_inference_refuses_training_options(tmp_path):
     from ucudnn.cli import main
 
     assert main(["plan", "--network", "squeezenet1_1", "--inference", "--policy", "wd"]) == 2
+
+
+# ---- cuDNN's fused conv + bias + activation as one more way to run a conv --------------------------------------------
+def test_a_conv_runs_its_fused_epilogue_where_that_is_faster_and_its_wr_plan_where_not():
+    net = load_network("squeezenet1_1")
+    c = fake_costs(net, np.random.default_rng(5), fused_factor=1.5, layouts=("NHWC",))
+    fast, slow = "features.0", "classifier.1"
+    c.epilogues[fast] = {"NHWC": {"engine": "eng7_k2=1", "workspace_bytes": 0, "ms": c.nodes[fast]["NHWC"] / 2}}
+    c.epilogues[slow] = {"NHWC": {"engine": "eng7_k2=1", "workspace_bytes": 0, "ms": c.nodes[slow]["NHWC"] * 2}}
+    doc = plan_inference(net, c, input_layout="NHWC", layouts=["NHWC"])
+    validate(doc, FORMAT)
+    step = {s["name"]: s for s in doc["steps"]}
+    assert step[fast]["epilogue"]["engine"] == "eng7_k2=1"
+    assert step[fast]["ms"] == pytest.approx(c.nodes[fast]["NHWC"] / 2, abs=1e-6)
+    assert "epilogue" not in step[slow] and step[slow]["ms"] == pytest.approx(c.nodes[slow]["NHWC"], abs=1e-6)
+    without = replan(doc, epilogues=False)
+    assert not any("epilogue" in s for s in without["steps"]) and without["epilogues"] is False
+    assert without["predicted_ms"] > doc["predicted_ms"]
+
+
+def test_a_wide_block_runs_as_one_conv_step_writing_the_concat():
+    net = load_network("squeezenet1_1")
+    c = fake_costs(net, np.random.default_rng(6), fused_factor=1.5)
+    for b in find_blocks(net):
+        if b.mode == "wide":   # the merged conv: a third of its layers' time
+            for lo in ("NCHW", "NHWC"):
+                c.blocks[b.name][lo] = sum(c.nodes[x][lo] for x in b.nodes) / 3
+    doc = plan_inference(net, c)
+    wide = [s for s in doc["steps"] if s["kind"] == "wide_conv"]
+    assert len(wide) == 8
+    assert wide[0]["name"] == "features.3" and wide[0]["inputs"][0].startswith("features.3.squeeze")
+    assert wide[0]["kernel_plan"]["problem"]["k"] == 128
+    _check_steps(doc)
+    assert not any(s["kind"] == "concat" for s in doc["steps"])
+    assert replan(doc, fuse=False)["predicted_ms"] == pytest.approx(doc["baselines"]["unfused"])

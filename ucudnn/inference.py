@@ -34,11 +34,13 @@ def network_of(plan: Mapping[str, Any]) -> Network:
 def plan_inference(network: str | Path | Network, batch: int | None = None, dtype: str = "float32", *,
                    workspace_limit: Any = "8MiB", input_layout: str = "NCHW", layouts: Sequence[str] = LAYOUTS,
                    sources: Any = None, numerics: str | None = None, batch_policy: str = "powerOfTwo",
-                   fuse: bool = True, block_tuning_s: float = 60.0, out: str | Path | None = None,
+                   fuse: bool = True, block_tuning_s: float = 60.0, epilogues: bool = True,
+                   out: str | Path | None = None,
                    log: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Measure ``network`` (a shipped name such as ``squeezenet1_1``, a spec file, or a :class:`Network`) at
     ``batch`` on the current GPU and plan its forward pass; write the plan to ``out`` if given.
-    ``block_tuning_s``: time for tuning fused tilings on the device (:func:`measure_costs`)."""
+    ``block_tuning_s``: time for tuning fused tilings on the device; ``epilogues``: also measure cuDNN's fused
+    conv + bias + activation per conv (:func:`measure_costs`)."""
     from .execute.inference_costs import measure_costs
 
     net = network if isinstance(network, Network) else load_network(network)
@@ -46,7 +48,7 @@ def plan_inference(network: str | Path | Network, batch: int | None = None, dtyp
         layouts = (*layouts, input_layout)
     costs = measure_costs(net, batch or net.default_batch, dtype, workspace_limit=workspace_limit, layouts=layouts,
                           sources=sources, numerics=numerics, batch_policy=batch_policy, fuse=fuse,
-                          block_tuning_s=block_tuning_s, log=log)
+                          block_tuning_s=block_tuning_s, epilogues=epilogues, log=log)
     doc = plan_from_costs(net, costs, input_layout=input_layout, fuse=fuse)
     if out is not None:
         Path(out).write_text(json.dumps(doc, indent=1) + "\n")

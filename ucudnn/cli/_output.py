@@ -76,8 +76,12 @@ def print_inference_plan(doc: dict[str, Any]) -> None:
     t.add_column("time ms", justify="right")
     for s in doc["steps"]:
         how = ""
-        if s["kind"] == "conv":
+        if s["kind"] in ("conv", "wide_conv"):
             how = KernelPlan.from_dict(s["kernel_plan"]).summary()
+            if "epilogue" in s:
+                how = f"cuDNN conv+bias+act {s['epilogue']['engine']}"
+            if s["kind"] == "wide_conv":
+                how = f"{' + '.join(s['convs'])} as one conv: {how}"
         elif s["kind"] == "fused":
             how = f"{s['mode']} {len(s['convs'])} convs, tiling {s['tiling']}"
         elif s["kind"] == "transform":

@@ -27,7 +27,7 @@ from ..binding.gpu import capture, cupy
 from ..kernels.fused import activate
 from ..kernels.reference import conv2d_nchw
 from ..errors import InputError
-from ..planning.inference import FORMAT, INPUT
+from ..planning.inference import FORMAT, INPUT, wide_node
 from ..planning.network import Network, op_of
 from ..planning.plan import KernelPlan
 from ..schemas import validate
@@ -98,6 +98,25 @@ def random_weights(network: Network, seed: int = 0) -> dict[str, tuple[np.ndarra
     return out
 
 
+def wide_weights(network: Network, convs: Sequence[str], weights: Weights) -> tuple[np.ndarray, np.ndarray | None]:
+    """The merged conv's (weight, bias) of a wide block (:func:`ucudnn.planning.inference.wide_node`): the convs'
+    filters stacked along K in concat order, each zero-padded to the merged window, centred; biases stacked
+    (zeros for a conv without one)."""
+    node = {n["name"]: n for n in network.nodes}
+    merged = wide_node(network, convs)
+    if merged is None:
+        raise InputError(f"{'+'.join(convs)} cannot run as one conv", "convs")
+    r, s = merged["r"], merged["s"]
+    ws, bs = [], []
+    for c in convs:
+        w, b = weights[c]
+        w = _numpy(w)
+        dr, ds = (r - w.shape[2]) // 2, (s - w.shape[3]) // 2
+        ws.append(np.pad(w, ((0, 0), (0, 0), (dr, r - w.shape[2] - dr), (ds, s - w.shape[3] - ds))))
+        bs.append(_numpy(b) if b is not None else np.zeros(node[c]["k"]))
+    return np.concatenate(ws), (np.concatenate(bs) if merged.get("bias") else None)
+
+
 # ---- steps ----------------------------------------------------------------------------------------------------------
 @dataclass
 class Step:
@@ -108,6 +127,7 @@ class Step:
     run: Callable[[], None]
     out: Any
     workspace_bytes: int = 0
+    note: str | None = None   # how the step departs from its plan (a fallback), for the session to report
 
 
 _BIAS_ACT: dict[tuple, Any] = {}
@@ -157,13 +177,30 @@ def prepare_weights(w: Any, b: Any, layout: str, dtype: str) -> tuple[Any, Any]:
 
 
 def conv_step(node: dict[str, Any], plan: KernelPlan, x: Any, weight: tuple[Any, Any], out: Any,
-              workspace: Callable[[], Any]) -> Step:
+              workspace: Callable[[], Any], epilogue: Mapping[str, Any] | None = None,
+              numerics: str | None = None) -> Step:
     """A conv node: its WR plan, then bias and activation in one elementwise pass (skipped when there is
-    neither).  ``workspace()`` gives the shared workspace array at call time."""
-    ex = Executor(plan)
+    neither); or, given ``epilogue`` (a plan's ``{"engine", ...}``), cuDNN's fused conv + bias + activation of
+    that engine configuration.  ``workspace()`` gives the shared workspace array at call time.  An epilogue
+    this cuDNN cannot rebuild falls back to the WR plan (the step's ``note`` says why)."""
     w, b = weight
     act = node.get("act")
     p = plan.problem
+    note = None
+    if epilogue is not None:
+        from ..errors import UcudnnError
+        from .conv_epilogue import EpilogueConv
+
+        try:
+            fused = EpilogueConv(p, b is not None, act, epilogue["engine"], numerics)
+        except UcudnnError as e:
+            note = f"fused epilogue {epilogue['engine']} unavailable ({e}); ran the WR plan"
+        else:
+            def run_fused() -> None:
+                fused(x, w, b, out, workspace() if fused.workspace_bytes else None)
+
+            return Step("conv", node["name"], run_fused, out, fused.workspace_bytes)
+    ex = Executor(plan)
     post = None
     if b is not None or act:
         kern = _bias_act_kernel(p.dtype, act, b is not None, p.layout == "NHWC")
@@ -176,7 +213,7 @@ def conv_step(node: dict[str, Any], plan: KernelPlan, x: Any, weight: tuple[Any,
         if post is not None:
             post()
 
-    return Step("conv", node["name"], run, out, ex.workspace_bytes)
+    return Step("conv", node["name"], run, out, ex.workspace_bytes, note)
 
 
 def pool_step(node: dict[str, Any], x: Any, out: Any, layout: str) -> Step:
@@ -329,7 +366,17 @@ class InferenceSession:
                 kind = s["kind"]
                 if kind == "conv":
                     st = conv_step(node[name], KernelPlan.from_dict(s["kernel_plan"]), xs[0], w_of(name, lo), out,
-                                   self._workspace)
+                                   self._workspace, s.get("epilogue"), plan["numerics"])
+                elif kind == "wide_conv":
+                    merged = wide_node(self.network, s["convs"])
+                    if merged is None:
+                        raise InputError(f"{'+'.join(s['convs'])} cannot run as one conv", f"steps.{name}.convs")
+                    key = (merged["name"], lo)
+                    if key not in self._wcache:
+                        self._wcache[key] = prepare_weights(*wide_weights(self.network, s["convs"], weights), lo,
+                                                            self.dtype)
+                    st = conv_step({**merged, "name": name}, KernelPlan.from_dict(s["kernel_plan"]), xs[0],
+                                   self._wcache[key], out, self._workspace, s.get("epilogue"), plan["numerics"])
                 elif kind == "fused":
                     ws = {c: w_of(c, lo) for c in s["convs"]}
                     st = fused_step(self.network, s, xs, ws, out, lo, self.dtype)
@@ -347,6 +394,7 @@ class InferenceSession:
                     raise InputError(f"unknown step kind {kind!r}", "steps.kind")
             self.tensors[name] = out
             self.steps.append(st)
+        self.notes = {st.name: st.note for st in self.steps if st.note}
         self.workspace_bytes = max((st.workspace_bytes for st in self.steps), default=0)
         if self.workspace_bytes:
             self._ws = cp.empty(self.workspace_bytes, dtype=cp.uint8)

@@ -11,6 +11,11 @@ work is not what the plan pays.  Measured:
 * each other node (pooling, global average pooling, concat, add, softmax) in each layout;
 * each fusable block (:func:`ucudnn.planning.inference.find_blocks`) as one fused kernel per layout, its tiling
   tuned on the device first (:func:`kernels.fused.tuned_tiling`, cached per device and shape);
+* each wide block (a concat of convs reading one tensor, :func:`ucudnn.planning.inference.wide_node`) as its
+  merged conv: a WR plan of the merged problem from the same benchmark, with its bias and activation pass;
+* each conv node and wide block whose bias / activation cuDNN's graph API can fuse into the conv
+  (:mod:`ucudnn.execute.conv_epilogue`): the fastest fused engine configuration within the limit
+  (``epilogue_tuning_s`` bounds the time spent);
 * each tensor's transforms NCHW <-> NHWC (none for a 1x1 plane or one channel: the same memory).
 
 Equal shapes are timed once (MobileNet repeats its blocks).  A part that cannot run (a block the fused kernels
@@ -30,10 +35,11 @@ from ..binding.gpu import cupy, device_name
 from ..binding.timing import time_replay_ms
 from ..errors import InputError, UcudnnError, summary
 from ..measure.benchmarking import benchmark
-from ..planning.inference import INPUT, LAYOUTS, InferenceCosts, find_blocks
-from ..planning.network import Network, op_of
+from ..planning.inference import INPUT, LAYOUTS, InferenceCosts, find_blocks, wide_node
+from ..planning.network import Network, op_of, problem_of
 from ..planning.plan import KernelPlan
 from ..planning.planner import plan as plan_table
+from ..problem import KernelSpec
 from ..units import parse_size
 from . import inference as inf
 
@@ -45,12 +51,14 @@ def _time(fn: Callable[[], None]) -> float:
 def measure_costs(network: Network, batch: int, dtype: str = "float32", *, workspace_limit: Any = "8MiB",
                   layouts: Sequence[str] = LAYOUTS, sources: Any = None, numerics: str | None = None,
                   batch_policy: str = "powerOfTwo", fuse: bool = True, seed: int = 0,
-                  block_tuning_s: float = 60.0, log: Callable[[str], None] | None = None) -> InferenceCosts:
+                  block_tuning_s: float = 60.0, epilogues: bool = True, epilogue_tuning_s: float = 120.0,
+                  log: Callable[[str], None] | None = None) -> InferenceCosts:
     """:class:`InferenceCosts` of ``network`` at ``batch`` on the current device (module doc).
 
     ``block_tuning_s``: wall time for tuning fused tilings on the device (each trial compiles a kernel, about
     half a second); blocks reached after it run the cost model's default tiling (or one tuned before on this
-    device, from the tuning cache).  0: no tuning."""
+    device, from the tuning cache).  0: no tuning.  ``epilogues``: also measure cuDNN's fused conv + bias +
+    activation per conv (``epilogue_tuning_s``: wall time for it; convs reached after it have no fused option)."""
     cp = cupy()
     if dtype not in ("float32", "float16"):
         raise InputError(f"expected float32 or float16, got {dtype!r}", "dtype")
@@ -77,11 +85,39 @@ def measure_costs(network: Network, batch: int, dtype: str = "float32", *, works
         return cp.empty(inf.shape_in(shapes[t], batch, lo), dtype=dtype)
 
     ws_holder: list[Any] = [None]
-    seen: dict[tuple, float] = {}
+    seen: dict[tuple, Any] = {}
     t0 = time.perf_counter()
+    wides = {b.name: b for b in find_blocks(network) if b.mode == "wide"} if fuse else {}
+    merged = {name: wide_node(network, b.convs) for name, b in wides.items()}
+    epi_until = time.perf_counter() + (epilogue_tuning_s if epilogues else 0.0)
+
+    def workspace_for(nbytes: int) -> None:
+        if nbytes and (ws_holder[0] is None or ws_holder[0].nbytes < nbytes):
+            ws_holder[0] = cp.empty(nbytes, dtype=cp.uint8)
+
+    def epilogue(key: str, n: dict[str, Any], problem: Any, lo: str, x: Any, w: tuple[Any, Any], out: Any) -> None:
+        """Tune cuDNN's fused conv + bias + activation of one conv (node or merged) into costs.epilogues."""
+        from .conv_epilogue import tune
+
+        if not (n.get("bias") or n.get("act")):
+            return
+        k = ("epilogue", problem, n.get("act"), bool(n.get("bias")))
+        if k not in seen:
+            if time.perf_counter() > epi_until:
+                costs.declined[f"epilogue:{key}@{lo}"] = "not tuned: epilogue_tuning_s spent"
+                return
+            seen[k] = tune(problem, bool(n.get("bias")), n.get("act"), nm, limit, (x, w[0], w[1], out), _time)
+        best, why = seen[k]
+        if best is None:
+            costs.declined[f"epilogue:{key}@{lo}"] = why
+        else:
+            costs.epilogues.setdefault(key, {})[lo] = best.to_dict()
+
     for lo in layouts:
-        # conv nodes: one benchmark of the distinct forward problems, WR plans under the limit
+        # conv nodes (and wide blocks' merged convs): one benchmark of the distinct forward problems, WR plans
         specs = network.kernels(batch, dtype, lo, ops=["forward"])
+        specs += [KernelSpec(f"{name}/forward", "forward", problem_of(m, batch, dtype, lo))
+                  for name, m in merged.items()]
         distinct = list({s.problem: s for s in specs}.values())
         say(f"{lo}: benchmarking {len(distinct)} distinct forward problems of {len(specs)} conv layers")
         table = benchmark(distinct, batch_policy, nm, sources=sources, timing="replay")
@@ -107,16 +143,25 @@ def measure_costs(network: Network, batch: int, dtype: str = "float32", *, works
                 continue
             kp = KernelPlan(name, "forward", kp.problem, kp.configs)
             costs.conv_plans.setdefault(name, {})[lo] = kp.to_dict()
-            n = node[name]
+            wide = wides.get(name)
+            n = merged[name] if wide else node[name]
             key = ("conv", s.problem, n.get("act"), bool(n.get("bias")))
+            src = wide.inputs[0] if wide else (ins[name][0] if ins[name] else INPUT)
+            x = out = w = None
             if key not in seen:
-                x, out = buf(ins[name][0] if ins[name] else INPUT, lo), empty(name, lo)
-                w = inf.prepare_weights(*weights[name], lo, dtype)
+                x, out = buf(src, lo), empty(wide.output if wide else name, lo)
+                w = inf.prepare_weights(*(inf.wide_weights(network, wide.convs, weights) if wide
+                                          else weights[name]), lo, dtype)
                 step = inf.conv_step(n, kp, x, w, out, lambda: ws_holder[0])
-                if step.workspace_bytes and (ws_holder[0] is None or ws_holder[0].nbytes < step.workspace_bytes):
-                    ws_holder[0] = cp.empty(step.workspace_bytes, dtype=cp.uint8)
+                workspace_for(step.workspace_bytes)
                 seen[key] = _time(step.run)
-            costs.nodes.setdefault(name, {})[lo] = seen[key]
+            (costs.blocks if wide else costs.nodes).setdefault(name, {})[lo] = seen[key]
+            if epilogues and ("epilogue", s.problem, n.get("act"), bool(n.get("bias"))) not in seen and x is None:
+                x, out = buf(src, lo), empty(wide.output if wide else name, lo)
+                w = inf.prepare_weights(*(inf.wide_weights(network, wide.convs, weights) if wide
+                                          else weights[name]), lo, dtype)
+            if epilogues:
+                epilogue(name, n, s.problem, lo, x, w, out)
         # the other nodes
         for n in network.nodes:
             op, name = op_of(n), n["name"]
@@ -134,11 +179,14 @@ def measure_costs(network: Network, batch: int, dtype: str = "float32", *, works
                     costs.declined[f"{name}@{lo}"] = summary(e)
                     continue
             costs.nodes.setdefault(name, {})[lo] = seen[key]
-        say(f"{lo}: nodes measured ({time.perf_counter() - t0:.1f} s)")
+        say(f"{lo}: nodes measured ({time.perf_counter() - t0:.1f} s; "
+            f"{sum(lo in v for v in costs.epilogues.values())} fused epilogues)")
     # fused blocks
     if fuse:
         tune_until = time.perf_counter() + block_tuning_s
         for b in find_blocks(network):
+            if b.mode == "wide":   # measured with the conv nodes above
+                continue
             for lo in layouts:
                 try:
                     t, tiling = _time_block(network, b, lo, batch, dtype, weights, buf, empty, seen,

@@ -6,7 +6,10 @@ replayed in a CUDA graph (:mod:`ucudnn.execute.inference_costs` measures them):
 
 * every node in every layout it runs in (a conv: its WR plan under the workspace limit plus bias and activation);
 * every fusable block (:func:`find_blocks`: seed 004's straight, split and merge patterns found in the graph) as
-  one fused kernel in each layout;
+  one fused kernel in each layout; every wide block (a concat of convs reading one tensor: :func:`wide_node`) as
+  one conv with the filters stacked;
+* where cuDNN's graph API fuses them, a conv's bias and activation into the conv kernel (``epilogues``: one more
+  way to run a conv node or a wide block's merged conv; the faster way is taken);
 * every tensor's layout transform (zero for a tensor whose layouts coincide in memory: a 1x1 plane or one
   channel).
 
@@ -111,7 +114,53 @@ def find_blocks(network: Network) -> list[BlockCandidate]:
                     and inputs[rd[0]] == [a]):
                 out.append(BlockCandidate("merge", (p, q, rd[0]), (p, q, a, rd[0]), rd[0],
                                           (sole_input(p), sole_input(q)), merge_relu=act(a) == "relu"))
+    for n in network.nodes:   # wide: a concat of convs that all read one tensor, as one conv (wide_node)
+        cat = n["name"]
+        if op_of(n) != "concat":
+            continue
+        parts = inputs[cat]
+        if (len(parts) >= 2 and all(conv(p) and readers[p] == [cat] for p in parts)
+                and len({tuple(inputs[p]) for p in parts}) == 1 and wide_node(network, parts) is not None):
+            out.append(BlockCandidate("wide", tuple(parts), (*parts, cat), cat, (sole_input(parts[0]),)))
     return out
+
+
+def wide_node(network: Network, convs: Sequence[str]) -> dict[str, Any] | None:
+    """The one conv node that computes the channel concatenation of ``convs`` (which read the same tensor), or
+    None where no single conv can.
+
+    Why: SqueezeNet's fire modules end in a 1x1 and a 3x3 conv of one tensor, concatenated; at small batches each
+    is a few-microsecond kernel followed by its bias pass and a copy into the concat.  One conv with the filters
+    stacked along K (the smaller filters zero-padded, centred) writes the concatenation directly: one launch
+    instead of two convs, two bias passes and two copies, for more FLOPs that small batches do not feel.  The
+    zero taps add exact zeros, so the result is the per-layer one up to the order of the sums.
+
+    Conditions: groups 1, dilation 1, one stride, one activation, and pads that centre each filter in the merged
+    window (a conv of r x r with pad p fits an R x R window with pad P when (R - r) / 2 = P - p, per axis).
+    """
+    node = {n["name"]: n for n in network.nodes}
+    ns = [node[c] for c in convs]
+    if any(n.get("groups", 1) != 1 or tuple(n.get("dilation", (1, 1))) != (1, 1) for n in ns):
+        return None
+    if len({tuple(n.get("stride", (1, 1))) for n in ns}) != 1 or len({n.get("act") for n in ns}) != 1:
+        return None
+    if len({(n["c"], n["h"], n["w"]) for n in ns}) != 1:
+        return None
+    big_r, big_s = max(n["r"] for n in ns), max(n["s"] for n in ns)
+    pads = set()
+    for n in ns:
+        dr, ds = big_r - n["r"], big_s - n["s"]
+        if dr % 2 or ds % 2:
+            return None
+        ph, pw = tuple(n.get("pad", (0, 0)))
+        pads.add((ph + dr // 2, pw + ds // 2))
+    if len(pads) != 1:
+        return None
+    first = ns[0]
+    return {"name": "wide:" + "+".join(convs), "op": "conv", "c": first["c"], "h": first["h"], "w": first["w"],
+            "k": sum(n["k"] for n in ns), "r": big_r, "s": big_s, "pad": list(pads.pop()),
+            "stride": list(first.get("stride", (1, 1))), "bias": any(n.get("bias") for n in ns),
+            **({"act": first["act"]} if first.get("act") else {})}
 
 
 # ---- what was measured ----------------------------------------------------------------------------------------------
@@ -133,18 +182,39 @@ class InferenceCosts:
     conv_plans: dict[str, dict[str, dict]] = field(default_factory=dict)
     tilings: dict[str, dict[str, list[int]]] = field(default_factory=dict)
     declined: dict[str, str] = field(default_factory=dict)   # what could not be measured, and why
+    #: a conv node's (or a wide block's merged conv's) fused conv + bias + activation in one cuDNN kernel, per
+    #: layout: ``{"engine", "workspace_bytes", "ms"}`` (:mod:`ucudnn.execute.conv_epilogue`)
+    epilogues: dict[str, dict[str, dict]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in ("network", "batch", "dtype", "numerics", "workspace_limit", "device",
                                               "cudnn_version", "nodes", "blocks", "transforms", "conv_plans",
-                                              "tilings", "declined")}
+                                              "tilings", "declined", "epilogues")}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "InferenceCosts":
         return cls(**{k: d[k] for k in ("network", "batch", "dtype", "numerics", "workspace_limit")},
                    **{k: d.get(k, cls.__dataclass_fields__[k].default_factory())  # type: ignore[misc]
-                      for k in ("nodes", "blocks", "transforms", "conv_plans", "tilings", "declined")},
+                      for k in ("nodes", "blocks", "transforms", "conv_plans", "tilings", "declined", "epilogues")},
                    device=d.get("device", ""), cudnn_version=d.get("cudnn_version", 0))
+
+    def epilogue(self, key: str, layout: str, than: float | None) -> dict | None:
+        """The fused epilogue of ``key`` (a conv node or a wide block) in ``layout`` if it beats ``than`` (the
+        WR plan + bias/activation pass; None: that way was not measured), else None."""
+        e = self.epilogues.get(key, {}).get(layout)
+        return e if e is not None and (than is None or e["ms"] < than) else None
+
+    def node_ms(self, name: str, layout: str) -> float | None:
+        """A node's time in ``layout``: the faster of its measured ways (a conv: WR + bias pass, or fused)."""
+        base = self.nodes.get(name, {}).get(layout)
+        e = self.epilogue(name, layout, base)
+        return e["ms"] if e is not None else base
+
+    def block_ms(self, block: "BlockCandidate", layout: str) -> float | None:
+        """A block's fused time in ``layout`` (a wide block: its merged conv, WR + bias pass or fused)."""
+        base = self.blocks.get(block.name, {}).get(layout)
+        e = self.epilogue(block.name, layout, base) if block.mode == "wide" else None
+        return e["ms"] if e is not None else base
 
     def transform_ms(self, tensor: str, src: str, dst: str) -> float:
         if src == dst:
@@ -167,10 +237,12 @@ class _Unit:
 
 
 def _per_layer(costs: InferenceCosts, nodes: Sequence[str], layout: str) -> float | None:
-    try:
-        return sum(costs.nodes[n][layout] for n in nodes)
-    except KeyError:
-        return None
+    times = [costs.node_ms(n, layout) for n in nodes]
+    return None if None in times else sum(times)  # type: ignore[arg-type]
+
+
+def _fused_times(costs: InferenceCosts, b: BlockCandidate) -> dict[str, float]:
+    return {lo: t for lo in LAYOUTS if (t := costs.block_ms(b, lo)) is not None}
 
 
 def choose_blocks(network: Network, costs: InferenceCosts, fuse: bool = True) -> list[BlockCandidate]:
@@ -179,7 +251,7 @@ def choose_blocks(network: Network, costs: InferenceCosts, fuse: bool = True) ->
         return []
     scored = []
     for b in find_blocks(network):
-        fused = costs.blocks.get(b.name, {})
+        fused = _fused_times(costs, b)
         per = [t for t in (_per_layer(costs, b.nodes, lo) for lo in LAYOUTS) if t is not None]
         if fused and per and min(fused.values()) < min(per):
             scored.append((min(per) - min(fused.values()), b))
@@ -200,16 +272,16 @@ def _units(network: Network, costs: InferenceCosts, blocks: Sequence[BlockCandid
         name = node["name"]
         b = owner.get(name)
         if b is None:
-            c = costs.nodes.get(name)
+            c = {lo: t for lo in LAYOUTS if (t := costs.node_ms(name, lo)) is not None}
             if not c:
                 raise InputError(f"no measured time for node {name!r} in any layout"
                                  f"{': ' + costs.declined[name] if name in costs.declined else ''}",
                                  f"costs.nodes.{name}")
-            units.append(_Unit(name, tuple(inputs[name]) or (INPUT,), dict(c)))
+            units.append(_Unit(name, tuple(inputs[name]) or (INPUT,), c))
         elif name == b.output:
             c, fused_in = {}, []
             for lo in LAYOUTS:
-                per, fused = _per_layer(costs, b.nodes, lo), costs.blocks.get(b.name, {}).get(lo)
+                per, fused = _per_layer(costs, b.nodes, lo), costs.block_ms(b, lo)
                 options = [t for t in (per, fused) if t is not None]
                 if options:
                     c[lo] = min(options)
@@ -240,10 +312,11 @@ def _assign(units: Sequence[_Unit], costs: InferenceCosts, input_layout: str, ou
 
 def plan_inference(network: Network, costs: InferenceCosts, *, input_layout: str = "NCHW",
                    output_layout: str | None = None, fuse: bool = True,
-                   layouts: Sequence[str] | None = None) -> dict[str, Any]:
+                   layouts: Sequence[str] | None = None, epilogues: bool = True) -> dict[str, Any]:
     """The inference plan document for ``network`` from ``costs`` (module doc); ``output_layout`` defaults to
-    ``input_layout``; ``fuse=False`` plans every layer on its own (the unfused baseline); ``layouts`` restricts
-    the layouts layers may run in (``["NHWC"]``: the whole network in NHWC, the input transformed first)."""
+    ``input_layout``; ``fuse=False`` plans every layer on its own (the unfused baseline: no fused or wide
+    blocks); ``layouts`` restricts the layouts layers may run in (``["NHWC"]``: the whole network in NHWC, the
+    input transformed first); ``epilogues=False`` leaves out cuDNN's fused conv + bias + activation."""
     if input_layout not in LAYOUTS:
         raise InputError(f"must be one of {LAYOUTS}, got {input_layout!r}", "input_layout")
     output_layout = output_layout or input_layout
@@ -260,7 +333,10 @@ def plan_inference(network: Network, costs: InferenceCosts, *, input_layout: str
         def only(table: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
             return {name: {lo: t for lo, t in c.items() if lo in keep} for name, c in table.items()}
 
-        costs = dataclasses.replace(costs, nodes=only(costs.nodes), blocks=only(costs.blocks))
+        costs = dataclasses.replace(costs, nodes=only(costs.nodes), blocks=only(costs.blocks),
+                                    epilogues=only(costs.epilogues))  # type: ignore[arg-type]
+    if not epilogues:
+        costs = dataclasses.replace(costs, epilogues={})
     blocks = choose_blocks(network, costs, fuse)
     units = _units(network, costs, blocks)
     best = _assign(units, costs, input_layout, output_layout, "choice", shapes, costs.batch)
@@ -271,13 +347,14 @@ def plan_inference(network: Network, costs: InferenceCosts, *, input_layout: str
         baselines[how] = None if a is None else round(a.total_ms, 6)
     if fuse:
         unfused = plan_inference(network, costs, input_layout=input_layout, output_layout=output_layout, fuse=False,
-                                 layouts=layouts)
+                                 layouts=layouts, epilogues=epilogues)
         baselines["unfused"] = unfused["predicted_ms"]
     steps = _steps(network, units, best, costs, input_layout, output_layout)
     doc = {"format": FORMAT, "network": network.to_dict(), "batch": costs.batch, "dtype": costs.dtype,
            "numerics": costs.numerics, "workspace_limit": costs.workspace_limit, "device": costs.device,
            "cudnn_version": costs.cudnn_version, "input_layout": input_layout, "output_layout": output_layout,
-           "fuse": fuse, **({"layouts": sorted(layouts)} if layouts is not None else {}), "steps": steps, "output": steps[-1]["name"],
+           "fuse": fuse, **({"layouts": sorted(layouts)} if layouts is not None else {}),
+           **({} if epilogues else {"epilogues": False}), "steps": steps, "output": steps[-1]["name"],
            "predicted_ms": round(sum(s["ms"] for s in steps), 6), "baselines": baselines,
            "costs": costs.to_dict()}
     validate(doc, FORMAT)
@@ -308,9 +385,12 @@ def _steps(network: Network, units: Sequence[_Unit], best: lay.Assignment, costs
     def one(name: str, layout: str, ins: list[str]) -> dict[str, Any]:
         n = node[name]
         s: dict[str, Any] = {"kind": op_of(n), "name": name, "nodes": [name], "inputs": ins, "layout": layout,
-                             "ms": round(costs.nodes[name][layout], 6)}
+                             "ms": round(costs.node_ms(name, layout), 6)}  # type: ignore[arg-type]
         if op_of(n) == "conv":
             s["kernel_plan"] = costs.conv_plans[name][layout]
+            e = costs.epilogue(name, layout, costs.nodes.get(name, {}).get(layout))
+            if e is not None:
+                s["epilogue"] = e
         return s
 
     for u in units:
@@ -318,11 +398,20 @@ def _steps(network: Network, units: Sequence[_Unit], best: lay.Assignment, costs
         ins = [tensor(t, lo) for t in u.inputs]
         if u.block is None:
             steps.append(one(u.name, lo, ins))
+        elif lo in u.fused_in and u.block.mode == "wide":
+            b = u.block
+            s = {"kind": "wide_conv", "name": b.output, "nodes": list(b.nodes), "convs": list(b.convs),
+                 "inputs": ins, "layout": lo, "kernel_plan": costs.conv_plans[b.name][lo],
+                 "ms": round(costs.block_ms(b, lo), 6)}  # type: ignore[arg-type]
+            e = costs.epilogue(b.name, lo, costs.blocks.get(b.name, {}).get(lo))
+            if e is not None:
+                s["epilogue"] = e
+            steps.append(s)
         elif lo in u.fused_in:
             b = u.block
             steps.append({"kind": "fused", "name": b.output, "nodes": list(b.nodes), "convs": list(b.convs),
                           "mode": b.mode, "merge_relu": b.merge_relu, "inputs": ins, "layout": lo,
-                          "tiling": costs.tilings[b.name][lo], "ms": round(costs.blocks[b.name][lo], 6)})
+                          "tiling": costs.tilings[b.name][lo], "ms": round(costs.block_ms(b, lo), 6)})  # type: ignore[arg-type]
         else:   # per layer: the block's nodes in graph order, their inner tensors already in this layout
             for name in u.block.nodes:
                 steps.append(one(name, lo, [x if x in u.block.nodes else ins[u.block.inputs.index(x)]
