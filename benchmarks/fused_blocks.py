@@ -248,9 +248,28 @@ def fused_case(block, mod, x, x2, dtype: str, tune: bool, inner: int, reps: int)
     with torch.no_grad():
         ref = mod(x, x2)
     geo = F.plan(block, tiling, dtype, "NCHW", x.shape[0], x.shape[2], x.shape[3])
-    return {"ms": ms, "tiling": tiling.as_list(), "how": how, "tune_s": round(tune_s, 2),
-            "err_vs_module": rel_err(out_t, ref), "nan": bool(torch.isnan(out_t).any()), "grid": list(geo.grid),
-            "smem_bytes": geo.smem_bytes}
+    res = {"ms": ms, "tiling": tiling.as_list(), "how": how, "tune_s": round(tune_s, 2),
+           "err_vs_module": rel_err(out_t, ref), "nan": bool(torch.isnan(out_t).any()), "grid": list(geo.grid),
+           "smem_bytes": geo.smem_bytes, "kernel": "fma"}
+    # a chain of 1x1 convolutions in FP16 also has the tensor-core kernel (kernels/pointwise.cu): the faster one is
+    # the fused time, the other kept beside it
+    from ucudnn.kernels import pointwise as P
+
+    if P.unsupported(block, dtype) is None:
+        (pt, nw), _ = P.tuned(block, dtype, "NCHW", tuple(x.shape), (xc, ws, bs, out, x2c), timer)
+        tc_run = P.launcher(block, dtype, "NCHW", tuple(x.shape), pt, nw)
+        tc_fn = on_torch_stream(lambda: tc_run(xc, ws, bs, out, x2c))
+        tc_ms = graph_ms(tc_fn, inner, reps)
+        out_t.fill_(float("nan"))
+        tc_fn()
+        torch.cuda.synchronize()
+        tc = {"ms": tc_ms, "tiling": [pt, nw], "err_vs_module": rel_err(out_t, ref),
+              "nan": bool(torch.isnan(out_t).any())}
+        res["tensor_core"] = tc
+        if tc_ms < ms and not tc["nan"]:
+            res.update(ms=tc_ms, tiling=f"tc pt={pt} nw={nw}", how="tensor cores", kernel="tensor_core",
+                       err_vs_module=tc["err_vs_module"], fma_ms=ms, nan=False)
+    return res
 
 
 # ---- torch.compile ---------------------------------------------------------------------------------------------------

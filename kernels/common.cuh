@@ -25,6 +25,17 @@ template <> __device__ __forceinline__ half_t from_float<half_t>(float f) {
     return h;
 }
 
+// A conv layer's activation after its bias: none, ReLU (max(v, 0)) or ReLU6 (min(max(v, 0), 6): MobileNet V2's
+// expand and depthwise layers).  Fused blocks (fused.cu, pointwise.cu); kernels/fused.py: ConvLayer.activation.
+enum : int { ACT_NONE = 0, ACT_RELU = 1, ACT_RELU6 = 2 };
+
+template <int ACT> __device__ __forceinline__ float act(float v) {
+    static_assert(ACT == ACT_NONE || ACT == ACT_RELU || ACT == ACT_RELU6, "unknown activation");
+    if constexpr (ACT == ACT_RELU6) return fminf(fmaxf(v, 0.f), 6.f);
+    else if constexpr (ACT == ACT_RELU) return fmaxf(v, 0.f);
+    else return v;
+}
+
 __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
 
 // One aligned global access of BYTES bytes: the widest load/store the element

@@ -37,16 +37,7 @@
 // kernels/fused.py and emulated block by block on the CPU (tests/test_fused.py).
 #include "common.cuh"
 
-// A layer's activation after its bias: none, ReLU (max(v, 0)) or ReLU6 (min(max(v, 0), 6): MobileNet V2's expand
-// and depthwise layers).  kernels/fused.py: ConvLayer.activation, activate.
-enum : int { ACT_NONE = 0, ACT_RELU = 1, ACT_RELU6 = 2 };
-
-template <int ACT> __device__ __forceinline__ float act(float v) {
-    static_assert(ACT == ACT_NONE || ACT == ACT_RELU || ACT == ACT_RELU6, "unknown activation");
-    if constexpr (ACT == ACT_RELU6) return fminf(fmaxf(v, 0.f), 6.f);
-    else if constexpr (ACT == ACT_RELU) return fmaxf(v, 0.f);
-    else return v;
-}
+// A layer's activation after its bias: act<ACT_NONE | ACT_RELU | ACT_RELU6> (common.cuh).
 
 // One convolution: K outputs, C inputs, R x S filter, stride (SH, SW), zero padding (PH, PW), G groups; bias, then
 // ReLU (RELU_) or ReLU6 (RELU6_; defaults to false, so the names of layers without it read as before).

@@ -287,3 +287,66 @@ def test_mobilenet_v2_relu6_blocks_match_cudnn_per_layer_and_float64(block, dtyp
         if layout == "NHWC":
             cudnn = cudnn.transpose(0, 2, 3, 1)
         assert rel_err(got, cudnn) < TOL_CUDNN[dtype], (n, tiling)
+
+
+# ---- tensor-core chains of 1x1 convolutions (kernels/pointwise.cu) ------------------------------------------------------
+CHAINS = [F.SEED_BLOCKS["c.1"],
+          F.Block("c.1-no-mrelu", "merge", 32, (F.ConvLayer(48, 1, relu=True), F.ConvLayer(48, 1, relu6=True, relu=False),
+                                                F.ConvLayer(16, 1, relu=False, bias=False))),
+          F.Block("expand-project", "straight", 32, (F.ConvLayer(192, 1, relu6=True, relu=False),
+                                                     F.ConvLayer(32, 1, relu=False)))]
+
+
+def run_pointwise(block, x, ws, bs, x2, layout, pt, nw):
+    import cupy as cp
+
+    from ucudnn.kernels import pointwise as P
+
+    n, h, w = (x.shape[0], x.shape[2], x.shape[3]) if layout == "NCHW" else x.shape[:3]
+    out = cp.full(block.y_shape(n, h, w, layout), cp.nan, dtype=x.dtype)
+    P.launcher(block, str(x.dtype), layout, x.shape, pt, nw)(x, ws, bs, out, x2)
+    got = out.get()
+    assert not np.isnan(got).any(), "every output element is written"
+    return got
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("block", CHAINS, ids=[b.name for b in CHAINS])
+def test_tensor_core_chains_match_their_arithmetic_float64_and_cudnn(block, layout):
+    """Odd batch, a plane no pixel tile divides (7 x 9 = 63), every tiling; the seed block at its own plane."""
+    from ucudnn.kernels import pointwise as P
+
+    planes = [(7, 9)] + ([block.hw] if block.hw else [])
+    for (h, w), n in zip(planes, (3, 1)):
+        x, ws, bs, x2 = operands(block, n, h, w, "float16", layout, seed=h * n, scale=2.0)
+        em = P.emulate(block, host(x), [host(v) for v in ws], [host(v) for v in bs], host(x2), layout)
+        ref = F.reference(block, host(x), [host(v) for v in ws], [host(v) for v in bs], host(x2), layout=layout)
+        xs, wn, x2n = _nchw_operands(x, ws, x2, layout)
+        cudnn = torch_per_layer(block, xs, wn, bs, x2n)
+        for pt, nw in P.TILINGS:
+            got = run_pointwise(block, x, ws, bs, x2, layout, pt, nw)
+            assert rel_err(got, em) < 2e-3, (pt, nw)      # the same arithmetic up to the order of FP32 sums
+            assert rel_err(got, ref) < TOL_REF["float16"], (pt, nw)
+            nchw = got if layout == "NCHW" else got.transpose(0, 3, 1, 2)
+            assert rel_err(nchw, cudnn) < TOL_CUDNN["float16"], (pt, nw)
+
+
+def test_a_tensor_core_chain_replays_in_a_cuda_graph():
+    import cupy as cp
+
+    from ucudnn.kernels import pointwise as P
+
+    b = F.SEED_BLOCKS["c.1"]
+    x, ws, bs, x2 = operands(b, 2, *b.hw, "float16", seed=9)
+    run = P.launcher(b, "float16", "NCHW", x.shape)
+    eager = run_pointwise(b, x, ws, bs, x2, "NCHW", *P.TILINGS[0])
+    out = cp.full(b.y_shape(2, *b.hw), cp.nan, dtype="float16")
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        stream.begin_capture()
+        run(x, ws, bs, out, x2)
+        graph = stream.end_capture()
+    assert np.isnan(out.get()).all(), "capturing runs nothing"
+    graph.launch(stream)
+    stream.synchronize()
+    np.testing.assert_array_equal(out.get(), eager)
