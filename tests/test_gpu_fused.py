@@ -178,6 +178,25 @@ def test_batches_beyond_one_grid_are_split_across_launches(monkeypatch):
     assert rel_err(got, ref) < TOL_REF["float16"]
 
 
+def captured(run, b, x, ws, bs, x2, eager, launches: int = 1):
+    """``run`` captured into a CUDA graph on a fresh NaN output: capturing runs nothing, ``launches`` replays
+    write what the eager launch wrote.  Returns (out, graph, stream) for further replays."""
+    import cupy as cp
+
+    out = cp.full(b.y_shape(x.shape[0], *b.hw), cp.nan, dtype=x.dtype)
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        stream.begin_capture()
+        run(x, ws, bs, out, x2)
+        graph = stream.end_capture()
+    assert np.isnan(out.get()).all(), "capturing runs nothing"
+    for _ in range(launches):
+        graph.launch(stream)
+    stream.synchronize()
+    np.testing.assert_array_equal(out.get(), eager)
+    return out, graph, stream
+
+
 @pytest.mark.parametrize("name", list(F.SEED_BLOCKS))
 def test_cuda_graph_replay_equals_the_eager_launch(name):
     import cupy as cp
@@ -186,17 +205,7 @@ def test_cuda_graph_replay_equals_the_eager_launch(name):
     x, ws, bs, x2 = operands(b, 2, *b.hw, "float16", seed=5)
     eager = run_fused(b, x, ws, bs, x2)
     run = F.launcher(b, F.default_tiling(b, 2, *b.hw, F.smem_limit(), F.sm_count()), "float16", "NCHW", x.shape)
-    out = cp.full(b.y_shape(2, *b.hw), cp.nan, dtype="float16")
-    stream = cp.cuda.Stream(non_blocking=True)
-    with stream:
-        stream.begin_capture()
-        run(x, ws, bs, out, x2)
-        graph = stream.end_capture()
-    assert np.isnan(out.get()).all(), "capturing runs nothing"
-    for _ in range(2):
-        graph.launch(stream)
-    stream.synchronize()
-    np.testing.assert_array_equal(out.get(), eager)
+    out, graph, stream = captured(run, b, x, ws, bs, x2, eager, launches=2)
     x[...] = -x                                           # replay reads the captured pointers' new contents
     cp.cuda.Device().synchronize()
     graph.launch(stream)
@@ -332,21 +341,10 @@ def test_tensor_core_chains_match_their_arithmetic_float64_and_cudnn(block, layo
 
 
 def test_a_tensor_core_chain_replays_in_a_cuda_graph():
-    import cupy as cp
-
     from ucudnn.kernels import pointwise as P
 
     b = F.SEED_BLOCKS["c.1"]
     x, ws, bs, x2 = operands(b, 2, *b.hw, "float16", seed=9)
     run = P.launcher(b, "float16", "NCHW", x.shape)
     eager = run_pointwise(b, x, ws, bs, x2, "NCHW", *P.TILINGS[0])
-    out = cp.full(b.y_shape(2, *b.hw), cp.nan, dtype="float16")
-    stream = cp.cuda.Stream(non_blocking=True)
-    with stream:
-        stream.begin_capture()
-        run(x, ws, bs, out, x2)
-        graph = stream.end_capture()
-    assert np.isnan(out.get()).all(), "capturing runs nothing"
-    graph.launch(stream)
-    stream.synchronize()
-    np.testing.assert_array_equal(out.get(), eager)
+    captured(run, b, x, ws, bs, x2, eager)
