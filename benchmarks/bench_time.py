@@ -15,6 +15,12 @@ needs ``nvidia-cudnn-frontend``: skipped with a note where it does not import.
 ``--price-at`` prices each run's plan at a recorded unpruned table instead of (or as well as) an off run;
 ``--mode-major`` runs every combination's first mode before any second one, so a cap cuts the off runs.
 
+Where the time goes (issue 16's fourth pass): each run also reports every source's own wall seconds (fold's inner
+sources apart), cuDNN Find's, the graph source's host parts (heuristics, note probes, builds, timing; heuristics lists
+asked in every mode or reused) and the overlap helper's (``ucudnn.measure.sources.overlap``); ``prev`` runs the
+defaults before that pass, ``nooverlap`` / ``nowrapped`` / ``noprobe`` / ``noreuse`` the defaults without one of its
+parts; ``--profile`` writes a cProfile summary per run; ``--heuristics-probe`` times the heuristics per mode.
+
 One GPU command may run at most 10 minutes: ``--time-cap`` (seconds, default 540) bounds the whole run
 (a run that would pass it is cut and reported as such), and the flags restrict it, e.g.
 
@@ -69,18 +75,46 @@ def one_run(net: str, dtype: str, sources: str, mode: str, table_out: str) -> di
     # off: the reference, as every configuration was timed before issue 16 (no rule, 5 samples of at least 1 ms)
     off = {"prune_margin": None, "hopeless_factor": None, "kernel_budget_s": None, "trust_estimate_ms": None,
            "split_margin": None, "repeat": 5, "min_sample_ms": 1.0}
-    rules = {"off": off, "on": {},
+    rules = {"off": off, "on": {}, "on2": {},   # on2: the defaults again (the run-to-run noise of the wall time)
+             # the defaults before issue 16's fourth pass: split dominance not reaching fold's rows, no host work
+             # overlapped with Find, numerical notes probed through lined-up heuristics lists
+             "prev": {"split_wrapped": False, "overlap_cpu": False},
+             # the fourth pass's parts one at a time (each: the defaults without it)
+             "nooverlap": {"overlap_cpu": False}, "nowrapped": {"split_wrapped": False}, "noprobe": {},
+             "noreuse": {},
+             # the defaults with the graph source's heuristics in modes A and FALLBACK only (not B): a measurement of
+             # what mode B's query costs and adds, not a rule
+             "nob": {},
              # the defaults without split dominance: the defaults before it (issue 16's third pass)
              "nosplit": {"split_margin": None},
              # the defaults' rules with shorter timing: 3 samples of at least 0.5 ms instead of 5 of 1 ms
              "fast": {"repeat": 3, "min_sample_ms": 0.5},
              # off again: the run-to-run noise floor of "plan from one table, priced at another's timings"
              "off2": off}[mode]
+    for s in srcs:   # prev / noprobe: notes through lined-up heuristics lists (the graph source's fast_probe off)
+        if hasattr(s, "fast_probe"):
+            s.fast_probe = mode not in ("prev", "noprobe")
+        if hasattr(s, "reuse_lists"):   # prev / noreuse: every heuristic mode at every size
+            s.reuse_lists = mode not in ("prev", "noreuse")
+        if hasattr(s, "modes") and mode == "nob":
+            s.modes = ("A", "FALLBACK")
+    clock = _SourceClock(srcs)
+    profile = None
+    if os.environ.get("BENCH_TIME_PROFILE"):
+        import cProfile
+
+        profile = cProfile.Profile()
     cp.cuda.runtime.deviceSynchronize()
     t0 = time.perf_counter()
+    if profile is not None:
+        profile.enable()
     table = benchmark(kernels, "powerOfTwo", numerics, sources=srcs, **rules)
     cp.cuda.runtime.deviceSynchronize()
     wall = time.perf_counter() - t0
+    if profile is not None:
+        profile.disable()
+        _dump_profile(profile, table_out.removesuffix(".json") + ".profile.txt", f"{net} {dtype} {sources} {mode}")
+    clock.restore()
     table.save(table_out)
     counts: dict[str, int] = {}
     pruned: dict[str, int] = {}
@@ -95,14 +129,163 @@ def one_run(net: str, dtype: str, sources: str, mode: str, table_out: str) -> di
     p = plan(table, "wr", workspace_limit=64 * MiB)
     defaults = BenchSettings(numerics)
     stats = {s.name: {k: round(v, 3) for k, v in s.stats.items()} for s in srcs if isinstance(getattr(s, "stats", None), dict)}
+    from ucudnn.measure.sources.overlap import OVERLAP
+
     return {"wall_s": round(wall, 3), "planned_wr64_ms": round(p.total_time_ms, 4), "kernels": len(kernels),
-            "source_stats": stats,
+            "source_stats": stats, "source_seconds": clock.summary(), "overlap": OVERLAP.stats.as_dict(),
             "sources": ",".join(names),
             "recorded_as": counts, "pruned_as": pruned, "not_sampled_split_dominated": not_sampled,
             "numerics": numerics, "layout": layout,
             "rules": {**{"prune_margin": defaults.prune_margin, "hopeless_factor": defaults.hopeless_factor,
                          "kernel_budget_s": defaults.kernel_budget_s, "trust_estimate_ms": defaults.trust_estimate_ms,
                          "split_margin": defaults.split_margin}, **rules}}
+
+
+class _SourceClock:
+    """Wall seconds per source's ``measure`` (exclusive of the sources it calls: fold's inner legacy / graph count as
+    theirs, under ``fold>legacy`` / ``fold>graph``), per op and per micro-batch size, and of cuDNN Find calls."""
+
+    def __init__(self, srcs):
+        from ucudnn.binding import cudnn
+        from ucudnn.measure.sources import registry
+
+        self.total: dict[str, float] = {}
+        self.by_size: dict[str, dict[int, float]] = {}
+        self.by_op: dict[str, dict[str, float]] = {}
+        self.find_s = 0.0
+        self.finds = 0
+        self._stack: list[list] = []
+        self._patched: list[tuple[object, str, object]] = []
+        seen = set()
+        for src in list(srcs) + [registry.get(n) for n in ("legacy", "graph") if n in {s.name for s in srcs}]:
+            if id(src) in seen:
+                continue
+            seen.add(id(src))
+            self._patch(src, "measure", self._timed(src.name, src.measure))
+        self._patch(cudnn, "find_algorithm_ex", self._find(cudnn.find_algorithm_ex))
+
+    def _patch(self, obj, name, fn):
+        self._patched.append((obj, name, obj.__dict__.get(name, None) if hasattr(obj, "__dict__") else None))
+        setattr(obj, name, fn)
+
+    def restore(self):
+        for obj, name, old in reversed(self._patched):
+            if old is None:
+                try:
+                    delattr(obj, name)
+                except AttributeError:
+                    pass
+            else:
+                setattr(obj, name, old)
+
+    def _timed(self, name, fn):
+        def measure(op, problem, *a, **kw):
+            label = ">".join([f[0] for f in self._stack] + [name])
+            frame = [name, 0.0]
+            self._stack.append(frame)
+            t0 = time.perf_counter()
+            try:
+                return fn(op, problem, *a, **kw)
+            finally:
+                dt = time.perf_counter() - t0
+                self._stack.pop()
+                if self._stack:
+                    self._stack[-1][1] += dt
+                own = dt - frame[1]
+                self.total[label] = self.total.get(label, 0.0) + own
+                sz = self.by_size.setdefault(label, {})
+                sz[problem.n] = sz.get(problem.n, 0.0) + own
+                bo = self.by_op.setdefault(label, {})
+                bo[op] = bo.get(op, 0.0) + own
+        return measure
+
+    def _find(self, fn):
+        def find(*a, **kw):
+            t0 = time.perf_counter()
+            try:
+                return fn(*a, **kw)
+            finally:
+                self.find_s += time.perf_counter() - t0
+                self.finds += 1
+        return find
+
+    def summary(self) -> dict:
+        return {"exclusive_s": {k: round(v, 3) for k, v in sorted(self.total.items())},
+                "find_s": round(self.find_s, 3), "finds": self.finds,
+                "by_size_s": {k: {str(b): round(t, 3) for b, t in sorted(v.items())} for k, v in self.by_size.items()},
+                "by_op_s": {k: {o: round(t, 3) for o, t in v.items()} for k, v in self.by_op.items()}}
+
+
+def _dump_profile(profile, path: str, title: str) -> None:
+    import io
+    import pstats
+
+    buf = io.StringIO()
+    st = pstats.Stats(profile, stream=buf)
+    buf.write(f"### {title}: by cumulative time\n")
+    st.sort_stats("cumulative").print_stats(45)
+    buf.write(f"### {title}: by own time\n")
+    st.sort_stats("tottime").print_stats(30)
+    Path(path).write_text(buf.getvalue())
+
+
+def heuristics_probe(out: str) -> None:
+    """The graph source's heuristics query, per mode (A, B, FALLBACK, and all three as the source asks), on AlexNet
+    b256's distinct kernels at every powerOfTwo size, FP32 strict NCHW and FP16 NHWC: seconds of the graph's
+    construction and of each ``create_execution_plans``, and the configurations each list admits (numerics and
+    workspace filters, distinct tags, buildable), to tell which modes the admitted top-k comes from."""
+    from ucudnn import numerics as num
+    from ucudnn.measure.sources import graph as G
+    from ucudnn.planning.network import load_network
+    from ucudnn.policy import micro_batch_sizes
+
+    src = G.GraphSource()
+    fe = src._frontend()
+    rows = []
+    for dtype in ("float32", "float16"):
+        layout, numerics = LAYOUT[dtype]
+        numerics = num.normalize(numerics, dtype)
+        excluded = G.excluded_notes(numerics, dtype)
+        for spec in distinct_kernels(load_network("alexnet").kernels(BATCH["alexnet"], dtype, layout)):
+            for mb in micro_batch_sizes("powerOfTwo", spec.problem.n):
+                problem = spec.problem.with_batch(mb)
+                row = {"dtype": dtype, "kernel": spec.name, "mb": mb}
+                for modes in (("A",), ("B",), ("FALLBACK",), ("A", "B", "FALLBACK"), ("A", "FALLBACK")):
+                    t0 = time.perf_counter()
+                    g = src.graph(spec.op, problem)
+                    t1 = time.perf_counter()
+                    try:
+                        g.create_execution_plans([getattr(fe.heur_mode, m) for m in modes])
+                    except Exception as e:  # noqa: BLE001
+                        row["+".join(modes)] = {"error": str(e)[:100]}
+                        continue
+                    t2 = time.perf_counter()
+                    if excluded:
+                        g.deselect_numeric_notes([getattr(fe.numerical_note, n) for n in excluded])
+                    g.deselect_workspace_greater_than(4 << 30)
+                    tags, seen = [], set()
+                    for i in range(g.get_execution_plan_count()):
+                        tag = g.get_plan_name_at_index(i)
+                        if tag in seen:
+                            continue
+                        seen.add(tag)
+                        try:
+                            g.build_plan_at_index(i)
+                        except Exception:  # noqa: BLE001
+                            continue
+                        tags.append(tag)
+                    row["+".join(modes)] = {"graph_s": round(t1 - t0, 5), "heur_s": round(t2 - t1, 5),
+                                            "count": g.get_execution_plan_count(), "admitted": tags}
+                if tags:   # what a probe graph of one engine costs (the graph source's fast note probe)
+                    t0 = time.perf_counter()
+                    try:
+                        p = src.graph(spec.op, problem)
+                        p.create_execution_plan(G.EngineIdentity.parse_tag(tags[0]).engine_id, {})
+                        row["engine_graph_s"] = round(time.perf_counter() - t0, 5)
+                    except Exception as e:  # noqa: BLE001
+                        row["engine_graph_error"] = str(e)[:100]
+                rows.append(row)
+    Path(out).write_text(json.dumps(rows))
 
 
 def main() -> None:
@@ -113,7 +296,12 @@ def main() -> None:
                     "library's default sources, ucudnn.source_names.default_names, resolved on the GPU machine)")
     ap.add_argument("--modes", default="off,on", help="off (before: no pruning), on (after: the defaults), "
                     "fast (3 samples of 0.5 ms: the defaults since the second pass), off2 (off again: the noise floor of "
-                    "mode@off), nosplit (the defaults without split dominance: the defaults before it)")
+                    "mode@off), nosplit (the defaults without split dominance: the defaults before it), prev (the "
+                    "defaults before the fourth pass: no split dominance on fold's rows, no host work overlapped with "
+                    "Find, notes probed through lined-up heuristics lists, every heuristic mode at every size), "
+                    "nooverlap / "
+                    "nowrapped / noprobe / noreuse (the defaults without one of those), nob (heuristic modes A and "
+                    "FALLBACK only: a measurement, not a rule)")
     ap.add_argument("--mode-major", action="store_true", help="run every combination's first mode, then every "
                     "combination's second, ...: a time cap then cuts the last modes (e.g. the off runs), not the last "
                     "combinations")
@@ -128,7 +316,16 @@ def main() -> None:
     ap.add_argument("--merge", help="comma-separated bench_time-*.json files: concatenate into bench_time.{json,md}")
     ap.add_argument("--tables", help="keep each run's benchmark table in this folder (default: a temporary one)")
     ap.add_argument("--one", help=argparse.SUPPRESS)         # net:dtype:sources:mode:table_path (child process)
+    ap.add_argument("--profile", action="store_true", help="profile each run (cProfile) into "
+                    "bench_time-SUFFIX.profile.txt beside the results (the profiler slows host-bound parts)")
+    ap.add_argument("--heuristics-probe", metavar="JSON", help="time the graph source's heuristics per mode on "
+                    "AlexNet's kernels (FP32 strict, FP16 NHWC) into JSON, instead of benchmarking")
     args = ap.parse_args()
+    if args.heuristics_probe:
+        heuristics_probe(args.heuristics_probe)
+        return
+    if args.profile:
+        os.environ["BENCH_TIME_PROFILE"] = "1"
     if args.one:
         net, dtype, sources, mode, table_out = args.one.split(":", 4)
         print("RESULT " + json.dumps(one_run(net, dtype, sources, mode, table_out)), flush=True)
@@ -176,7 +373,12 @@ def main() -> None:
                        {"error": (done.stderr or done.stdout).strip().splitlines()[-3:]})
         except subprocess.TimeoutExpired:
             res = {"skipped": f"cut by the time cap after {left:.0f} s"}
-        print(f"   {res}", flush=True)
+        print(f"   {({k: v for k, v in res.items() if k != 'source_seconds'})}", flush=True)
+        prof = Path(paths[mode].removesuffix(".json") + ".profile.txt")
+        if prof.exists():
+            name = "bench_time" + (f"-{args.suffix}" if args.suffix else "") + ".profile.txt"
+            with open(Path(args.out) / name, "a") as f:
+                f.write(prof.read_text() + "\n")
         row["runs"][mode] = res
         _prices(row, paths, refs.get(":".join(combo)))
         _save(args, prov, rows)
@@ -274,7 +476,42 @@ def markdown(prov, rows) -> str:
                          f"{r['sources']} | {mode} | {cell(off, 'wall_s')} | {cell(on, 'wall_s')} | {bar_s} | "
                          f"{cell(off, 'planned_wr64_ms')} | {cell(on, 'planned_wr64_ms')} | {priced or '-'} | {ref_s} | "
                          f"{plan_s} | {counts} | {split_s} |")
+    lines += _where_the_time_goes(rows)
     return "\n".join(lines)
+
+
+def _where_the_time_goes(rows) -> list[str]:
+    """Per run: each source's own wall seconds (fold's inner sources apart), Find's, the graph source's host parts,
+    and the overlap helper's (jobs run ahead inside Find's windows, seconds the main thread waited for one)."""
+    out = ["", "## Where the time goes (wall seconds, per run)", "",
+           "Source seconds are exclusive (`fold>graph`: the graph source measuring fold's folded problems); Find: every "
+           "cudnnFind call (inside legacy's seconds; with the overlap helper on, also the wait for the GIL when Find "
+           "returns while a helper's frontend call holds it); graph heuristics / probe / build: host work of the graph "
+           "source (wherever it ran: on the overlap helper it overlaps Find); lists: heuristics queries in every mode / "
+           "in the cheap modes with the previous size's configurations carried; overlap: jobs run ahead / inline, their "
+           "seconds, the main thread's wait for a job under way at a window's end, and the seconds of Find windows.", "",
+           "| network | dtype | mode | wall s | legacy | graph | fold | fold>legacy | fold>graph | Find | "
+           "graph heuristics | graph probe | graph build | graph timing | graph lists full / reused (carried) | "
+           "overlap ahead/inline | overlap job s | overlap wait s | windows s |", "|---|---|---|" + "---:|" * 16]
+    for r in rows:
+        for mode, run in r["runs"].items():
+            if "wall_s" not in run:
+                continue
+            ex = (run.get("source_seconds") or {}).get("exclusive_s", {})
+            g = (run.get("source_stats") or {}).get("graph", {})
+            ov = run.get("overlap") or {}
+
+            def f(d, k):
+                v = d.get(k)
+                return "-" if v is None else f"{v:.2f}"
+
+            out.append(f"| {r['network']} | {r['dtype']} | {mode} | {run['wall_s']:.2f} | {f(ex, 'legacy')} | "
+                       f"{f(ex, 'graph')} | {f(ex, 'fold')} | {f(ex, 'fold>legacy')} | {f(ex, 'fold>graph')} | "
+                       f"{f(run.get('source_seconds') or {}, 'find_s')} | {f(g, 'heuristics_s')} | {f(g, 'probe_s')} | "
+                       f"{f(g, 'build_s')} | {f(g, 'time_s')} | {g.get('lists_full', '-')} / {g.get('lists_reused', '-')} "
+                       f"({g.get('configs_carried', '-')}) | {ov.get('jobs_ahead', '-')}/{ov.get('jobs_inline', '-')} | "
+                       f"{f(ov, 'job_s')} | {f(ov, 'wait_s')} | {f(ov, 'window_s')} |")
+    return out
 
 
 if __name__ == "__main__":

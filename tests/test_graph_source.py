@@ -551,3 +551,17 @@ def test_wr_at_64mib_on_a_recorded_table_stays_within_the_limit_and_beats_legacy
     assert all(k.workspace_bytes <= 64 << 20 and k.batch == 256 for k in both.kernels)
     assert any(c.source == "graph" for k in both.kernels for c in k.configs)
     assert both.total_time_ms < plan(legacy_only, "wr", workspace_limit=64 << 20).total_time_ms
+
+
+def test_an_engines_first_execution_in_the_process_is_not_its_quick_sample():
+    """The first run of an engine loads its kernels: it runs once untimed, then the trusted first timed call is
+    the sample; at the next size the engine is warm and its first timed call is trusted at once."""
+    lists = {"A": [Cfg(2, ms=3.0, ws=0)]}
+    src, fe, timer, _ = source(lists)
+    before = len(fe.executions)
+    src.measure("forward", P, OPS, WS, settings(trust_estimate_ms=2.0, hopeless_factor=None))
+    assert len(fe.executions) - before == 2                      # one untimed warm-up, one timed call
+    assert [t for t, _ in timer.calls].count("eng2") == 1
+    before = len(fe.executions)
+    src.measure("forward", P.with_batch(P.n * 2), OPS, WS, settings(trust_estimate_ms=2.0, hopeless_factor=None))
+    assert len(fe.executions) - before == 1                      # warm: its first timed call is the sample

@@ -20,6 +20,7 @@ from ..planning.table import BenchmarkTable, KernelBench, Measurement, Skipped
 from ..policy import channel_sizes, micro_batch_sizes, normalize_channel_policy
 from ..problem import ConvProblem, KernelSpec
 from .sources.base import TIMINGS, AlgorithmSource, BenchSettings, Operands
+from .sources.overlap import OVERLAP
 
 
 class Buffers:
@@ -104,11 +105,17 @@ def benchmark(kernels: Sequence[KernelSpec], batch_policy: str = "powerOfTwo", n
               kernel_budget_s: float | None = BenchSettings.kernel_budget_s,
               trust_estimate_ms: float | None = BenchSettings.trust_estimate_ms,
               split_margin: float | None = BenchSettings.split_margin,
-              channel_policy: str | None = None) -> BenchmarkTable:
+              channel_policy: str | None = None, split_wrapped: bool = BenchSettings.split_wrapped,
+              overlap_cpu: bool = True) -> BenchmarkTable:
     """Measure ``kernels`` on the current device; never raises for an algorithm that fails.
 
-    ``prune_margin``, ``hopeless_factor``, ``kernel_budget_s``, ``trust_estimate_ms``, ``split_margin``: fast benchmarking
-    (:class:`~ucudnn.measure.sources.base.BenchSettings`; None turns a rule off).  The table records them.
+    ``prune_margin``, ``hopeless_factor``, ``kernel_budget_s``, ``trust_estimate_ms``, ``split_margin``,
+    ``split_wrapped``: fast benchmarking (:class:`~ucudnn.measure.sources.base.BenchSettings`; None / False turns a rule
+    off).  The table records them.
+
+    ``overlap_cpu``: while legacy's Find waits on the GPU, a helper thread prepares the sources' later configurations
+    (the graph source's heuristics, builds and note probes: :mod:`ucudnn.measure.sources.overlap`); never while a
+    configuration is timed, and the measurements do not depend on it, only the wall time.  False: everything inline.
 
     ``progress``: None (default) shows progress on stderr once the benchmark has run 2 s; True at once; False never.
 
@@ -132,7 +139,8 @@ def benchmark(kernels: Sequence[KernelSpec], batch_policy: str = "powerOfTwo", n
         max_workspace = min(4 << 30, free // 4)
     settings = BenchSettings(numerics, repeat, warmup, max_workspace, min_sample_ms=min_sample_ms, timing=timing, prune_margin=prune_margin,
                              hopeless_factor=hopeless_factor, kernel_budget_s=kernel_budget_s,
-                             trust_estimate_ms=trust_estimate_ms, split_margin=split_margin)
+                             trust_estimate_ms=trust_estimate_ms, split_margin=split_margin,
+                             split_wrapped=split_wrapped)
     memo: dict[tuple[ConvProblem, str], KernelBench] = {}
     if channel_policy is None:
         from .. import config
@@ -145,54 +153,59 @@ def benchmark(kernels: Sequence[KernelSpec], batch_policy: str = "powerOfTwo", n
     steps = sum(len(micro_batch_sizes(batch_policy, k.problem.n)) * (1 + len(slices[k.problem])) for k in kernels)
     bar = _progress(progress, steps)
     out: list[KernelBench] = []
-    try:
-        workspace = cp.cuda.alloc(max_workspace) if max_workspace else None
-        ws_ptr = workspace.ptr if workspace is not None else 0
-        bufs: dict[ConvProblem, Buffers] = {}
-        for spec in kernels:
-            key = (spec.problem, spec.op)
-            if key in memo:
-                kb = memo[key]
-                out.append(KernelBench(spec.name, spec.op, spec.problem, kb.measurements, kb.skipped,
-                                       0.0))
-                bar.advance(len(micro_batch_sizes(batch_policy, spec.problem.n)) * (1 + len(slices[spec.problem])),
-                            spec.name)
-                continue
-            t0 = time.perf_counter()
-            measurements: list[Measurement] = []
-            settings.start_kernel(spec.problem, measurements)   # split dominance reads the rows so far (+= extends)
-            skipped: list[Skipped] = []
-            try:
-                if spec.problem not in bufs:
-                    bufs.clear()  # keep one problem's buffers alive at a time
-                    bufs[spec.problem] = Buffers(spec.problem)
-                buf = bufs[spec.problem]
-            except cp.cuda.memory.OutOfMemoryError as e:
-                skipped.append(Skipped(spec.problem.n, None, None, f"out of memory allocating tensors: {e}"))
-                buf = None
-            for mb in micro_batch_sizes(batch_policy, spec.problem.n):
-                if buf is not None:
-                    for src in sources:
-                        ms, sk = src.measure(spec.op, spec.problem.with_batch(mb), buf.operands(spec.op, mb),
-                                             ws_ptr, settings)
-                        measurements += [_tag(m, src.name) for m in ms]
-                        skipped += sk
-                bar.advance(1, spec.name)
-            for c in slices[spec.problem]:   # channel slices: the first c output channels, y as a strided view
+    with OVERLAP.activated(overlap_cpu):   # host work prepared during Find (sources.overlap)
+        try:
+            for src in sources:   # per-benchmark state (the graph source's reused heuristics lists)
+                if hasattr(src, "start_benchmark"):
+                    src.start_benchmark()
+            _prefetch(kernels, batch_policy, sources, settings)
+            workspace = cp.cuda.alloc(max_workspace) if max_workspace else None
+            ws_ptr = workspace.ptr if workspace is not None else 0
+            bufs: dict[ConvProblem, Buffers] = {}
+            for spec in kernels:
+                key = (spec.problem, spec.op)
+                if key in memo:
+                    kb = memo[key]
+                    out.append(KernelBench(spec.name, spec.op, spec.problem, kb.measurements, kb.skipped,
+                                           0.0))
+                    bar.advance(len(micro_batch_sizes(batch_policy, spec.problem.n)) * (1 + len(slices[spec.problem])),
+                                spec.name)
+                    continue
+                t0 = time.perf_counter()
+                measurements: list[Measurement] = []
+                settings.start_kernel(spec.problem, measurements)   # split dominance reads the rows so far (+= extends)
+                skipped: list[Skipped] = []
+                try:
+                    if spec.problem not in bufs:
+                        bufs.clear()  # keep one problem's buffers alive at a time
+                        bufs[spec.problem] = Buffers(spec.problem)
+                    buf = bufs[spec.problem]
+                except cp.cuda.memory.OutOfMemoryError as e:
+                    skipped.append(Skipped(spec.problem.n, None, None, f"out of memory allocating tensors: {e}"))
+                    buf = None
                 for mb in micro_batch_sizes(batch_policy, spec.problem.n):
                     if buf is not None:
-                        sub = spec.problem.with_batch(mb).with_channels(c)
-                        for src in slicing:
-                            ms, sk = src.measure(spec.op, sub, buf.operands(spec.op, mb), ws_ptr, settings)
-                            measurements += [_tag(m, src.name, c) for m in ms]
+                        for src in sources:
+                            ms, sk = src.measure(spec.op, spec.problem.with_batch(mb), buf.operands(spec.op, mb),
+                                                 ws_ptr, settings)
+                            measurements += [_tag(m, src.name) for m in ms]
                             skipped += sk
-                    bar.advance(1, f"{spec.name} k{c}")
-            cp.cuda.get_current_stream().synchronize()
-            kb = KernelBench(spec.name, spec.op, spec.problem, measurements, skipped, time.perf_counter() - t0)
-            memo[key] = kb
-            out.append(kb)
-    finally:
-        bar.close()
+                    bar.advance(1, spec.name)
+                for c in slices[spec.problem]:   # channel slices: the first c output channels, y as a strided view
+                    for mb in micro_batch_sizes(batch_policy, spec.problem.n):
+                        if buf is not None:
+                            sub = spec.problem.with_batch(mb).with_channels(c)
+                            for src in slicing:
+                                ms, sk = src.measure(spec.op, sub, buf.operands(spec.op, mb), ws_ptr, settings)
+                                measurements += [_tag(m, src.name, c) for m in ms]
+                                skipped += sk
+                        bar.advance(1, f"{spec.name} k{c}")
+                cp.cuda.get_current_stream().synchronize()
+                kb = KernelBench(spec.name, spec.op, spec.problem, measurements, skipped, time.perf_counter() - t0)
+                memo[key] = kb
+                out.append(kb)
+        finally:
+            bar.close()
     return BenchmarkTable(device_name(), cudnn.get_version(), out, numerics,
                           {"batch_policy": batch_policy, **({"channel_policy": channel_policy}
                                                             if channel_policy != "none" else {}),
@@ -202,7 +215,29 @@ def benchmark(kernels: Sequence[KernelSpec], batch_policy: str = "powerOfTwo", n
                            **{f"{s.name}_top_k": s.top_k for s in sources if getattr(s, "top_k", None)},
                            "pruning": {"prune_margin": prune_margin, "hopeless_factor": hopeless_factor,
                                        "kernel_budget_s": kernel_budget_s, "trust_estimate_ms": trust_estimate_ms,
-                                       "split_margin": split_margin}})
+                                       "split_margin": split_margin, "split_wrapped": split_wrapped}})
+
+
+def _prefetch(kernels: Sequence[KernelSpec], batch_policy: str, sources: Sequence[AlgorithmSource],
+              settings: BenchSettings) -> None:
+    """Queue every source's host preparation (``prefetch``, where a source has one) in the order the benchmark
+    loop will measure: kernel by kernel (each distinct (problem, op) once), micro-batch sizes ascending, sources in
+    order (fold's inner problems after the graph source's own).  The helper works through the queue inside Find's
+    windows; what it has not reached when needed runs inline (:mod:`ucudnn.measure.sources.overlap`)."""
+    if not OVERLAP.active:
+        return
+    hooks = [getattr(s, "prefetch", None) for s in sources]
+    if not any(hooks):
+        return
+    seen: set[tuple[ConvProblem, str]] = set()
+    for spec in kernels:
+        if (spec.problem, spec.op) in seen:
+            continue
+        seen.add((spec.problem, spec.op))
+        for mb in micro_batch_sizes(batch_policy, spec.problem.n):
+            for hook in hooks:
+                if hook is not None:
+                    hook(spec.op, spec.problem.with_batch(mb), settings)
 
 
 def _tag(m: Measurement, source: str, channels: int | None = None) -> Measurement:

@@ -45,8 +45,12 @@ def _group(m: Measurement) -> tuple:
 
 
 #: Sources that apply split dominance (``BenchSettings.split_margin``): legacy to its re-timing, graph to its quick
-#: sample and its median.  The wrappers (relayout, fold), mec and direct do not.
+#: sample and its median.  mec and direct do not.
 SPLIT_SOURCES = ("legacy", "graph")
+#: Wrappers whose rows split dominance weighs against the kernel's own rows (``BenchSettings.split_wrapped``): fold,
+#: whose wrapped estimate is a lower bound (``Wrapper.estimate_is_lower_bound``); relayout's is not, and it does not
+#: pass its inner sources the kernel's rows either.
+WRAPPER_SOURCES = ("fold",)
 
 
 def retime_cost_ms(t: float, settings: BenchSettings, stopped: bool = False) -> float:
@@ -93,7 +97,10 @@ def simulate(table: BenchmarkTable, settings: BenchSettings, estimate: str = "re
     Split dominance sees the rows kept so far, as the benchmark's sources see the kernel's rows so far
     (:meth:`BenchSettings.start_kernel`); before the quick sample (graph) it drops a row from the table, as
     the graph source leaves it unsampled, in the graph source's order (rows new at that size first, then by
-    their time at the largest smaller size).
+    their time at the largest smaller size).  With ``split_wrapped`` fold's rows meet the kernel's own reference at
+    their size: a row whose inner configuration (graph) had a time at a smaller size over the margin is dropped (its
+    inner sample skipped), any other over it on its first estimate keeps that estimate (the inner rows of the
+    folded problem are not in the table: their own splits are not modelled).
     """
     if estimate not in ESTIMATES:
         from ..errors import InputError
@@ -119,6 +126,19 @@ def simulate(table: BenchmarkTable, settings: BenchSettings, estimate: str = "re
                                                                order.get(g[0][1], len(order)), g[0][1:4])):
             top = group[1] in SPLIT_SOURCES and not group[2] and group[4] is None
             split = rules.split_reference(k.problem.with_batch(group[0])) if top else None
+            if group[1] in WRAPPER_SOURCES and group[4] is None and rules.split_wrapped:
+                outer = _wrapper_reference(rules, k.problem, kept, group[0], group[1])
+                if outer is not None and group[2] == "graph":   # the inner graph source's skip, before its sample
+                    survivors = []
+                    for m in ms:
+                        prev = _inner_previous(kept, m, group[0])
+                        if prev is not None and prev > outer.margin * outer.reference(m.workspace_bytes)[0]:
+                            out.counts["split-skipped"] = out.counts.get("split-skipped", 0) + 1
+                            out.retime_ms_unpruned += retime_cost_ms(m.time_ms, settings)
+                            continue
+                        survivors.append(m)
+                    ms = survivors
+                split = outer   # the wrapped timing
             if top and group[1] == "graph":   # the quick sample, and split dominance before it
                 if split is not None:
                     def lower_bound(m: Measurement) -> float:
@@ -166,6 +186,36 @@ def simulate(table: BenchmarkTable, settings: BenchSettings, estimate: str = "re
         kernels.append(KernelBench(k.name, k.op, k.problem, kept, k.skipped, k.benchmark_seconds))
     out.table = BenchmarkTable(table.device, table.cudnn_version, kernels, table.numerics, dict(table.extra))
     return out
+
+
+def _wrapper_reference(rules: BenchSettings, kernel, kept: list[Measurement], size: int, source: str):
+    """The kernel's own split reference at ``size`` as a wrapper (``source``) meets it: the rows kept so far but the
+    wrapper's own at ``size`` (a wrapper returns all its rows at a size at once)."""
+    if rules.split_margin is None:
+        return None
+    from .sources.base import SplitReference
+
+    rows = [m for m in kept if not (m.micro_batch == size and m.source == source)]
+    return SplitReference.of(rows, size, kernel.n, rules.split_margin)
+
+
+def _inner_previous(kept: list[Measurement], m: Measurement, size: int) -> float | None:
+    """A wrapper row's inner time at the largest smaller size it was kept at (the inner configuration's lower bound
+    at ``size``: the inner source's rows of the transformed problem are not in the table, the wrapped rows hold their
+    ``inner_time_ms``)."""
+    info = m.extra.get("fold") or m.extra.get("via") or {}
+    key = (m.source, str(m.algo), m.math_type, str(info.get("layout", "")), str(info.get("source", "")))
+    best: tuple[int, float] | None = None
+    for x in kept:
+        if x.micro_batch >= size or x.source != m.source:
+            continue
+        xi = x.extra.get("fold") or x.extra.get("via") or {}
+        if (x.source, str(x.algo), x.math_type, str(xi.get("layout", "")), str(xi.get("source", ""))) != key:
+            continue
+        t = xi.get("inner_time_ms")
+        if isinstance(t, (int, float)) and (best is None or x.micro_batch > best[0]):
+            best = (x.micro_batch, float(t))
+    return None if best is None else best[1]
 
 
 def _retimed(m: Measurement, t: float, how: str, why: str | None) -> Measurement:

@@ -80,6 +80,14 @@ class BenchSettings:
       never recorded with a made-up time); after the first sample (Find's time, the quick sample), whether it is
       re-timed (recorded with that sample, ``pruned = "split-dominated"``).  None: off.  Needs the kernel's
       measurements so far: :meth:`start_kernel`.
+    * ``split_wrapped`` — split dominance reaches the wrappers (fold, relayout; issue 16's fourth pass): a wrapped
+      step runs its inner configuration plus the wrapper's moves, so the inner configuration's time is a lower bound
+      of the wrapped row's, and the wrapped row's workspace is the inner one's plus the wrapper's operands.  So the
+      kernel's own reference at the size (:meth:`SplitReference.reference` within that workspace) also dominates,
+      by the same argument, (1) an inner configuration of the transformed problem, before its sample (its time at a
+      smaller size: not sampled) and after it (no median), and (2) a wrapped row whose inner time is over the margin
+      (not timed wrapped: recorded with the inner time, ``pruned = "split-dominated"``, which is below its real
+      time and still over the margin).  Off (False): the wrappers see only their inner rows' own splits.
 
     Defaults (issue 16) and what each costs, replayed on the recorded tables (``benchmarks/pruning_cost.py``):
     margin 1.5, early stop at 2x, trust from 2 ms, 3 samples of 0.5 ms: WR plans at 8/64/256 MiB within 1% of
@@ -87,7 +95,11 @@ class BenchSettings:
     FP32 and from 7.0 to about 0.6 on AlexNet FP16 NHWC.  Split dominance at 1.5 (issue 16's third pass): alone at
     most +0.58% on any replayed plan (+0.000% with exact estimates; at 1.0 +7.7%, at 1.25 +0.99%), and the graph
     source's modelled quick samples 6.0 -> 1.9 s on AlexNet FP32 strict with the default sources, 7.1 -> 2.9 s on
-    ResNet-50 FP32.  Measured end to end: ``benchmarks/bench_time.py`` (``benchmarks/results/bench_time-*.md``).
+    ResNet-50 FP32.  Split dominance on fold's rows (fourth pass, ``split_wrapped``): no replayed plan moves (worst
+    costs unchanged; +0.000% with exact estimates), modelled re-timing 2.67 -> 2.47 s on AlexNet FP32 strict; measured,
+    fold's own wall seconds (its wrapped timings) 1.91 -> 0.60 in one H100 run and 0.81 -> 0.57 / 1.08 in another
+    (``benchmarks/results/bench_time-p4r1-fp32.md``, ``-p4r2-fp32.md``: run-to-run noise).  Measured end to end:
+    ``benchmarks/bench_time.py`` (``benchmarks/results/bench_time-*.md``).
     """
 
     numerics: str
@@ -101,12 +113,17 @@ class BenchSettings:
     kernel_budget_s: float | None = 60.0
     trust_estimate_ms: float | None = 2.0
     split_margin: float | None = 1.5
+    split_wrapped: bool = True
     deadline: float | None = None  # time.perf_counter() at which this kernel's budget ends (start_kernel)
     # The kernel being benchmarked and its measurements so far (start_kernel): what split dominance compares with.
     kernel: ConvProblem | None = field(default=None, repr=False, compare=False)
     measured: list[Measurement] | None = field(default=None, repr=False, compare=False)
     # Wrappers' inner rows per transformed problem this kernel (for_inner), so split dominance works inside them.
     inner_rows: dict[tuple, list[Measurement]] = field(default_factory=dict, repr=False, compare=False)
+    # An inner source's settings (for_inner with the wrapper's workspace): the wrapping settings, and the bytes the
+    # wrapper adds to an inner configuration's workspace (split_wrapped).
+    outer: "BenchSettings | None" = field(default=None, repr=False, compare=False)
+    outer_extra: int = field(default=0, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         from ...errors import InputError
@@ -133,7 +150,8 @@ class BenchSettings:
         self.kernel, self.measured = problem, measured
         self.inner_rows = {}
 
-    def for_inner(self, problem: ConvProblem, key: object) -> "tuple[BenchSettings, list[Measurement] | None]":
+    def for_inner(self, problem: ConvProblem, key: object,
+                  extra_workspace: int | None = None) -> "tuple[BenchSettings, list[Measurement] | None]":
         """Settings for an inner source measuring a wrapper's transformed ``problem`` (fold's folded convolution,
         relayout's other layout) at this micro-batch, and the list its rows are to be added to (None: nothing
         to add; the settings are then these).
@@ -145,12 +163,19 @@ class BenchSettings:
         transformed problem is not sampled there either.  The wrapped step adds the wrapper's moves to each
         inner call (packs, transforms: about proportional to the micro-batch, plus a launch or two per call),
         which the margin covers as it covers the estimates' error.  Measured on an H100 (AlexNet b256 FP32
-        strict, default sources): the fold-wrapped conv1 kernels took 10.1 of the benchmark's 17.2 s."""
+        strict, default sources): the fold-wrapped conv1 kernels took 10.1 of the benchmark's 17.2 s.
+
+        ``extra_workspace``: the bytes the wrapper adds to each inner configuration's workspace.  Given (and
+        ``split_wrapped``), the inner settings' split references also hold the kernel's own reference at the size
+        (``split_wrapped`` in the class doc): the wrapped row, at least as slow as the inner configuration and needing
+        ``extra_workspace`` more, is what WR would weigh against the kernel's other rows."""
         if self.split_margin is None or self.kernel is None or self.measured is None:
             return self, None
         rows = self.inner_rows.setdefault((key, problem.with_batch(1)), [])
+        wrapped = extra_workspace is not None and self.split_wrapped
         inner = dataclasses.replace(self, kernel=problem.with_batch(self.kernel.n), measured=rows,
-                                    inner_rows=self.inner_rows)
+                                    inner_rows=self.inner_rows, outer=self if wrapped else None,
+                                    outer_extra=int(extra_workspace or 0) if wrapped else 0)
         return inner, rows
 
     def split_reference(self, problem: ConvProblem) -> "SplitReference | None":
@@ -161,7 +186,11 @@ class BenchSettings:
             return None
         if problem.with_batch(self.kernel.n) != self.kernel:
             return None
-        return SplitReference.of(self.measured, problem.n, self.kernel.n, self.split_margin)
+        ref = SplitReference.of(self.measured, problem.n, self.kernel.n, self.split_margin)
+        if self.outer is not None and self.outer.kernel is not None:   # a wrapper's inner source (split_wrapped)
+            ref.outer = self.outer.split_reference(self.outer.kernel.with_batch(problem.n))
+            ref.outer_extra = self.outer_extra
+        return ref
 
     def trusts(self, estimate_ms: float) -> bool:
         """The trust rule: an estimate this long is recorded as it is (``trust_estimate_ms``; False when off)."""
@@ -276,6 +305,10 @@ class SplitReference:
     same: list[Measurement]               # rows other sources recorded at size
     previous: dict[tuple, Measurement]    # identity -> its row at the largest smaller size
     _splits: dict[int, list[Measurement] | None] = field(default_factory=dict, repr=False)
+    # A wrapper's inner rows: the kernel's own reference at this size, and the bytes the wrapper adds to an inner
+    # configuration's workspace (BenchSettings.split_wrapped)
+    outer: "SplitReference | None" = field(default=None, repr=False)
+    outer_extra: int = 0
 
     @classmethod
     def of(cls, measured: Iterable[Measurement], size: int, batch: int, margin: float) -> "SplitReference":
@@ -313,7 +346,8 @@ class SplitReference:
 
     def reference(self, workspace: int, others: Iterable[tuple[float, int]] = ()) -> tuple[float, str]:
         """(ms, what): the fastest known way to run ``size`` samples within ``workspace``: the split, another
-        source's row at ``size``, or one of ``others`` (the caller's own (ms, workspace) at ``size``); inf: none."""
+        source's row at ``size``, or one of ``others`` (the caller's own (ms, workspace) at ``size``); for a wrapper's
+        inner rows also the kernel's own reference within ``workspace + outer_extra``; inf: none."""
         best, what = math.inf, "nothing fits"
         sp = self.split(workspace)
         if sp:
@@ -326,6 +360,10 @@ class SplitReference:
         for t, ws in others:
             if ws <= workspace and t < best:
                 best, what = t, "another configuration at this size"
+        if self.outer is not None:   # the wrapped row needs outer_extra more: the kernel's rows within that
+            t, how = self.outer.reference(workspace + self.outer_extra)
+            if t < best:
+                best, what = t, f"the kernel's {how}"
         return best, what
 
     def dominates(self, estimate_ms: float, workspace: int, others: Iterable[tuple[float, int]] = ()) -> bool:

@@ -118,6 +118,7 @@ class FoldSource(Wrapper):
 
     name = "fold"
     key = "fold"
+    estimate_is_lower_bound = True   # a fold row's estimate is its inner configuration's time: the step adds packs
 
     def __init__(self, inner: Sequence[AlgorithmSource | str] = ("legacy",), layouts: Sequence[str] = ("same", "other")):
         super().__init__(inner)
@@ -126,6 +127,20 @@ class FoldSource(Wrapper):
         self.layouts = tuple(layouts)
 
     # -- measuring ---------------------------------------------------------------------------
+    def prefetch(self, op: str, problem: ConvProblem, settings: BenchSettings) -> bool:
+        """Queue the inner sources' host preparation of the folded problems :meth:`measure` will ask them for
+        (:mod:`.overlap`; the graph source's ``prefetch``); False when nothing was queued."""
+        if fold_refusal(problem):
+            return False
+        queued = False
+        for which in self.layouts:
+            fp = folded_problem(problem, problem.layout if which == "same" else OTHER[problem.layout])
+            for inner in self.inner:
+                fn = getattr(inner, "prefetch", None)
+                if fn is not None and fn(op, fp, settings):
+                    queued = True
+        return queued
+
     def measure(self, op: str, problem: ConvProblem, ops: Operands, workspace: int,
                 settings: BenchSettings) -> tuple[list[Measurement], list[Skipped]]:
         why = fold_refusal(problem)
@@ -163,7 +178,7 @@ class FoldSource(Wrapper):
         skipped: list[Skipped] = []
         for inner in self.inner:
             what = f"fold into {layout} via {inner.name}"
-            ms, sk = self.measure_inner(inner, op, fp, inner_ops, workspace, settings)
+            ms, sk = self.measure_inner(inner, op, fp, inner_ops, workspace, settings, extra_ws)
             skipped += [Skipped(s.micro_batch, s.algo, s.math_type, f"{what}: {s.reason}") for s in sk]
             ms, dropped = _pareto(ms)
             if dropped:

@@ -31,7 +31,28 @@ a probe keeps only engines *with* the note and refuses every workspace, so
 its check either says "deselected" (note absent) or "workspace violation"
 (note present) without building anything.  Notes are a property of the
 engine (``CUDNN_ATTR_ENGINE_NUMERICAL_NOTE``), so they are probed once per
-(op, problem, engine id) and reused across micro-batch sizes.
+(op, problem, engine id) and reused across micro-batch sizes, and a probe
+graph holds the engine alone, made from its id (``create_execution_plan``)
+rather than through a heuristics query (issue 16: the queries made the probes
+6.1 of AlexNet FP16 NHWC's 33 benchmark seconds); where the frontend cannot
+tell that way, probe graphs lined up with the heuristics list answer.
+
+Host work ahead (issue 16): a configuration list's preparation (graph,
+heuristics, builds, note probes) is host-only, so the benchmark queues it on
+the overlap helper (:mod:`.overlap`, :meth:`GraphSource.prefetch`), which runs
+it while legacy's Find waits on the GPU; :meth:`GraphSource.measure` takes the
+result, or prepares inline what the helper has not reached.  Plans built there
+hold the helper's cuDNN handle and run with the caller's (the frontend's
+``execute_plan_at_index`` takes the handle to run with).
+
+Lists reused across sizes (issue 16, ``reuse_lists``): heuristic mode B's
+query is most of the heuristics' host time; where a kernel's list at the
+previous size was complete (nothing cut by ``top_k``), the next size asks the
+other modes only and makes every configuration the previous size admitted that
+they do not list from its engine id and knobs (``create_execution_plan``).
+A configuration that cannot be made so (a knob the frontend does not name)
+sends that size back to every mode; a plan measured so is rebuilt the same way
+where a later process's heuristics do not list it.
 
 Backward filter: the frontend builds wgrad with alpha = 1, beta = 0 and
 offers no way to accumulate.  A micro-batched filter gradient must sum over
@@ -78,7 +99,7 @@ import re
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Callable, Iterable, Sequence
 
@@ -100,6 +121,14 @@ NUMERIC_NOTES: tuple[str, ...] = ("TENSOR_CORE", "DOWN_CONVERT_INPUTS", "REDUCED
 #: Graph-API tensors' declared alignment (the frontend's default) and the uids of (a, b, out).
 ALIGNMENT = 16
 UIDS = (1, 2, 3)
+#: cudnnBackendKnobType_t names by number (cuDNN 9's cudnn_backend.h), to find the frontend's ``knob_type`` of a tag's
+#: knob; the frontend names only some of them (not USE_TEX, 3, for one).
+BACKEND_KNOBS: tuple[str, ...] = (
+    "SPLIT_K", "SWIZZLE", "TILE_SIZE", "USE_TEX", "EDGE", "KBLOCK", "LDGA", "LDGB", "CHUNK_K", "SPLIT_H", "WINO_TILE",
+    "MULTIPLY", "SPLIT_K_BUF", "TILEK", "STAGES", "REDUCTION_MODE", "CTA_SPLIT_K_MODE", "SPLIT_K_SLC", "IDX_MODE",
+    "SLICED", "SPLIT_RS", "SINGLEBUFFER", "LDGC", "SPECFILT", "KERNEL_CFG", "WORKSPACE", "TILE_CGA", "TILE_CGA_M",
+    "TILE_CGA_N", "BLOCK_SIZE", "OCCUPANCY", "ARRAY_SIZE_PER_THREAD", "NUM_C_PER_BLOCK", "SPLIT_COLS", "TILE_ROWS",
+    "TILE_COLS", "LOAD_SIZE")
 _TAG = re.compile(r"^eng(\d+)((?:_k\d+=-?\d+)*)$")
 _KNOB = re.compile(r"_k(\d+)=(-?\d+)")
 
@@ -310,6 +339,20 @@ class _Built:
     engine_bytes: int
 
 
+@dataclass
+class _Candidates:
+    """One size's configurations before timing (:meth:`GraphSource._candidates`): the heuristics' graph,
+    (index, identity, engine workspace, behavior notes, build ms, heuristic rank) per built one, numerical notes
+    per engine id, what was skipped, and each built configuration's plan (most in the heuristics' graph; one made
+    from its identity in a graph of its own)."""
+
+    graph: Any
+    built: list[tuple[int, "EngineIdentity", int, list[str], float, int]]
+    notes: dict[int, frozenset[str] | None]
+    skipped: list[Skipped]
+    plans: dict["EngineIdentity", _Built] = field(default_factory=dict)
+
+
 class GraphSource(Prepared):
     """Graph-API engine configurations (see module doc).
 
@@ -326,7 +369,8 @@ class GraphSource(Prepared):
                  quick_margin: float | None = None, runtime_compiled: bool = False, *,
                  fe: Any = None, handle_fn: Callable[[], int] | None = None,
                  timer: Callable[..., float] | None = None,
-                 blend: Callable[[str, ConvProblem, int, int, float, float], None] | None = None):
+                 blend: Callable[[str, ConvProblem, int, int, float, float], None] | None = None,
+                 prefetching: bool = True, fast_probe: bool = True, reuse_lists: bool = True):
         bad = [m for m in modes if m not in HEUR_MODES]
         if bad or not modes:
             raise InputError(f"heuristic modes must be among {', '.join(HEUR_MODES)}, got {list(modes)}", "modes")
@@ -338,6 +382,13 @@ class GraphSource(Prepared):
         self.top_k = top_k
         self.quick_margin = quick_margin
         self.runtime_compiled = runtime_compiled
+        self.prefetching = prefetching
+        self.fast_probe = fast_probe
+        self.reuse_lists = reuse_lists
+        # per kernel (op, problem at one sample, numerics, cap): whether its last list was complete, at which size,
+        # and the configurations it admitted (list reuse: _candidates; emptied by start_benchmark)
+        self._lists: dict[tuple, tuple[bool, int, list[tuple[EngineIdentity, list[str]]]]] = {}
+        self._knobs: dict[int, Any] | None = None
         self._fe = fe
         self._handle_fn = handle_fn
         self._timer = timer
@@ -345,10 +396,13 @@ class GraphSource(Prepared):
         self._plans: dict[tuple, _Built] = {}
         self._notes: dict[tuple, frozenset[str] | None] = {}
         self._accumulate_ms: dict[ConvProblem, float] = {}
+        self._executed: set[tuple] = set()   # (device, op, engine tag) run at least once (_quick)
         self._lock = threading.RLock()
         self.stats: dict[str, float] = {"heuristics_s": 0.0, "build_s": 0.0, "probe_s": 0.0, "time_s": 0.0,
                                         "configs_built": 0, "configs_timed": 0, "configs_quick_only": 0,
-                                        "configs_pruned": 0, "configs_split_skipped": 0, "configs_split_quick": 0}
+                                        "configs_pruned": 0, "configs_split_skipped": 0, "configs_split_quick": 0,
+                                        "prefetched": 0, "prefetch_errors": 0, "probe_graphs": 0,
+                                        "lists_full": 0, "lists_reused": 0, "configs_carried": 0}
 
     # -- plumbing ---------------------------------------------------------------------------------
     def _frontend(self) -> Any:
@@ -370,12 +424,21 @@ class GraphSource(Prepared):
             self._timer = time_ms
         return self._timer(fn, **kw)
 
-    def _quick(self, fn: Callable[[], None], settings: BenchSettings) -> float:
+    def _quick(self, fn: Callable[[], None], settings: BenchSettings, engine: Any = None) -> float:
         """The quick sample: one call timed after one untimed call, except that a first call already as long as
         ``settings.trust_estimate_ms`` is the sample itself (issue 16).  Why: on AlexNet b256 FP32 strict the
         graph source spent 11 of its 20 GPU seconds in quick samples, most of them in slow engines run twice at
-        the large micro-batches; the plan was built (kernels loaded) before, and a call that long is not
-        changed by warm-up beyond the noise the trust rule accepts (:class:`BenchSettings`)."""
+        the large micro-batches; a call that long is not changed by warm-up beyond the noise the trust rule
+        accepts (:class:`BenchSettings`).
+
+        Except an engine's first execution in this process (``engine``: its (device, op, tag)), which is run once
+        untimed first: it loads the engine's kernels (lazy module loading).  Measured on an H100: a 0.1 ms call
+        took 13.5 ms the first time, was trusted as the sample at n = 1, and as split dominance's lower bound
+        left the engine out at every larger size (AlexNet conv1 forward lost its best configuration, +16.7%).
+        The first size an engine appears at is usually the smallest, so the extra call is cheap."""
+        if engine is not None and engine not in self._executed:
+            fn()
+            self._executed.add(engine)
         first = self._time(fn, repeat=1, warmup=0, min_sample_ms=0.0)
         if settings.trusts(first):
             return first
@@ -419,32 +482,75 @@ class GraphSource(Prepared):
         g.build_operation_graph()
         return g
 
-    def _heuristics(self, g: Any) -> None:
+    def _heuristics(self, g: Any, modes: Sequence[str] | None = None) -> None:
         fe = self._frontend()
-        g.create_execution_plans([getattr(fe.heur_mode, m) for m in self.modes])
+        g.create_execution_plans([getattr(fe.heur_mode, m) for m in (self.modes if modes is None else modes)])
 
-    # -- measurement ------------------------------------------------------------------------------
-    def measure(self, op: str, problem: ConvProblem, ops: Operands, workspace: int,
-                settings: BenchSettings) -> tuple[list[Measurement], list[Skipped]]:
-        """Every engine configuration the heuristics offer at ``problem.n``, filtered by numerics, built and timed."""
-        mb = problem.n
+    def _knob_types(self) -> dict[int, Any]:
+        """cudnnBackendKnobType_t number -> the frontend's ``knob_type`` member, for the knobs the frontend names
+        (``create_execution_plan`` takes its own enum; a tag holds backend numbers)."""
+        if self._knobs is None:
+            kt = getattr(self._frontend(), "knob_type", None)
+            self._knobs = {n: getattr(kt, name) for n, name in enumerate(BACKEND_KNOBS)
+                           if name and kt is not None and hasattr(kt, name)}
+        return self._knobs
+
+    def _from_identity(self, op: str, problem: ConvProblem, ident: EngineIdentity,
+                       cap: int | None = None) -> tuple[Any, int] | str | None:
+        """A graph holding ``ident`` alone, made from its engine id and knobs (``create_execution_plan``: no
+        heuristics query) and built: (graph, workspace bytes); a refusal's reason (it does not build here); or None:
+        it cannot be made so (a knob the frontend does not name, no ``create_execution_plan``, or the plan made is
+        another configuration)."""
+        knobs = self._knob_types()
+        if any(k not in knobs for k, _ in ident.knobs):
+            return None
         try:
-            fe = self._frontend()
-        except GraphUnavailable as e:
-            return [], [Skipped(mb, None, None, f"graph source unavailable: {e}")]
-        numerics = num.normalize(settings.numerics, problem.dtype)
-        excluded = excluded_notes(numerics, problem.dtype)
-        scratch = scratch_bytes(op, problem)
-        cap = settings.max_workspace - (scratch + 256 if scratch else 0)
+            g = self.graph(op, problem)
+            if not hasattr(g, "create_execution_plan"):
+                return None
+            g.create_execution_plan(ident.engine_id, {knobs[k]: v for k, v in ident.knobs})
+            if EngineIdentity.parse_tag(g.get_plan_name_at_index(0)) != ident:
+                return None
+            if cap is not None:
+                g.deselect_workspace_greater_than(int(cap))
+        except Exception:  # noqa: BLE001 - cannot be made from its identity
+            return None
+        try:
+            g.build_plan_at_index(0)
+        except Exception as e:  # noqa: BLE001
+            return classify_failure(str(e))
+        return g, int(g.get_workspace_size_plan_at_index(0))
+
+    # -- the configurations to time: CPU only, possibly prepared ahead (overlap) ----------------------
+    def _candidates(self, op: str, problem: ConvProblem, numerics: str, excluded: tuple[str, ...],
+                    cap: int, full: bool = False) -> "_Candidates":
+        """The heuristics' configurations at ``problem.n`` under the numerics filter and workspace ``cap``, built in
+        heuristic order (``top_k``: the first k that build), with their engines' numerical notes.  Host work only
+        (no GPU call beyond plan builds), so it may run on the overlap helper (:meth:`prefetch`).
+
+        List reuse (``reuse_lists``, issue 16): where the previous size's list of the same kernel was complete (every
+        configuration it admitted built, none cut by ``top_k``), only the cheap heuristic modes are asked (all but
+        ``B``, whose query was 78% of the heuristics' host time on AlexNet b256 FP32 strict: 3.6 of 4.6 s), and every
+        configuration the previous size admitted that they do not list is made from its identity
+        (:meth:`_from_identity`).  Why: on AlexNet FP32 strict the admitted configurations are the same at every
+        size, and mode B's own (the fastest large-workspace engines) were each admitted at the next smaller size
+        too (``benchmarks/results/bench_time-*``).  ``full`` (or a configuration that cannot be made so, or more
+        than ``top_k``): every mode, as without reuse.  A truncated list (FP16 NHWC: the 12 of dozens) is never
+        reused: its order decides which 12."""
+        fe = self._frontend()
+        mb = problem.n
         skipped: list[Skipped] = []
-        if cap < 0:
-            return [], [Skipped(mb, None, None, "graph: the benchmark workspace cannot hold the accumulation buffer")]
+        list_key = (self._device(), op, problem.with_batch(1), numerics, int(cap))
+        cheap = tuple(m for m in self.modes if m != "B")
+        prev = None if full or not self.reuse_lists or cheap == self.modes or not cheap else self._lists.get(list_key)
+        reuse = prev is not None and prev[0] and prev[1] < mb   # complete, at a smaller size of this benchmark
         t0 = time.perf_counter()
         try:
             g = self.graph(op, problem)
-            self._heuristics(g)
+            self._heuristics(g, cheap if reuse else None)
         except Exception as e:  # noqa: BLE001 - the frontend raises its own types; nothing escapes measure()
-            return [], [Skipped(mb, None, None, f"graph: no engine configuration: {_first_line(e)}")]
+            why = f"graph: no engine configuration: {_first_line(e)}"
+            return _Candidates(None, [], {}, [Skipped(mb, None, None, why)])
         if excluded:
             g.deselect_numeric_notes([getattr(fe.numerical_note, n) for n in excluded])
         g.deselect_workspace_greater_than(int(cap))
@@ -454,7 +560,9 @@ class GraphSource(Prepared):
         count = g.get_execution_plan_count()
         seen: set[str] = set()
         built: list[tuple[int, EngineIdentity, int, list[str], float, int]] = []
+        plans: dict[EngineIdentity, _Built] = {}
         rank = -1
+        complete = True
         for i in range(count):
             name = g.get_plan_name_at_index(i)
             try:
@@ -468,6 +576,7 @@ class GraphSource(Prepared):
             rank += 1
             if self.top_k is not None and len(built) >= self.top_k:
                 self.stats["configs_pruned"] += 1
+                complete = False
                 continue
             behavior = [_name(b) for b in g.get_behavior_notes_for_plan_at_index(i)]
             if "RUNTIME_COMPILATION" in behavior and not self.runtime_compiled:
@@ -482,14 +591,111 @@ class GraphSource(Prepared):
             build_ms = (time.perf_counter() - t1) * 1e3
             self.stats["build_s"] += build_ms / 1e3
             self.stats["configs_built"] += 1
-            built.append((i, ident, int(g.get_workspace_size_plan_at_index(i)), behavior, build_ms, rank))
+            eng_ws = int(g.get_workspace_size_plan_at_index(i))
+            built.append((i, ident, eng_ws, behavior, build_ms, rank))
+            plans[ident] = _Built(g, i, eng_ws)
+        if reuse:   # the previous size's admitted configurations the cheap modes did not list
+            carried = [(ident, behavior) for ident, behavior in prev[2] if ident.tag not in seen]
+            if self.top_k is not None and len(built) + len(carried) > self.top_k:
+                return self._candidates(op, problem, numerics, excluded, cap, full=True)
+            for ident, behavior in carried:
+                t1 = time.perf_counter()
+                got = self._from_identity(op, problem, ident, cap)
+                if got is None:
+                    return self._candidates(op, problem, numerics, excluded, cap, full=True)
+                rank += 1
+                if isinstance(got, str):
+                    skipped.append(Skipped(mb, ident.tag, None, got))
+                    continue
+                build_ms = (time.perf_counter() - t1) * 1e3
+                self.stats["build_s"] += build_ms / 1e3
+                self.stats["configs_built"] += 1
+                self.stats["configs_carried"] += 1
+                built.append((-1 - len(built), ident, got[1], behavior, build_ms, rank))
+                plans[ident] = _Built(got[0], 0, got[1])
+        self.stats["lists_reused" if reuse else "lists_full"] += 1
+        self._lists[list_key] = (complete, mb, [(b[1], b[3]) for b in built])
         if not built:
-            return [], skipped
-
+            return _Candidates(g, [], {}, skipped)
         notes = self._engine_notes(op, problem, g, numerics, [b[1].engine_id for b in built], count)
+        return _Candidates(g, built, notes, skipped, plans)
+
+    def start_benchmark(self) -> None:
+        """A benchmark begins (:func:`ucudnn.measure.benchmark`): lists are reused within one benchmark only."""
+        self._lists.clear()
+
+    def _candidates_key(self, op: str, problem: ConvProblem, numerics: str, cap: int) -> tuple:
+        return ("graph", id(self), self._device(), op, problem, numerics, int(cap))
+
+    def prefetch(self, op: str, problem: ConvProblem, settings: BenchSettings) -> bool:
+        """Queue the preparation of ``problem``'s configurations (:meth:`_candidates`) on the overlap helper
+        (:mod:`.overlap`), to be taken by :meth:`measure`; False when nothing was queued (no benchmark active,
+        ``prefetch`` off, the frontend unavailable, already queued)."""
+        from .overlap import OVERLAP
+
+        if not self.prefetching or not OVERLAP.active:
+            return False
+        try:
+            self._frontend()
+        except GraphUnavailable:
+            return False
+        numerics = num.normalize(settings.numerics, problem.dtype)
+        excluded = excluded_notes(numerics, problem.dtype)
+        scratch = scratch_bytes(op, problem)
+        cap = settings.max_workspace - (scratch + 256 if scratch else 0)
+        if cap < 0:
+            return False
+        device = self._device()
+
+        def job() -> _Candidates:
+            try:
+                from cupy.cuda import Device
+            except Exception:  # noqa: BLE001 - no CuPy (fakes): one device
+                return self._candidates(op, problem, numerics, excluded, cap)
+            with Device(device):
+                return self._candidates(op, problem, numerics, excluded, cap)
+
+        return OVERLAP.submit(self._candidates_key(op, problem, numerics, cap), job)
+
+    def _taken(self, op: str, problem: ConvProblem, numerics: str, excluded: tuple[str, ...],
+               cap: int) -> "_Candidates":
+        """:meth:`_candidates`, from the overlap helper where :meth:`prefetch` queued it and it ran, else now."""
+        from .overlap import OVERLAP
+
+        try:
+            ok, got = OVERLAP.take(self._candidates_key(op, problem, numerics, cap))
+        except Exception:  # noqa: BLE001 - whatever went wrong on the helper, the inline preparation decides
+            ok, got = False, None
+            self.stats["prefetch_errors"] += 1
+        if ok:
+            self.stats["prefetched"] += 1
+            return got
+        return self._candidates(op, problem, numerics, excluded, cap)
+
+    # -- measurement ------------------------------------------------------------------------------
+    def measure(self, op: str, problem: ConvProblem, ops: Operands, workspace: int,
+                settings: BenchSettings) -> tuple[list[Measurement], list[Skipped]]:
+        """Every engine configuration the heuristics offer at ``problem.n``, filtered by numerics, built and timed."""
+        mb = problem.n
+        try:
+            self._frontend()
+        except GraphUnavailable as e:
+            return [], [Skipped(mb, None, None, f"graph source unavailable: {e}")]
+        numerics = num.normalize(settings.numerics, problem.dtype)
+        excluded = excluded_notes(numerics, problem.dtype)
+        scratch = scratch_bytes(op, problem)
+        cap = settings.max_workspace - (scratch + 256 if scratch else 0)
+        skipped: list[Skipped] = []
+        if cap < 0:
+            return [], [Skipped(mb, None, None, "graph: the benchmark workspace cannot hold the accumulation buffer")]
+        cands = self._taken(op, problem, numerics, excluded, cap)
+        skipped += cands.skipped
+        if cands.graph is None or not cands.built:
+            return [], skipped
+        g, built, notes = cands.graph, cands.built, cands.notes
         key0 = (self._device(), op)
         for i, ident, eng_ws, *_ in built:
-            self._plans[key0 + (problem, ident)] = _Built(g, i, eng_ws)
+            self._plans[key0 + (problem, ident)] = cands.plans.get(ident) or _Built(g, i, eng_ws)
 
         # time: one quick sample each, then (unless dominated by the margin) the full median
         measured: list[Measurement] = []
@@ -522,7 +728,7 @@ class GraphSource(Prepared):
             fn = self._runner(op, problem, cfg, ops, workspace, ws, beta)
             tq = time.perf_counter()
             try:
-                quick[i] = self._quick(fn, settings)
+                quick[i] = self._quick(fn, settings, (self._device(), op, ident.tag))
             except Exception as e:  # noqa: BLE001
                 skipped.append(Skipped(mb, ident.tag, None, f"graph execution failed: {_first_line(e)}"))
                 continue
@@ -596,6 +802,62 @@ class GraphSource(Prepared):
 
     def _probe(self, op: str, problem: ConvProblem, g: Any, numerics: str, engine_ids: list[int],
                count: int) -> dict[int, frozenset[str] | None]:
+        """Each engine's notes among :func:`probed_notes`: one engine per probe graph where the frontend builds a
+        plan from an engine id (:meth:`_probe_engines`), else, and for any engine that left unanswered, through
+        probe graphs lined up with ``g``'s heuristics list (:meth:`_probe_listed`)."""
+        out: dict[int, frozenset[str] | None] = {}
+        rest = list(engine_ids)
+        if self.fast_probe and hasattr(g, "create_execution_plan"):
+            out = {e: v for e, v in self._probe_engines(op, problem, numerics, rest).items() if v is not None}
+            rest = [e for e in rest if e not in out]
+        if rest:
+            out.update(self._probe_listed(op, problem, g, numerics, rest, count))
+        return out
+
+    def _probe_engines(self, op: str, problem: ConvProblem, numerics: str,
+                       engine_ids: list[int]) -> dict[int, frozenset[str] | None]:
+        """Notes per engine from probe graphs holding that engine alone (``create_execution_plan(id, {})``: no
+        heuristics query, which is what a lined-up probe costs: 39 ms a graph on AlexNet FP16 NHWC, four graphs a
+        probe, 6.1 of the benchmark's 33 s).  Numerical notes are the engine's (``CUDNN_ATTR_ENGINE_NUMERICAL_NOTE``,
+        read through the engine of the configuration), so the engine's default knobs tell the same as the
+        heuristics' ones; the filter and the refusal are the frontend's, as in :meth:`_probe_listed`.  One engine
+        per graph: the frontend re-reads every configuration's notes on each ``create_execution_plan`` and
+        appends them, so a second engine in one graph would be read against the first one's notes.  None for an
+        engine the probe cannot tell (the frontend refused to create it, or built it)."""
+        fe = self._frontend()
+        notes = probed_notes(numerics, problem.dtype)
+        out: dict[int, frozenset[str] | None] = {}
+        for e in engine_ids:
+            has: set[str] = set()
+            known = True
+            for note in notes:
+                try:
+                    p = self.graph(op, problem)
+                    p.create_execution_plan(e, {})
+                    p.select_numeric_notes([getattr(fe.numerical_note, note)])
+                    p.deselect_workspace_greater_than(-1)   # refuse everything that passes the note filter
+                except Exception:  # noqa: BLE001
+                    known = False
+                    break
+                self.stats["probe_graphs"] += 1
+                try:
+                    p.build_plan_at_index(0)
+                    known = False   # built: the workspace refusal did not happen; cannot tell
+                    break
+                except Exception as ex:  # noqa: BLE001
+                    msg = str(ex)
+                    if "workspace violation" in msg:
+                        has.add(note)
+                    elif "Deselecting execution plan" not in msg:
+                        known = False
+                        break
+            out[e] = frozenset(has) if known else None
+        return out
+
+    def _probe_listed(self, op: str, problem: ConvProblem, g: Any, numerics: str, engine_ids: list[int],
+                      count: int) -> dict[int, frozenset[str] | None]:
+        """Notes per engine from one probe graph per note, built through the same heuristics as ``g`` and lined up
+        with its list (module doc); None for every engine when the lists differ."""
         fe = self._frontend()
         names = [g.get_plan_name_at_index(i) for i in range(count)]
         first: dict[int, int] = {}
@@ -608,6 +870,7 @@ class GraphSource(Prepared):
         for note in probed_notes(numerics, problem.dtype):
             try:
                 p = self.graph(op, problem)
+                self.stats["probe_graphs"] += 1
                 self._heuristics(p)
                 if [p.get_plan_name_at_index(i) for i in range(p.get_execution_plan_count())] != names:
                     unknown |= set(first)   # a different list: cannot line the probe up; say nothing
@@ -671,6 +934,9 @@ class GraphSource(Prepared):
                 raise CudnnError("graph build_plan_at_index", -1, "GRAPH_PLAN_BUILD_FAILED",
                                  f"{ident.tag} at n={problem.n}: {_first_line(e)}") from None
             return _Built(g, i, int(g.get_workspace_size_plan_at_index(i)))
+        got = self._from_identity(op, problem, ident)   # e.g. measured as a reused list's carried configuration
+        if isinstance(got, tuple):
+            return _Built(got[0], 0, got[1])
         raise CudnnError("graph heuristics", -1, "GRAPH_ENGINE_NOT_FOUND",
                          f"{ident.tag} is not among the heuristics' configurations for {op} at n={problem.n} "
                          "(a table from another cuDNN version or device?)")

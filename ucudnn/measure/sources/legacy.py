@@ -20,6 +20,9 @@ smaller micro-batches measured before (split dominance,
 the re-timing only); one whose first sample is hopeless is recorded
 with that sample and ``extra["timed"] = "first-sample"``.  Re-timed ones carry
 ``extra["timed"] = "median"``.
+
+Find is the benchmark's window for host work (:mod:`.overlap`): while it runs, the overlap helper prepares
+other sources' configurations (the graph source's heuristics, builds and note probes).
 """
 from __future__ import annotations
 
@@ -30,6 +33,7 @@ from ...errors import CaptureError, CudnnError
 from ...planning.table import Measurement, Skipped
 from ...problem import ConvProblem
 from .base import BenchSettings, Launch, Operands, Prepared, Pruner, time_config, timed_beta
+from .overlap import OVERLAP
 
 
 class LegacySource(Prepared):
@@ -46,10 +50,11 @@ class LegacySource(Prepared):
         for desc_math in num.find_math_types(settings.numerics, problem.dtype):   # one Find can return several
             d = descriptors(problem, desc_math)
             a, b, out = d.operands(op)
+            requested = 2 * cudnn.get_algorithm_max_count(h, op)
             try:
-                results += cudnn.find_algorithm_ex(h, op, a, ops.a, b, ops.b, d.conv, out, ops.out,
-                                                   2 * cudnn.get_algorithm_max_count(h, op), workspace,
-                                                   settings.max_workspace)
+                with OVERLAP.window():   # Find waits on the GPU with the GIL released: other sources prepare meanwhile
+                    results += cudnn.find_algorithm_ex(h, op, a, ops.a, b, ops.b, d.conv, out, ops.out, requested,
+                                                       workspace, settings.max_workspace)
             except CudnnError as e:
                 skipped.append(Skipped(mb, None, desc_math, f"{e.call}: {e.status_name}"))
         allowed = set(num.allowed_math_types(settings.numerics, problem.dtype))

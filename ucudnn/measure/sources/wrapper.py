@@ -22,6 +22,14 @@ class Wrapper(Prepared):
 
     name: str
     key: str
+    #: Whether a wrapped configuration's first estimate (its ``time_ms`` before :meth:`time_steps`) is at most the
+    #: wrapped step's time, so that split dominance may decide on it (``BenchSettings.split_wrapped``): fold's is the inner
+    #: configuration's own time (the step adds packs to it); relayout's adds separately timed transforms, whose launches
+    #: overlap inside a step (measured 0.125 ms summed, 0.086 ms as one replayed step, AlexNet conv3 backward filter
+    #: n = 16), so it is not.  Its inner sources do not meet the kernel's rows either (it passes no
+    #: ``extra_workspace`` to :meth:`measure_inner`): replayed on the recorded relayout tables that cost a WR plan
+    #: 4.2% (an inner engine's outlier median at a smaller size, 1.8 ms where the wrapped step ran in 0.25 ms).
+    estimate_is_lower_bound: bool = False
 
     def __init__(self, inner: Sequence[AlgorithmSource | str] = ("legacy",)):
         self.inner = [registry.get(s) if isinstance(s, str) else s for s in inner]
@@ -29,11 +37,14 @@ class Wrapper(Prepared):
             raise ValueError(f"a {self.name} source cannot wrap itself")
 
     def measure_inner(self, inner: AlgorithmSource, op: str, problem: ConvProblem, ops: Operands, workspace: int,
-                      settings: BenchSettings) -> tuple[list[Measurement], list[Skipped]]:
+                      settings: BenchSettings,
+                      extra_workspace: int | None = None) -> tuple[list[Measurement], list[Skipped]]:
         """``inner``'s own measurement of the transformed ``problem`` (the folded convolution, the other layout),
         under split dominance against ``inner``'s rows of that problem at the smaller sizes
-        (:meth:`~ucudnn.measure.sources.base.BenchSettings.for_inner`), which it then joins."""
-        inner_settings, rows_so_far = settings.for_inner(problem, (self.name, inner.name))
+        (:meth:`~ucudnn.measure.sources.base.BenchSettings.for_inner`), which it then joins.  ``extra_workspace``: the
+        bytes this wrapper adds to each inner configuration's workspace; given, the kernel's own rows dominate too
+        (``BenchSettings.split_wrapped``)."""
+        inner_settings, rows_so_far = settings.for_inner(problem, (self.name, inner.name), extra_workspace)
         ms, sk = inner.measure(op, problem, ops, workspace, inner_settings)
         if rows_so_far is not None:
             rows_so_far += ms
@@ -45,21 +56,31 @@ class Wrapper(Prepared):
 
         A configuration's ``time_ms`` (the inner measurement, plus the transforms' for relayout) is its first
         estimate, as Find's time is for legacy: configurations are timed fastest estimate first; one dominated
-        by the estimates (:func:`~ucudnn.measure.sources.base.dominated`) or met past the kernel's budget keeps
-        its estimate (``"estimate"``), one whose first sample is hopeless keeps that (``"first-sample"``), the
-        rest get the median (``"median"``).  A configuration that cannot be captured gives its error."""
-        out: dict[int, tuple[float, str] | CaptureError] = {}
-        pruner = Pruner(settings)
+        by the estimates (:func:`~ucudnn.measure.sources.base.dominated`), over the split-dominance margin of the
+        kernel's own rows at this size (``BenchSettings.split_wrapped``, where :attr:`estimate_is_lower_bound`) or met
+        past the kernel's budget keeps its estimate (``"estimate"``), one whose first sample is
+        hopeless keeps that (``"first-sample"``), the rest get the median (``"median"``).  A configuration that
+        cannot be captured gives its error."""
+        return [got if isinstance(got, CaptureError) else got[:2]
+                for got in self._time_steps(op, problem, configs, ops, workspace, settings)]
+
+    def _time_steps(self, op: str, problem: ConvProblem, configs: Sequence[Measurement], ops: Operands,
+                    workspace: int, settings: BenchSettings) -> list[tuple[float, str, str | None] | CaptureError]:
+        """:meth:`time_steps` with why an estimate was kept (``Pruner.decide``'s reason; None when timed)."""
+        out: dict[int, tuple[float, str, str | None] | CaptureError] = {}
+        split = settings.split_reference(problem) if settings.split_wrapped and self.estimate_is_lower_bound else None
+        pruner = Pruner(settings, split=split)
         for i in sorted(range(len(configs)), key=lambda i: (configs[i].time_ms, configs[i].workspace_bytes)):
             cfg = configs[i]
             why = pruner.decide(cfg.time_ms, cfg.workspace_bytes)
             if why is not None:
                 pruner.record(cfg.time_ms, cfg.workspace_bytes, None, why)
-                out[i] = (cfg.time_ms, "estimate")
+                out[i] = (cfg.time_ms, "estimate", why)
                 continue
             try:
-                out[i] = pruner.retime(lambda give_up: self.time_step(op, problem, cfg, ops, workspace, settings,
-                                                                     give_up), cfg.time_ms, cfg.workspace_bytes)
+                out[i] = (*pruner.retime(lambda give_up: self.time_step(op, problem, cfg, ops, workspace, settings,
+                                                                        give_up), cfg.time_ms, cfg.workspace_bytes),
+                          None)
             except CaptureError as e:
                 out[i] = e
         return [out[i] for i in range(len(configs))]
@@ -74,13 +95,13 @@ class Wrapper(Prepared):
             return list(configs), []
         rows: list[Measurement] = []
         skipped: list[Skipped] = []
-        for cfg, got in zip(configs, self.time_steps(op, problem, configs, ops, workspace, settings)):
+        for cfg, got in zip(configs, self._time_steps(op, problem, configs, ops, workspace, settings)):
             if isinstance(got, CaptureError):
                 skipped.append(Skipped(cfg.micro_batch, cfg.algo, cfg.math_type, f"{what}: {got}"))
                 continue
-            t, how = got
+            t, how, why = got
             rows.append(Measurement(cfg.micro_batch, cfg.algo, cfg.math_type, t, cfg.workspace_bytes, self.name,
-                                    cfg.engine, {**extra(cfg), "timed": how}))
+                                    cfg.engine, {**extra(cfg), "timed": how, **({"pruned": why} if why else {})}))
         return rows, skipped
 
     def time_step(self, op: str, problem: ConvProblem, config: Measurement, ops: Operands, workspace: int,
