@@ -43,7 +43,6 @@ def _cupy_on_torch_stream(fn):
 
 def case(name: str, dtype: str, batch: int, args) -> dict:
     import cupy as cp
-    import numpy as np
     import torch
     import torchvision
     from fused_blocks import calls_ms, compile_case, graph_ms

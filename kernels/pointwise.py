@@ -149,7 +149,7 @@ def tuned(block: Block, dtype: str, layout: str, x_shape: Sequence[int],
     return best
 
 
-# ---- the kernel's arithmetic in NumPy ---------------------------------------------------------------------------------
+# ---- the kernel's arithmetic in NumPy -------------------------------------------------------------------------------
 def _act(v: np.ndarray, name: str) -> np.ndarray:
     if name == "relu":
         return np.maximum(v, 0)

@@ -298,9 +298,10 @@ def test_mobilenet_v2_relu6_blocks_match_cudnn_per_layer_and_float64(block, dtyp
         assert rel_err(got, cudnn) < TOL_CUDNN[dtype], (n, tiling)
 
 
-# ---- tensor-core chains of 1x1 convolutions (kernels/pointwise.cu) ------------------------------------------------------
+# ---- tensor-core chains of 1x1 convolutions (kernels/pointwise.cu) ---------------------------------------------------
 CHAINS = [F.SEED_BLOCKS["c.1"],
-          F.Block("c.1-no-mrelu", "merge", 32, (F.ConvLayer(48, 1, relu=True), F.ConvLayer(48, 1, relu6=True, relu=False),
+          F.Block("c.1-no-mrelu", "merge", 32, (F.ConvLayer(48, 1, relu=True),
+                                                F.ConvLayer(48, 1, relu6=True, relu=False),
                                                 F.ConvLayer(16, 1, relu=False, bias=False))),
           F.Block("expand-project", "straight", 32, (F.ConvLayer(192, 1, relu6=True, relu=False),
                                                      F.ConvLayer(32, 1, relu=False)))]
