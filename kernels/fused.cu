@@ -133,6 +133,35 @@ template <class L> __host__ __device__ constexpr int weight_vector() {
     return L::RS == 1 ? (L::CG % 4 == 0 ? 4 : L::CG % 2 == 0 ? 2 : 1) : 1;
 }
 
+// acc[u][kt] += sum over the CG input channels c of x_at(c, u) * w(kt, c): a 1x1 layer whose KT filters read the same
+// input channels (wk: the first filter's weights), WV weights of each filter per vector load (a broadcast across the
+// warp).  x_at(c, u) is pixel u's value of input channel c: from global memory (producers) or from the intermediate
+// in shared memory (consumers).
+template <typename T, int PX, int KT, int CG, int WV, typename XAt>
+__device__ __forceinline__ void reduce_1x1(float (&acc)[PX][KT], const T* __restrict__ wk, XAt x_at) {
+#pragma unroll 1
+    for (int cc = 0; cc < CG; cc += WV) {
+        float wv[KT][WV];
+#pragma unroll
+        for (int kt = 0; kt < KT; ++kt) {
+            Pack<T, WV> pk;
+            pk.load(wk + kt * CG + cc);
+#pragma unroll
+            for (int v = 0; v < WV; ++v) wv[kt][v] = to_float(pk.e[v]);
+        }
+#pragma unroll
+        for (int v = 0; v < WV; ++v) {
+            float xv[PX];
+#pragma unroll
+            for (int u = 0; u < PX; ++u) xv[u] = x_at(cc + v, u);
+#pragma unroll
+            for (int u = 0; u < PX; ++u)
+#pragma unroll
+                for (int kt = 0; kt < KT; ++kt) acc[u][kt] = fmaf(xv[u], wv[kt][v], acc[u][kt]);
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 // Producer reduction: acc[u][kt] += sum over layer L's window of x(c, hb[u] + i, wb[u] + j) * w(k0 + kt, c, i, j),
 // x read from global memory (zero outside the input plane).
@@ -154,28 +183,9 @@ __device__ __forceinline__ void reduce_global(float (&acc)[PX][KT], const T* __r
         if constexpr (SHARED) {
             constexpr int WV = weight_vector<L>();
             const T* xg = xn + (long long)(k0 / KG) * CG * cs;
-            const T* wk = w + (long long)k0 * CG;
-#pragma unroll 1
-            for (int cc = 0; cc < CG; cc += WV) {
-                float wv[KT][WV];
-#pragma unroll
-                for (int kt = 0; kt < KT; ++kt) {
-                    Pack<T, WV> pk;
-                    pk.load(wk + kt * CG + cc);
-#pragma unroll
-                    for (int v = 0; v < WV; ++v) wv[kt][v] = to_float(pk.e[v]);
-                }
-#pragma unroll
-                for (int v = 0; v < WV; ++v) {
-                    float xv[PX];
-#pragma unroll
-                    for (int u = 0; u < PX; ++u) xv[u] = ok[u] ? to_float(xg[(cc + v) * cs + off[u]]) : 0.f;
-#pragma unroll
-                    for (int u = 0; u < PX; ++u)
-#pragma unroll
-                        for (int kt = 0; kt < KT; ++kt) acc[u][kt] = fmaf(xv[u], wv[kt][v], acc[u][kt]);
-                }
-            }
+            reduce_1x1<T, PX, KT, CG, WV>(acc, w + (long long)k0 * CG, [&](int c, int u) {
+                return ok[u] ? to_float(xg[c * cs + off[u]]) : 0.f;
+            });
         } else {
 #pragma unroll 1
             for (int cc = 0; cc < CG; ++cc) {
@@ -257,28 +267,9 @@ __device__ __forceinline__ void reduce_smem(float (&acc)[PX][KT], const float* _
     } else if constexpr (RS == 1 && SHARED) {
         constexpr int WV = weight_vector<L>();
         const float* mg = mid + (k0 / KG) * CG * MPLANE;
-        const T* wk = w + (long long)k0 * CG;
-#pragma unroll 1
-        for (int cc = 0; cc < CG; cc += WV) {
-            float wv[KT][WV];
-#pragma unroll
-            for (int kt = 0; kt < KT; ++kt) {
-                Pack<T, WV> pk;
-                pk.load(wk + kt * CG + cc);
-#pragma unroll
-                for (int v = 0; v < WV; ++v) wv[kt][v] = to_float(pk.e[v]);
-            }
-#pragma unroll
-            for (int v = 0; v < WV; ++v) {
-                float xv[PX];
-#pragma unroll
-                for (int u = 0; u < PX; ++u) xv[u] = mg[(cc + v) * MPLANE + base[u]];
-#pragma unroll
-                for (int u = 0; u < PX; ++u)
-#pragma unroll
-                    for (int kt = 0; kt < KT; ++kt) acc[u][kt] = fmaf(xv[u], wv[kt][v], acc[u][kt]);
-            }
-        }
+        reduce_1x1<T, PX, KT, CG, WV>(acc, w + (long long)k0 * CG, [&](int c, int u) {
+            return mg[c * MPLANE + base[u]];
+        });
     } else {
 #pragma unroll 1
         for (int cc = 0; cc < CG; ++cc) {

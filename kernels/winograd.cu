@@ -85,6 +85,24 @@ __global__ void __launch_bounds__(256) wino_filter(const T* __restrict__ w, floa
     for (int xi = 0; xi < 36; ++xi) U[xi * plane + idx] = u[xi];
 }
 
+// Thread idx's (channel, tile) of a transform over C channels x T_ tiles (channel-minor when CMINOR: idx = t * C + c,
+// else idx = c * T_ + t), the tile numbered from t0 over the whole call and split into (sample, tile row, tile column)
+// of a TH x TW tile grid.
+struct WinoTile {
+    int ch, n, th, tw;
+};
+
+template <bool CMINOR>
+__device__ __forceinline__ WinoTile wino_tile(int idx, int C, int T_, int t0, int TH, int TW) {
+    int c, t;
+    if (CMINOR) { t = idx / C; c = idx - t * C; }
+    else { c = idx / T_; t = idx - c * T_; }
+    const int g = t0 + t;   // the tile's index over the whole call
+    const int tw = g % TW, nt = g / TW;
+    const int th = nt % TH, n = nt / TH;
+    return {c, n, th, tw};
+}
+
 template <typename T, bool CMINOR>
 __global__ void __launch_bounds__(256) wino_input(const T* __restrict__ x, float* __restrict__ V, int Ci, int T_,
                                                   int t0, int TH, int TW, int Hi, int Wi, int PH, int PW, long long sn,
@@ -92,12 +110,8 @@ __global__ void __launch_bounds__(256) wino_input(const T* __restrict__ x, float
 {
     const int idx = blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= Ci * T_) return;
-    int c, t;
-    if (CMINOR) { t = idx / Ci; c = idx - t * Ci; }
-    else { c = idx / T_; t = idx - c * T_; }
-    const int g = t0 + t;   // the tile's index over the whole call
-    const int tw = g % TW, nt = g / TW;
-    const int th = nt % TH, n = nt / TH;
+    const WinoTile at = wino_tile<CMINOR>(idx, Ci, T_, t0, TH, TW);
+    const int c = at.ch, n = at.n, th = at.th, tw = at.tw;
     const int h0 = 4 * th - PH, w0 = 4 * tw - PW;
     const T* base = x + (long long)n * sn + (long long)c * sc;
     float d[36], tmp[36];
@@ -127,12 +141,8 @@ __global__ void __launch_bounds__(256) wino_output(const float* __restrict__ M, 
 {
     const int idx = blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= Co * T_) return;
-    int k, t;
-    if (CMINOR) { t = idx / Co; k = idx - t * Co; }
-    else { k = idx / T_; t = idx - k * T_; }
-    const int g = t0 + t;   // the tile's index over the whole call
-    const int tw = g % TW, nt = g / TW;
-    const int th = nt % TH, n = nt / TH;
+    const WinoTile at = wino_tile<CMINOR>(idx, Co, T_, t0, TH, TW);
+    const int k = at.ch, n = at.n, th = at.th, tw = at.tw;
     const long long plane = (long long)Co * T_;
     float m[36], tmp[24], o[16];
 #pragma unroll
