@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from cudnn_reference import undivided
 
 from ucudnn.problem import ConvProblem, KernelSpec
 
@@ -51,15 +52,6 @@ def _sliced_plan(problem, op, source):
     return KernelPlan(f"test/{op}", op, problem, configs)
 
 
-def _undivided(problem, op, a, b, out, alpha, beta):
-    from ucudnn.binding import cudnn
-    from ucudnn.binding.gpu import descriptors, handle
-
-    d = descriptors(problem, "FMA" if problem.dtype == "float32" else "DEFAULT")
-    da, db, do = d.operands(op)
-    cudnn.convolution(handle(), op, alpha, da, a.data.ptr, db, b.data.ptr, d.conv, 0, 0, 0, beta, do, out.data.ptr)
-
-
 @pytest.mark.parametrize("source", ["legacy", "graph"])
 @pytest.mark.parametrize("op", ["forward", "backward_data", "backward_filter"])
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -81,7 +73,7 @@ def test_a_channel_sliced_plan_equals_undivided_cudnn(case, op, source, replay):
     start = rng.standard_normal(out.shape, dtype="float32").astype(out.dtype)
     alpha, beta = 0.75, 0.5
     ref = start.copy()
-    _undivided(problem, op, a, b, ref, alpha, beta)
+    undivided(problem, op, a, b, ref, alpha, beta)
     got = start.copy()
     ex = Executor(plan, replay=replay)
     for _ in range(2 if replay else 1):   # replay: the second call replays the captured graph

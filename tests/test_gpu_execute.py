@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from cudnn_reference import undivided
 
 from ucudnn.problem import ConvProblem
 
@@ -65,17 +66,6 @@ def _tagged(m, name):
     return Measurement(m.micro_batch, m.algo, m.math_type, m.time_ms, m.workspace_bytes, name, m.engine, m.extra)
 
 
-def _undivided(problem, op, a, b, out, alpha=1.0, beta=0.0):
-    """One cuDNN call over the whole batch with algorithm 0 (needs no workspace) — the reference."""
-    from ucudnn.binding import cudnn
-    from ucudnn.binding.gpu import descriptors, handle
-
-    d = descriptors(problem, "FMA" if problem.dtype == "float32" else "DEFAULT")
-    da, db, do = d.operands(op)
-    cudnn.convolution(handle(), op, alpha, da, a.data.ptr, db, b.data.ptr, d.conv, 0, 0, 0, beta, do, out.data.ptr)
-    return out
-
-
 def _conv_ref_nchw(x, w, p: ConvProblem):
     """float64 direct convolution (cross-correlation), NCHW, for forward checks."""
     x = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (p.pad[0],) * 2, (p.pad[1],) * 2))
@@ -125,7 +115,7 @@ def _run_and_reference(plan, seed: int, exact_workspace: bool = False):
         ex(a, b, out, workspace=cp.cuda.alloc(max(ex.workspace_bytes, 1)), workspace_bytes=ex.workspace_bytes)
     else:
         ex(a, b, out)
-    return out, _undivided(problem, op, a, b, cp.empty_like(out))
+    return out, undivided(problem, op, a, b, cp.empty_like(out))
 
 
 @pytest.mark.parametrize("op", ["forward", "backward_data", "backward_filter"])
@@ -170,7 +160,7 @@ def test_backward_filter_accumulates_with_callers_alpha_beta(name, via):
     dw0 = cp.random.default_rng(4).standard_normal(w.shape, dtype="float32")
     out = dw0.copy()
     Executor(plan)(x, dy, out, alpha=0.5, beta=2.0)
-    ref = _undivided(problem, "backward_filter", x, dy, dw0.copy(), alpha=0.5, beta=2.0)
+    ref = undivided(problem, "backward_filter", x, dy, dw0.copy(), alpha=0.5, beta=2.0)
     assert rel_err(out.get(), ref.get()) < TOL["float32"]
 
 
@@ -235,7 +225,7 @@ def test_api_plans_once_then_serves_from_the_cache(tmp_path, monkeypatch):
     w = cp.random.default_rng(1).standard_normal((16, 8, 3, 3), dtype="float32")
     y = ucudnn.conv2d_forward(x, w, padding=1, workspace_limit="1MiB", batch_policy="powerOfTwo")
     p = ConvProblem(24, 8, 16, 16, 16, 3, 3, pad=(1, 1))
-    ref = _undivided(p, "forward", x, w, cp.empty_like(y))
+    ref = undivided(p, "forward", x, w, cp.empty_like(y))
     assert rel_err(y.get(), ref.get()) < TOL["float32"]
     plan = ucudnn.get_plan(p, "forward", workspace_limit="1MiB", batch_policy="powerOfTwo")
     assert plan.workspace_bytes <= 1 << 20 and plan.batch == 24
@@ -279,7 +269,7 @@ def test_network_plan_runs_every_kernel_in_its_own_arena_segment():
         a, b = {"forward": (x, w), "backward_data": (w, dy), "backward_filter": (x, dy)}[spec.op]
         shape = {"forward": dy.shape, "backward_data": x.shape, "backward_filter": w.shape}[spec.op]
         out = net(spec.name, a, b, cp.full(shape, cp.nan, dtype=x.dtype))
-        ref = _undivided(spec.problem, spec.op, a, b, cp.empty(shape, dtype=x.dtype))
+        ref = undivided(spec.problem, spec.op, a, b, cp.empty(shape, dtype=x.dtype))
         assert rel_err(out.get(), ref.get()) < TOL["float32"], spec.name
 
 
@@ -310,7 +300,7 @@ def test_independent_kernels_run_concurrently_on_separate_streams_in_disjoint_se
         stream.synchronize()
     for s in specs:
         x, w, _ = inputs[s.name]
-        ref = _undivided(s.problem, "forward", x, w, cp.empty(s.problem.y_shape(), dtype="float32"))
+        ref = undivided(s.problem, "forward", x, w, cp.empty(s.problem.y_shape(), dtype="float32"))
         assert rel_err(outs[s.name].get(), ref.get()) < TOL["float32"], s.name
 
 
@@ -389,7 +379,7 @@ def _captured_error(plan, seed: int, replays: int = 1) -> float:
         for _ in range(replays):   # backward filter: the first step overwrites, so replays do not accumulate
             graph.launch(stream)
         stream.synchronize()
-    ref = _undivided(problem, op, a, b, cp.empty_like(out))
+    ref = undivided(problem, op, a, b, cp.empty_like(out))
     return rel_err(out.get(), ref.get())
 
 
@@ -412,7 +402,7 @@ def test_a_replaying_executor_captures_once_and_follows_new_input_values(op, via
     for i in range(3):
         a[...] = cp.random.default_rng(i).standard_normal(a.shape, dtype="float32").astype(a.dtype)
         ex(a, b, out, workspace=ws)
-        ref = _undivided(problem, op, a, b, cp.empty_like(out))
+        ref = undivided(problem, op, a, b, cp.empty_like(out))
         assert rel_err(out.get(), ref.get()) < TOL[problem.dtype], f"call {i}"
     assert ex.replay_failures == [] and len(ex._graphs) == 1
 
@@ -494,5 +484,5 @@ def test_fold_into_the_other_layout_applies_the_callers_alpha_and_beta(op):
     old = cp.random.default_rng(6).standard_normal(problem.operand_shapes(op)[2], dtype="float32")
     out = old.copy()
     Executor(plan)(a, b, out, alpha=0.5, beta=2.0)
-    ref = _undivided(problem, op, a, b, old.copy(), alpha=0.5, beta=2.0)
+    ref = undivided(problem, op, a, b, old.copy(), alpha=0.5, beta=2.0)
     assert rel_err(out.get(), ref.get()) < TOL["float32"]

@@ -15,7 +15,8 @@ from ucudnn.problem import ConvProblem
 
 pytestmark = pytest.mark.gpu
 
-from test_gpu_execute import _conv_ref_nchw, _run_and_reference, _tensors, _undivided, rel_err  # noqa: E402
+from cudnn_reference import undivided  # noqa: E402
+from test_gpu_execute import _conv_ref_nchw, _run_and_reference, _tensors, rel_err  # noqa: E402
 
 
 def _frontend_or_skip():
@@ -100,7 +101,7 @@ def test_graph_backward_filter_accumulates_with_callers_alpha_beta():
     dw0 = cp.random.default_rng(4).standard_normal(w.shape, dtype="float32")
     out = dw0.copy()
     Executor(plan)(x, dy, out, alpha=0.5, beta=2.0)
-    ref = _undivided(problem, "backward_filter", x, dy, dw0.copy(), alpha=0.5, beta=2.0)
+    ref = undivided(problem, "backward_filter", x, dy, dw0.copy(), alpha=0.5, beta=2.0)
     assert rel_err(out.get(), ref.get()) < TOL[numerics]
 
 
@@ -161,6 +162,6 @@ def test_a_legacy_plus_graph_table_plans_and_executes():
         shape = {"forward": dy.shape, "backward_data": x.shape, "backward_filter": w.shape}[kp.op]
         out = cp.full(shape, cp.nan, dtype=x.dtype)
         Executor(kp)(a, b, out)
-        ref = _undivided(p, kp.op, a, b, cp.empty(shape, dtype=x.dtype))
+        ref = undivided(p, kp.op, a, b, cp.empty(shape, dtype=x.dtype))
         assert rel_err(out.get(), ref.get()) < 2e-5, kp.summary()
     assert np.isfinite(pl.total_time_ms)

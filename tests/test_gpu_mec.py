@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from cudnn_reference import undivided
 from test_mec import direct_backward_data, direct_backward_filter, direct_forward
 from ucudnn.kernels.mec import VARIANTS, MecGeometry, program, refusal
 
@@ -107,16 +108,10 @@ def test_alpha_and_beta_scale_and_accumulate(op, variant):
 def test_matches_undivided_cudnn(name, op):
     import cupy as cp
 
-    from ucudnn.binding import cudnn
-    from ucudnn.binding.gpu import descriptors, handle
-
     problem = CASES[name]
     x, w, dy = _host(problem, 5)
     a, b = (cp.asarray(t) for t in _operands(op, x, w, dy))
-    d = descriptors(problem, "FMA")
-    da, db, do = d.operands(op)
-    ref = cp.empty(problem.operand_shapes(op)[2], cp.float32)
-    cudnn.convolution(handle(), op, 1.0, da, a.data.ptr, db, b.data.ptr, d.conv, 0, 0, 0, 0.0, do, ref.data.ptr)
+    ref = undivided(problem, op, a, b, cp.empty(problem.operand_shapes(op)[2], cp.float32))
     got, _ = _launch_once(problem, op, "A", seed=5)
     _close(got, ref.get().astype(np.float64), "float32", f"{name} {op} vs cuDNN")
 
