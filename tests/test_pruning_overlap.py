@@ -18,7 +18,7 @@ from test_graph_source import OPS, WS, Cfg, FakeFrontend, FakeGraph, Timer, sett
 
 from ucudnn.measure import pruning
 from ucudnn.measure.sources import graph as G
-from ucudnn.measure.sources.base import BenchSettings, Operands, SplitReference
+from ucudnn.measure.sources.base import BenchSettings, Operands
 from ucudnn.measure.sources.overlap import Overlap
 from ucudnn.planning.table import BenchmarkTable, KernelBench, Measurement
 from ucudnn.problem import ConvProblem

@@ -133,11 +133,8 @@ class EpilogueConv:
     def __call__(self, x: Any, w: Any, b: Any, y: Any, workspace: Any = None) -> None:
         from ..binding.gpu import handle
 
-        pack = {UID_X: _ptr(x), UID_W: _ptr(w), UID_Y: _ptr(y)}
-        if self.bias:
-            pack[UID_B] = _ptr(b)
-        self.graph.execute_plan_at_index(pack, 0 if workspace is None else _ptr(workspace), self.index,
-                                         handle=handle())
+        self.graph.execute_plan_at_index(_pack(x, w, b if self.bias else None, y),
+                                         0 if workspace is None else _ptr(workspace), self.index, handle=handle())
 
 
 def tune(problem: ConvProblem, bias: bool, act: str | None, numerics: str | None, workspace_limit: int,
@@ -180,9 +177,7 @@ def tune(problem: ConvProblem, bias: bool, act: str | None, numerics: str | None
         built += 1
         ws_bytes = int(g.get_workspace_size_plan_at_index(i))
         ws = cp.empty(max(ws_bytes, 1), dtype=cp.uint8)
-        pack = {UID_X: _ptr(x), UID_W: _ptr(w), UID_Y: _ptr(y)}
-        if bias:
-            pack[UID_B] = _ptr(b)
+        pack = _pack(x, w, b if bias else None, y)
 
         def run(i: int = i, pack: dict = pack, ws: Any = ws) -> None:
             from ..binding.gpu import handle
@@ -199,6 +194,14 @@ def tune(problem: ConvProblem, bias: bool, act: str | None, numerics: str | None
     why = (f"{count} offered, {built} built, {timed} timed in {time.perf_counter() - t0:.1f} s"
            + (f"; failures: {'; '.join(sorted(set(failures))[:3])}" if failures else ""))
     return best, why
+
+
+def _pack(x: Any, w: Any, b: Any, y: Any) -> dict[int, int]:
+    """The graph's variant pack: device pointers by tensor uid (the bias only where there is one)."""
+    pack = {UID_X: _ptr(x), UID_W: _ptr(w), UID_Y: _ptr(y)}
+    if b is not None:
+        pack[UID_B] = _ptr(b)
+    return pack
 
 
 def _ptr(a: Any) -> int:

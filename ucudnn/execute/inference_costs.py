@@ -95,8 +95,9 @@ def measure_costs(network: Network, batch: int, dtype: str = "float32", *, works
         if nbytes and (ws_holder[0] is None or ws_holder[0].nbytes < nbytes):
             ws_holder[0] = cp.empty(nbytes, dtype=cp.uint8)
 
-    def epilogue(key: str, n: dict[str, Any], problem: Any, lo: str, x: Any, w: tuple[Any, Any], out: Any) -> None:
-        """Tune cuDNN's fused conv + bias + activation of one conv (node or merged) into costs.epilogues."""
+    def epilogue(key: str, n: dict[str, Any], problem: Any, lo: str, operands: Callable[[], tuple]) -> None:
+        """Tune cuDNN's fused conv + bias + activation of one conv (node or merged) into costs.epilogues;
+        ``operands()`` gives its (x, (w, b), out), made only when a tuning runs."""
         from .conv_epilogue import tune
 
         if not (n.get("bias") or n.get("act")):
@@ -106,7 +107,8 @@ def measure_costs(network: Network, batch: int, dtype: str = "float32", *, works
             if time.perf_counter() > epi_until:
                 costs.declined[f"epilogue:{key}@{lo}"] = "not tuned: epilogue_tuning_s spent"
                 return
-            seen[k] = tune(problem, bool(n.get("bias")), n.get("act"), nm, limit, (x, w[0], w[1], out), _time)
+            x, (w, b), out = operands()
+            seen[k] = tune(problem, bool(n.get("bias")), n.get("act"), nm, limit, (x, w, b, out), _time)
         best, why = seen[k]
         if best is None:
             costs.declined[f"epilogue:{key}@{lo}"] = why
@@ -146,22 +148,25 @@ def measure_costs(network: Network, batch: int, dtype: str = "float32", *, works
             wide = wides.get(name)
             n = merged[name] if wide else node[name]
             key = ("conv", s.problem, n.get("act"), bool(n.get("bias")))
-            src = wide.inputs[0] if wide else (ins[name][0] if ins[name] else INPUT)
-            x = out = w = None
+            made: list[tuple] = []
+
+            def operands(wide: Any = wide, name: str = name, lo: str = lo, made: list = made) -> tuple:
+                """(x, (w, b), out) of this conv in this layout, made once, on first need."""
+                if not made:
+                    src = wide.inputs[0] if wide else (ins[name][0] if ins[name] else INPUT)
+                    wb = inf.wide_weights(network, wide.convs, weights) if wide else weights[name]
+                    made.append((buf(src, lo), inf.prepare_weights(*wb, lo, dtype),
+                                 empty(wide.output if wide else name, lo)))
+                return made[0]
+
             if key not in seen:
-                x, out = buf(src, lo), empty(wide.output if wide else name, lo)
-                w = inf.prepare_weights(*(inf.wide_weights(network, wide.convs, weights) if wide
-                                          else weights[name]), lo, dtype)
+                x, w, out = operands()
                 step = inf.conv_step(n, kp, x, w, out, lambda: ws_holder[0])
                 workspace_for(step.workspace_bytes)
                 seen[key] = _time(step.run)
             (costs.blocks if wide else costs.nodes).setdefault(name, {})[lo] = seen[key]
-            if epilogues and ("epilogue", s.problem, n.get("act"), bool(n.get("bias"))) not in seen and x is None:
-                x, out = buf(src, lo), empty(wide.output if wide else name, lo)
-                w = inf.prepare_weights(*(inf.wide_weights(network, wide.convs, weights) if wide
-                                          else weights[name]), lo, dtype)
             if epilogues:
-                epilogue(name, n, s.problem, lo, x, w, out)
+                epilogue(name, n, s.problem, lo, operands)
         # the other nodes
         for n in network.nodes:
             op, name = op_of(n), n["name"]

@@ -728,7 +728,7 @@ class GraphSource(Prepared):
             fn = self._runner(op, problem, cfg, ops, workspace, ws, beta)
             tq = time.perf_counter()
             try:
-                quick[i] = self._quick(fn, settings, (self._device(), op, ident.tag))
+                quick[i] = self._quick(fn, settings, key0 + (ident.tag,))
             except Exception as e:  # noqa: BLE001
                 skipped.append(Skipped(mb, ident.tag, None, f"graph execution failed: {_first_line(e)}"))
                 continue
