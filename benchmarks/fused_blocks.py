@@ -251,23 +251,27 @@ def fused_case(block, mod, x, x2, dtype: str, tune: bool, inner: int, reps: int)
     res = {"ms": ms, "tiling": tiling.as_list(), "how": how, "tune_s": round(tune_s, 2),
            "err_vs_module": rel_err(out_t, ref), "nan": bool(torch.isnan(out_t).any()), "grid": list(geo.grid),
            "smem_bytes": geo.smem_bytes, "kernel": "fma"}
-    # a chain of 1x1 convolutions in FP16 also has the tensor-core kernel (kernels/pointwise.cu): the faster one is
-    # the fused time, the other kept beside it
+    # in FP16 a chain of 1x1 convolutions (kernels/pointwise.cu) and a 1x1 followed by spatial convolutions
+    # (kernels/spatial.cu) also have tensor-core kernels: the fastest kernel is the fused time, the others kept
+    # beside it
     from ucudnn.kernels import pointwise as P
+    from ucudnn.kernels import spatial as S
 
-    if P.unsupported(block, dtype) is None:
-        (pt, nw), _ = P.tuned(block, dtype, "NCHW", tuple(x.shape), (xc, ws, bs, out, x2c), timer)
-        tc_run = P.launcher(block, dtype, "NCHW", tuple(x.shape), pt, nw)
+    for name, K in (("pointwise", P), ("spatial", S)):
+        if K.unsupported(block, dtype) is not None:
+            continue
+        tiling, _ = K.tuned(block, dtype, "NCHW", tuple(x.shape), (xc, ws, bs, out, x2c), timer)
+        tc_run = K.launcher(block, dtype, "NCHW", tuple(x.shape), *tiling)
         tc_fn = on_torch_stream(lambda: tc_run(xc, ws, bs, out, x2c))
         tc_ms = graph_ms(tc_fn, inner, reps)
         out_t.fill_(float("nan"))
         tc_fn()
         torch.cuda.synchronize()
-        tc = {"ms": tc_ms, "tiling": [pt, nw], "err_vs_module": rel_err(out_t, ref),
+        tc = {"kernel": name, "ms": tc_ms, "tiling": list(tiling), "err_vs_module": rel_err(out_t, ref),
               "nan": bool(torch.isnan(out_t).any())}
-        res["tensor_core"] = tc
-        if tc_ms < ms and not tc["nan"]:
-            res.update(ms=tc_ms, tiling=f"tc pt={pt} nw={nw}", how="tensor cores", kernel="tensor_core",
+        res.setdefault("tensor_core", {})[name] = tc
+        if tc_ms < res["ms"] and not tc["nan"]:
+            res.update(ms=tc_ms, tiling=f"tc {name} {list(tiling)}", how="tensor cores", kernel=f"tensor_core_{name}",
                        err_vs_module=tc["err_vs_module"], fma_ms=ms, nan=False)
     return res
 

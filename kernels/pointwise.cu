@@ -17,25 +17,9 @@
 //      the columns); bias, activation (merge: each layer's own, then the add and MRELU) applied to the accumulator
 //      registers, whose (row, column) the PTX fragment layout fixes; stored as FP16 into mid[p][m];
 //   3. the second GEMM, y[K x PT] = W3[K x M] . mid[M x PT], the same way, bias and activation, written to y.
-// Fragment layouts (PTX ISA, mma.m16n8k16 .row.col, g = lane / 4, t = lane % 4): A regs {a0a1, a2a3, a4a5, a6a7}
-// = rows (g, g + 8, g, g + 8), columns (2t, 2t, 2t + 8, 2t + 8) (+0, +1); B regs {b0b1, b2b3} = k rows 2t (+0,
-// +1) and 2t + 8 (+0, +1) of column g; C regs c0..c3 = (row g, column 2t), (g, 2t + 1), (g + 8, 2t), (g + 8,
-// 2t + 1).  kernels/pointwise.py: the launcher, and emulate (this arithmetic in NumPy; tests/test_pointwise.py).
-#include "common.cuh"
-
-__device__ __forceinline__ unsigned ldg_pair(const half_t* p) {
-    return __ldg(reinterpret_cast<const unsigned*>(p));
-}
-
-__device__ __forceinline__ unsigned lds_pair(const half_t* p) { return *reinterpret_cast<const unsigned*>(p); }
-
-__device__ __forceinline__ void mma16816(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
+// Fragment layouts: mma.cuh.  kernels/pointwise.py: the launcher, and emulate (this arithmetic in NumPy;
+// tests/test_pointwise.py).
+#include "mma.cuh"
 
 // acc[j] += W[m0 .. m0 + 16, :] . s[:, 8j .. 8j + 8] for the NJ pixel columns of the tile; W row-major [rows][KD],
 // s pixel-major with rows of LD halves (the reduction dimension contiguous).
@@ -53,11 +37,6 @@ __device__ __forceinline__ void gemm_rows(float (&acc)[NJ][4], const half_t* __r
             mma16816(acc[j], a, lds_pair(b), lds_pair(b + 8));
         }
     }
-}
-
-template <bool B> __device__ __forceinline__ float bias_at(const half_t* __restrict__ b, int m) {
-    if constexpr (B) return to_float(b[m]);
-    else return 0.f;
 }
 
 // x over pixels [p0, p0 + PT) of one sample into s[p][c] (rows of C + 8), zeros past the plane.

@@ -349,3 +349,57 @@ def test_a_tensor_core_chain_replays_in_a_cuda_graph():
     run = P.launcher(b, "float16", "NCHW", x.shape)
     eager = run_pointwise(b, x, ws, bs, x2, "NCHW", *P.TILINGS[0])
     captured(run, b, x, ws, bs, x2, eager)
+
+
+# ---- tensor-core 1x1 -> spatial blocks (kernels/spatial.cu) ----------------------------------------------------------
+SPATIAL = [F.SEED_BLOCKS["a.1"], F.SEED_BLOCKS["b.1"],
+           # non-square filters, a pad smaller than the filter's half (the output plane shrinks), no producer ReLU
+           F.Block("rect-shrink", "straight", 48, (F.ConvLayer(32, 1, relu=False),
+                                                   F.ConvLayer(16, (3, 5), pad=(0, 1), relu6=True, relu=False))),
+           # split: a 1x3 | 3x1 pair (same plane), the second without bias or activation
+           F.Block("split-1x3-3x1", "split", 32, (F.ConvLayer(16, 1), F.ConvLayer(32, (1, 3), pad=(0, 1)),
+                                                  F.ConvLayer(16, (3, 1), pad=(1, 0), bias=False, relu=False)))]
+
+
+def run_spatial(block, x, ws, bs, layout, tiling):
+    import cupy as cp
+
+    from ucudnn.kernels import spatial as S
+
+    n, h, w = (x.shape[0], x.shape[2], x.shape[3]) if layout == "NCHW" else x.shape[:3]
+    out = cp.full(block.y_shape(n, h, w, layout), cp.nan, dtype=x.dtype)
+    S.launcher(block, str(x.dtype), layout, x.shape, *tiling)(x, ws, bs, out)
+    got = out.get()
+    assert not np.isnan(got).any(), "every output element is written"
+    return got
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("block", SPATIAL, ids=[b.name for b in SPATIAL])
+def test_tensor_core_spatial_blocks_match_their_arithmetic_float64_and_cudnn(block, layout):
+    """Odd batch on a plane no tile divides (7 x 9 = 63), every tiling; the seed blocks at their own plane."""
+    from ucudnn.kernels import spatial as S
+
+    planes = [(7, 9)] + ([block.hw] if block.hw else [])
+    for (h, w), n in zip(planes, (3, 1)):
+        x, ws, bs, _ = operands(block, n, h, w, "float16", layout, seed=h * n + 1, scale=2.0)
+        em = S.emulate(block, host(x), [host(v) for v in ws], [host(v) for v in bs], layout=layout)
+        ref = F.reference(block, host(x), [host(v) for v in ws], [host(v) for v in bs], layout=layout)
+        xs, wn, _ = _nchw_operands(x, ws, None, layout)
+        cudnn = torch_per_layer(block, xs, wn, bs, None)
+        for tiling in S.TILINGS:
+            got = run_spatial(block, x, ws, bs, layout, tiling)
+            assert rel_err(got, em) < 2e-3, tiling          # the same arithmetic up to the order of FP32 sums
+            assert rel_err(got, ref) < TOL_REF["float16"], tiling
+            nchw = got if layout == "NCHW" else got.transpose(0, 3, 1, 2)
+            assert rel_err(nchw, cudnn) < TOL_CUDNN["float16"], tiling
+
+
+def test_a_tensor_core_spatial_block_replays_in_a_cuda_graph():
+    from ucudnn.kernels import spatial as S
+
+    b = F.SEED_BLOCKS["a.1"]
+    x, ws, bs, _ = operands(b, 2, *b.hw, "float16", seed=5)
+    run = S.launcher(b, "float16", "NCHW", x.shape)
+    eager = run_spatial(b, x, ws, bs, "NCHW", S.TILINGS[0])
+    captured(run, b, x, ws, bs, None, eager)
