@@ -252,16 +252,13 @@ def fused_case(block, mod, x, x2, dtype: str, tune: bool, inner: int, reps: int)
            "err_vs_module": rel_err(out_t, ref), "nan": bool(torch.isnan(out_t).any()), "grid": list(geo.grid),
            "smem_bytes": geo.smem_bytes, "kernel": "fma"}
     # in FP16 a chain of 1x1 convolutions (kernels/pointwise.cu) and a 1x1 followed by spatial convolutions
-    # (kernels/spatial.cu) also have tensor-core kernels: the fastest kernel is the fused time, the others kept
-    # beside it
-    from ucudnn.kernels import pointwise as P
-    from ucudnn.kernels import spatial as S
+    # (kernels/spatial.cu) also have tensor-core kernels (kernels/blocks.py): the fastest kernel is the fused time,
+    # the others kept beside it
+    from ucudnn.kernels import blocks as K
 
-    for name, K in (("pointwise", P), ("spatial", S)):
-        if K.unsupported(block, dtype) is not None:
-            continue
-        tiling, _ = K.tuned(block, dtype, "NCHW", tuple(x.shape), (xc, ws, bs, out, x2c), timer)
-        tc_run = K.launcher(block, dtype, "NCHW", tuple(x.shape), *tiling)
+    for name in K.candidates(block, dtype)[1:]:
+        tiling = K.tuned(name, block, dtype, "NCHW", tuple(x.shape), (xc, ws, bs, out, x2c), True, timer)
+        tc_run = K.launcher(name, block, tiling, dtype, "NCHW", tuple(x.shape))
         tc_fn = on_torch_stream(lambda: tc_run(xc, ws, bs, out, x2c))
         tc_ms = graph_ms(tc_fn, inner, reps)
         out_t.fill_(float("nan"))

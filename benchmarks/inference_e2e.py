@@ -72,6 +72,7 @@ def case(name: str, dtype: str, batch: int, args) -> dict:
     row["baselines_predicted"] = doc["baselines"]
     row["steps"] = len(doc["steps"])
     row["fused_steps"] = sum(s["kind"] == "fused" for s in doc["steps"])
+    row["tensor_core_steps"] = sum(s["kind"] == "fused" and s.get("kernel", "fma") != "fma" for s in doc["steps"])
     row["wide_steps"] = sum(s["kind"] == "wide_conv" for s in doc["steps"])
     row["epilogue_steps"] = sum("epilogue" in s for s in doc["steps"])
     row["layouts_used"] = sorted({s["layout"] for s in doc["steps"] if s["kind"] != "transform"})
@@ -145,8 +146,8 @@ def report(path: Path, out_dir: Path) -> None:
           "PyTorch.", "",
           "| network | dtype | batch | ucudnn | ucudnn eager | unfused | NCHW | NHWC | torch eager | torch replayed | "
           "compile | vs torch replayed | vs compile | plan vs best layout | no epilogue | fused / wide / epilogue "
-          "steps | err | plan s |",
-          "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+          "steps | err | plan s | run |",
+          "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
 
     def f(v, d=4):
         return "-" if v is None else f"{v:.{d}f}"
@@ -156,6 +157,7 @@ def report(path: Path, out_dir: Path) -> None:
         te = min(m[f"torch-{k}"]["eager"] for k in ("NCHW", "channels_last"))
         tr = min(m[f"torch-{k}"]["replayed"] for k in ("NCHW", "channels_last"))
         comp = m.get("torch.compile", {})
+        tc = f" ({r['tensor_core_steps']} tc)" if "tensor_core_steps" in r else ""   # recorded since 2026-11-25 12:30
         md.append(f"| {r['network']} | {r['dtype']} | {r['batch']} | {f(m['ucudnn']['replayed'])} | "
                   f"{f(m['ucudnn'].get('eager'))} | {f(m['ucudnn-unfused']['replayed'])} | "
                   f"{f(m.get('ucudnn-NCHW', {}).get('replayed'))} | {f(m.get('ucudnn-NHWC', {}).get('replayed'))} | {f(te)} | {f(tr)} | "
@@ -163,9 +165,9 @@ def report(path: Path, out_dir: Path) -> None:
                   f"{r['speedup_vs_torch_replayed']:.2f}x | "
                   f"{(str(r['speedup_vs_compile']) + 'x') if 'speedup_vs_compile' in r else '-'} | "
                   f"{f(r['plan_vs_best_single_layout'], 2)}x | {f(m.get('ucudnn-no-epilogue', {}).get('replayed'))} | "
-                  f"{r['fused_steps']} / {r.get('wide_steps', 0)} / {r.get('epilogue_steps', 0)} | "
+                  f"{r['fused_steps']}{tc} / {r.get('wide_steps', 0)} / {r.get('epilogue_steps', 0)} | "
                   f"{m['ucudnn']['err']:.1e} | "
-                  f"{r['plan_s']} |")
+                  f"{r['plan_s']} | {r.get('provenance', {}).get('date', '-')[:16]} |")
     for r in failed:
         md.append(f"\nFailed: {r['network']} {r['dtype']} b{r['batch']}: {r.get('error', '?')[:200]}")
     md += ["", "Bars (issue 19): SqueezeNet 1.1 at batch 1 faster than both PyTorch replayed and torch.compile; the "

@@ -22,7 +22,7 @@ import numpy as np
 from ucudnn.errors import InputError
 
 from . import _compile
-from .fused import Block, Launch, _check
+from .fused import Block, Launch, _check, smem_limit
 
 SOURCE = "pointwise.cu"
 LAYOUTS = ("NCHW", "NHWC")
@@ -58,6 +58,11 @@ def smem_bytes(block: Block, pt: int) -> int:
     return 2 * (pt * (c + 8) * (2 if block.mode == "merge" else 1) + pt * (m + 8))
 
 
+def fitting(block: Block, limit: int) -> list[tuple[int, int]]:
+    """The tilings of :data:`TILINGS` whose shared memory fits ``limit`` bytes, in order."""
+    return [(pt, nw) for pt, nw in TILINGS if smem_bytes(block, pt) <= limit]
+
+
 def name_expr(block: Block, layout: str, pt: int, nw: int) -> str:
     l1, l2, l3 = _layers(block)
     b = lambda v: "true" if v else "false"  # noqa: E731
@@ -88,8 +93,11 @@ def launcher(block: Block, dtype: str, layout: str, x_shape: Sequence[int], pt: 
     npix = h * w
     if max(block.in_channels, block.mid_channels, block.out_channels) * npix >= 2 ** 31:
         raise InputError("a sample of 2**31 elements or more", "x")
-    kernel = _compile.get_kernel(SOURCE, name_expr(block, layout, pt, nw))
     smem = smem_bytes(block, pt)
+    limit = smem_limit()
+    if smem > limit:
+        raise InputError(f"pt={pt} needs {smem} bytes of shared memory, the device allows {limit}", "tiling")
+    kernel = _compile.get_kernel(SOURCE, name_expr(block, layout, pt, nw))
     if smem > 48 << 10:
         kernel.max_dynamic_shared_size_bytes = smem
     y_shape = block.y_shape(n, h, w, layout)
@@ -133,13 +141,9 @@ def tuned(block: Block, dtype: str, layout: str, x_shape: Sequence[int],
           timer: Callable[[Callable[[], None]], float]) -> tuple[tuple[int, int], float]:
     """The fastest (pt, nw) of :data:`TILINGS` that fits the device, timed by ``timer`` on ``operands`` (whose
     ``out`` it overwrites), and its time."""
-    from .fused import smem_limit
-
     limit = smem_limit()
     best: tuple[tuple[int, int], float] | None = None
-    for pt, nw in TILINGS:
-        if smem_bytes(block, pt) > limit:
-            continue
+    for pt, nw in fitting(block, limit):
         launch = launcher(block, dtype, layout, x_shape, pt, nw)
         ms = float(timer(lambda: launch(*operands)))
         if best is None or ms < best[1]:
@@ -194,4 +198,4 @@ def emulate(block: Block, x: np.ndarray, weights: Sequence[np.ndarray], biases: 
     return np.ascontiguousarray(y.transpose(0, 3, 1, 2)) if layout == "NCHW" else y
 
 
-__all__ = ["unsupported", "launcher", "tuned", "emulate", "TILINGS"]
+__all__ = ["unsupported", "launcher", "tuned", "emulate", "fitting", "TILINGS"]

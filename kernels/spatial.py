@@ -24,7 +24,7 @@ import numpy as np
 from ucudnn.errors import InputError
 
 from . import _compile
-from .fused import Block, ConvLayer, Launch, _check
+from .fused import Block, ConvLayer, Launch, _check, smem_limit
 from .pointwise import _ACT_ENUM, _act
 
 SOURCE = "spatial.cu"
@@ -32,7 +32,7 @@ LAYOUTS = ("NCHW", "NHWC")
 MAX_FILTER = 7          # consumer filters up to 7 x 7 (every tap is unrolled)
 #: (th, tw, nw, rtb) tried by :func:`tuned`, the first being the default; rtb 0 = every row tile in one block.
 TILINGS: tuple[tuple[int, int, int, int], ...] = (
-    (4, 4, 4, 0), (4, 4, 4, 1), (2, 4, 4, 1), (4, 8, 4, 1), (2, 8, 4, 0), (8, 8, 8, 0), (4, 8, 8, 2))
+    (4, 8, 8, 2), (4, 4, 4, 0), (4, 4, 4, 1), (2, 4, 4, 1), (4, 8, 4, 1), (2, 8, 4, 0), (8, 8, 8, 0))
 _MAX_Z = 65535
 
 
@@ -108,6 +108,12 @@ def smem_bytes(block: Block, th: int, tw: int, rtb: int = 0) -> int:
     return 2 * (hal.hpp * (c + 8) + m * (c + 8) + hal.hpp * (m + 8) + 16 * _rtb(block, rtb) * ldc)
 
 
+def fitting(block: Block, limit: int) -> list[tuple[int, int, int, int]]:
+    """The tilings of :data:`TILINGS` whose shared memory fits ``limit`` bytes, in order (wide layers may fit
+    none: the producer's filters and the halo of every input channel are staged whole)."""
+    return [t for t in TILINGS if smem_bytes(block, t[0], t[1], t[3]) <= limit]
+
+
 def name_expr(block: Block, layout: str, th: int, tw: int, nw: int, rtb: int = 0) -> str:
     b = lambda v: "true" if v else "false"  # noqa: E731
     p, c1 = block.layers[0], block.layers[1]
@@ -145,8 +151,11 @@ def launcher(block: Block, dtype: str, layout: str, x_shape: Sequence[int], th: 
     _, (oh, ow) = block.planes(h, w)
     if max(block.in_channels * h * w, block.out_channels * oh * ow) >= 2 ** 31:
         raise InputError("a sample of 2**31 elements or more", "x")
-    kernel = _compile.get_kernel(SOURCE, name_expr(block, layout, th, tw, nw, rtb))
     smem = smem_bytes(block, th, tw, rtb)
+    limit = smem_limit()
+    if smem > limit:
+        raise InputError(f"{th}x{tw} tiles need {smem} bytes of shared memory, the device allows {limit}", "tiling")
+    kernel = _compile.get_kernel(SOURCE, name_expr(block, layout, th, tw, nw, rtb))
     if smem > 48 << 10:
         kernel.max_dynamic_shared_size_bytes = smem
     y_shape = block.y_shape(n, h, w, layout)
@@ -187,13 +196,9 @@ def tuned(block: Block, dtype: str, layout: str, x_shape: Sequence[int],
           timer: Callable[[Callable[[], None]], float]) -> tuple[tuple[int, int, int, int], float]:
     """The fastest (th, tw, nw, rtb) of :data:`TILINGS` that fits the device, timed by ``timer`` on ``operands``
     (whose ``out`` it overwrites), and its time."""
-    from .fused import smem_limit
-
     limit = smem_limit()
     best: tuple[tuple[int, int, int, int], float] | None = None
-    for tiling in TILINGS:
-        if smem_bytes(block, tiling[0], tiling[1], tiling[3]) > limit:
-            continue
+    for tiling in fitting(block, limit):
         launch = launcher(block, dtype, layout, x_shape, *tiling)
         ms = float(timer(lambda: launch(*operands)))
         if best is None or ms < best[1]:
@@ -236,4 +241,4 @@ def emulate(block: Block, x: np.ndarray, weights: Sequence[np.ndarray], biases: 
     return np.ascontiguousarray(y.transpose(0, 2, 3, 1)) if layout == "NHWC" else y
 
 
-__all__ = ["unsupported", "launcher", "tuned", "emulate", "halo", "Halo", "smem_bytes", "TILINGS"]
+__all__ = ["unsupported", "launcher", "tuned", "emulate", "halo", "Halo", "smem_bytes", "fitting", "TILINGS"]

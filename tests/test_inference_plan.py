@@ -241,6 +241,27 @@ def test_fire_modules_fuse_when_fusion_is_faster_and_not_when_slower():
         assert doc["predicted_ms"] == pytest.approx(sum(s["ms"] for s in doc["steps"]), abs=1e-5)
 
 
+def test_a_block_measured_on_a_tensor_core_kernel_names_it_and_its_tiling_in_the_plan():
+    """The costs name the kernel where it is not the FMA one; the plan's fused step carries it (schema-valid), a
+    replan from the document keeps it, and blocks on the FMA kernel keep the old form (no kernel field)."""
+    net = load_network("squeezenet1_1")
+    costs = fake_costs(net, np.random.default_rng(3), fused_factor=0.5)
+    fire = next(b for b in find_blocks(net) if b.mode == "split")
+    for lo in ("NCHW", "NHWC"):
+        costs.block_kernels.setdefault(fire.name, {})[lo] = "spatial"
+        costs.tilings[fire.name][lo] = [4, 8, 8, 2]
+    doc = plan_inference(net, costs)
+    validate(doc, FORMAT)
+    fused = [s for s in doc["steps"] if s["kind"] == "fused"]
+    assert len(fused) == 8
+    for s in fused:
+        if tuple(s["convs"]) == fire.convs:
+            assert s["kernel"] == "spatial" and s["tiling"] == [4, 8, 8, 2]
+        else:
+            assert "kernel" not in s and len(s["tiling"]) == 4
+    assert replan(json.loads(json.dumps(doc)))["steps"] == doc["steps"]
+
+
 def test_overlapping_candidates_never_share_a_layer():
     net = load_network("mobilenet_v2")
     doc = plan_inference(net, fake_costs(net, np.random.default_rng(1), fused_factor=0.5))

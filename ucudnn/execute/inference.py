@@ -304,10 +304,11 @@ def fused_block(network: Network, convs: Sequence[str], mode: str, merge_relu: b
 
 def fused_step(network: Network, step: Mapping[str, Any], xs: Sequence[Any], weights: Mapping[str, tuple[Any, Any]],
                out: Any, layout: str, dtype: str) -> Step:
-    from ..kernels import fused as F
+    """A fused block's step, on the kernel the plan names (``kernel``; absent: the FMA kernel)."""
+    from ..kernels import blocks as K
 
     block = fused_block(network, step["convs"], step["mode"], step.get("merge_relu", False))
-    launch = F.launcher(block, F.Tiling.from_list(step["tiling"]), dtype, layout, xs[0].shape)
+    launch = K.launcher(step.get("kernel", "fma"), block, step["tiling"], dtype, layout, xs[0].shape)
     ws = [weights[c][0] for c in step["convs"]]
     bs = [weights[c][1] for c in step["convs"]]
     x2 = xs[1] if len(xs) > 1 else None

@@ -194,13 +194,15 @@ def measure_costs(network: Network, batch: int, dtype: str = "float32", *, works
                 continue
             for lo in layouts:
                 try:
-                    t, tiling = _time_block(network, b, lo, batch, dtype, weights, buf, empty, seen,
-                                            time.perf_counter() < tune_until)
+                    t, tiling, kernel = _time_block(network, b, lo, batch, dtype, weights, buf, empty, seen,
+                                                    time.perf_counter() < tune_until)
                 except (InputError, UcudnnError) as e:
                     costs.declined[f"{b.name}@{lo}"] = summary(e)
                     continue
                 costs.blocks.setdefault(b.name, {})[lo] = t
                 costs.tilings.setdefault(b.name, {})[lo] = tiling
+                if kernel != "fma":
+                    costs.block_kernels.setdefault(b.name, {})[lo] = kernel
         say(f"fused blocks measured ({time.perf_counter() - t0:.1f} s)")
     # layout transforms of every tensor
     if len(layouts) > 1:
@@ -235,8 +237,10 @@ def _other_step(n: dict[str, Any], xs: list[Any], out: Any, lo: str) -> inf.Step
 
 
 def _time_block(network: Network, b: Any, lo: str, batch: int, dtype: str, weights: dict, buf: Callable,
-                empty: Callable, seen: dict, tune: bool) -> tuple[float, list[int]]:
-    from ..kernels import fused as F
+                empty: Callable, seen: dict, tune: bool) -> tuple[float, list[int], str]:
+    """(ms, tiling, kernel) of the fastest fused-block kernel that runs the block (:mod:`kernels.blocks`: in FP16
+    the tensor-core kernels beside the FMA one), each at its tuned tiling."""
+    from ..kernels import blocks as K
 
     block = inf.fused_block(network, b.convs, b.mode, b.merge_relu)
     xs = [buf(t, lo) for t in b.inputs]
@@ -247,9 +251,22 @@ def _time_block(network: Network, b: Any, lo: str, batch: int, dtype: str, weigh
     ws = [inf.prepare_weights(*weights[c], lo, dtype) for c in b.convs]
     w_list, b_list = [w for w, _ in ws], [bb for _, bb in ws]
     x2 = xs[1] if len(xs) > 1 else None
-    tiling, _how = F.tuned_tiling(block, dtype, lo, tuple(xs[0].shape), (xs[0], w_list, b_list, out, x2), tune=tune)
-    step_doc = {"name": b.output, "convs": list(b.convs), "mode": b.mode, "merge_relu": b.merge_relu,
-                "tiling": tiling.as_list()}
-    step = inf.fused_step(network, step_doc, xs, dict(zip(b.convs, ws)), out, lo, dtype)
-    seen[key] = (_time(step.run), tiling.as_list())
-    return seen[key]
+    operands = (xs[0], w_list, b_list, out, x2)
+    best: tuple[float, list[int], str] | None = None
+    for kernel in K.candidates(block, dtype):
+        try:
+            tiling = K.tuned(kernel, block, dtype, lo, tuple(xs[0].shape), operands, tune,
+                             None if kernel == "fma" else _time)
+            step_doc = {"name": b.output, "convs": list(b.convs), "mode": b.mode, "merge_relu": b.merge_relu,
+                        "tiling": tiling, "kernel": kernel}
+            step = inf.fused_step(network, step_doc, xs, dict(zip(b.convs, ws)), out, lo, dtype)
+        except InputError:
+            if kernel == "fma":
+                raise
+            continue    # a tensor-core kernel that cannot take these operands: the others still can
+        ms = _time(step.run)
+        if best is None or ms < best[0]:
+            best = (ms, tiling, kernel)
+    assert best is not None   # the FMA kernel runs every block
+    seen[key] = best
+    return best

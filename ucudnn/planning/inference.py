@@ -164,6 +164,10 @@ def wide_node(network: Network, convs: Sequence[str]) -> dict[str, Any] | None:
 
 
 # ---- what was measured ----------------------------------------------------------------------------------------------
+#: InferenceCosts' per-part maps (empty when absent from a document)
+_COST_MAPS = ("nodes", "blocks", "transforms", "conv_plans", "tilings", "declined", "epilogues", "block_kernels")
+
+
 @dataclass
 class InferenceCosts:
     """Measured ms of every part, executed and replayed (module doc); ``conv_plans`` and ``tilings`` record what
@@ -181,6 +185,9 @@ class InferenceCosts:
     transforms: dict[str, dict[str, float]] = field(default_factory=dict)
     conv_plans: dict[str, dict[str, dict]] = field(default_factory=dict)
     tilings: dict[str, dict[str, list[int]]] = field(default_factory=dict)
+    #: a block's fused kernel per layout where it is not the FMA kernel (:data:`kernels.blocks.KERNELS`: in FP16
+    #: the tensor-core ones); its tiling is in ``tilings``
+    block_kernels: dict[str, dict[str, str]] = field(default_factory=dict)
     declined: dict[str, str] = field(default_factory=dict)   # what could not be measured, and why
     #: a conv node's (or a wide block's merged conv's) fused conv + bias + activation in one cuDNN kernel, per
     #: layout: ``{"engine", "workspace_bytes", "ms"}`` (:mod:`ucudnn.execute.conv_epilogue`)
@@ -188,14 +195,13 @@ class InferenceCosts:
 
     def to_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in ("network", "batch", "dtype", "numerics", "workspace_limit", "device",
-                                              "cudnn_version", "nodes", "blocks", "transforms", "conv_plans",
-                                              "tilings", "declined", "epilogues")}
+                                              "cudnn_version", *_COST_MAPS)}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "InferenceCosts":
         return cls(**{k: d[k] for k in ("network", "batch", "dtype", "numerics", "workspace_limit")},
                    **{k: d.get(k, cls.__dataclass_fields__[k].default_factory())  # type: ignore[misc]
-                      for k in ("nodes", "blocks", "transforms", "conv_plans", "tilings", "declined", "epilogues")},
+                      for k in _COST_MAPS},
                    device=d.get("device", ""), cudnn_version=d.get("cudnn_version", 0))
 
     def epilogue(self, key: str, layout: str, than: float | None) -> dict | None:
@@ -409,9 +415,13 @@ def _steps(network: Network, units: Sequence[_Unit], best: lay.Assignment, costs
             steps.append(s)
         elif lo in u.fused_in:
             b = u.block
-            steps.append({"kind": "fused", "name": b.output, "nodes": list(b.nodes), "convs": list(b.convs),
-                          "mode": b.mode, "merge_relu": b.merge_relu, "inputs": ins, "layout": lo,
-                          "tiling": costs.tilings[b.name][lo], "ms": round(costs.block_ms(b, lo), 6)})  # type: ignore[arg-type]
+            s = {"kind": "fused", "name": b.output, "nodes": list(b.nodes), "convs": list(b.convs), "mode": b.mode,
+                 "merge_relu": b.merge_relu, "inputs": ins, "layout": lo, "tiling": costs.tilings[b.name][lo],
+                 "ms": round(costs.block_ms(b, lo), 6)}  # type: ignore[arg-type]
+            kernel = costs.block_kernels.get(b.name, {}).get(lo)
+            if kernel is not None:
+                s["kernel"] = kernel
+            steps.append(s)
         else:   # per layer: the block's nodes in graph order, their inner tensors already in this layout
             for name in u.block.nodes:
                 steps.append(one(name, lo, [x if x in u.block.nodes else ins[u.block.inputs.index(x)]
