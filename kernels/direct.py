@@ -192,7 +192,7 @@ def plan(op: str, problem: ConvProblem, t: Tiling, async_copy: bool = False) -> 
     name = kernel_name(op, p)
     if async_copy and (p.dtype != "float32" or name == "direct_fwd_single"):
         raise InputError("cp.async staging is for the float multi-stage kernels", "async_copy")
-    cg, kg = p.c // p.groups, p.k // p.groups
+    kg = p.k // p.groups
     tp, tq = tiles(op, p, t)
     nhwc = "true" if p.layout == "NHWC" else "false"
     geo = (p.c, p.h, p.w, p.k, p.p, p.q, p.r, p.s, p.pad[0], p.pad[1], p.stride[0], p.stride[1])

@@ -22,7 +22,7 @@ from test_inference_plan import _small_fire_net, run_plan_numpy  # noqa: E402
 
 from ucudnn.execute.inference import InferenceSession, random_weights, reference, weights_from_torch  # noqa: E402
 from ucudnn.inference import infer, plan_inference  # noqa: E402
-from ucudnn.planning.inference import replan  # noqa: E402
+from ucudnn.planning.inference import LAYOUT_MARGIN, replan  # noqa: E402
 from ucudnn.planning.network import load_network  # noqa: E402
 
 
@@ -156,8 +156,8 @@ def test_cli_plans_squeezenet_for_inference(tmp_path):
     doc = json.loads(out.read_text())
     assert doc["batch"] == 1 and doc["workspace_limit"] == 8 << 20
     assert "total (predicted)" in r.stdout
-    for ms in doc["baselines"].values():
-        assert ms is None or doc["predicted_ms"] <= ms + 1e-9
+    for how, ms in doc["baselines"].items():   # a single layout strictly; the others within the noise margin
+        assert ms is None or doc["predicted_ms"] <= ms * (1 + (how not in ("NCHW", "NHWC")) * LAYOUT_MARGIN) + 1e-9
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
