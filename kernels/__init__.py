@@ -11,7 +11,9 @@ needs no GPU and does not import CuPy.
 - :func:`ucudnn.kernels.fold.launchers` -- space-to-depth folding of a strided convolution's operands, on raw
   pointers, for the fold algorithm source (fold.py, fold.cu)
 - :func:`fused_forward` -- consecutive convolution layers of a block (straight, split, merge; seed 004) in one
-  kernel, intermediates in shared memory (fused.py, fused.cu); :data:`ucudnn.kernels.fused.SEED_BLOCKS`
+  kernel, intermediates in shared memory (fused.py, fused.cu); :data:`ucudnn.kernels.fused.SEED_BLOCKS`; in FP16
+  also on tensor cores: chains of 1x1s (pointwise.py, pointwise.cu) and a 1x1 followed by R x S convolutions
+  (spatial.py, spatial.cu); :mod:`ucudnn.kernels.blocks` names the kernels that run a block and launches any of them
 - mec (seed 002), direct (seed 001), winograd: the algorithm sources' kernels (mec.py, direct.py, winograd.py)
 """
 from .fused import fused_forward
