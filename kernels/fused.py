@@ -737,6 +737,28 @@ def _check(a: Any, name: str, shape: tuple, dtype: str, align: int = 1) -> int:
     return ptr
 
 
+def layer_ptrs(block: Block, weights: Sequence[Any], biases: Sequence[Any], w_shapes: Sequence[tuple],
+               dtype: str, aligns: Sequence[int]) -> tuple[list[int], list[int]]:
+    """Every layer's weight and bias device pointers (0: no bias), checked against the block for the fused-block
+    launchers: one of each per layer, shapes ``w_shapes``, ``dtype``, C-contiguous, weights ``aligns[i]``-byte
+    aligned, a bias exactly where the layer has one.  InputError naming ``weights[i]`` / ``biases[i]``."""
+    if len(weights) != len(block.layers) or len(biases) != len(block.layers):
+        raise InputError(f"expected {len(block.layers)} weights and biases, got {len(weights)} and {len(biases)}",
+                         "weights")
+    wp, bp = [], []
+    for i, (layer, wa, ba) in enumerate(zip(block.layers, weights, biases)):
+        wp.append(_check(wa, f"weights[{i}]", w_shapes[i], dtype, aligns[i]))
+        if layer.bias:
+            if ba is None:
+                raise InputError("the layer has a bias", f"biases[{i}]")
+            bp.append(_check(ba, f"biases[{i}]", (layer.out_channels,), dtype))
+        else:
+            if ba is not None:
+                raise InputError("the layer has no bias (bias=False)", f"biases[{i}]")
+            bp.append(0)
+    return wp, bp
+
+
 def launcher(block: Block, t: Tiling, dtype: str, layout: str, x_shape: Sequence[int]) -> Launch:
     """``launch(x, weights, biases, out, x2=None)`` on CuPy arrays: ``weights[i]`` / ``biases[i]`` per layer of
     ``block.layers`` (a bias None where the layer has none), ``out`` of :meth:`Block.y_shape`; merge blocks read
@@ -770,20 +792,7 @@ def launcher(block: Block, t: Tiling, dtype: str, layout: str, x_shape: Sequence
     def launch(x: Any, weights: Sequence[Any], biases: Sequence[Any], out: Any, x2: Any = None) -> None:
         xp = _check(x, "x", want_x, dtype)
         x2p = _check(x2, "x2", want_x, dtype) if (merge and x2 is not None) else xp
-        if len(weights) != len(block.layers) or len(biases) != len(block.layers):
-            raise InputError(f"expected {len(block.layers)} weights and biases, got {len(weights)} and {len(biases)}",
-                             "weights")
-        wp, bp = [], []
-        for i, (layer, wa, ba) in enumerate(zip(block.layers, weights, biases)):
-            wp.append(_check(wa, f"weights[{i}]", w_shapes[i], dtype, aligns[i]))
-            if layer.bias:
-                if ba is None:
-                    raise InputError("the layer has a bias", f"biases[{i}]")
-                bp.append(_check(ba, f"biases[{i}]", (layer.out_channels,), dtype))
-            else:
-                if ba is not None:
-                    raise InputError("the layer has no bias (bias=False)", f"biases[{i}]")
-                bp.append(0)
+        wp, bp = layer_ptrs(block, weights, biases, w_shapes, dtype, aligns)
         yp = _check(out, "out", y_shape, dtype)
         slots = []
         for s in slot_of:

@@ -22,7 +22,7 @@ import numpy as np
 from ucudnn.errors import InputError
 
 from . import _compile
-from .fused import Block, Launch, _check, smem_limit
+from .fused import Block, Launch, _check, layer_ptrs, smem_limit
 
 SOURCE = "pointwise.cu"
 LAYOUTS = ("NCHW", "NHWC")
@@ -112,22 +112,10 @@ def launcher(block: Block, dtype: str, layout: str, x_shape: Sequence[int], pt: 
     def launch(x: Any, weights: Sequence[Any], biases: Sequence[Any], out: Any, x2: Any = None) -> None:
         xp = _check(x, "x", want_x, dtype, 16)
         x2p = _check(x2, "x2", want_x, dtype, 16) if (merge and x2 is not None) else xp
-        if len(weights) != len(block.layers) or len(biases) != len(block.layers):
-            raise InputError(f"expected {len(block.layers)} weights and biases, got {len(weights)} and {len(biases)}",
-                             "weights")
+        wp, bp = layer_ptrs(block, weights, biases, w_shapes, dtype, [4] * len(block.layers))
         ptrs = []
         for s in slots:
-            if s is None:
-                ptrs += [0, 0]
-                continue
-            layer = block.layers[s]
-            wp = _check(weights[s], f"weights[{s}]", w_shapes[s], dtype, 4)
-            if layer.bias and biases[s] is None:
-                raise InputError("the layer has a bias", f"biases[{s}]")
-            if not layer.bias and biases[s] is not None:
-                raise InputError("the layer has no bias (bias=False)", f"biases[{s}]")
-            bp = _check(biases[s], f"biases[{s}]", (layer.out_channels,), dtype) if layer.bias else 0
-            ptrs += [wp, bp]
+            ptrs += [0, 0] if s is None else [wp[s], bp[s]]
         yp = _check(out, "out", y_shape, dtype)
         for n0, cnt in parts:
             kernel((grid_x, 1, cnt), (32 * nw,), (xp + n0 * per_x, x2p + n0 * per_x, *ptrs, yp + n0 * per_y, p32),

@@ -24,7 +24,7 @@ import numpy as np
 from ucudnn.errors import InputError
 
 from . import _compile
-from .fused import Block, ConvLayer, Launch, _check, smem_limit
+from .fused import Block, ConvLayer, Launch, _check, layer_ptrs, smem_limit
 from .pointwise import _ACT_ENUM, _act
 
 SOURCE = "spatial.cu"
@@ -169,20 +169,8 @@ def launcher(block: Block, dtype: str, layout: str, x_shape: Sequence[int], th: 
 
     def launch(x: Any, weights: Sequence[Any], biases: Sequence[Any], out: Any, x2: Any = None) -> None:
         xp = _check(x, "x", want_x, dtype, 16)
-        if len(weights) != nlayers or len(biases) != nlayers:
-            raise InputError(f"expected {nlayers} weights and biases, got {len(weights)} and {len(biases)}",
-                             "weights")
-        ptrs = []
-        for s, layer in enumerate(block.layers):
-            wp = _check(weights[s], f"weights[{s}]", w_shapes[s], dtype, 16)
-            if layer.bias and biases[s] is None:
-                raise InputError("the layer has a bias", f"biases[{s}]")
-            if not layer.bias and biases[s] is not None:
-                raise InputError("the layer has no bias (bias=False)", f"biases[{s}]")
-            bp = _check(biases[s], f"biases[{s}]", (layer.out_channels,), dtype) if layer.bias else 0
-            ptrs += [wp, bp]
-        if nlayers == 2:
-            ptrs += [0, 0]
+        wp, bp = layer_ptrs(block, weights, biases, w_shapes, dtype, [16] * nlayers)
+        ptrs = [p for pair in zip(wp, bp) for p in pair] + [0, 0] * (3 - nlayers)
         yp = _check(out, "out", y_shape, dtype)
         for n0, cnt in parts:
             kernel((tiles_h * tiles_w, groups, cnt), (32 * nw,), (xp + n0 * per_x, *ptrs, yp + n0 * per_y, *ints),

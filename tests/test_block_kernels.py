@@ -2,6 +2,7 @@
 tensor-core kernels where their layer shapes allow), and the launcher's refusals before anything compiles."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from ucudnn.errors import InputError
@@ -53,3 +54,86 @@ def test_untuned_tensor_core_kernels_run_their_default_tiling():
     with pytest.raises(InputError) as e:
         K.tuned("spatial", SEED_BLOCKS["a.1"], "float16", "NCHW", (1, 192, 28, 28), ops, False, smem=1024)
     assert e.value.field == "tiling"
+
+
+# ---- what each launcher passes its kernel (no GPU: the compiled kernel replaced by a recorder) -----------------------
+class _Array:
+    """Just what the launchers read of a CuPy array: shape, dtype, contiguity and the device pointer."""
+
+    def __init__(self, shape, ptr, dtype="float16"):
+        self.shape, self.dtype = tuple(shape), np.dtype(dtype)
+        self.flags = type("Flags", (), {"c_contiguous": True})()
+        self.data = type("Data", (), {"ptr": ptr})()
+
+
+class _Recorder:
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, grid, block, args, shared_mem=0):
+        self.calls.append((grid, block, [int(a) for a in args], shared_mem))
+
+
+@pytest.fixture
+def recorder(monkeypatch):
+    from ucudnn.kernels import _compile
+
+    rec = _Recorder()
+    monkeypatch.setattr(_compile, "get_kernel", lambda source, name: rec)
+    monkeypatch.setattr(P, "smem_limit", lambda: 227 << 10)
+    monkeypatch.setattr(S, "smem_limit", lambda: 227 << 10)
+    return rec
+
+
+def _operands(block, layout, n, h, w):
+    x = _Array(block.x_shape(n, h, w, layout), 0x10000)
+    ws = [_Array(s, 0x20000 * (i + 1)) for i, s in enumerate(block.weight_shapes(layout))]
+    bs = [_Array((l.out_channels,), 0x1000000 + 0x100 * i) if l.bias else None for i, l in enumerate(block.layers)]
+    out = _Array(block.y_shape(n, h, w, layout), 0x4000000)
+    return x, ws, bs, out
+
+
+def test_the_spatial_launcher_passes_x_each_layers_weights_and_bias_then_y_and_the_plane(recorder):
+    b1 = SEED_BLOCKS["b.1"]
+    x, ws, bs, out = _operands(b1, "NCHW", 2, 56, 56)
+    K.launcher("spatial", b1, [4, 8, 8, 2], "float16", "NCHW", x.shape)(x, ws, bs, out)
+    (grid, block, args, smem), = recorder.calls
+    assert grid == (14 * 7, 4, 2) and block == (256,) and smem == S.smem_bytes(b1, 4, 8, 2)
+    assert args == [x.data.ptr, ws[0].data.ptr, bs[0].data.ptr, ws[1].data.ptr, bs[1].data.ptr, ws[2].data.ptr,
+                    bs[2].data.ptr, out.data.ptr, 56, 56, 7]
+    a1 = Block("a.1-no-bias", "straight", 192, (ConvLayer(16, 1, bias=False), ConvLayer(32, 5, pad=2)))
+    x, ws, bs, out = _operands(a1, "NHWC", 1, 28, 28)
+    K.launcher("spatial", a1, [4, 4, 4, 0], "float16", "NHWC", x.shape)(x, ws, bs, out)
+    assert recorder.calls[-1][2] == [x.data.ptr, ws[0].data.ptr, 0, ws[1].data.ptr, bs[1].data.ptr, 0, 0,
+                                     out.data.ptr, 28, 28, 7]
+
+
+def test_the_pointwise_launcher_fills_its_three_slots(recorder):
+    c1 = SEED_BLOCKS["c.1"]
+    x, ws, bs, out = _operands(c1, "NCHW", 1, 56, 56)
+    K.launcher("pointwise", c1, [32, 4], "float16", "NCHW", x.shape)(x, ws, bs, out)   # x2 defaults to x
+    (grid, block, args, _), = recorder.calls
+    assert grid == (98, 1, 1) and block == (128,)
+    assert args == [x.data.ptr, x.data.ptr, *[p for i in range(3) for p in (ws[i].data.ptr, bs[i].data.ptr)],
+                    out.data.ptr, 56 * 56]
+    chain = Block("chain", "straight", 32, (ConvLayer(64, 1), ConvLayer(32, 1, bias=False)))
+    x, ws, bs, out = _operands(chain, "NHWC", 1, 7, 9)
+    K.launcher("pointwise", chain, [16, 4], "float16", "NHWC", x.shape)(x, ws, bs, out)
+    assert recorder.calls[-1][2] == [x.data.ptr, x.data.ptr, ws[0].data.ptr, bs[0].data.ptr, 0, 0, ws[1].data.ptr,
+                                     0, out.data.ptr, 63]
+
+
+def test_the_launchers_name_a_missing_or_extra_bias_and_a_misaligned_filter(recorder):
+    a1 = SEED_BLOCKS["a.1"]
+    x, ws, bs, out = _operands(a1, "NCHW", 1, 28, 28)
+    launch = K.launcher("spatial", a1, [4, 8, 8, 2], "float16", "NCHW", x.shape)
+    with pytest.raises(InputError) as e:
+        launch(x, ws, [bs[0], None], out)
+    assert e.value.field == "biases[1]"
+    with pytest.raises(InputError) as e:
+        launch(x, [ws[0], _Array(ws[1].shape, 0x20008)], bs, out)
+    assert e.value.field == "weights[1]" and "16-byte" in str(e.value)
+    with pytest.raises(InputError) as e:
+        launch(x, ws[:1], bs[:1], out)
+    assert e.value.field == "weights"
+    assert not recorder.calls
