@@ -108,8 +108,6 @@ def _smallest_segments(table: BenchmarkTable, sets: dict[str, list[Configuration
 
 def _solve(table: BenchmarkTable, options: dict[str, list[Configuration]], budget: int, alignment: int,
            solver: str, time_limit: float | None) -> tuple[list[Configuration], dict[str, Any]]:
-    import pulp  # imported here: planning WR never pays for it
-
     t0 = time.perf_counter()
     budget_units = budget // alignment
     prob, variables, symmetry = _model(table, options, budget_units, alignment)
