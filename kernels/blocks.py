@@ -29,7 +29,8 @@ def candidates(block: F.Block, dtype: str, smem: int | None = None) -> list[str]
     """The kernels that run ``block`` in ``dtype`` with a tiling whose shared memory fits ``smem`` bytes (None: the
     current device's limit), the FMA kernel first."""
     limit = F.smem_limit() if smem is None else smem
-    return ["fma"] + [k for k, mod in _TC.items() if mod.unsupported(block, dtype) is None and mod.fitting(block, limit)]
+    return ["fma"] + [k for k, mod in _TC.items()
+                      if mod.unsupported(block, dtype) is None and mod.fitting(block, limit)]
 
 
 def _kernel(kernel: str) -> None:
@@ -44,7 +45,7 @@ def launcher(kernel: str, block: F.Block, tiling: Sequence[int], dtype: str, lay
     tiling = [int(v) for v in tiling]
     if kernel == "fma":
         return F.launcher(block, F.Tiling.from_list(tiling), dtype, layout, x_shape)
-    want = len(P.TILINGS[0]) if kernel == "pointwise" else len(S.TILINGS[0])
+    want = len(_TC[kernel].TILINGS[0])
     if len(tiling) != want:
         raise InputError(f"a {kernel} tiling has {want} numbers, got {tiling}", "tiling")
     return _TC[kernel].launcher(block, dtype, layout, x_shape, *tiling)
@@ -53,19 +54,25 @@ def launcher(kernel: str, block: F.Block, tiling: Sequence[int], dtype: str, lay
 def tuned(kernel: str, block: F.Block, dtype: str, layout: str, x_shape: Sequence[int],
           operands: tuple[Any, Sequence[Any], Sequence[Any], Any, Any], tune: bool,
           timer: Callable[[Callable[[], None]], float] | None = None, smem: int | None = None) -> list[int]:
-    """``kernel``'s tiling for the block on ``operands`` (whose ``out`` it overwrites): timed over its candidates
-    when ``tune`` (the FMA kernel: its hill climb and tuning cache), else its default (the tensor-core kernels: the
-    first of their tilings that fits ``smem`` bytes, None: the device's limit; InputError if none does)."""
+    """``kernel``'s tiling for the block on ``operands`` (whose ``out`` it overwrites).  The FMA kernel: its hill
+    climb and tuning cache when ``tune``, else its cost model's default.  The tensor-core kernels: of their
+    :data:`TILINGS` that fit ``smem`` bytes (None: the device's limit; InputError if none does), the fastest by
+    ``timer`` when ``tune``, else the first."""
     _kernel(kernel)
     if kernel == "fma":
         return F.tuned_tiling(block, dtype, layout, tuple(x_shape), operands, tune=tune, timer=timer)[0].as_list()
     mod = _TC[kernel]
-    if tune and timer is not None:
-        return list(mod.tuned(block, dtype, layout, x_shape, operands, timer)[0])
-    fit = mod.fitting(block, F.smem_limit() if smem is None else smem)
+    limit = F.smem_limit() if smem is None else smem
+    fit = mod.fitting(block, limit)
     if not fit:
-        raise InputError(f"no {kernel} tiling fits the shared memory", "tiling")
-    return list(fit[0])
+        raise InputError(f"no {kernel} tiling of {mod.TILINGS} fits {limit} bytes of shared memory", "tiling")
+    if not tune or timer is None:
+        return list(fit[0])
+    times = {}
+    for tiling in fit:      # the first of equal times wins
+        launch = mod.launcher(block, dtype, layout, x_shape, *tiling)
+        times[tiling] = float(timer(lambda launch=launch: launch(*operands)))
+    return list(min(times, key=times.get))
 
 
 __all__ = ["KERNELS", "candidates", "launcher", "tuned"]

@@ -9,13 +9,13 @@ in shared memory (as FP16, what a per-layer FP16 network stores between layers t
     launch = launcher(SEED_BLOCKS["c.1"], "float16", "NCHW", x.shape)          # compiles once (NVRTC)
     launch(x, weights, biases, out)                                            # the fused.launcher signature
 
-The launcher's tiling is (``pt`` pixels per thread block, ``nw`` warps); :func:`tuned` times the candidates on the
-operands (:data:`TILINGS`).  :func:`emulate` is the kernel's arithmetic in NumPy (FP16 rounding of the intermediate
-and the output, FP32 sums), used by the CPU tests.
+The launcher's tiling is (``pt`` pixels per thread block, ``nw`` warps); :func:`kernels.blocks.tuned` times the
+candidates (:data:`TILINGS`) on the operands.  :func:`emulate` is the kernel's arithmetic in NumPy (FP16 rounding of
+the intermediate and the output, FP32 sums), used by the CPU tests.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -26,7 +26,7 @@ from .fused import Block, Launch, _check, layer_ptrs, smem_limit
 
 SOURCE = "pointwise.cu"
 LAYOUTS = ("NCHW", "NHWC")
-#: (pixels per thread block, warps) tried by :func:`tuned`, the first being the default.
+#: (pixels per thread block, warps) tried by :func:`kernels.blocks.tuned`, the first being the default.
 TILINGS: tuple[tuple[int, int], ...] = ((32, 4), (16, 4), (64, 4), (64, 8), (128, 8))
 _MAX_Z = 65535
 _ACT_ENUM = {"none": "ACT_NONE", "relu": "ACT_RELU", "relu6": "ACT_RELU6"}
@@ -124,23 +124,6 @@ def launcher(block: Block, dtype: str, layout: str, x_shape: Sequence[int], pt: 
     return launch
 
 
-def tuned(block: Block, dtype: str, layout: str, x_shape: Sequence[int],
-          operands: tuple[Any, Sequence[Any], Sequence[Any], Any, Any],
-          timer: Callable[[Callable[[], None]], float]) -> tuple[tuple[int, int], float]:
-    """The fastest (pt, nw) of :data:`TILINGS` that fits the device, timed by ``timer`` on ``operands`` (whose
-    ``out`` it overwrites), and its time."""
-    limit = smem_limit()
-    best: tuple[tuple[int, int], float] | None = None
-    for pt, nw in fitting(block, limit):
-        launch = launcher(block, dtype, layout, x_shape, pt, nw)
-        ms = float(timer(lambda: launch(*operands)))
-        if best is None or ms < best[1]:
-            best = ((pt, nw), ms)
-    if best is None:
-        raise InputError(f"no tiling of {TILINGS} fits {limit} bytes of shared memory", "tiling")
-    return best
-
-
 # ---- the kernel's arithmetic in NumPy -------------------------------------------------------------------------------
 def _act(v: np.ndarray, name: str) -> np.ndarray:
     if name == "relu":
@@ -186,4 +169,4 @@ def emulate(block: Block, x: np.ndarray, weights: Sequence[np.ndarray], biases: 
     return np.ascontiguousarray(y.transpose(0, 3, 1, 2)) if layout == "NCHW" else y
 
 
-__all__ = ["unsupported", "launcher", "tuned", "emulate", "fitting", "TILINGS"]
+__all__ = ["unsupported", "launcher", "emulate", "fitting", "TILINGS"]

@@ -11,13 +11,13 @@ the intermediate in shared memory.
     launch(x, weights, biases, out)                                            # the fused.launcher signature
 
 A tiling is (``th`` x ``tw`` output pixels, ``nw`` warps, ``rtb`` 16-row tiles of output channels per thread block,
-0: all); :func:`tuned` times :data:`TILINGS` on the operands.  :func:`halo` is the kernel's halo arithmetic (the
-CPU tests check every tap lands in it), :func:`emulate` its arithmetic in NumPy.
+0: all); :func:`kernels.blocks.tuned` times :data:`TILINGS` on the operands.  :func:`halo` is the kernel's halo
+arithmetic (the CPU tests check every tap lands in it), :func:`emulate` its arithmetic in NumPy.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -30,7 +30,8 @@ from .pointwise import _ACT_ENUM, _act
 SOURCE = "spatial.cu"
 LAYOUTS = ("NCHW", "NHWC")
 MAX_FILTER = 7          # consumer filters up to 7 x 7 (every tap is unrolled)
-#: (th, tw, nw, rtb) tried by :func:`tuned`, the first being the default; rtb 0 = every row tile in one block.
+#: (th, tw, nw, rtb) tried by :func:`kernels.blocks.tuned`, the first being the default; rtb 0 = every row tile in
+#: one block.
 TILINGS: tuple[tuple[int, int, int, int], ...] = (
     (4, 8, 8, 2), (4, 4, 4, 0), (4, 4, 4, 1), (2, 4, 4, 1), (4, 8, 4, 1), (2, 8, 4, 0), (8, 8, 8, 0))
 _MAX_Z = 65535
@@ -179,23 +180,6 @@ def launcher(block: Block, dtype: str, layout: str, x_shape: Sequence[int], th: 
     return launch
 
 
-def tuned(block: Block, dtype: str, layout: str, x_shape: Sequence[int],
-          operands: tuple[Any, Sequence[Any], Sequence[Any], Any, Any],
-          timer: Callable[[Callable[[], None]], float]) -> tuple[tuple[int, int, int, int], float]:
-    """The fastest (th, tw, nw, rtb) of :data:`TILINGS` that fits the device, timed by ``timer`` on ``operands``
-    (whose ``out`` it overwrites), and its time."""
-    limit = smem_limit()
-    best: tuple[tuple[int, int, int, int], float] | None = None
-    for tiling in fitting(block, limit):
-        launch = launcher(block, dtype, layout, x_shape, *tiling)
-        ms = float(timer(lambda: launch(*operands)))
-        if best is None or ms < best[1]:
-            best = (tiling, ms)
-    if best is None:
-        raise InputError(f"no tiling of {TILINGS} fits {limit} bytes of shared memory", "tiling")
-    return best
-
-
 # ---- the kernel's arithmetic in NumPy -------------------------------------------------------------------------------
 def emulate(block: Block, x: np.ndarray, weights: Sequence[np.ndarray], biases: Sequence[np.ndarray | None],
             x2: np.ndarray | None = None, layout: str = "NCHW") -> np.ndarray:
@@ -229,4 +213,4 @@ def emulate(block: Block, x: np.ndarray, weights: Sequence[np.ndarray], biases: 
     return np.ascontiguousarray(y.transpose(0, 2, 3, 1)) if layout == "NHWC" else y
 
 
-__all__ = ["unsupported", "launcher", "tuned", "emulate", "halo", "Halo", "smem_bytes", "fitting", "TILINGS"]
+__all__ = ["unsupported", "launcher", "emulate", "halo", "Halo", "smem_bytes", "fitting", "TILINGS"]

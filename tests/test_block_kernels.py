@@ -137,3 +137,22 @@ def test_the_launchers_name_a_missing_or_extra_bias_and_a_misaligned_filter(reco
         launch(x, ws[:1], bs[:1], out)
     assert e.value.field == "weights"
     assert not recorder.calls
+
+
+def test_tuning_a_tensor_core_kernel_times_each_fitting_tiling_once_and_keeps_the_fastest(recorder):
+    a1 = SEED_BLOCKS["a.1"]
+    x, ws, bs, out = _operands(a1, "NCHW", 1, 28, 28)
+    limit = S.smem_bytes(a1, 4, 4, 0)                 # leaves out the default (4, 8, 8, 2)
+    fit = S.fitting(a1, limit)
+    times = iter([3.0, 1.0, 2.0, 1.0, 5.0, 4.0, 6.0][:len(fit)])
+
+    def timer(fn):
+        fn()
+        return next(times)
+
+    got = K.tuned("spatial", a1, "float16", "NCHW", x.shape, (x, ws, bs, out, None), True, timer, smem=limit)
+    assert got == list(fit[1])                        # the first of the two fastest
+    assert len(recorder.calls) == len(fit) >= 2       # each timed once, on the operands
+    with pytest.raises(InputError) as e:
+        K.tuned("spatial", a1, "float16", "NCHW", x.shape, (x, ws, bs, out, None), True, timer, smem=1024)
+    assert e.value.field == "tiling"

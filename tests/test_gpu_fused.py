@@ -298,60 +298,13 @@ def test_mobilenet_v2_relu6_blocks_match_cudnn_per_layer_and_float64(block, dtyp
         assert rel_err(got, cudnn) < TOL_CUDNN[dtype], (n, tiling)
 
 
-# ---- tensor-core chains of 1x1 convolutions (kernels/pointwise.cu) ---------------------------------------------------
+# ---- the tensor-core kernels: chains of 1x1s (kernels/pointwise.cu), a 1x1 then spatial convs (kernels/spatial.cu) -
 CHAINS = [F.SEED_BLOCKS["c.1"],
           F.Block("c.1-no-mrelu", "merge", 32, (F.ConvLayer(48, 1, relu=True),
                                                 F.ConvLayer(48, 1, relu6=True, relu=False),
                                                 F.ConvLayer(16, 1, relu=False, bias=False))),
           F.Block("expand-project", "straight", 32, (F.ConvLayer(192, 1, relu6=True, relu=False),
                                                      F.ConvLayer(32, 1, relu=False)))]
-
-
-def run_pointwise(block, x, ws, bs, x2, layout, pt, nw):
-    import cupy as cp
-
-    from ucudnn.kernels import pointwise as P
-
-    n, h, w = (x.shape[0], x.shape[2], x.shape[3]) if layout == "NCHW" else x.shape[:3]
-    out = cp.full(block.y_shape(n, h, w, layout), cp.nan, dtype=x.dtype)
-    P.launcher(block, str(x.dtype), layout, x.shape, pt, nw)(x, ws, bs, out, x2)
-    got = out.get()
-    assert not np.isnan(got).any(), "every output element is written"
-    return got
-
-
-@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
-@pytest.mark.parametrize("block", CHAINS, ids=[b.name for b in CHAINS])
-def test_tensor_core_chains_match_their_arithmetic_float64_and_cudnn(block, layout):
-    """Odd batch, a plane no pixel tile divides (7 x 9 = 63), every tiling; the seed block at its own plane."""
-    from ucudnn.kernels import pointwise as P
-
-    planes = [(7, 9)] + ([block.hw] if block.hw else [])
-    for (h, w), n in zip(planes, (3, 1)):
-        x, ws, bs, x2 = operands(block, n, h, w, "float16", layout, seed=h * n, scale=2.0)
-        em = P.emulate(block, host(x), [host(v) for v in ws], [host(v) for v in bs], host(x2), layout)
-        ref = F.reference(block, host(x), [host(v) for v in ws], [host(v) for v in bs], host(x2), layout=layout)
-        xs, wn, x2n = _nchw_operands(x, ws, x2, layout)
-        cudnn = torch_per_layer(block, xs, wn, bs, x2n)
-        for pt, nw in P.TILINGS:
-            got = run_pointwise(block, x, ws, bs, x2, layout, pt, nw)
-            assert rel_err(got, em) < 2e-3, (pt, nw)      # the same arithmetic up to the order of FP32 sums
-            assert rel_err(got, ref) < TOL_REF["float16"], (pt, nw)
-            nchw = got if layout == "NCHW" else got.transpose(0, 3, 1, 2)
-            assert rel_err(nchw, cudnn) < TOL_CUDNN["float16"], (pt, nw)
-
-
-def test_a_tensor_core_chain_replays_in_a_cuda_graph():
-    from ucudnn.kernels import pointwise as P
-
-    b = F.SEED_BLOCKS["c.1"]
-    x, ws, bs, x2 = operands(b, 2, *b.hw, "float16", seed=9)
-    run = P.launcher(b, "float16", "NCHW", x.shape)
-    eager = run_pointwise(b, x, ws, bs, x2, "NCHW", *P.TILINGS[0])
-    captured(run, b, x, ws, bs, x2, eager)
-
-
-# ---- tensor-core 1x1 -> spatial blocks (kernels/spatial.cu) ----------------------------------------------------------
 SPATIAL = [F.SEED_BLOCKS["a.1"], F.SEED_BLOCKS["b.1"],
            # non-square filters, a pad smaller than the filter's half (the output plane shrinks), no producer ReLU
            F.Block("rect-shrink", "straight", 48, (F.ConvLayer(32, 1, relu=False),
@@ -359,47 +312,54 @@ SPATIAL = [F.SEED_BLOCKS["a.1"], F.SEED_BLOCKS["b.1"],
            # split: a 1x3 | 3x1 pair (same plane), the second without bias or activation
            F.Block("split-1x3-3x1", "split", 32, (F.ConvLayer(16, 1), F.ConvLayer(32, (1, 3), pad=(0, 1)),
                                                   F.ConvLayer(16, (3, 1), pad=(1, 0), bias=False, relu=False)))]
+TENSOR_CORE = [("pointwise", b) for b in CHAINS] + [("spatial", b) for b in SPATIAL]
 
 
-def run_spatial(block, x, ws, bs, layout, tiling):
+def _tc_module(kernel):
+    from ucudnn.kernels import pointwise, spatial
+
+    return {"pointwise": pointwise, "spatial": spatial}[kernel]
+
+
+def run_tensor_core(kernel, block, x, ws, bs, x2, layout, tiling):
     import cupy as cp
 
-    from ucudnn.kernels import spatial as S
+    from ucudnn.kernels import blocks as K
 
     n, h, w = (x.shape[0], x.shape[2], x.shape[3]) if layout == "NCHW" else x.shape[:3]
     out = cp.full(block.y_shape(n, h, w, layout), cp.nan, dtype=x.dtype)
-    S.launcher(block, str(x.dtype), layout, x.shape, *tiling)(x, ws, bs, out)
+    K.launcher(kernel, block, tiling, str(x.dtype), layout, x.shape)(x, ws, bs, out, x2)
     got = out.get()
     assert not np.isnan(got).any(), "every output element is written"
     return got
 
 
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
-@pytest.mark.parametrize("block", SPATIAL, ids=[b.name for b in SPATIAL])
-def test_tensor_core_spatial_blocks_match_their_arithmetic_float64_and_cudnn(block, layout):
-    """Odd batch on a plane no tile divides (7 x 9 = 63), every tiling; the seed blocks at their own plane."""
-    from ucudnn.kernels import spatial as S
-
+@pytest.mark.parametrize("kernel,block", TENSOR_CORE, ids=[f"{k}-{b.name}" for k, b in TENSOR_CORE])
+def test_tensor_core_blocks_match_their_arithmetic_float64_and_cudnn(kernel, block, layout):
+    """Odd batch, a plane no tile divides (7 x 9 = 63), every tiling; the seed blocks at their own plane."""
+    mod = _tc_module(kernel)
     planes = [(7, 9)] + ([block.hw] if block.hw else [])
     for (h, w), n in zip(planes, (3, 1)):
-        x, ws, bs, _ = operands(block, n, h, w, "float16", layout, seed=h * n + 1, scale=2.0)
-        em = S.emulate(block, host(x), [host(v) for v in ws], [host(v) for v in bs], layout=layout)
-        ref = F.reference(block, host(x), [host(v) for v in ws], [host(v) for v in bs], layout=layout)
-        xs, wn, _ = _nchw_operands(x, ws, None, layout)
-        cudnn = torch_per_layer(block, xs, wn, bs, None)
-        for tiling in S.TILINGS:
-            got = run_spatial(block, x, ws, bs, layout, tiling)
+        x, ws, bs, x2 = operands(block, n, h, w, "float16", layout, seed=h * n + (kernel == "spatial"), scale=2.0)
+        em = mod.emulate(block, host(x), [host(v) for v in ws], [host(v) for v in bs], host(x2), layout)
+        ref = F.reference(block, host(x), [host(v) for v in ws], [host(v) for v in bs], host(x2), layout=layout)
+        xs, wn, x2n = _nchw_operands(x, ws, x2, layout)
+        cudnn = torch_per_layer(block, xs, wn, bs, x2n)
+        for tiling in mod.TILINGS:
+            got = run_tensor_core(kernel, block, x, ws, bs, x2, layout, tiling)
             assert rel_err(got, em) < 2e-3, tiling          # the same arithmetic up to the order of FP32 sums
             assert rel_err(got, ref) < TOL_REF["float16"], tiling
             nchw = got if layout == "NCHW" else got.transpose(0, 3, 1, 2)
             assert rel_err(nchw, cudnn) < TOL_CUDNN["float16"], tiling
 
 
-def test_a_tensor_core_spatial_block_replays_in_a_cuda_graph():
-    from ucudnn.kernels import spatial as S
+@pytest.mark.parametrize("kernel,name,seed", [("pointwise", "c.1", 9), ("spatial", "a.1", 5)])
+def test_a_tensor_core_block_replays_in_a_cuda_graph(kernel, name, seed):
+    from ucudnn.kernels import blocks as K
 
-    b = F.SEED_BLOCKS["a.1"]
-    x, ws, bs, _ = operands(b, 2, *b.hw, "float16", seed=5)
-    run = S.launcher(b, "float16", "NCHW", x.shape)
-    eager = run_spatial(b, x, ws, bs, "NCHW", S.TILINGS[0])
-    captured(run, b, x, ws, bs, None, eager)
+    b = F.SEED_BLOCKS[name]
+    x, ws, bs, x2 = operands(b, 2, *b.hw, "float16", seed=seed)
+    tiling = _tc_module(kernel).TILINGS[0]
+    eager = run_tensor_core(kernel, b, x, ws, bs, x2, "NCHW", tiling)
+    captured(K.launcher(kernel, b, tiling, "float16", "NCHW", x.shape), b, x, ws, bs, x2, eager)
