@@ -210,3 +210,44 @@ def test_without_replay_every_call_launches_its_steps(recorder, capture):
     for _ in range(2):
         ex(*_operands("forward"), workspace=_Array((1024,), 9 << 20, "uint8"))
     assert len(recorder.calls) == 4 and capture.captures == 0
+
+
+# -- the one-step shortcut (sources.base.Direct) ---------------------------------------------------------------------
+class _DirectRecorder(_Recorder):
+    """A recording source whose launchers carry a shortcut, as the graph and legacy sources' do."""
+
+    name = "recorder"
+
+    def prepare(self, op, problem, config):
+        launch = super().prepare(op, problem, config)
+        launch.direct = lambda *args: self.calls.append(("direct", config.algo, *args)) or True
+        return launch
+
+
+@pytest.fixture
+def direct_recorder(monkeypatch):
+    from ucudnn.measure.sources import registry
+
+    rec = _DirectRecorder()
+    monkeypatch.setitem(registry._SOURCES, rec.name, rec)
+    return rec
+
+
+def test_a_one_step_plan_offers_its_sources_shortcut(direct_recorder):
+    ex = Executor(_plan("forward", [10]))
+    assert ex.direct is not None
+    assert ex.direct(1, 2, 3, 4, 1024, 5) is True
+    assert direct_recorder.calls == [("direct", "c0", 1, 2, 3, 4, 1024, 5)]
+
+
+@pytest.mark.parametrize("why, plan, replay", [
+    ("several micro-batches", _plan("forward", [5, 5]), False),
+    ("replayed calls", _plan("forward", [10]), True),
+    ("accumulating steps", _plan("backward_filter", [4, 6]), False),
+])
+def test_plans_the_shortcut_cannot_run_have_none(direct_recorder, why, plan, replay):
+    assert Executor(plan, replay=replay).direct is None, why
+
+
+def test_a_source_without_a_shortcut_leaves_the_executor_without_one(recorder):
+    assert Executor(_plan("forward", [10])).direct is None

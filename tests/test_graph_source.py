@@ -565,3 +565,45 @@ def test_an_engines_first_execution_in_the_process_is_not_its_quick_sample():
     before = len(fe.executions)
     src.measure("forward", P.with_batch(P.n * 2), OPS, WS, settings(trust_estimate_ms=2.0, hopeless_factor=None))
     assert len(fe.executions) - before == 1                      # warm: its first timed call is the sample
+
+
+def test_the_shortcut_executes_the_built_plan_on_the_callers_stream_and_declines_what_it_cannot_run(monkeypatch):
+    """graph._direct: the frontend's C++ execute with (a, b, out) under the graph's uids, the workspace, the
+    plan's index and this thread's handle bound to the caller's stream; False, nothing run, for misaligned
+    operands, a workspace smaller than the engine's, or another device than the one prepared on."""
+    from ucudnn.binding import gpu
+
+    calls = []
+
+    class Graph:
+        def _execute_plan_at_index(self, ptrs, workspace, index, handle, *overrides):
+            calls.append((ptrs, workspace, index, handle, overrides))
+
+    device = [0]
+    monkeypatch.setattr(gpu, "current_device", lambda: device[0])
+    monkeypatch.setattr(gpu, "handle_on", lambda stream, dev: ("handle", stream, dev))
+    ident = G.EngineIdentity(3, ())
+    direct = G._direct(G._Built(Graph(), 2, 256), 0, ident)
+    assert direct(4096, 8192, 12288, 65536, 256, 77) is True
+    assert calls == [({G.UIDS[0]: 4096, G.UIDS[1]: 8192, G.UIDS[2]: 12288}, 65536, 2, ("handle", 77, 0),
+                      (None, None, None))]
+    assert direct(4096 + 4, 8192, 12288, 65536, 256, 77) is False      # misaligned a
+    assert direct(4096, 8192, 12288, 65536, 255, 77) is False          # too little workspace
+    device[0] = 1
+    assert direct(4096, 8192, 12288, 65536, 256, 77) is False          # another device
+    assert len(calls) == 1
+
+
+def test_the_shortcuts_failures_are_cudnn_errors_naming_the_engine(monkeypatch):
+    from ucudnn.binding import gpu
+
+    class Graph:
+        def _execute_plan_at_index(self, *a):
+            raise RuntimeError("CUDNN_STATUS_EXECUTION_FAILED\nmore")
+
+    monkeypatch.setattr(gpu, "current_device", lambda: 0)
+    monkeypatch.setattr(gpu, "handle_on", lambda stream, dev: 1)
+    direct = G._direct(G._Built(Graph(), 0, 0), 0, G.EngineIdentity(3, ()))
+    with pytest.raises(CudnnError, match="eng3.*EXECUTION_FAILED"):
+        direct(0, 0, 0, 0, 0, 0)
+    assert G._direct(G._Built(object(), 0, 0), 0, G.EngineIdentity(3, ())) is None   # no frontend binding

@@ -384,3 +384,56 @@ def test_a_layers_problem_and_settings_are_the_same_objects_on_every_call():
     assert p == runtime.problem_of(x.shape, w.shape, (1, 1), (1, 1), (1, 1), 1, torch.float32, "NCHW")
     assert s == runtime.Settings(1 << 26)
     assert ops._layer(torch.randn(3, 3, 8, 8), w, *args)[0].n == 3
+
+
+def test_a_prepared_one_step_call_runs_through_its_shortcut_on_torchs_stream_else_through_the_full_launch(
+        monkeypatch):
+    """runtime.launch: a ready call whose executor has a shortcut (sources.base.Direct) runs it on the tensors'
+    pointers, the call's workspace and torch's current stream, with no CuPy context; when the shortcut declines
+    (False) or torch's current device is not the tensors', the full launch runs inside CuPy's contexts."""
+    import contextlib
+
+    log = []
+
+    class T:
+        def __init__(self, ptr):
+            self.ptr = ptr
+
+        def get_device(self):
+            return 0
+
+        def data_ptr(self):
+            return self.ptr
+
+    answer = [True]
+
+    class Call:
+        ws_bytes, ws_ptr, ws_size = 0, 4096, 64
+
+        def direct(self, *args):
+            log.append(("direct", *args))
+            return answer[0]
+
+        def run(self, a, b, out):
+            log.append(("run", a.ptr, b.ptr, out.ptr))
+
+    call = Call()
+    contexts = []
+    fake_cp = type("cp", (), {"cuda": type("cuda", (), {"Device": lambda d: contexts.append(d) or
+                                                        contextlib.nullcontext()})})
+    monkeypatch.setattr(runtime, "_shared", True)
+    monkeypatch.setattr(runtime, "_cp", fake_cp)
+    monkeypatch.setattr(runtime, "_cupy_stream", lambda d: contextlib.nullcontext())
+    monkeypatch.setattr(runtime, "_ready", lambda *a: call)
+    monkeypatch.setattr(runtime, "_raw_stream", lambda d: 77)
+    torch_device = [0]
+    monkeypatch.setattr(runtime, "_torch_device", lambda: torch_device[0])
+    args = ("forward", None, T(1), T(2), T(3), runtime.Settings(1 << 26), "strict")
+    runtime.launch(*args)
+    assert log == [("direct", 1, 2, 3, 4096, 64, 77)] and contexts == []
+    answer[0] = False
+    runtime.launch(*args)
+    assert log[1:] == [("direct", 1, 2, 3, 4096, 64, 77), ("run", 1, 2, 3)] and contexts == [0]
+    torch_device[0] = 1
+    runtime.launch(*args)
+    assert log[3:] == [("run", 1, 2, 3)]

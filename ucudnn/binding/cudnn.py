@@ -19,7 +19,7 @@ import os
 import sys
 import threading
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 from ..errors import CudnnError, CudnnNotFound
 
@@ -338,6 +338,21 @@ def convolution(handle: int, op: str, alpha: float, a_desc: int, a: int, b_desc:
     al, be = _scalar(alpha, scalar_dtype), _scalar(beta, scalar_dtype)
     _call(f"cudnnConvolution{_OP_SUFFIX[op]}", handle, ctypes.byref(al), a_desc, a, b_desc, b, conv, algo,
           workspace, workspace_bytes, ctypes.byref(be), out_desc, out)
+
+
+def entry_point(op: str) -> tuple[Callable, str]:
+    """(the ctypes function of ``op``'s cudnnConvolution* entry point, its name), for callers that bind it once
+    (a prepared launcher's shortcut): the same function :func:`convolution` calls."""
+    name = f"cudnnConvolution{_OP_SUFFIX[op]}"
+    fn = getattr(load(), name, None)
+    if fn is None:
+        raise CudnnError(name, -1, "SYMBOL_NOT_FOUND", f"{_lib_path} does not export {name}")
+    return fn, name
+
+
+def scalar_ref(value: float, dtype: str = "float32") -> Any:
+    """A by-reference scalar argument (alpha, beta) that lives as long as the returned object."""
+    return ctypes.byref(_scalar(value, dtype))
 
 
 # --- other ops (baselines for ucudnn.kernels' benchmarks) ------------------------------

@@ -69,18 +69,35 @@ def capture(fn: Any) -> Any:
     return graph
 
 
+def current_device() -> int:
+    """The current CUDA device (the runtime's, which CuPy's and torch's contexts both set)."""
+    return cupy().cuda.runtime.getDevice()
+
+
 def handle() -> int:
     """This thread's cuDNN handle on the current device, bound to CuPy's current stream."""
     cp = cupy()
-    dev = cp.cuda.Device().id
+    return handle_on(cp.cuda.get_current_stream().ptr, cp.cuda.runtime.getDevice())
+
+
+def handle_on(stream: int, device: int) -> int:
+    """This thread's cuDNN handle on ``device`` (the current one), bound to ``stream`` (a ``cudaStream_t``).
+
+    Why the stream is remembered: ``cudnnSetStream`` is called only when the handle's stream changes.  A
+    training step launches every convolution three times, mostly on one stream, and the call measured
+    8-16 us of host time inside a ResNet-50 step on an H100 (``benchmarks/results/torch_profile-*.md``).
+    Every caller of ucudnn's handles comes through here, so the remembered stream is the handle's.
+    """
     handles = getattr(_tls, "handles", None)
     if handles is None:
         handles = _tls.handles = {}
-    h = handles.get(dev)
-    if h is None:
-        h = handles[dev] = cudnn.create()
-    cudnn.set_stream(h, cp.cuda.get_current_stream().ptr)
-    return h
+    entry = handles.get(device)
+    if entry is None:
+        entry = handles[device] = [cudnn.create(), None]
+    if entry[1] != stream:
+        cudnn.set_stream(entry[0], stream)
+        entry[1] = stream
+    return entry[0]
 
 
 def compute_type(dtype: str) -> str:

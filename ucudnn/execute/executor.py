@@ -34,7 +34,7 @@ from ..binding import cudnn
 from ..binding.gpu import capture, cupy, cupy_dtype, descriptors, handle
 from ..errors import InputError, UcudnnError, summary
 from ..measure.sources import registry
-from ..measure.sources.base import Launch, Operands
+from ..measure.sources.base import Launch, Operands, direct_of
 from ..planning.channels import steps as channel_steps
 from ..planning.plan import KernelPlan, Plan
 from ..problem import ROLES
@@ -95,6 +95,13 @@ class Executor:
                                     accumulate))
         self.workspace_bytes = max((s.workspace_bytes for s in self.steps), default=0)
         self.replay = replay
+        only = self.steps[0] if len(self.steps) == 1 else None
+        #: the one-step plan's :data:`~ucudnn.measure.sources.base.Direct` shortcut (its source's, when it has one):
+        #: ``direct(a, b, out, workspace, workspace_bytes, stream) -> bool`` runs the plan with alpha 1 and beta 0
+        #: on ``stream`` with no CuPy context; None for plans of several steps, replayed plans and sources with
+        #: no shortcut (``launch`` runs those)
+        self.direct = direct_of(only.launch) if (only is not None and not replay and not any(only.shifts)
+                                                 and not only.accumulate) else None
         self._own: Any = None          # the workspace allocated when the caller passes none
         self._graphs: OrderedDict[tuple, Any] = OrderedDict()
         self.replay_failures: list[str] = []

@@ -221,7 +221,7 @@ class _Call:
     """
 
     __slots__ = ("executor", "installed_key", "installed", "mem_key", "ws_ptr", "ws_size", "ws_bytes",
-                 "torch_device")
+                 "torch_device", "direct")
 
     def __init__(self, problem: ConvProblem, op: str, settings: Settings, numerics: str, device: int):
         global _api
@@ -240,6 +240,8 @@ class _Call:
         else:   # ws_bytes > 0: a workspace of that size from torch's allocator for each launch
             self.ws_ptr, self.ws_size, self.ws_bytes = 0, 0, int(self.executor.workspace_bytes)
         self.torch_device = torch.device("cuda", device)
+        #: the executor's shortcut for one-step plans (``sources.base.Direct``), else None: :func:`launch`
+        self.direct = getattr(self.executor, "direct", None)
 
     def current(self) -> bool:
         hit = installed.get(self.installed_key) if installed else None
@@ -270,9 +272,27 @@ def _defaults_env(settings: Settings) -> tuple:
     it names no batch policy, ``UCUDNN_SOURCES`` when it names no sources, ``UCUDNN_CHANNEL_POLICY``): part of a
     prepared call's key, so
     a change of them is seen at the next launch, as the lookup chain sees it."""
-    environ = os.environ
-    return (None if settings.batch_policy else environ.get("UCUDNN_BATCH_SIZE_POLICY"),
-            None if settings.sources else environ.get("UCUDNN_SOURCES"), environ.get("UCUDNN_CHANNEL_POLICY"))
+    get = _environ_get
+    policy = None if settings.batch_policy else get(_ENV_KEYS[0])
+    sources = None if settings.sources else get(_ENV_KEYS[1])
+    channels = get(_ENV_KEYS[2])
+    if policy is None and sources is None and channels is None:
+        return _NO_ENV
+    return tuple(v if v is None or isinstance(v, str) else os.fsdecode(v) for v in (policy, sources, channels))
+
+
+_NO_ENV = (None, None, None)
+
+
+_ENV_NAMES = ("UCUDNN_BATCH_SIZE_POLICY", "UCUDNN_SOURCES", "UCUDNN_CHANNEL_POLICY")
+# os.environ's own mapping, read without its per-call key encoding (three reads per launch: measurable host
+# time inside a training step); its values are the encoded bytes, which compare as well as the strings
+_environ_data = getattr(os.environ, "_data", None)
+_encodekey = getattr(os.environ, "encodekey", None)
+if isinstance(_environ_data, dict) and _encodekey is not None:
+    _environ_get, _ENV_KEYS = _environ_data.get, tuple(_encodekey(k) for k in _ENV_NAMES)
+else:   # another Python's os.environ
+    _environ_get, _ENV_KEYS = os.environ.get, _ENV_NAMES
 
 
 #: the same prepared calls by object identity: (op, id(problem), id(settings), numerics, device, environment
@@ -290,15 +310,25 @@ def forget_prepared() -> None:
     _calls.clear()
 
 
+def _ready(op: str, problem: ConvProblem, settings: Settings, numerics: str, device: int,
+           env: tuple) -> _Call | None:
+    """The prepared call found by identity and still current, else None (:func:`prepared` makes it): no CuPy
+    context needed."""
+    hit = _by_id.get((op, id(problem), id(settings), numerics, device, env))
+    if hit is not None and hit[0] is problem and hit[1] is settings and hit[2].current():
+        return hit[2]
+    return None
+
+
 def prepared(op: str, problem: ConvProblem, settings: Settings, numerics: str, device: int) -> _Call:
     """The prepared call of ``(op, problem)`` for these settings on ``device``, made (lookup chain, maybe a
     benchmark) if there is none or the one there is no longer current.  Call with CuPy's device and stream set
     (:func:`launch` does): preparing may benchmark."""
     env = _defaults_env(settings)
+    call = _ready(op, problem, settings, numerics, device, env)
+    if call is not None:
+        return call
     fast = (op, id(problem), id(settings), numerics, device, env)
-    hit = _by_id.get(fast)
-    if hit is not None and hit[0] is problem and hit[1] is settings and hit[2].current():
-        return hit[2]
     key = (op, problem, settings, numerics, device, env)
     call = _calls.get(key)
     if call is None or not call.current():
@@ -319,8 +349,23 @@ def launch(op: str, problem: ConvProblem, a: torch.Tensor, b: torch.Tensor, out:
     device = a.get_device()
     if not _shared:
         share_torch_memory()
+    call = _ready(op, problem, settings, numerics, device, _defaults_env(settings))
+    if call is not None and call.direct is not None and _torch_device() == device:
+        # the one-step plans' shortcut: no CuPy context, no executor frames (``sources.base.Direct``)
+        stream = _raw_stream(device)
+        if call.ws_bytes:
+            ws = torch.empty(call.ws_bytes, dtype=torch.uint8, device=call.torch_device)
+            if call.direct(a.data_ptr(), b.data_ptr(), out.data_ptr(), ws.data_ptr(), call.ws_bytes, stream):
+                return
+            del ws
+        elif call.direct(a.data_ptr(), b.data_ptr(), out.data_ptr(), call.ws_ptr, call.ws_size, stream):
+            return
     with _cp.cuda.Device(device), _cupy_stream(device):
-        prepared(op, problem, settings, numerics, device).run(a, b, out)
+        (call or prepared(op, problem, settings, numerics, device)).run(a, b, out)
+
+
+#: torch's current device (its internal getter when it has one, as for the stream)
+_torch_device = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device
 
 
 #: failures that mean "ucudnn cannot run this convolution here", answered by running torch's instead

@@ -509,6 +509,24 @@ def timed_beta(op: str, problem: ConvProblem | None = None) -> float:
 #: out = alpha * op(a, b) + beta * out on CuPy's current stream.
 Launch = Callable[[Operands, int, int, float, float], None]
 
+#: A launcher's shortcut for the common call of a one-step plan, set as its ``direct`` attribute by the sources
+#: that have one (graph, legacy): ``direct(a, b, out, workspace, workspace_bytes, stream) -> bool`` computes
+#: out = op(a, b) (alpha 1, beta 0) on raw pointers on ``stream`` (a ``cudaStream_t``, the current device's), with
+#: no CuPy context, and returns False, having done nothing, when this call needs the full launcher (operands
+#: not aligned as the engine needs, another device than the one prepared on, too little workspace).
+#:
+#: Why: the torch layer launches every convolution of a training step three times; each of those launches
+#: used to go through CuPy's device and stream contexts, the executor, the launcher and the frontend's Python
+#: wrapper, 40-50 Python frames, and inside a real step (caches cold) that cost 150-200 us of host time per
+#: launch: ResNet-50 AMP on an H100 was host-bound at 44-50 ms per step against PyTorch's 28
+#: (``benchmarks/results/torch_profile-resnet50-amp.md``).
+Direct = Callable[[int, int, int, int, int, int], bool]
+
+
+def direct_of(launch: Launch) -> Direct | None:
+    """``launch``'s :data:`Direct` shortcut, or None when its source has none."""
+    return getattr(launch, "direct", None)
+
 
 class AlgorithmSource(Protocol):
     name: str

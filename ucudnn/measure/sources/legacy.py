@@ -26,9 +26,11 @@ other sources' configurations (the graph source's heuristics, builds and note pr
 """
 from __future__ import annotations
 
+from typing import Any
+
 from ... import numerics as num
 from ...binding import cudnn
-from ...binding.gpu import descriptors, handle
+from ...binding.gpu import current_device, descriptors, handle, handle_on
 from ...errors import CaptureError, CudnnError
 from ...planning.table import Measurement, Skipped
 from ...problem import ConvProblem
@@ -119,4 +121,25 @@ class LegacySource(Prepared):
         def launch(ops: Operands, workspace: int, workspace_bytes: int, alpha: float, beta: float) -> None:
             call(handle(), op, alpha, a, ops.a, b, ops.b, d.conv, algo, workspace, workspace_bytes, beta, out, ops.out)
 
+        launch.direct = _direct(op, d, a, b, out, algo)  # type: ignore[attr-defined]
         return launch
+
+
+def _direct(op: str, d: Any, a_desc: int, b_desc: int, out_desc: int, algo: int) -> Any:
+    """The :data:`~.base.Direct` shortcut of one prepared legacy configuration: the cuDNN entry point and the
+    scalars 1 and 0 bound at its first call (preparing loads nothing more than it did), the descriptors and
+    algo at preparation (``d`` is kept alive by the closure, as by the launcher), this thread's handle for the
+    current device bound to the caller's stream.  Legacy descriptors belong to no device: it never declines."""
+    bound: list = []
+
+    def direct(pa: int, pb: int, po: int, workspace: int, workspace_bytes: int, stream: int) -> bool:
+        if not bound:
+            bound.extend((*cudnn.entry_point(op), cudnn.scalar_ref(1.0), cudnn.scalar_ref(0.0)))
+        fn, name, one, zero = bound
+        status = fn(handle_on(stream, current_device()), one, a_desc, pa, b_desc, pb, d.conv, algo, workspace,
+                    workspace_bytes, zero, out_desc, po)
+        if status:
+            raise CudnnError(name, status, cudnn.status_name(status))
+        return True
+
+    return direct
