@@ -265,6 +265,29 @@ def gpu_kernel_ms(step, n: int = 3) -> dict:
             "top": [f"{t / n / 1e3:.2f} ms {k[:90]}" for t, k in rows[:6]]}
 
 
+def api_calls(step, n: int = 3) -> dict:
+    """CUDA runtime / driver API calls per step (torch.profiler's CUPTI trace): count and host us per step of
+    each, so a step whose host time and GPU time add up (rather than overlap) shows whether something in it
+    waits on the GPU (a synchronisation, a cudaMalloc or cudaFree, a blocking copy) or only issues slowly."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    step()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(n):
+            step()
+        torch.cuda.synchronize()
+    rows = []
+    for e in prof.key_averages():
+        if e.key.startswith(("cuda", "cu", "CUDA")) and not e.key.startswith("cudnn"):
+            host = getattr(e, "self_cpu_time_total", 0.0) or getattr(e, "cpu_time_total", 0.0)
+            rows.append({"api": e.key, "calls_per_step": round(e.count / n, 1),
+                         "host_us_per_step": round(host / n, 1)})
+    rows.sort(key=lambda r: -r["host_us_per_step"])
+    return {"rows": rows[:25]}
+
+
 def launch_overhead(reps: int = 500) -> dict:
     """Host microseconds per launch of one prepared configuration of each source (ResNet-50's 1x1 64->256 at
     56x56, micro-batch 8: a few microseconds of GPU work), and GPU microseconds for reference."""
@@ -650,8 +673,29 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--launch-costs", action="store_true",
                     help="only the host time per call of each of the converted model's kernels, layer by layer of "
                          "ucudnn's launch path, beside PyTorch's (see launch_costs()); --out/torch_launch_costs-*")
+    ap.add_argument("--api", action="store_true",
+                    help="only the CUDA API calls per step of PyTorch's and the converted model's steps (see "
+                         "api_calls()); --out/torch_api-*")
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
     a = ap.parse_args(argv)
+    if a.api:
+        res = {"model": a.model, "batch": a.batch, "mode": a.mode, "limit": a.limit, "sources": a.sources}
+        for impl, limit in (("torch", None), ("ucudnn", a.limit)):
+            step = build(a.model, a.batch, a.mode, limit, a.sources if limit else None)
+            res[impl] = {**step_times(step, a.steps), **_safe(api_calls, step)}
+            del step
+        res["provenance"] = provenance()
+        md = [md_header(f"CUDA API calls per {a.model} b{a.batch} step ({a.mode}), PyTorch vs ucudnn at {a.limit}",
+                        res["provenance"]), ""]
+        for impl in ("torch", "ucudnn"):
+            r = res[impl]
+            md += [f"{impl}: GPU {r['gpu_ms']:.1f} ms/step, host {r['host_issue_ms']:.1f} ms/step", "",
+                   "| API | calls / step | host us / step |", "|---|---:|---:|",
+                   *[f"| {x['api']} | {x['calls_per_step']} | {x['host_us_per_step']} |" for x in r.get("rows", [])],
+                   ""]
+        write(Path(a.out), f"torch_api-{a.model}-{a.mode}", res, "\n".join(md) + "\n")
+        print("\n".join(md))
+        return 0
     if a.launch_costs:
         res = {"model": a.model, "batch": a.batch, "mode": a.mode, "limit": a.limit, "sources": a.sources,
                "launch_costs": launch_costs(a.model, a.batch, a.mode, a.limit, a.sources), "provenance": provenance()}

@@ -257,8 +257,8 @@ def test_the_eager_path_computes_only_the_gradients_autograd_needs(monkeypatch):
     from ucudnn.torch import ops
 
     asked = []
-    real = ops.backward_impl
-    monkeypatch.setattr(ops, "backward_impl", lambda which, *a: asked.append(which) or real(which, *a))
+    real = ops._backward
+    monkeypatch.setattr(ops, "_backward", lambda which, *a: asked.append(which) or real(which, *a))
     x = torch.randn(2, 4, 8, 8)                      # a first layer: no dx wanted
     w = torch.randn(3, 4, 3, 3, requires_grad=True)
     ops.conv2d_any(x, w, [1, 1], [1, 1], [1, 1], 1, "NCHW", "strict", 1 << 26, "", "", False).sum().backward()
@@ -378,12 +378,14 @@ def test_a_layers_problem_and_settings_are_the_same_objects_on_every_call():
 
     x, w = torch.randn(2, 3, 8, 8), torch.randn(4, 3, 3, 3)
     args = ([1, 1], [1, 1], [1, 1], 1, "NCHW", 1 << 26, "", "", False)
-    p, s = ops._layer(x, w, *args)
-    assert ops._layer(torch.randn(2, 3, 8, 8), torch.randn(4, 3, 3, 3), *args) == (p, s)
-    assert all(a is b for a, b in zip(ops._layer(x, w, *args), (p, s)))
-    assert p == runtime.problem_of(x.shape, w.shape, (1, 1), (1, 1), (1, 1), 1, torch.float32, "NCHW")
-    assert s == runtime.Settings(1 << 26)
-    assert ops._layer(torch.randn(3, 3, 8, 8), w, *args)[0].n == 3
+    layer = ops._layer(x, w, *args)
+    again = ops._layer(torch.randn(2, 3, 8, 8), torch.randn(4, 3, 3, 3), *args)
+    assert again is layer and again.problem is layer.problem and again.settings is layer.settings
+    assert layer.problem == runtime.problem_of(x.shape, w.shape, (1, 1), (1, 1), (1, 1), 1, torch.float32, "NCHW")
+    assert layer.settings == runtime.Settings(1 << 26)
+    assert layer.y_shape == (2, 4, 8, 8) and layer.fmt == torch.contiguous_format
+    assert layer.args("strict") == ([1, 1], [1, 1], [1, 1], 1, "NCHW", "strict", 1 << 26, "", "", False)
+    assert ops._layer(torch.randn(3, 3, 8, 8), w, *args).problem.n == 3
 
 
 def test_a_prepared_one_step_call_runs_through_its_shortcut_on_torchs_stream_else_through_the_full_launch(

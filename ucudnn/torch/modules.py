@@ -42,6 +42,12 @@ def _configure(m: nn.Conv2d, workspace_limit: Any, batch_policy: Any, sources: A
     if not isinstance(replay, bool):
         raise InputError(f"must be True or False, got {replay!r}", "replay")
     m.replay = replay
+    m._ucudnn_layers = {}
+
+
+#: (x's shape, dtype, layout and the layer's own attributes) -> its ops.Layer: a module's calls find theirs in
+#: one lookup (bounded: a model fed ever new shapes starts over)
+_LAYERS_PER_MODULE = 64
 
 
 class Conv2d(nn.Conv2d):
@@ -110,9 +116,17 @@ class Conv2d(nn.Conv2d):
         if runtime.recording is not None:
             runtime.recording.append((self, self.problem(x), x.requires_grad, w.requires_grad))
             return super().forward(input)
-        y = ops.conv2d_any(x, w, list(self.stride), self._padding(), list(self.dilation), self.groups,
-                       runtime.layout_of(x, w), runtime.numerics_for(x.dtype), self.workspace_limit, self.batch_policy,
-                       self.sources, self.replay)
+        layout = runtime.layout_of(x, w)
+        key = (x.shape, x.dtype, layout, self.stride, self.padding, self.dilation, self.groups, self.workspace_limit,
+               self.batch_policy, self.sources, self.replay)
+        layers = self._ucudnn_layers
+        layer = layers.get(key)
+        if layer is None:
+            if len(layers) >= _LAYERS_PER_MODULE:
+                layers.clear()
+            layer = layers[key] = ops._layer(x, w, self.stride, self._padding(), self.dilation, self.groups, layout,
+                                             self.workspace_limit, self.batch_policy, self.sources, self.replay)
+        y = ops.conv2d_layer(x, w, layer, runtime.numerics_for(x.dtype))
         return y if b is None else y + b.view(1, -1, 1, 1)
 
 
@@ -137,6 +151,7 @@ def convert(model: nn.Module, workspace_limit: int | str | None = "64MiB", batch
             m.__class__ = Conv2d
             for a in _ATTRS:
                 setattr(m, a, getattr(probe, a))
+            m._ucudnn_layers = {}
     return model
 
 
@@ -147,7 +162,7 @@ def revert(model: nn.Module) -> nn.Module:
     for m in model.modules():
         if type(m) is Conv2d:
             m.__class__ = nn.Conv2d
-            for a in _ATTRS:
+            for a in (*_ATTRS, "_ucudnn_layers"):
                 m.__dict__.pop(a, None)
     return model
 

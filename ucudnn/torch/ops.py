@@ -13,7 +13,8 @@ workspace): the reason is logged once and the result is the same convolution.
 from __future__ import annotations
 
 import functools
-from typing import Sequence
+from dataclasses import dataclass
+from typing import Any, Sequence
 
 import torch
 from torch import Tensor
@@ -33,9 +34,13 @@ def _y_shape(x: Tensor, w: Tensor, stride: Sequence[int], padding: Sequence[int]
             _out_hw(x.shape[3], w.shape[3], padding[1], stride[1], dilation[1]))
 
 
+#: layout -> torch memory format (a dict lookup on every call, not a function)
+_FORMATS = {"NHWC": torch.channels_last, "NCHW": torch.contiguous_format}
+
+
 def _empty(shape: Sequence[int], like: Tensor, layout: str) -> Tensor:
     """The one way outputs are made, by the real ops and the fake ones alike (same strides under compile)."""
-    return torch.empty(tuple(shape), dtype=like.dtype, device=like.device, memory_format=runtime.memory_format(layout))
+    return torch.empty(tuple(shape), dtype=like.dtype, device=like.device, memory_format=_FORMATS[layout])
 
 
 @functools.lru_cache(maxsize=1024)
@@ -44,52 +49,78 @@ def _settings(workspace_limit: int, batch_policy: str, sources: str, replay: boo
     return runtime.Settings(int(workspace_limit), batch_policy, sources, bool(replay))
 
 
+@dataclass(frozen=True, eq=False)
+class Layer:
+    """One convolution as the ops run it: its problem and settings (the same objects on every call, which the
+    launch path's identity cache relies on: :func:`ucudnn.torch.runtime.prepared`), and what every call of it
+    would otherwise derive again (y's shape, the memory format, the operator arguments of the fallback and of
+    the custom ops).  Made once per distinct configuration (:func:`_layer`); modules keep theirs."""
+
+    problem: Any
+    settings: runtime.Settings
+    stride: list
+    padding: list
+    dilation: list
+    groups: int
+    layout: str
+    y_shape: tuple
+    fmt: Any
+
+    def args(self, numerics: str) -> tuple:
+        """The custom ops' arguments after the tensors (what ``torch.compile`` traces)."""
+        s = self.settings
+        return (self.stride, self.padding, self.dilation, self.groups, self.layout, numerics, s.workspace_limit,
+                s.batch_policy, s.sources, s.replay)
+
+
 #: (x shape, w shape, stride, padding, dilation, groups, dtype, layout, workspace_limit, batch_policy, sources,
-#: replay) -> (problem, settings): a call's problem and settings in one lookup, the same two objects every time
-#: (which the launch path's identity cache relies on: :func:`ucudnn.torch.runtime.prepared`)
-_layers: dict[tuple, tuple] = {}
+#: replay) -> its Layer
+_layers: dict[tuple, Layer] = {}
 
 
 def _layer(x: Tensor, w: Tensor, stride, padding, dilation, groups, layout, workspace_limit, batch_policy, sources,
-           replay) -> tuple:
-    key = (x.shape, w.shape, tuple(stride), tuple(padding), tuple(dilation), groups, x.dtype, layout,
+           replay) -> Layer:
+    key = (tuple(x.shape), tuple(w.shape), tuple(stride), tuple(padding), tuple(dilation), groups, x.dtype, layout,
            workspace_limit, batch_policy, sources, replay)
     hit = _layers.get(key)
     if hit is None:
         if len(_layers) >= 4096:
             _layers.clear()
-        hit = _layers[key] = (runtime.problem_of(x.shape, w.shape, stride, padding, dilation, groups, x.dtype, layout),
-                              _settings(workspace_limit, batch_policy, sources, replay))
+        hit = _layers[key] = Layer(
+            runtime.problem_of(x.shape, w.shape, stride, padding, dilation, groups, x.dtype, layout),
+            _settings(workspace_limit, batch_policy, sources, replay), list(stride), list(padding), list(dilation),
+            int(groups), layout, _y_shape(x, w, stride, padding, dilation), _FORMATS[layout])
     return hit
 
 
-def _run(op: str, x: Tensor, w: Tensor, a: Tensor, b: Tensor, out: Tensor, stride, padding, dilation, groups,
-         layout, numerics, workspace_limit, batch_policy, sources, replay) -> bool:
+def _run(op: str, layer: Layer, a: Tensor, b: Tensor, out: Tensor, numerics: str) -> bool:
     """Run ``op`` by ucudnn into ``out``; False (reason logged once) when torch must do it instead."""
     if not runtime.runs_here(a):   # modules send other devices to torch before this; direct callers may not
         return False
-    problem, settings = _layer(x, w, stride, padding, dilation, groups, layout, workspace_limit, batch_policy,
-                               sources, replay)
     try:
-        runtime.launch(op, problem, a, b, out, settings, numerics)
+        runtime.launch(op, layer.problem, a, b, out, layer.settings, numerics)
         return True
     except runtime.FALLBACK_ERRORS as e:
-        runtime.note_fallback(problem, op, e)
+        runtime.note_fallback(layer.problem, op, e)
         return False
 
 
 # --- the implementations: called by the custom ops (torch.compile) and by the eager autograd function ---------
+def _forward(layer: Layer, x: Tensor, weight: Tensor, numerics: str) -> Tensor:
+    fmt = layer.fmt
+    x, w = x.contiguous(memory_format=fmt), weight.contiguous(memory_format=fmt)
+    y = torch.empty(layer.y_shape, dtype=x.dtype, device=x.device, memory_format=fmt)
+    if _run("forward", layer, x, w, y, numerics):
+        return y
+    return torch.ops.aten.convolution(x, w, None, layer.stride, layer.padding, layer.dilation, False, [0, 0],
+                                      layer.groups).contiguous(memory_format=fmt)
+
+
 def forward_impl(x: Tensor, weight: Tensor, stride, padding, dilation, groups, layout, numerics, workspace_limit,
                  batch_policy, sources, replay) -> Tensor:
     """y = conv2d(x, weight), no bias (the module adds it, so autograd handles it natively)."""
-    fmt = runtime.memory_format(layout)
-    x, w = x.contiguous(memory_format=fmt), weight.contiguous(memory_format=fmt)
-    y = _empty(_y_shape(x, w, stride, padding, dilation), x, layout)
-    if _run("forward", x, w, x, w, y, stride, padding, dilation, groups, layout, numerics, workspace_limit,
-            batch_policy, sources, replay):
-        return y
-    return torch.ops.aten.convolution(x, w, None, stride, padding, dilation, False, [0, 0], groups).contiguous(
-        memory_format=fmt)
+    return _forward(_layer(x, weight, stride, padding, dilation, groups, layout, workspace_limit, batch_policy,
+                           sources, replay), x, weight, numerics)
 
 
 #: gradient -> (ucudnn op, index in aten.convolution_backward's output mask and result, which is also the index
@@ -97,32 +128,35 @@ def forward_impl(x: Tensor, weight: Tensor, stride, padding, dilation, groups, l
 _GRADIENTS = {"dx": ("backward_data", 0), "dw": ("backward_filter", 1)}
 
 
-def backward_impl(which: str, grad_y: Tensor, x: Tensor, weight: Tensor, stride, padding, dilation, groups, layout,
-                  numerics, workspace_limit, batch_policy, sources, replay) -> Tensor:
+def _backward(which: str, layer: Layer, grad_y: Tensor, x: Tensor, weight: Tensor, numerics: str) -> Tensor:
     """dx (``which="dx"``; ``x`` only gives the shape) or dw (``"dw"``, summed over the batch) of conv2d.
 
-    One body for both gradients: operands in the layout's memory format, the output made by :func:`_empty`
-    (as the fake implementations make it), ucudnn's plan, else ``aten.convolution_backward`` asked for this
-    gradient alone.
+    One body for both gradients: operands in the layout's memory format, the output made as the fake
+    implementations make it, ucudnn's plan, else ``aten.convolution_backward`` asked for this gradient alone.
     """
     op, index = _GRADIENTS[which]
-    fmt = runtime.memory_format(layout)
+    fmt = layer.fmt
     dy = grad_y.contiguous(memory_format=fmt)
     xc = x.contiguous(memory_format=fmt)
     w = weight.contiguous(memory_format=fmt)
     if index:
-        out = _empty(w.shape, dy, layout)
-        ran = _run(op, xc, w, xc, dy, out, stride, padding, dilation, groups, layout, numerics, workspace_limit,
-                   batch_policy, sources, replay)
+        out = torch.empty(w.shape, dtype=dy.dtype, device=dy.device, memory_format=fmt)
+        ran = _run(op, layer, xc, dy, out, numerics)
     else:
-        out = _empty(xc.shape, dy, layout)
-        ran = _run(op, xc, w, w, dy, out, stride, padding, dilation, groups, layout, numerics, workspace_limit,
-                   batch_policy, sources, replay)
+        out = torch.empty(xc.shape, dtype=dy.dtype, device=dy.device, memory_format=fmt)
+        ran = _run(op, layer, w, dy, out, numerics)
     if ran:
         return out
     mask = [i == index for i in range(3)]
-    return torch.ops.aten.convolution_backward(dy, xc, w, None, stride, padding, dilation, False, [0, 0], groups,
-                                               mask)[index].contiguous(memory_format=fmt)
+    return torch.ops.aten.convolution_backward(dy, xc, w, None, layer.stride, layer.padding, layer.dilation, False,
+                                               [0, 0], layer.groups, mask)[index].contiguous(memory_format=fmt)
+
+
+def backward_impl(which: str, grad_y: Tensor, x: Tensor, weight: Tensor, stride, padding, dilation, groups, layout,
+                  numerics, workspace_limit, batch_policy, sources, replay) -> Tensor:
+    """dx or dw of conv2d (:func:`_backward`) from the custom ops' arguments."""
+    return _backward(which, _layer(x, weight, stride, padding, dilation, groups, layout, workspace_limit,
+                                   batch_policy, sources, replay), grad_y, x, weight, numerics)
 
 
 # --- custom ops: what torch.compile traces (fake implementations give shapes and strides) ----------------------
@@ -176,63 +210,70 @@ def _setup_context(ctx, inputs, output) -> None:
     ctx.args = args
 
 
-def _gradients(ctx, grad_y: Tensor, dx_fn, dw_fn) -> tuple:
-    """The gradients autograd asks for (``ctx.needs_input_grad``), None for the rest: both backward paths."""
+def _custom_backward(ctx, grad_y: Tensor):
+    """The custom op's gradients: those autograd asks for (``ctx.needs_input_grad``) through the gradient
+    custom ops, None for the rest (the eager path's twin is :meth:`EagerConv2d.backward`)."""
     x, weight = ctx.saved_tensors
-    dx = dx_fn(grad_y, x, weight, *ctx.args) if ctx.needs_input_grad[0] else None
-    dw = dw_fn(grad_y, x, weight, *ctx.args) if ctx.needs_input_grad[1] else None
+    dx = conv2d_backward_data(grad_y, x, weight, *ctx.args) if ctx.needs_input_grad[0] else None
+    dw = conv2d_backward_filter(grad_y, x, weight, *ctx.args) if ctx.needs_input_grad[1] else None
     return (dx, dw) + (None,) * len(ctx.args)
 
 
-def _backward(ctx, grad_y: Tensor):
-    return _gradients(ctx, grad_y, conv2d_backward_data, conv2d_backward_filter)
-
-
-torch.library.register_autograd("ucudnn::conv2d", _backward, setup_context=_setup_context)
+torch.library.register_autograd("ucudnn::conv2d", _custom_backward, setup_context=_setup_context)
 
 
 # --- eager: the same implementations without the custom-op dispatcher -------------------------------------------
-def _backward_data_eager(*a):
-    return backward_impl("dx", *a)
-
-
-def _backward_filter_eager(*a):
-    return backward_impl("dw", *a)
-
-
 class EagerConv2d(torch.autograd.Function):
     """conv2d for eager execution: what ``torch.ops.ucudnn.conv2d`` computes, without its dispatch.
 
     Why both: a custom op is what ``torch.compile`` needs (no graph break, fake tensors), but each call
     through ``torch.library``'s Python dispatch costs hundreds of microseconds of host time, and a
     ResNet-50 training step makes 159 of them: measured on an H100 in TF32 that made the step host-bound
-    (``benchmarks/results/torch_profile-*.md``).  Modules use this class when not being compiled.
+    (``benchmarks/results/torch_profile-*.md``).  Modules use this class when not being compiled; it takes
+    the call's :class:`Layer` (one object, derived once) rather than the ten arguments the custom ops take.
     """
 
     @staticmethod
-    def forward(ctx, x: Tensor, weight: Tensor, *args) -> Tensor:
+    def forward(ctx, x: Tensor, weight: Tensor, layer: Layer, numerics: str) -> Tensor:
         ctx.save_for_backward(x, weight)
-        ctx.args = args
-        return forward_impl(x, weight, *args)
+        ctx.layer, ctx.numerics = layer, numerics
+        return _forward(layer, x, weight, numerics)
 
     @staticmethod
     def backward(ctx, grad_y: Tensor):
-        return _gradients(ctx, grad_y, _backward_data_eager, _backward_filter_eager)
+        x, weight = ctx.saved_tensors
+        need_dx, need_dw = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        layer, numerics = ctx.layer, ctx.numerics
+        dx = _backward("dx", layer, grad_y, x, weight, numerics) if need_dx else None
+        dw = _backward("dw", layer, grad_y, x, weight, numerics) if need_dw else None
+        return dx, dw, None, None
 
 
 #: ``torch.autograd.Function.apply`` without its Python prologue: the C++ ``_FunctionBase.apply`` bound to
 #: EagerConv2d.  The prologue binds default arguments (EagerConv2d has no ``setup_context``, so it binds none),
 #: unwraps dead functorch wrappers (done here for the two tensors) and routes functorch transforms
-#: (:func:`conv2d_any` sends those through ``EagerConv2d.apply``); it costs host time on every call.
+#: (:func:`conv2d_layer` sends those through ``EagerConv2d.apply``); it costs host time on every call.
 _eager_apply = torch._C._FunctionBase.__dict__["apply"].__get__(None, EagerConv2d)
 _unwrap_if_dead = torch._C._functorch.unwrap_if_dead
 _functorch_active = torch._C._are_functorch_transforms_active
+_is_compiling = torch.compiler.is_compiling
 
 
-def conv2d_any(x: Tensor, weight: Tensor, *args) -> Tensor:
-    """The custom op under ``torch.compile`` / export, the eager autograd function otherwise (same results)."""
-    if torch.compiler.is_compiling():
-        return conv2d(x, weight, *args)
+def conv2d_layer(x: Tensor, weight: Tensor, layer: Layer, numerics: str) -> Tensor:
+    """conv2d of ``layer``: the custom op under ``torch.compile`` / export, the eager autograd function
+    otherwise (same results)."""
+    if _is_compiling():
+        return conv2d(x, weight, *layer.args(numerics))
     if _functorch_active():
-        return EagerConv2d.apply(x, weight, *args)
-    return _eager_apply(_unwrap_if_dead(x), _unwrap_if_dead(weight), *args)
+        return EagerConv2d.apply(x, weight, layer, numerics)
+    return _eager_apply(_unwrap_if_dead(x), _unwrap_if_dead(weight), layer, numerics)
+
+
+def conv2d_any(x: Tensor, weight: Tensor, stride, padding, dilation, groups, layout, numerics, workspace_limit,
+               batch_policy, sources, replay) -> Tensor:
+    """:func:`conv2d_layer` from the custom ops' arguments."""
+    if _is_compiling():
+        return conv2d(x, weight, stride, padding, dilation, groups, layout, numerics, workspace_limit, batch_policy,
+                      sources, replay)
+    return conv2d_layer(x, weight, _layer(x, weight, stride, padding, dilation, groups, layout, workspace_limit,
+                                          batch_policy, sources, replay), numerics)
