@@ -61,6 +61,24 @@ class ConvProblem:
     layout: str = "NCHW"
     k_total: int | None = None
 
+    def __hash__(self) -> int:
+        """The fields' hash, computed once per object.
+
+        Why cached: problems key every cache on the launch path (prepared calls, executors, descriptors), and
+        the generated hash rebuilt a 14-field tuple on every lookup, several per launch of a training step.
+        Not pickled (:meth:`__getstate__`): strings hash differently in another process.
+        """
+        try:
+            return self.__dict__["_hash"]
+        except KeyError:
+            h = hash((self.n, self.c, self.h, self.w, self.k, self.r, self.s, self.pad, self.stride, self.dilation,
+                      self.groups, self.dtype, self.layout, self.k_total))
+            object.__setattr__(self, "_hash", h)
+            return h
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+
     def __post_init__(self) -> None:
         for name in ("n", "c", "h", "w", "k", "r", "s", "groups"):
             v = getattr(self, name)
