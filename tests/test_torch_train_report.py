@@ -65,3 +65,25 @@ def test_the_report_says_where_runs_were_measured_and_never_reads_this_machine(t
     text = md.read_text()
     assert "NVIDIA H100 80GB HBM3 (not recorded for 1 of 2 runs)" in text
     assert "| VGG-16 b64 | fp32 | ucudnn-256 | legacy | 120 | 1.20x |" in text
+
+
+def test_host_ab_pairs_each_after_run_with_the_before_run_just_before_it_per_machine():
+    """benchmarks/torch_host_ab.py's report: interleaved runs of two code trees on one machine are compared in
+    pairs (an after-run against the before-run just preceding it), never across machines."""
+    spec = importlib.util.spec_from_file_location("torch_host_ab", ROOT / "benchmarks" / "torch_host_ab.py")
+    ab = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ab)
+
+    def rec(machine, t, label, ms):
+        return {"machine": machine, "recorded_at": f"2026-01-01T00:00:{t:02d}", "mode": "amp", "label": label,
+                "step_ms": ms, "device": "GPU", "torch": "2", "cudnn": 9}
+
+    records = [rec("a", 1, "torch", 20.0), rec("a", 2, "before", 40.0), rec("a", 3, "after", 30.0),
+               rec("a", 4, "before", 50.0), rec("a", 5, "after", 25.0), rec("a", 6, "after", 35.0),
+               rec("b", 1, "after", 10.0), rec("b", 2, "before", 20.0)]
+    doc, md = ab.report(records)
+    a, b = doc["machines"]["a"], doc["machines"]["b"]
+    assert a["pair_ratios"] == [0.75, 0.5]           # the third after-run has no before-run of its own
+    assert a["median_before_ms"] == 45.0 and a["median_after_ms"] == 30.0 and a["after_vs_torch"] == round(20 / 30, 3)
+    assert b["pair_ratios"] == [] and b["after_vs_torch"] is None
+    assert "| a | 40.00, 50.00 | 30.00, 25.00, 35.00 | 0.75, 0.5 |" in md
