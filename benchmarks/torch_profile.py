@@ -179,7 +179,7 @@ def call_breakdown() -> dict:
     settings = runtime.Settings(conv.workspace_limit)
     ex = runtime.executor(problem, "forward", settings, "default", 0)
     cp = runtime._cp
-    stream = runtime._cupy_stream(0)
+    stream = runtime.cupy_stream(0)
     ws = torch.empty(max(ex.workspace_bytes, 1), dtype=torch.uint8, device="cuda")
     ptrs = (x16.data_ptr(), w16.data_ptr(), y.data_ptr())
     operands = _operands(ptrs)
@@ -547,7 +547,7 @@ def launch_costs(model_name: str, batch: int, mode: str, limit: str, sources: st
     step()
     torch.cuda.synchronize()
     cp = runtime._cp
-    stream = runtime._cupy_stream(0)
+    stream = runtime.cupy_stream(0)
     rows = []
     for key, call in list(runtime._calls.items()):
         op, problem, settings, numerics = key[0], key[1], key[2], key[3]

@@ -20,11 +20,12 @@ import os
 import tempfile
 import threading
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Sequence, TypeVar
 
 FORMAT = "ucudnn-kernel-tuning/1"
 _lock = threading.Lock()
 _memory: dict[tuple[str, str], dict] = {}
+T = TypeVar("T")
 
 
 def hill_climb(measure: Callable[[tuple[int, ...]], float], start: tuple[int, ...],
@@ -124,6 +125,36 @@ def climb_grid(device: str, key: str, axes: Sequence[Sequence[int]], start: tupl
     coords, medians = confirm(measure, times, finalists, rounds)
     record(device, key, coords, {**times, **medians})
     return coords
+
+
+def tuned_grid(device: str, key: str, axes: Sequence[Sequence[int]], start: T,
+               at: Callable[[tuple[int, ...]], T | None], fits: Callable[[T], bool], worth: Callable[[T], bool],
+               time: Callable[[T], float] | None, max_trials: int, finalists: int, rounds: int) -> tuple[T, str]:
+    """(tiling, how) of a kernel tuned over the grid of ``axes``: the one shape of ucudnn's own kernels' tuners
+    (fused blocks, direct convolution).  ``cache``: the choice recorded before under (``device``, ``key``), if
+    ``at`` still makes it and it ``fits``; ``climb``: tuned now by :func:`climb_grid` from ``start`` (a tiling
+    with ``coordinates()``) over the tilings that fit and are ``worth`` a trial, each timed in ms by ``time``;
+    ``default``: ``start``, when ``time`` is None (no tuning asked, or nothing to run it on) or nothing could be
+    timed."""
+    cached = lookup(device, key)
+    if cached is not None and isinstance(cached.get("choice"), list):
+        t = at(tuple(cached["choice"]))
+        if t is not None and fits(t):
+            return t, "cache"
+    if time is None:
+        return start, "default"
+
+    def candidate(coords: tuple[int, ...]) -> Callable[[], float] | None:
+        t = at(coords)
+        if t is None or not fits(t) or not worth(t):
+            return None
+        return lambda: float(time(t))
+
+    coords = climb_grid(device, key, axes, start.coordinates(), candidate, max_trials, finalists, rounds)  # type: ignore[attr-defined]
+    if coords is None:
+        return start, "default"
+    choice = at(coords)
+    return (choice if choice is not None else start), "climb"
 
 
 def cache_path() -> Path:

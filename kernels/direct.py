@@ -306,45 +306,26 @@ def tuned_tiling(op: str, problem: ConvProblem, operands: tuple[int, int, int] |
     :class:`Tiling`'s coordinates from :func:`default_tiling`, on ``operands`` -- pointers of the problem's a, b,
     out, whose ``out`` it overwrites -- then :func:`autotune.confirm`), or ``default`` (``tune`` False or no
     operands).  ``timer(fn)`` returns ms (default: CUDA events, :func:`ucudnn.binding.timing.time_ms`)."""
-    device = _compile.device_key()
-    key = tuning_key(op, problem)
     limit = smem_limit()
-    cached = autotune.lookup(device, key)
-    if cached is not None:   # choices and trials are kept as tuning coordinates (indices into the *_VALUES)
-        t = Tiling.at(tuple(cached["choice"])) if isinstance(cached.get("choice"), list) else None
-        if t is not None and fits(op, problem, t, limit):
-            return t, "cache"
     start = default_tiling(op, problem, limit)
-    if not tune or operands is None:
-        return start, "default"
-    if timer is None:
-        from ucudnn.binding.timing import time_ms
+    timed = None
+    if tune and operands is not None:
+        if timer is None:
+            from ucudnn.binding.timing import time_ms
 
-        def timer(fn: Callable[[], None]) -> float:
-            return time_ms(fn, repeat=3, warmup=1, min_sample_ms=0.5)
+            def timer(fn: Callable[[], None]) -> float:
+                return time_ms(fn, repeat=3, warmup=1, min_sample_ms=0.5)
 
-    cc = _compile.compute_capability()
+        cc = _compile.compute_capability()
 
-    def candidate(coords: tuple[int, ...]) -> Callable[[], float] | None:
-        t = Tiling.at(coords)
-        if t is None or not fits(op, problem, t, limit) or (t != start and not useful(op, problem, t)):
-            return None
-
-        def run() -> float:
+        def timed(t: Tiling) -> float:
             launch = launcher(op, problem, t, uses_async(op, problem, cc))
             a, b, out = operands
             return float(timer(lambda: launch(a, b, out, 1.0, 0.0)))
 
-        return run
-
-    coords = autotune.climb_grid(device, key, AXES, start.coordinates(), candidate, TUNE_MAX_TRIALS, TUNE_FINALISTS,
-                                 TUNE_ROUNDS)
-    if coords is None:
-        return start, "default"
-    choice = Tiling.at(coords)
-    return (choice if choice is not None else start), "climb"
-
-
+    return autotune.tuned_grid(_compile.device_key(), tuning_key(op, problem), AXES, start, Tiling.at,
+                               lambda t: fits(op, problem, t, limit), lambda t: t == start or useful(op, problem, t),
+                               timed, TUNE_MAX_TRIALS, TUNE_FINALISTS, TUNE_ROUNDS)
 
 
 # ---- float64 references and the block-by-block emulation ------------------------------------------------------------

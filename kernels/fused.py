@@ -837,43 +837,26 @@ def tuned_tiling(block: Block, dtype: str, layout: str, x_shape: Sequence[int],
     """(tiling, how): ``cache`` (tuned before on this device and shape), ``climb`` (tuned now: a hill climb over the
     tiling's coordinates from :func:`default_tiling`, on ``operands`` = (x, weights, biases, out, x2), whose ``out``
     it overwrites, then :func:`autotune.confirm`), or ``default`` (``tune`` False or no operands)."""
-    device = _compile.device_key()
-    key = tuning_key(block, dtype, layout, x_shape)
     limit = smem_limit()
     n, h, w = (x_shape[0], x_shape[2], x_shape[3]) if layout == "NCHW" else tuple(x_shape[:3])
-    cached = autotune.lookup(device, key)
-    if cached is not None and isinstance(cached.get("choice"), list):
-        t = Tiling.at(tuple(cached["choice"]))
-        if t is not None and fits(block, t, limit):
-            return t, "cache"
-    start = default_tiling(block, n, h, w, limit, sm_count())
-    if not tune or operands is None:
-        return start, "default"
-    if timer is None:
-        from ucudnn.binding.timing import time_ms
-
-        def timer(fn: Callable[[], None]) -> float:
-            return time_ms(fn, repeat=5, warmup=2, min_sample_ms=0.2)
-
     _, (p, q) = block.planes(h, w)
+    timed = None
+    if tune and operands is not None:
+        if timer is None:
+            from ucudnn.binding.timing import time_ms
 
-    def candidate(coords: tuple[int, ...]) -> Callable[[], float] | None:
-        t = Tiling.at(coords)
-        if t is None or not fits(block, t, limit) or (t.th > 1 and t.th >= 2 * p) or (t.tw > 1 and t.tw >= 2 * q):
-            return None
+            def timer(fn: Callable[[], None]) -> float:
+                return time_ms(fn, repeat=5, warmup=2, min_sample_ms=0.2)
 
-        def run() -> float:
+        def timed(t: Tiling) -> float:
             launch = launcher(block, t, dtype, layout, x_shape)
             return float(timer(lambda: launch(*operands)))
 
-        return run
-
-    coords = autotune.climb_grid(device, key, AXES, start.coordinates(), candidate, TUNE_MAX_TRIALS, TUNE_FINALISTS,
-                                 TUNE_ROUNDS)
-    if coords is None:
-        return start, "default"
-    choice = Tiling.at(coords)
-    return (choice if choice is not None else start), "climb"
+    return autotune.tuned_grid(
+        _compile.device_key(), tuning_key(block, dtype, layout, x_shape), AXES,
+        default_tiling(block, n, h, w, limit, sm_count()), Tiling.at, lambda t: fits(block, t, limit),
+        lambda t: not ((t.th > 1 and t.th >= 2 * p) or (t.tw > 1 and t.tw >= 2 * q)), timed,
+        TUNE_MAX_TRIALS, TUNE_FINALISTS, TUNE_ROUNDS)
 
 
 # ---- float64 reference -----------------------------------------------------------------------------------------------

@@ -589,3 +589,47 @@ def test_a_launcher_is_planned_without_a_gpu_and_refuses_bad_shapes_and_element_
     with pytest.raises(InputError):
         launcher((2, 3, 4, 5), 4, "NCHW", "NWHC")
 
+
+
+class _Grid:
+    """A tiling on a 2-D tuning grid: what autotune.tuned_grid needs of one (``at``, ``coordinates()``)."""
+
+    def __init__(self, coords):
+        self.coords = tuple(coords)
+
+    def coordinates(self):
+        return self.coords
+
+    def __eq__(self, other):
+        return isinstance(other, _Grid) and other.coords == self.coords
+
+    def __hash__(self):
+        return hash(self.coords)
+
+    @classmethod
+    def at(cls, coords):
+        return cls(coords) if all(0 <= c < 4 for c in coords) else None
+
+
+def test_tuned_grid_climbs_to_the_fastest_worthwhile_fitting_tiling_then_answers_from_its_cache(tmp_path, monkeypatch):
+    """autotune.tuned_grid, the own kernels' one tuner: ``default`` without a timer, ``climb`` over tilings that
+    fit and are worth a trial (the others cost no trial), then ``cache`` for as long as the choice still fits."""
+    monkeypatch.setenv("UCUDNN_DATABASE", str(tmp_path / "cache.sqlite"))
+    autotune.clear_memory()
+    axes = [[1, 2, 4, 8], [1, 2, 4, 8]]
+    start, timed = _Grid((0, 0)), []
+    fits = lambda t: t.coords[0] < 3              # noqa: E731 - the last column needs too much shared memory
+    worth = lambda t: t.coords != (1, 1)          # noqa: E731 - e.g. a tile twice the plane
+
+    def time(t):
+        timed.append(t.coords)
+        return 10.0 - t.coords[0] - t.coords[1]   # bigger is faster, so the climb runs to the edge of what fits
+
+    args = ("dev", "k", axes, start, _Grid.at, fits, worth)
+    assert autotune.tuned_grid(*args, None, 8, 2, 1) == (start, "default") and not timed
+    choice, how = autotune.tuned_grid(*args, time, 8, 2, 1)
+    assert how == "climb" and choice.coords[0] == 2 and (1, 1) not in timed and all(c[0] < 3 for c in timed)
+    timed.clear()
+    assert autotune.tuned_grid(*args, time, 8, 2, 1) == (choice, "cache") and not timed
+    assert autotune.tuned_grid("dev", "k", axes, start, _Grid.at, lambda t: False, worth, None, 8, 2, 1) == (
+        start, "default")                         # a cached choice that no longer fits is not used

@@ -231,3 +231,23 @@ def test_the_registry_builds_the_mec_source():
     from ucudnn.measure.sources import registry
 
     assert isinstance(registry.get("mec"), MecSource) and registry.get("mec").name == "mec"
+
+
+@pytest.mark.parametrize("source_module", ["mec", "winograd"])
+def test_own_kernel_sources_never_raise_out_of_measure_a_refusal_or_failure_is_a_skipped_row(source_module,
+                                                                                              monkeypatch):
+    """ucudnn's own kernels' sources answer every problem with rows: one they refuse, and one whose measurement
+    fails unexpectedly (a compile error, a launch failure), each as one Skipped row naming the source and why."""
+    import importlib
+
+    mod = importlib.import_module(f"ucudnn.measure.sources.{source_module}")
+    source = mod.MecSource() if source_module == "mec" else mod.WinogradSource()
+    p = ConvProblem(3, 8, 12, 12, 8, 3, 3, (1, 1), dtype="float32", layout="NHWC")
+    settings_ = BenchSettings("strict")
+    monkeypatch.setattr(mod, "problem_refusal", lambda *a: "not this shape")
+    measured, skipped = source.measure("forward", p, Operands(0, 0, 0), 0, settings_)
+    assert measured == [] and [(s.micro_batch, s.reason) for s in skipped] == [(3, f"{source_module}: not this shape")]
+    monkeypatch.setattr(mod, "problem_refusal", lambda *a: None)
+    monkeypatch.setattr(type(source), "_measure", lambda *a: 1 / 0)
+    measured, skipped = source.measure("forward", p, Operands(0, 0, 0), 0, settings_)
+    assert measured == [] and len(skipped) == 1 and skipped[0].reason.startswith(f"{source_module}: ZeroDivisionError")

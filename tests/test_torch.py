@@ -425,7 +425,7 @@ def test_a_prepared_one_step_call_runs_through_its_shortcut_on_torchs_stream_els
                                                         contextlib.nullcontext()})})
     monkeypatch.setattr(runtime, "_shared", True)
     monkeypatch.setattr(runtime, "_cp", fake_cp)
-    monkeypatch.setattr(runtime, "_cupy_stream", lambda d: contextlib.nullcontext())
+    monkeypatch.setattr(runtime, "cupy_stream", lambda d: contextlib.nullcontext())
     monkeypatch.setattr(runtime, "_ready", lambda *a: call)
     monkeypatch.setattr(runtime, "_raw_stream", lambda d: 77)
     torch_device = [0]

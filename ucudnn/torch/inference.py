@@ -19,6 +19,7 @@ from typing import Any, Mapping
 import torch
 
 from ..errors import InputError
+from . import runtime
 
 
 class Inference(torch.nn.Module):
@@ -59,7 +60,8 @@ class Inference(torch.nn.Module):
             x = x.permute(0, 2, 3, 1)
         if tuple(x.shape) != want:
             raise InputError(f"expected {want} in {self.plan['input_layout']} order, got {tuple(x.shape)}", "x")
-        with cp.cuda.ExternalStream(torch.cuda.current_stream(x.device).cuda_stream):
+        device = x.device.index if x.device.index is not None else torch.cuda.current_device()
+        with runtime.cupy_stream(device):   # CuPy's view of torch's current stream, as for every launch
             cp.copyto(self.session.input, cp.from_dlpack(x.contiguous()))
             y = self.session(self.session.input).copy()
         out = torch.from_dlpack(y)

@@ -126,7 +126,7 @@ def _on_device(index: int) -> Iterator[None]:
     runtime.share_torch_memory()
     from ..binding.gpu import cupy
 
-    with cupy().cuda.Device(index), runtime._cupy_stream(index):
+    with cupy().cuda.Device(index), runtime.cupy_stream(index):
         yield
 
 

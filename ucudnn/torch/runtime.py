@@ -179,7 +179,7 @@ def _raw_stream(device: int) -> int:
     return _raw_getter(device) if _raw_getter is not None else torch.cuda.current_stream(device).cuda_stream
 
 
-def _cupy_stream(device: int) -> Any:
+def cupy_stream(device: int) -> Any:
     """CuPy's view of torch's current stream on ``device`` (cached per stream)."""
     ptr = _raw_stream(device)
     s = _streams.get((device, ptr))
@@ -360,7 +360,7 @@ def launch(op: str, problem: ConvProblem, a: torch.Tensor, b: torch.Tensor, out:
             del ws
         elif call.direct(a.data_ptr(), b.data_ptr(), out.data_ptr(), call.ws_ptr, call.ws_size, stream):
             return
-    with _cp.cuda.Device(device), _cupy_stream(device):
+    with _cp.cuda.Device(device), cupy_stream(device):
         (call or prepared(op, problem, settings, numerics, device)).run(a, b, out)
 
 

@@ -528,6 +528,21 @@ def direct_of(launch: Launch) -> Direct | None:
     return getattr(launch, "direct", None)
 
 
+def measured_or_skipped(name: str, mb: int, refusal: Callable[[], str | None],
+                        measure: Callable[[], tuple[list[Measurement], list[Skipped]]]
+                        ) -> tuple[list[Measurement], list[Skipped]]:
+    """``measure()`` for a source whose ``measure`` must never raise (ucudnn's own kernels: a compile or launch
+    failure on some shape is a row, not a failed benchmark): a problem the source refuses (``refusal()``, a
+    reason or None) and any unexpected failure both become one :class:`Skipped` row saying why."""
+    try:
+        why = refusal()
+        if why:
+            return [], [Skipped(mb, None, None, f"{name}: {why}")]
+        return measure()
+    except Exception as e:  # noqa: BLE001 - an unexpected failure is a skipped row
+        return [], [Skipped(mb, None, None, f"{name}: {summary(e)}")]
+
+
 class AlgorithmSource(Protocol):
     name: str
     #: Sources that set ``channel_slices = True`` (legacy, graph) measure and run channel slices: problems with

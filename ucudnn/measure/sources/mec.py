@@ -48,7 +48,7 @@ from ...binding import cublas
 from ...errors import InputError, UcudnnError, summary
 from ...planning.table import Measurement, Skipped
 from ...problem import DTYPE_BYTES, ConvProblem
-from .base import BenchSettings, Launch, Operands, Prepared, Pruner, time_config, timed_beta
+from .base import BenchSettings, Launch, Operands, Prepared, Pruner, measured_or_skipped, time_config, timed_beta
 
 #: data types mec.cu's lowering and gather kernels are built for
 MEC_DTYPES = ("float32", "float16")
@@ -283,14 +283,8 @@ class MecSource(Prepared):
 
     def measure(self, op: str, problem: ConvProblem, ops: Operands, workspace: int,
                 settings: BenchSettings) -> tuple[list[Measurement], list[Skipped]]:
-        mb = problem.n
-        why = problem_refusal(problem)
-        if why:
-            return [], [Skipped(mb, None, None, f"mec: {why}")]
-        try:
-            return self._measure(op, problem, ops, workspace, settings)
-        except Exception as e:  # noqa: BLE001 - measure never raises: an unexpected failure is a skipped row
-            return [], [Skipped(mb, None, None, f"mec: {summary(e)}")]
+        return measured_or_skipped("mec", problem.n, lambda: problem_refusal(problem),
+                                   lambda: self._measure(op, problem, ops, workspace, settings))
 
     def _measure(self, op: str, problem: ConvProblem, ops: Operands, workspace: int,
                  settings: BenchSettings) -> tuple[list[Measurement], list[Skipped]]:

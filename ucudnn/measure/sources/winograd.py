@@ -49,10 +49,10 @@ from typing import Any
 import numpy as np
 
 from ...binding import cublas
-from ...errors import InputError, UcudnnError, summary
+from ...errors import InputError, UcudnnError
 from ...planning.table import Measurement, Skipped
 from ...problem import ConvProblem
-from .base import BenchSettings, Launch, Operands, Prepared, Pruner, timed_beta
+from .base import BenchSettings, Launch, Operands, Prepared, Pruner, measured_or_skipped, timed_beta
 from .mec import compute_for
 
 ALGO = "wino-f4"
@@ -163,14 +163,8 @@ class WinogradSource(Prepared):
 
     def measure(self, op: str, problem: ConvProblem, ops: Operands, workspace: int,
                 settings: BenchSettings) -> tuple[list[Measurement], list[Skipped]]:
-        mb = problem.n
-        try:
-            why = problem_refusal(problem, op)
-            if why:
-                return [], [Skipped(mb, None, None, f"winograd: {why}")]
-            return self._measure(op, problem, ops, workspace, settings)
-        except Exception as e:  # noqa: BLE001 - measure never raises: an unexpected failure is a skipped row
-            return [], [Skipped(mb, None, None, f"winograd: {summary(e)}")]
+        return measured_or_skipped("winograd", problem.n, lambda: problem_refusal(problem, op),
+                                   lambda: self._measure(op, problem, ops, workspace, settings))
 
     def _measure(self, op: str, problem: ConvProblem, ops: Operands, workspace: int,
                  settings: BenchSettings) -> tuple[list[Measurement], list[Skipped]]:
