@@ -342,10 +342,10 @@ def test_relayout_workspace_counts_the_transformed_operands():
         extra = sum(segments("forward", other_layout(problem.with_batch(c.micro_batch)), 2))
         assert c.workspace_bytes >= extra
         via = c.extra["via"]  # timed as one step; the parts are kept for the record
-        # the step runs the inner call and the transforms; the transforms timed alone go through a slower host path
-        # than the prepared step (H100, fp16 NHWC n=32: step 0.021 ms, transforms alone 0.026), so only the inner
-        # call bounds the step from below
-        assert c.time_ms > via["inner_time_ms"] and via["sum_of_parts_ms"] > via["inner_time_ms"]
+        # the record keeps the inner call's time and the sum of the parts (inner call and transforms); how the
+        # step's own time compares with them is a measurement, not a property (the step is timed separately and a
+        # tiny step is host-bound: it once timed below its inner call), so it is not asserted here
+        assert 0 < via["inner_time_ms"] < via["sum_of_parts_ms"] and c.time_ms > 0
 
 
 @pytest.mark.parametrize("op", ["forward", "backward_data", "backward_filter"])
