@@ -313,8 +313,14 @@ def summarize(recs: dict[tuple, dict]) -> dict:
             if t["cap"] is not None:
                 need = BAR1_FRACTION * t["cap"]
                 decided = caps["bracketed"] and t["bracketed"] or (caps["cap"] is not None and caps["cap"] <= need)
+                # the cap the bar asks for, in bytes (caps are % of PyTorch's uncapped reserved peak), against
+                # ucudnn-64's own uncapped allocated peak: a cap under that peak leaves no workspace policy room
+                need_bytes = need / 100 * torch_base["peak_reserved"] if _ok(torch_base) else None
+                own = base.get("peak_allocated") if _ok(base) else None
                 bar1.append({"model": model, "batch": batch, "sources": src, "torch_cap": t["cap"],
                              "ucudnn_cap": caps["cap"], "ucudnn_caps_tried": caps["tried"], "needs_at_most": need,
+                             "needs_bytes": need_bytes, "ucudnn_peak_allocated": own,
+                             "below_own_peak": None if need_bytes is None or own is None else need_bytes < own,
                              "met": caps["cap"] is not None and caps["cap"] <= need, "decided": decided})
                 t_run, u_run = t["run"], recs.get((model, batch, mode, impl, src, t["cap"]))
                 x = u_run["images_per_s"] / t_run["images_per_s"] if _ok(u_run) else None
@@ -411,7 +417,12 @@ def render(summary: dict, meta: dict) -> str:
     md += [f"   - {_name(b['model'], b['batch'])}: ucudnn-64 "
            f"{_cap_text(b['ucudnn_cap'], True, b['ucudnn_caps_tried'])} vs PyTorch "
            f"{b['torch_cap']}% (needs <= {b['needs_at_most']:.1f}%): {'met' if b['met'] else 'missed'}"
-           + ("" if b["decided"] else " (not decided: a cap below the smallest was not tried)") for b in b1]
+           + ("" if b["decided"] else " (not decided: a cap below the smallest was not tried)")
+           + ("" if b.get("below_own_peak") is None else
+              f"; that cap is {b['needs_bytes'] / 2**30:.2f} GiB, ucudnn-64's own uncapped allocated peak "
+              f"{b['ucudnn_peak_allocated'] / 2**30:.2f} GiB"
+              + (" (the cap is under it: activations, weights and gradients, not workspace, set the floor)"
+                 if b["below_own_peak"] else "")) for b in b1]
     n2 = sum(b["met"] for b in b2)
     md.append(f"2. At the smallest cap PyTorch survives, ucudnn (64 MiB per kernel) at least {BAR2_SPEEDUP}x "
               f"PyTorch's images/s on at least {BAR2_MODELS} of the {n_models} models (FP32, where the caps were "
