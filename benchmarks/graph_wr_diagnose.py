@@ -131,7 +131,7 @@ def main():
     from ucudnn.binding.timing import time_ms
     from ucudnn.measure.benchmarking import Buffers
     from ucudnn.measure.sources import registry
-    from ucudnn.measure.sources.base import BenchSettings, Operands
+    from ucudnn.measure.sources.base import BenchSettings
     from ucudnn.measure.sources.graph import EngineIdentity, GraphSource, scratch_bytes
     from ucudnn.planning import wr
 

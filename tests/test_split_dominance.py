@@ -3,7 +3,6 @@ neither sampled nor re-timed, and no WR / WD / undivided plan changes.  No GPU: 
 are fakes, and the recorded fixtures are replayed (:func:`ucudnn.measure.pruning.simulate`)."""
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import replace
 from pathlib import Path

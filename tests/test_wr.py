@@ -1,7 +1,6 @@
 """WR (seed 003, section 3.2): the per-kernel DP is exact, respects the limit, and explains infeasibility."""
 from __future__ import annotations
 
-import itertools
 
 import pytest
 from hypothesis import given, settings
