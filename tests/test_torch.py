@@ -439,3 +439,22 @@ def test_a_prepared_one_step_call_runs_through_its_shortcut_on_torchs_stream_els
     torch_device[0] = 1
     runtime.launch(*args)
     assert log[3:] == [("run", 1, 2, 3)]
+
+
+def test_a_converted_module_compiles_in_one_graph_with_the_custom_op_on_its_first_call(monkeypatch):
+    """torch.compile(fullgraph=True) of a converted model that never ran eagerly: the module's forward traces
+    to ``torch.ops.ucudnn.conv2d`` (no graph break on the eager path's per-module state)."""
+    from ucudnn.torch import modules
+
+    monkeypatch.setattr(modules.Conv2d, "_unsupported", lambda self, x: None)   # trace as if on a GPU
+    graphs = []
+    model = ut.convert(nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.Conv2d(4, 2, 1)))
+    x = torch.randn(2, 3, 8, 8)
+    torch._dynamo.reset()
+    try:
+        torch.compile(model, backend=lambda gm, ex: graphs.append(gm) or (lambda *a: [torch.zeros(2, 2, 8, 8)]),
+                      fullgraph=True)(x)
+    finally:
+        torch._dynamo.reset()
+    assert len(graphs) == 1
+    assert sum("ucudnn.conv2d" in str(n.target) for n in graphs[0].graph.nodes) == 2
