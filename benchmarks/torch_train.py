@@ -22,6 +22,10 @@ cap fits every larger one, and bisects).  Runs append to ``--out`` (JSON
 lines), so a long study can span several commands; ``--only`` runs given
 (model, mode) combinations instead of every ``--models`` x ``--modes`` one.
 
+``--repeat N`` runs each uncapped combination N times, the implementations interleaved (torch, ucudnn-64,
+ucudnn-256, torch, ...), and the report takes the median images/s of that series: a converted step that is
+host-bound moves 10-25% between runs of the same code on the same machine, PyTorch's GPU-bound one does not.
+
 ``--sources`` names ucudnn's algorithm sources (``ucudnn.torch.convert(...,
 sources=...)``; default: the library's default).  Each record carries the
 sources asked for (``sources``, null for the default) and the ones that
@@ -35,12 +39,15 @@ writing the report.  It gives issue 15's three bars with their numbers.
 
     python benchmarks/torch_train.py --models resnet50@128,vgg16@64,alexnet@256 --modes fp32 --cap-search
     python benchmarks/torch_train.py --only resnet50@128:default,vgg16@64:amp --sources legacy,graph
+    python benchmarks/torch_train.py --only resnet50@128:amp --impls torch,ucudnn-256 --repeat 3 --steps 30
     python benchmarks/torch_train.py --report --out benchmarks/results/torch_train_h100.jsonl
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import statistics
 import subprocess
 import sys
 import time
@@ -121,7 +128,7 @@ def sources_used(impl: str, sources: str | None) -> str | None:
 
 
 def run_one(model: str, batch: int, mode: str, impl: str, args: argparse.Namespace, cap_pct: int | None = None,
-            cap_bytes: int | None = None) -> dict:
+            cap_bytes: int | None = None, repeat: int = 0) -> dict:
     cmd = [sys.executable, __file__, "--worker", "--model", model, "--batch", str(batch), "--mode", mode,
            "--impl", impl, "--steps", str(args.steps), "--warmup", str(args.warmup)]
     if cap_bytes:
@@ -138,7 +145,8 @@ def run_one(model: str, batch: int, mode: str, impl: str, args: argparse.Namespa
     rec.update(model=model, batch=batch, mode=mode, impl=impl, cap_pct=cap_pct, cap_bytes=cap_bytes,
                cap_base="peak_reserved" if cap_bytes else None, wall_s=time.perf_counter() - t0,
                sources=args.sources if IMPLS[impl] else None, sources_used=sources_used(impl, args.sources),
-               recorded_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+               recorded_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), series=args.series,
+               repeat=repeat)
     with open(args.out, "a") as f:
         f.write(json.dumps(rec) + "\n")
     print(json.dumps({k: v for k, v in rec.items() if k != "error"}), flush=True)
@@ -188,6 +196,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sources", default=None,
                     help="ucudnn's algorithm sources, e.g. legacy,graph (default: the library's default)")
     ap.add_argument("--cap-search", action="store_true", help="find the smallest cap for torch and ucudnn-64")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="uncapped runs of each combination, interleaved over --impls; the report takes the median "
+                         "images/s of a series (host-bound steps move 10-25%% between runs)")
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--timeout", type=int, default=300, help="seconds per run")
@@ -211,9 +222,12 @@ def main(argv: list[str] | None = None) -> int:
                 done[(r["model"], r["batch"], r["mode"], r["impl"], sources_label(r))] = r
                 with open(a.out, "a") as f:
                     f.write(line + "\n")
+    a.series = f"{datetime.now(timezone.utc).isoformat(timespec='seconds')}/{os.getpid()}"
     for model, batch, mode in todo:
         base = {impl: done.get((model, batch, mode, impl, sources_used(impl, a.sources)))
                 or run_one(model, batch, mode, impl, a) for impl in a.impls.split(",")}
+        for rep in range(1, a.repeat):   # interleaved: every impl once per round, so drift hits them alike
+            base = {impl: run_one(model, batch, mode, impl, a, repeat=rep) for impl in a.impls.split(",")}
         if a.cap_search and base.get("torch", {}).get("status") == "ok":
             peak = base["torch"]["peak_reserved"]
             found = {impl: cap_search(model, batch, mode, impl, peak, a) for impl in ("torch", "ucudnn-64")}
@@ -241,8 +255,14 @@ def sources_label(r: dict) -> str | None:
 
 def load(path: Path) -> tuple[dict[tuple, dict], dict[str, int]]:
     """The latest record per (model, batch, mode, impl, sources, cap), and counts: records read, and capped
-    records left out for an earlier definition of the cap (% of the allocated peak, not of the reserved one)."""
+    records left out for an earlier definition of the cap (% of the allocated peak, not of the reserved one).
+
+    Where the latest record's series (one ``--repeat`` invocation) holds several successful runs of the key, the
+    record returned carries their median images/s (``images_per_s``; ``step_ms`` to match) and ``repeats``: the
+    count and the images/s of each, so one noisy run does not decide a row.  Records without a series (older
+    ones) each stand alone."""
     recs: dict[tuple, dict] = {}
+    series: dict[tuple, list[dict]] = {}
     counts = {"records": 0, "old_caps": 0}
     for line in path.read_text().splitlines():
         if not line.strip():
@@ -252,7 +272,17 @@ def load(path: Path) -> tuple[dict[tuple, dict], dict[str, int]]:
         if r.get("cap_pct") is not None and r.get("cap_base") != "peak_reserved":
             counts["old_caps"] += 1
             continue
-        recs[(r["model"], r["batch"], r["mode"], r["impl"], sources_label(r), r.get("cap_pct"))] = r
+        key = (r["model"], r["batch"], r["mode"], r["impl"], sources_label(r), r.get("cap_pct"))
+        same = series.get(key, [])
+        series[key] = same + [r] if r.get("series") and same and same[-1].get("series") == r["series"] else [r]
+        recs[key] = r
+    for key, runs in series.items():
+        ok = [r for r in runs if _ok(r)]
+        if len(ok) > 1:
+            values = sorted(r["images_per_s"] for r in ok)
+            med = statistics.median(values)
+            recs[key] = {**(recs[key] if _ok(recs[key]) else ok[-1]), "images_per_s": med,
+                         "step_ms": key[1] * 1000.0 / med, "repeats": {"n": len(ok), "images_per_s": values}}
     return recs, counts
 
 
@@ -301,6 +331,7 @@ def summarize(recs: dict[tuple, dict]) -> dict:
         rows.append({"model": model, "batch": batch, "mode": mode, "impl": impl, "sources": src,
                      "status": base.get("status") if base else "not run",
                      "images_per_s": base.get("images_per_s") if _ok(base) else None,
+                     "repeats": base.get("repeats") if _ok(base) else None,
                      "vs_torch": base["images_per_s"] / torch_base["images_per_s"]
                      if _ok(base) and _ok(torch_base) else None,
                      "peak_allocated": base.get("peak_allocated") if _ok(base) else None,
@@ -357,6 +388,14 @@ def _verdict(met: bool) -> str:
     return "**met**" if met else "**missed**"
 
 
+def _repeats_text(rep: dict | None) -> str:
+    """" (median of n: lo-hi)" for a row measured several times in one series, else nothing."""
+    if not rep:
+        return ""
+    v = rep["images_per_s"]
+    return f" (median of {rep['n']}: {min(v):.0f}-{max(v):.0f})"
+
+
 def render(summary: dict, meta: dict) -> str:
     gib = 1 << 30
     f = lambda v, fmt: "-" if v is None else format(v, fmt)  # noqa: E731
@@ -366,7 +405,7 @@ def render(summary: dict, meta: dict) -> str:
           f"when: {meta['recorded']}" + (f" (the runs predate these fields; their file is named `{meta['runs']}`)"
                                          if unrecorded else ""),
           f"- runs: `{meta['runs']}`: {meta['records']} records, {meta['distinct']} distinct runs reported (the "
-          f"latest of a repeated one), {meta['old_caps']} capped runs of an earlier cap definition (% of the "
+          f"latest of a repeated one, or the median of its series' repeats where it has several), {meta['old_caps']} capped runs of an earlier cap definition (% of the "
           "allocated peak) left out",
           f"- report: generated {meta['date']} by `{meta['command']}` from those recorded runs alone: no number "
           "here was measured by the machine that wrote it", "",
@@ -395,7 +434,7 @@ def render(summary: dict, meta: dict) -> str:
     for r in summary["rows"]:
         ok = r["images_per_s"] is not None
         md.append(f"| {_name(r['model'], r['batch'])} | {r['mode']} | {r['impl']} | {r['sources'] or '-'} | "
-                  + (f"{r['images_per_s']:.0f} | {f(r['vs_torch'], '.2f')}x | "
+                  + (f"{r['images_per_s']:.0f}{_repeats_text(r.get('repeats'))} | {f(r['vs_torch'], '.2f')}x | "
                      f"{r['peak_allocated'] / gib:.2f} ({r['peak_reserved'] / gib:.2f}) | " if ok else
                      f"{r['status']} | | | ")
                   + f"{f(r['first_step_s'], '.1f')} | "

@@ -87,3 +87,28 @@ def test_host_ab_pairs_each_after_run_with_the_before_run_just_before_it_per_mac
     assert a["median_before_ms"] == 45.0 and a["median_after_ms"] == 30.0 and a["after_vs_torch"] == round(20 / 30, 3)
     assert b["pair_ratios"] == [] and b["after_vs_torch"] is None
     assert "| a | 40.00, 50.00 | 30.00, 25.00, 35.00 | 0.75, 0.5 |" in md
+
+
+def test_a_row_measured_several_times_in_one_series_reports_their_median(tt, tmp_path):
+    """--repeat: the report takes the median images/s of the latest series (one invocation's interleaved
+    repeats), not whichever run came last; runs of an older series or without one do not join it."""
+    def in_series(r, series, rep):
+        return {**r, "series": series, "repeat": rep}
+
+    rows = [run("resnet50", "amp", "torch", 4000.0), run("resnet50", "amp", "ucudnn-256", 5000.0),   # no series
+            in_series(run("resnet50", "amp", "torch", 4600.0), "s1", 0),
+            in_series(run("resnet50", "amp", "ucudnn-256", 3600.0), "s1", 0),
+            in_series(run("resnet50", "amp", "torch", 4500.0), "s1", 1),
+            in_series(run("resnet50", "amp", "ucudnn-256", 4400.0), "s1", 1),
+            in_series(run("resnet50", "amp", "torch", 4700.0), "s1", 2),
+            in_series(run("resnet50", "amp", "ucudnn-256", 3900.0), "s1", 2),
+            in_series(run("resnet50", "amp", "ucudnn-256", 0, status="oom"), "s1", 3)]   # failed: not a sample
+    recs, _ = tt.load(records(tmp_path, rows))
+    s = tt.summarize(recs)
+    [b3] = s["bar3"]
+    assert b3["ratio"] == pytest.approx(3900 / 4600)
+    row = next(r for r in s["rows"] if r["impl"] == "ucudnn-256")
+    assert row["repeats"] == {"n": 3, "images_per_s": [3600.0, 3900.0, 4400.0]}
+    md = tmp_path / "report.md"
+    tt.report(records(tmp_path, rows), md)
+    assert "| 3900 (median of 3: 3600-4400) | 0.85x |" in md.read_text()
