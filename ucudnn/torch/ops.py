@@ -21,9 +21,6 @@ from torch import Tensor
 
 from . import runtime
 
-_ARGS = "stride, padding, dilation, groups, layout, numerics, workspace_limit, batch_policy, sources, replay"
-
-
 def _out_hw(size: int, k: int, pad: int, stride: int, dil: int) -> int:
     return (size + 2 * pad - dil * (k - 1) - 1) // stride + 1
 
