@@ -318,6 +318,7 @@ def test_a_prepared_call_is_trusted_only_while_the_lookup_chain_holds_its_execut
     monkeypatch.setattr(runtime, "executor", lambda *a: runtime.installed[(0, p, "forward")].executor)
     wd = call()
     assert wd.executor == "installed plan" and (wd.ws_ptr, wd.ws_size, wd.ws_bytes) == (4096, 64, 0) and wd.current()
+    assert wd.workspace() == (None, 4096, 64)       # the arena's segment: nothing allocated per launch
     runtime.installed.clear()
     assert c.current() and not wd.current()
     c.mem_key = None                               # an executor the in-process cache does not hold
@@ -410,7 +411,8 @@ def test_a_prepared_one_step_call_runs_through_its_shortcut_on_torchs_stream_els
     answer = [True]
 
     class Call:
-        ws_bytes, ws_ptr, ws_size = 0, 4096, 64
+        def workspace(self):        # an installed plan's arena segment: nothing to keep alive
+            return None, 4096, 64
 
         def direct(self, *args):
             log.append(("direct", *args))

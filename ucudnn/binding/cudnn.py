@@ -172,11 +172,16 @@ def status_name(status: int) -> str:
         return f"CUDNN_STATUS_{status}"
 
 
-def _call(name: str, *args) -> None:
+def _symbol(name: str) -> Callable:
+    """libcudnn's function ``name`` (argument types set by :func:`load`), or a CudnnError saying it is missing."""
     fn: Callable | None = getattr(load(), name, None)
     if fn is None:
         raise CudnnError(name, -1, "SYMBOL_NOT_FOUND", f"{_lib_path} does not export {name}")
-    status = fn(*args)
+    return fn
+
+
+def _call(name: str, *args) -> None:
+    status = _symbol(name)(*args)
     if status != 0:
         raise CudnnError(name, status, status_name(status))
 
@@ -344,10 +349,7 @@ def entry_point(op: str) -> tuple[Callable, str]:
     """(the ctypes function of ``op``'s cudnnConvolution* entry point, its name), for callers that bind it once
     (a prepared launcher's shortcut): the same function :func:`convolution` calls."""
     name = f"cudnnConvolution{_OP_SUFFIX[op]}"
-    fn = getattr(load(), name, None)
-    if fn is None:
-        raise CudnnError(name, -1, "SYMBOL_NOT_FOUND", f"{_lib_path} does not export {name}")
-    return fn, name
+    return _symbol(name), name
 
 
 def scalar_ref(value: float, dtype: str = "float32") -> Any:

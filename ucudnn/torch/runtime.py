@@ -255,16 +255,21 @@ class _Call:
             return True
         return self.mem_key is not None and _api._executors.get(self.mem_key) is self.executor
 
-    def run(self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> None:
-        """One launch on the tensors' memory (CuPy's device and stream already torch's): the workspace, when the
-        call owns none, a ``torch.empty`` from torch's caching allocator, back to its pool at once (stream-ordered,
-        so the launches finish with it first)."""
+    def workspace(self) -> tuple[torch.Tensor | None, int, int]:
+        """(the tensor to keep alive for the launch or None, pointer, bytes): an installed WD plan's arena segment,
+        else a ``torch.empty`` from torch's caching allocator, back to its pool when the caller drops it
+        (stream-ordered, so the launches finish with it first)."""
         if self.ws_bytes:
             ws = torch.empty(self.ws_bytes, dtype=torch.uint8, device=self.torch_device)
-            self.executor.launch((a.data_ptr(), b.data_ptr(), out.data_ptr()), ws.data_ptr(), self.ws_bytes)
-            del ws
-        else:
-            self.executor.launch((a.data_ptr(), b.data_ptr(), out.data_ptr()), self.ws_ptr, self.ws_size)
+            return ws, ws.data_ptr(), self.ws_bytes
+        return None, self.ws_ptr, self.ws_size
+
+    def run(self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> None:
+        """One launch on the tensors' memory (CuPy's device and stream already torch's), the workspace from
+        :meth:`workspace`."""
+        ws, ptr, size = self.workspace()
+        self.executor.launch((a.data_ptr(), b.data_ptr(), out.data_ptr()), ptr, size)
+        del ws
 
 
 #: (op, problem, settings, numerics, device, environment defaults) -> its prepared call
@@ -356,14 +361,10 @@ def launch(op: str, problem: ConvProblem, a: torch.Tensor, b: torch.Tensor, out:
     call = _ready(op, problem, settings, numerics, device, _defaults_env(settings))
     if call is not None and call.direct is not None and _torch_device() == device:
         # the one-step plans' shortcut: no CuPy context, no executor frames (``sources.base.Direct``)
-        stream = _raw_stream(device)
-        if call.ws_bytes:
-            ws = torch.empty(call.ws_bytes, dtype=torch.uint8, device=call.torch_device)
-            if call.direct(a.data_ptr(), b.data_ptr(), out.data_ptr(), ws.data_ptr(), call.ws_bytes, stream):
-                return
-            del ws
-        elif call.direct(a.data_ptr(), b.data_ptr(), out.data_ptr(), call.ws_ptr, call.ws_size, stream):
+        ws, ptr, size = call.workspace()
+        if call.direct(a.data_ptr(), b.data_ptr(), out.data_ptr(), ptr, size, _raw_stream(device)):
             return
+        del ws   # declined: the full launch takes its own
     with _cp.cuda.Device(device), cupy_stream(device):
         (call or prepared(op, problem, settings, numerics, device)).run(a, b, out)
 
