@@ -62,6 +62,7 @@ def _cupy_impl() -> dict[str, Callable[..., Any]] | None:
     if not all(hasattr(cb, n) for n in names):
         return None
     return {"gemm": cb.gemmStridedBatchedEx, "set_stream": cb.setStream, "set_pointer_mode": cb.setPointerMode,
+            "math_mode": getattr(cb, "getMathMode", None),
             "impl": lambda: "cupy_backends.cuda.libs.cublas"}
 
 
@@ -85,6 +86,13 @@ def _ctypes_impl() -> dict[str, Callable[..., Any]]:
     set_stream.argtypes, set_stream.restype = [vp, vp], i
     set_mode = lib.cublasSetPointerMode_v2
     set_mode.argtypes, set_mode.restype = [vp, i], i
+    get_math = lib.cublasGetMathMode
+    get_math.argtypes, get_math.restype = [vp, ctypes.POINTER(i)], i
+
+    def math_mode(h: int) -> int:
+        out = i()
+        check("cublasGetMathMode", get_math(h, ctypes.byref(out)))
+        return out.value
 
     def check(call: str, status: int) -> None:
         if status != 0:
@@ -93,6 +101,7 @@ def _ctypes_impl() -> dict[str, Callable[..., Any]]:
     return {"gemm": lambda *a: check("cublasGemmStridedBatchedEx", gemm(*a)),
             "set_stream": lambda h, s: check("cublasSetStream", set_stream(h, s)),
             "set_pointer_mode": lambda h, m: check("cublasSetPointerMode", set_mode(h, m)),
+            "math_mode": math_mode,
             "impl": lambda: f"ctypes {lib._name}"}
 
 
@@ -128,6 +137,11 @@ def bind(h: int, stream: int) -> None:
     calls = _calls()
     calls["set_stream"](h, stream)
     calls["set_pointer_mode"](h, POINTER_MODE_HOST)
+
+
+def math_mode(h: int) -> int:
+    """The handle's cublasMath_t: 0 DEFAULT, 3 TF32_TENSOR_OP (what CuPy sets under ``CUPY_TF32=1``), for reports."""
+    return int(_calls()["math_mode"](h))
 
 
 def gemm_strided_batched(h: int, transa: int, transb: int, m: int, n: int, k: int, alpha: int, a: int, atype: int,
