@@ -129,6 +129,32 @@ __device__ __forceinline__ void tile_origin(int Q, int& p0, int& q0) {
     q0 = (blockIdx.x % tq) * TX;
 }
 
+// A thread's register block: RB output rows x N channels, float32 sums.
+template <int RB, int N>
+__device__ __forceinline__ void zero_acc(float (&acc)[RB][N]) {
+#pragma unroll
+    for (int rr = 0; rr < RB; ++rr)
+#pragma unroll
+        for (int t = 0; t < N; ++t) acc[rr][t] = 0.f;
+}
+
+// Writes a thread's register block: rows row0 + rr*TY (those < H) of column col, channels base + c0 + t of the
+// group (those with c0 + t < per_group) of an output [N, C, H, W] (or NHWC) tensor, out = alpha*acc + beta*out.
+template <bool NHWC, int TY, int RB, int N, typename T>
+__device__ __forceinline__ void store_acc(T* out, const float (&acc)[RB][N], long long n, int base, int c0,
+                                          int per_group, int row0, int col, int C, int H, int W, float alpha,
+                                          float beta) {
+#pragma unroll
+    for (int rr = 0; rr < RB; ++rr) {
+        const int h = row0 + rr * TY;
+        if (h >= H) continue;
+#pragma unroll
+        for (int t = 0; t < N; ++t)
+            if (c0 + t < per_group)
+                store_out(out, act_at<NHWC>(n, base + c0 + t, h, col, C, H, W), acc[rr][t], alpha, beta);
+    }
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 // Forward, one input channel per group (CG == 1).  Shared: tile [IH][IW], then taps [R*S][KT*KL].
 // grid.y = G * ceil(KG / (KT*KL)).
@@ -168,10 +194,7 @@ direct_fwd_single(const T* __restrict__ x, const T* __restrict__ w, T* __restric
         const int k0 = kb0 + kl * KT;
         if (k0 >= KG) break;
         float acc[RB][KT];
-#pragma unroll
-        for (int rr = 0; rr < RB; ++rr)
-#pragma unroll
-            for (int kt = 0; kt < KT; ++kt) acc[rr][kt] = 0.f;
+        zero_acc(acc);
         for (int i = 0; i < R; ++i) {
             const float* xrow = xs + (ty * SH + i) * IW + tx * SW;
             const float* wt = ws + i * S * KB + kl * KT;
@@ -187,17 +210,7 @@ direct_fwd_single(const T* __restrict__ x, const T* __restrict__ w, T* __restric
                 }
             }
         }
-        if (q < Q) {
-#pragma unroll
-            for (int rr = 0; rr < RB; ++rr) {
-                const int p = p0 + ty + rr * TY;
-                if (p >= P) continue;
-#pragma unroll
-                for (int kt = 0; kt < KT; ++kt)
-                    if (k0 + kt < KG)
-                        store_out(y, act_at<NHWC>(n, g * KG + k0 + kt, p, q, K, P, Q), acc[rr][kt], alpha, beta);
-            }
-        }
+        if (q < Q) store_acc<NHWC, TY>(y, acc, n, g * KG, k0, KG, p0 + ty, q, K, P, Q, alpha, beta);
     }
 }
 
@@ -332,11 +345,10 @@ direct_fwd_multi(const T* __restrict__ x, const T* __restrict__ w, T* __restrict
     const int stage_floats = st.count();
     const int tx = threadIdx.x % TX, ty = threadIdx.x / TX;
     float acc[RB][KT];
-#pragma unroll
-    for (int rr = 0; rr < RB; ++rr)
-#pragma unroll
-        for (int kt = 0; kt < KT; ++kt) acc[rr][kt] = 0.f;
+    zero_acc(acc);
     const int RS = R * S, xplane = IH * IW;
+    // The (i, j) tap loop below is the single-channel kernel's.  Factored into a __forceinline__ helper it compiled
+    // to the same FFMA and LDS but different address arithmetic (nvcc 13, SASS compared), so both write it out.
     auto compute = [&](const float* buf) {
         const float* wsm = buf + CC * xplane;
 #pragma unroll
@@ -360,16 +372,7 @@ direct_fwd_multi(const T* __restrict__ x, const T* __restrict__ w, T* __restrict
     };
     walk_stages<T, NHWC, KT, CC, false, ASYNC>(st, smem, stage_floats, compute);
     const int q = q0 + tx;
-    if (q >= Q) return;
-#pragma unroll
-    for (int rr = 0; rr < RB; ++rr) {
-        const int p = p0 + ty + rr * TY;
-        if (p >= P) continue;
-#pragma unroll
-        for (int kt = 0; kt < KT; ++kt)
-            if (k0 + kt < KG)
-                store_out(y, act_at<NHWC>(blockIdx.z, g * KG + k0 + kt, p, q, K, P, Q), acc[rr][kt], alpha, beta);
-    }
+    if (q < Q) store_acc<NHWC, TY>(y, acc, blockIdx.z, g * KG, k0, KG, p0 + ty, q, K, P, Q, alpha, beta);
 }
 
 // Backward data: dx = alpha * conv_transpose(dy, w) + beta * dx.  The dy tile of a dx tile at (h0, w0) starts at
@@ -393,10 +396,7 @@ direct_bwd(const T* __restrict__ w, const T* __restrict__ dy, T* __restrict__ dx
     const int tx = threadIdx.x % TX, ty = threadIdx.x / TX;
     const int wcol = w0 + tx;
     float acc[RB][CT];
-#pragma unroll
-    for (int rr = 0; rr < RB; ++rr)
-#pragma unroll
-        for (int ct = 0; ct < CT; ++ct) acc[rr][ct] = 0.f;
+    zero_acc(acc);
     const int RS = R * S, dplane = DH * DW;
     const int j0 = (wcol + PW) % SW;
     auto compute = [&](const float* buf) {
@@ -420,16 +420,7 @@ direct_bwd(const T* __restrict__ w, const T* __restrict__ dy, T* __restrict__ dx
         }
     };
     walk_stages<T, NHWC, CT, CC, true, ASYNC>(st, smem, stage_floats, compute);
-    if (wcol >= W) return;
-#pragma unroll
-    for (int rr = 0; rr < RB; ++rr) {
-        const int h = h0 + ty + rr * TY;
-        if (h >= H) continue;
-#pragma unroll
-        for (int ct = 0; ct < CT; ++ct)
-            if (c0 + ct < CG)
-                store_out(dx, act_at<NHWC>(blockIdx.z, g * CG + c0 + ct, h, wcol, C, H, W), acc[rr][ct], alpha, beta);
-    }
+    if (wcol < W) store_acc<NHWC, TY>(dx, acc, blockIdx.z, g * CG, c0, CG, h0 + ty, wcol, C, H, W, alpha, beta);
 }
 
 #ifdef UCUDNN_NVCC_CHECK
