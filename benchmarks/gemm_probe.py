@@ -57,17 +57,8 @@ def _library() -> Any:
     if _lib is None:
         with _lock:
             if _lib is None:
-                from ucudnn.binding.cublas import handle
-                handle()    # CuPy loads libcublas (and with it libcublasLt) first: the sonames resolve to its copy
-                errors = []
-                for name in ("libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so"):
-                    try:
-                        lib = ctypes.CDLL(name)
-                        break
-                    except OSError as e:
-                        errors.append(str(e))
-                else:
-                    raise CublasError(f"libcublasLt could not be loaded: {'; '.join(errors)}")
+                from ucudnn.binding.cublas import load
+                lib = load("libcublasLt")
                 vp, i, sz, u64, i64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t, ctypes.c_uint64, ctypes.c_int64
                 sigs = {
                     "cublasLtCreate": [ctypes.POINTER(vp)],

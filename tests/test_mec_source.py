@@ -251,3 +251,24 @@ def test_own_kernel_sources_never_raise_out_of_measure_a_refusal_or_failure_is_a
     monkeypatch.setattr(type(source), "_measure", lambda *a: 1 / 0)
     measured, skipped = source.measure("forward", p, Operands(0, 0, 0), 0, settings_)
     assert measured == [] and len(skipped) == 1 and skipped[0].reason.startswith(f"{source_module}: ZeroDivisionError")
+
+
+def test_cublas_libraries_load_by_soname_cuda13_first_after_cupys_handle(monkeypatch):
+    """The ctypes binding opens the copy CuPy loaded: CuPy's handle first, then the sonames newest first."""
+    import ctypes
+
+    events: list[str] = []
+    monkeypatch.setattr(cublas, "handle", lambda: events.append("handle") or 1)
+
+    def cdll(name):
+        events.append(name)
+        if not name.endswith(".so.12"):
+            raise OSError(f"{name}: cannot open shared object file")
+        return name
+
+    monkeypatch.setattr(ctypes, "CDLL", cdll)
+    assert cublas.load("libcublasLt") == "libcublasLt.so.12"
+    assert events == ["handle", "libcublasLt.so.13", "libcublasLt.so.12"]
+    monkeypatch.setattr(ctypes, "CDLL", lambda name: (_ for _ in ()).throw(OSError(f"{name}: missing")))
+    with pytest.raises(cublas.CublasError, match="libcublas could not be loaded: libcublas.so.13: missing"):
+        cublas.load("libcublas")

@@ -66,18 +66,21 @@ def _cupy_impl() -> dict[str, Callable[..., Any]] | None:
             "impl": lambda: "cupy_backends.cuda.libs.cublas"}
 
 
-def _ctypes_impl() -> dict[str, Callable[..., Any]]:
-    handle()   # CuPy loads its libcublas first, so the soname below resolves to that copy
-    lib = None
+def load(stem: str = "libcublas") -> ctypes.CDLL:
+    """``stem`` (libcublas, libcublasLt) by soname, CUDA 13's first: after :func:`handle`, which makes CuPy load
+    its libcublas (and libcublasLt with it), the soname resolves to the copy CuPy loaded."""
+    handle()
     errors = []
-    for name in ("libcublas.so.13", "libcublas.so.12", "libcublas.so"):
+    for name in (f"{stem}.so.13", f"{stem}.so.12", f"{stem}.so"):
         try:
-            lib = ctypes.CDLL(name)
-            break
+            return ctypes.CDLL(name)
         except OSError as e:
             errors.append(str(e))
-    if lib is None:
-        raise CublasError(f"libcublas could not be loaded: {'; '.join(errors)}")
+    raise CublasError(f"{stem} could not be loaded: {'; '.join(errors)}")
+
+
+def _ctypes_impl() -> dict[str, Callable[..., Any]]:
+    lib = load("libcublas")
     vp, i, ll = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong
     gemm = lib.cublasGemmStridedBatchedEx
     gemm.argtypes = [vp, i, i, i, i, i, vp, vp, i, i, ll, vp, i, i, ll, vp, vp, i, i, ll, i, i, i]
