@@ -9,6 +9,8 @@ Bars (issue 17): AlexNet b256 FP32 strict, WR at 8 MiB with the new sources at l
 never slower at any limit (executed, so within the run's noise).
 
     python benchmarks/own_sources.py --network alexnet --batch 256 --dtype float32 --layout NHWC
+    python benchmarks/own_sources.py --network alexnet --layout NCHW --with legacy,graph,mec,direct,relayout \
+        --without legacy,graph,relayout      # NCHW: mec and direct run through relayout's transforms
 """
 from __future__ import annotations
 
@@ -24,11 +26,24 @@ from core_wr import distinct_kernels, execute_plan  # noqa: E402
 MiB = 1 << 20
 
 
+def chain(m) -> list[str]:
+    """The sources a row runs through: its own, then for a wrapper (relayout, fold) the one it wraps, and so on
+    (each wrapper records its inner source under its own name in ``extra``; legacy when unnamed)."""
+    from ucudnn.source_names import WRAPPERS
+
+    names = [m.source]
+    while names[-1] in WRAPPERS and len(names) <= len(WRAPPERS):
+        names.append((m.extra.get(names[-1]) or {}).get("source", "legacy"))
+    return names
+
+
 def restricted(table, sources: set[str]):
+    """``table`` with only the rows every source of whose :func:`chain` is in ``sources`` (so "without mec"
+    also drops relayout's and fold's rows that run mec inside)."""
     from ucudnn.planning.table import BenchmarkTable, KernelBench
 
-    kernels = [KernelBench(k.name, k.op, k.problem, [m for m in k.measurements if m.source in sources], k.skipped,
-                           k.benchmark_seconds) for k in table.kernels]
+    kernels = [KernelBench(k.name, k.op, k.problem, [m for m in k.measurements if set(chain(m)) <= sources],
+                           k.skipped, k.benchmark_seconds) for k in table.kernels]
     extra = {**table.extra, "sources": [s for s in table.extra.get("sources", []) if s in sources]}
     return BenchmarkTable(table.device, table.cudnn_version, kernels, table.numerics, extra)
 
@@ -43,6 +58,8 @@ def main() -> None:
     ap.add_argument("--with", dest="with_", default="legacy,graph,mec,direct")
     ap.add_argument("--without", default="legacy,graph")
     ap.add_argument("--limits", default="0,8MiB,64MiB,256MiB")
+    ap.add_argument("--policy", default="powerOfTwo", help="micro-batch policy of the benchmark and the plans "
+                    "(e.g. powerOfTwoAndMidpoints: sizes between the powers of two that a tight limit may allow)")
     ap.add_argument("--exec-repeat", type=int, default=5)
     ap.add_argument("--out", default="benchmarks/results")
     ap.add_argument("--table-out", default=None)
@@ -61,7 +78,7 @@ def main() -> None:
     kernels = distinct_kernels(load_network(args.network).kernels(args.batch, args.dtype, args.layout))
     numerics = num.normalize(args.numerics, args.dtype)
     t0 = time.perf_counter()
-    table = benchmark(kernels, "powerOfTwo", numerics, sources=args.with_)
+    table = benchmark(kernels, args.policy, numerics, sources=args.with_)
     cp.cuda.runtime.deviceSynchronize()
     bench_s = time.perf_counter() - t0
     if args.table_out:
@@ -75,7 +92,7 @@ def main() -> None:
         row = {"limit_bytes": limit}
         for name, t in tables.items():
             try:
-                p = plan(t, "wr", workspace_limit=limit)
+                p = plan(t, "wr", workspace_limit=limit, batch_policy=args.policy)
             except UcudnnError as e:
                 row[name] = {"error": str(e)}
                 continue
@@ -102,6 +119,8 @@ def main() -> None:
                                           if any(n in s.reason for n in new)})[:40],
            "rows": rows}
     tag = f"own_sources_{args.network}-b{args.batch}-{args.dtype}-{args.layout}-{numerics}"
+    if args.policy != "powerOfTwo":
+        tag += f"-{args.policy}"
     write(args.out, tag, doc, markdown(prov, doc))
 
 
