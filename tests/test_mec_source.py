@@ -272,3 +272,9 @@ def test_cublas_libraries_load_by_soname_cuda13_first_after_cupys_handle(monkeyp
     monkeypatch.setattr(ctypes, "CDLL", lambda name: (_ for _ in ()).throw(OSError(f"{name}: missing")))
     with pytest.raises(cublas.CublasError, match="libcublas could not be loaded: libcublas.so.13: missing"):
         cublas.load("libcublas")
+
+
+def test_a_binding_without_the_math_mode_getter_says_so(monkeypatch):
+    monkeypatch.setattr(cublas, "_impl", {"math_mode": None, "impl": lambda: "cupy_backends.cuda.libs.cublas"})
+    with pytest.raises(cublas.CublasError, match="cannot read a handle's math mode"):
+        cublas.math_mode(1)

@@ -144,7 +144,10 @@ def bind(h: int, stream: int) -> None:
 
 def math_mode(h: int) -> int:
     """The handle's cublasMath_t: 0 DEFAULT, 3 TF32_TENSOR_OP (what CuPy sets under ``CUPY_TF32=1``), for reports."""
-    return int(_calls()["math_mode"](h))
+    get = _calls()["math_mode"]
+    if get is None:
+        raise CublasError(f"{implementation()} cannot read a handle's math mode")
+    return int(get(h))
 
 
 def gemm_strided_batched(h: int, transa: int, transb: int, m: int, n: int, k: int, alpha: int, a: int, atype: int,
