@@ -31,13 +31,10 @@ def _y_shape(x: Tensor, w: Tensor, stride: Sequence[int], padding: Sequence[int]
             _out_hw(x.shape[3], w.shape[3], padding[1], stride[1], dilation[1]))
 
 
-#: layout -> torch memory format (a dict lookup on every call, not a function)
-_FORMATS = {"NHWC": torch.channels_last, "NCHW": torch.contiguous_format}
-
-
 def _empty(shape: Sequence[int], like: Tensor, layout: str) -> Tensor:
     """The one way outputs are made, by the real ops and the fake ones alike (same strides under compile)."""
-    return torch.empty(tuple(shape), dtype=like.dtype, device=like.device, memory_format=_FORMATS[layout])
+    return torch.empty(tuple(shape), dtype=like.dtype, device=like.device,
+                       memory_format=runtime.MEMORY_FORMATS[layout])
 
 
 @functools.lru_cache(maxsize=1024)
@@ -86,7 +83,7 @@ def _layer(x: Tensor, w: Tensor, stride, padding, dilation, groups, layout, work
         hit = _layers[key] = Layer(
             runtime.problem_of(x.shape, w.shape, stride, padding, dilation, groups, x.dtype, layout),
             _settings(workspace_limit, batch_policy, sources, replay), list(stride), list(padding), list(dilation),
-            int(groups), layout, _y_shape(x, w, stride, padding, dilation), _FORMATS[layout])
+            int(groups), layout, _y_shape(x, w, stride, padding, dilation), runtime.MEMORY_FORMATS[layout])
     return hit
 
 
@@ -106,7 +103,7 @@ def _run(op: str, layer: Layer, a: Tensor, b: Tensor, out: Tensor, numerics: str
 def _forward(layer: Layer, x: Tensor, weight: Tensor, numerics: str) -> Tensor:
     fmt = layer.fmt
     x, w = x.contiguous(memory_format=fmt), weight.contiguous(memory_format=fmt)
-    y = torch.empty(layer.y_shape, dtype=x.dtype, device=x.device, memory_format=fmt)
+    y = _empty(layer.y_shape, x, layer.layout)
     if _run("forward", layer, x, w, y, numerics):
         return y
     return torch.ops.aten.convolution(x, w, None, layer.stride, layer.padding, layer.dilation, False, [0, 0],
@@ -128,8 +125,8 @@ _GRADIENTS = {"dx": ("backward_data", 0), "dw": ("backward_filter", 1)}
 def _backward(which: str, layer: Layer, grad_y: Tensor, x: Tensor, weight: Tensor, numerics: str) -> Tensor:
     """dx (``which="dx"``; ``x`` only gives the shape) or dw (``"dw"``, summed over the batch) of conv2d.
 
-    One body for both gradients: operands in the layout's memory format, the output made as the fake
-    implementations make it, ucudnn's plan, else ``aten.convolution_backward`` asked for this gradient alone.
+    One body for both gradients: operands in the layout's memory format, the output made by :func:`_empty`
+    (as the fake implementations make it), ucudnn's plan, else ``aten.convolution_backward`` asked for this gradient alone.
     """
     op, index = _GRADIENTS[which]
     fmt = layer.fmt
@@ -137,10 +134,10 @@ def _backward(which: str, layer: Layer, grad_y: Tensor, x: Tensor, weight: Tenso
     xc = x.contiguous(memory_format=fmt)
     w = weight.contiguous(memory_format=fmt)
     if index:
-        out = torch.empty(w.shape, dtype=dy.dtype, device=dy.device, memory_format=fmt)
+        out = _empty(w.shape, dy, layer.layout)
         ran = _run(op, layer, xc, dy, out, numerics)
     else:
-        out = torch.empty(xc.shape, dtype=dy.dtype, device=dy.device, memory_format=fmt)
+        out = _empty(xc.shape, dy, layer.layout)
         ran = _run(op, layer, w, dy, out, numerics)
     if ran:
         return out

@@ -104,8 +104,12 @@ def numerics_for(dtype: torch.dtype) -> str:
 _HALF_NUMERICS = {t: num.normalize(None, name) for t, name in DTYPES.items() if t != torch.float32}
 
 
+#: layout -> torch memory format (a dict: the ops look theirs up on every call)
+MEMORY_FORMATS = {"NHWC": torch.channels_last, "NCHW": torch.contiguous_format}
+
+
 def memory_format(layout: str) -> torch.memory_format:
-    return torch.channels_last if layout == "NHWC" else torch.contiguous_format
+    return MEMORY_FORMATS.get(layout, torch.contiguous_format)
 
 
 def _channels_last(t: torch.Tensor) -> bool:
