@@ -76,8 +76,7 @@ def current_device() -> int:
 
 def handle() -> int:
     """This thread's cuDNN handle on the current device, bound to CuPy's current stream."""
-    cp = cupy()
-    return handle_on(cp.cuda.get_current_stream().ptr, cp.cuda.runtime.getDevice())
+    return handle_on(cupy().cuda.get_current_stream().ptr, current_device())
 
 
 def handle_on(stream: int, device: int) -> int:
