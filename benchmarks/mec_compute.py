@@ -92,25 +92,16 @@ def main() -> None:
 
 
 def reference(op: str, a: np.ndarray, b: np.ndarray, p) -> np.ndarray:
-    """float64 result of ``op`` on NHWC operands (cuDNN's operand order)."""
-    from ucudnn.kernels.reference import conv2d_nchw
-
-    def nchw(t: np.ndarray) -> np.ndarray:
-        return np.ascontiguousarray(t.transpose(0, 3, 1, 2)).astype(np.float64)
-
+    """float64 result of ``op`` on NHWC operands (cuDNN's operand order): kernels.direct's references for
+    forward and backward data; backward filter summed here tap by tap (no shared reference computes it)."""
     import itertools
 
+    from ucudnn.kernels.direct import backward_data_reference, forward_reference
+
     if op == "forward":
-        return conv2d_nchw(nchw(a), nchw(b), p.pad, p.stride).transpose(0, 2, 3, 1)
-    if op == "backward_data":          # a = w, b = dy: dx[n,h,w,c] = sum dy[n,p,q,k] w[k,r,s,c]
-        w, dy = a.astype(np.float64), b.astype(np.float64)
-        n = dy.shape[0]
-        hp, wp = p.h + 2 * p.pad[0] + p.stride[0], p.w + 2 * p.pad[1] + p.stride[1]
-        dxp = np.zeros((n, hp + p.r, wp + p.s, p.c))
-        for r, s in itertools.product(range(p.r), range(p.s)):
-            contrib = np.einsum("npqk,kc->npqc", dy, w[:, r, s, :])
-            dxp[:, r:r + p.p * p.stride[0]:p.stride[0], s:s + p.q * p.stride[1]:p.stride[1]] += contrib
-        return dxp[:, p.pad[0]:p.pad[0] + p.h, p.pad[1]:p.pad[1] + p.w]
+        return forward_reference(a, b, p)
+    if op == "backward_data":          # a = w, b = dy
+        return backward_data_reference(b, a, p)
     x, dy = a.astype(np.float64), b.astype(np.float64)
     n = x.shape[0]
     xp = np.zeros((n, p.h + 2 * p.pad[0] + p.r, p.w + 2 * p.pad[1] + p.s, p.c))
