@@ -74,7 +74,7 @@ def one_run(net: str, dtype: str, sources: str, mode: str, table_out: str) -> di
     kernels = distinct_kernels(load_network(net).kernels(BATCH[net], dtype, layout))
     # off: the reference, as every configuration was timed before issue 16 (no rule, 5 samples of at least 1 ms)
     off = {"prune_margin": None, "hopeless_factor": None, "kernel_budget_s": None, "trust_estimate_ms": None,
-           "split_margin": None, "repeat": 5, "min_sample_ms": 1.0}
+           "split_margin": None, "confirm_factor": None, "repeat": 5, "min_sample_ms": 1.0}
     rules = {"off": off, "on": {}, "on2": {},   # on2: the defaults again (the run-to-run noise of the wall time)
              # the defaults before issue 16's fourth pass: split dominance not reaching fold's rows, no host work
              # overlapped with Find, numerical notes probed through lined-up heuristics lists
@@ -315,6 +315,8 @@ def main() -> None:
     ap.add_argument("--suffix", default="", help="bench_time-SUFFIX.{json,md}: keep several partial runs")
     ap.add_argument("--merge", help="comma-separated bench_time-*.json files: concatenate into bench_time.{json,md}")
     ap.add_argument("--tables", help="keep each run's benchmark table in this folder (default: a temporary one)")
+    ap.add_argument("--reprice", metavar="JSON", help="price a finished run's plans again from its tables (--tables), "
+                    "writing bench_time-SUFFIX.{json,md}: no GPU")
     ap.add_argument("--one", help=argparse.SUPPRESS)         # net:dtype:sources:mode:table_path (child process)
     ap.add_argument("--profile", action="store_true", help="profile each run (cProfile) into "
                     "bench_time-SUFFIX.profile.txt beside the results (the profiler slows host-bound parts)")
@@ -331,6 +333,16 @@ def main() -> None:
         print("RESULT " + json.dumps(one_run(net, dtype, sources, mode, table_out)), flush=True)
         return
 
+    if args.reprice:   # prices again from a finished run's tables (e.g. one whose tables came back from the GPU)
+        doc = json.loads(Path(args.reprice).read_text())
+        refs = dict(x.split("=", 1) for x in args.price_at)
+        for row in doc["rows"]:
+            paths = {m: str(Path(args.tables) / f"{row['network']}-{row['dtype']}-"
+                                                 f"{row['sources'].replace(',', '+')}-{m}.json") for m in row["runs"]}
+            _prices(row, paths, refs.get(f"{row['network']}:{row['dtype']}:{row['sources']}"))
+        doc["provenance"]["repriced"] = f"prices recomputed from the run's tables ({time.strftime('%Y-%m-%d')})"
+        _save(args, doc["provenance"], doc["rows"])
+        return
     if args.merge:
         docs = [json.loads(Path(f).read_text()) for f in args.merge.split(",")]
         prov = {**docs[0]["provenance"], "command": " ; ".join(d["provenance"]["command"] for d in docs),
@@ -386,11 +398,23 @@ def main() -> None:
 
 
 def _prices(row: dict, paths: dict[str, str], reference: str | None) -> None:
-    """Each run's plan priced at the off run's timings and (``--price-at``) at a recorded unpruned table's."""
+    """Each run's plan priced at the off run's timings, at the fastest of the off and off2 runs' (where both ran:
+    :func:`ucudnn.measure.pruning.fastest_of`, free of one run's outliers) and (``--price-at``) at a recorded unpruned
+    table's."""
     for m in row["runs"]:
         if m != "off" and all("wall_s" in row["runs"].get(k, {}) for k in ("off", m)):
             row.setdefault("plan_at_off_times_ms", {})[m] = _price(paths[m], paths["off"])
     row["on_plan_at_off_times_ms"] = row.get("plan_at_off_times_ms", {}).get("on")
+    if all("wall_s" in row["runs"].get(k, {}) for k in ("off", "off2")):
+        from ucudnn.measure.pruning import fastest_of
+        from ucudnn.planning.planner import plan
+        from ucudnn.planning.table import BenchmarkTable
+
+        fastest = fastest_of([BenchmarkTable.load(paths["off"]), BenchmarkTable.load(paths["off2"])])
+        row["fastest_unpruned"] = {"of": ["off", "off2"], "planned_wr64_ms": round(
+            plan(fastest, "wr", workspace_limit=64 * MiB).total_time_ms, 4)}
+        row["plan_at_fastest_times_ms"] = {m: _price(paths[m], fastest) for m in row["runs"]
+                                           if "wall_s" in row["runs"][m]}
     if reference:
         from ucudnn.planning.planner import plan
         from ucudnn.planning.table import BenchmarkTable
@@ -410,16 +434,16 @@ def _version(dist: str) -> str | None:
         return None
 
 
-def _price(on_path: str, off_path: str) -> float | None:
-    """The ``on`` table's WR 64 MiB plan priced at the ``off`` table's full timings (None: a configuration the
-    off run did not record, e.g. a graph engine one run offered and the other did not)."""
+def _price(on_path: str, off) -> float | None:
+    """The ``on`` table's WR 64 MiB plan priced at the ``off`` table's full timings (a path or a table; None: a
+    configuration the off run did not record, e.g. a graph engine one run offered and the other did not)."""
     from ucudnn.measure.pruning import true_time_ms
     from ucudnn.planning.planner import plan
     from ucudnn.planning.table import BenchmarkTable
 
     try:
         return round(true_time_ms(plan(BenchmarkTable.load(on_path), "wr", workspace_limit=64 * MiB),
-                                  BenchmarkTable.load(off_path)), 4)
+                                  off if isinstance(off, BenchmarkTable) else BenchmarkTable.load(off)), 4)
     except KeyError:
         return None
 
@@ -438,17 +462,22 @@ def markdown(prov, rows) -> str:
              "unpruned table's timings (`--price-at`), against that table's own plan. Plan bar: against off where it ran, "
              "else the reference. Split dominance: rows not sampled (left out, listed as skipped) and rows kept without "
              "a median (`pruned` split-dominated).", "",
+             "`mode@fastest`: priced at the fastest of the off and off2 runs' timings per configuration (timing noise "
+             "only adds time: `ucudnn.measure.pruning.fastest_of`), against that table's own plan; where both ran, "
+             "the plan bar is taken there, free of one run's outliers.", "",
              "| network | dtype / layout / numerics | sources | mode | bench s off | bench s mode | bar | "
-             "WR64 ms off | WR64 ms mode | mode@off | mode@ref (ref's plan) | plan bar | mode recorded as | split dominance |",
-             "|---|---|---|---|---:|---:|---|---:|---:|---:|---:|---|---|---|"]
+             "WR64 ms off | WR64 ms mode | mode@off | mode@fastest (its plan) | mode@ref (ref's plan) | plan bar | "
+             "mode recorded as | split dominance |",
+             "|---|---|---|---|---:|---:|---|---:|---:|---:|---:|---:|---|---|---|"]
     for r in rows:
         off = r["runs"].get("off", {})
 
         def cell(run, key):
             return run.get(key, run.get("skipped") or ("error" if "error" in run else "-"))
 
+        fastest_ms = (r.get("fastest_unpruned") or {}).get("planned_wr64_ms")
         for mode, on in r["runs"].items():
-            if mode == "off":
+            if mode == "off" and not fastest_ms:
                 continue
             bar = LEGACY_BAR_S.get((r["network"], r["dtype"]))
             bar_s = "-"
@@ -461,8 +490,13 @@ def markdown(prov, rows) -> str:
             at_ref = (r.get("plan_at_reference_times_ms") or {}).get(mode)
             ref_ms = (r.get("reference") or {}).get("planned_wr64_ms")
             ref_s = f"{at_ref} ({ref_ms})" if at_ref is not None else "-"
+            at_fastest = (r.get("plan_at_fastest_times_ms") or {}).get(mode)
+            fastest_s = f"{at_fastest} ({fastest_ms})" if at_fastest is not None else "-"
             plan_s = "-"
-            if "planned_wr64_ms" in on and "planned_wr64_ms" in off:
+            if at_fastest is not None and fastest_ms:
+                plan_s = f"{(at_fastest / fastest_ms - 1) * 100:+.2f}% (fastest): " + (
+                    "ok" if at_fastest <= fastest_ms * (1 + PLAN_BAR) else "MISS")
+            elif "planned_wr64_ms" in on and "planned_wr64_ms" in off:
                 ref = off["planned_wr64_ms"]
                 got = priced or on["planned_wr64_ms"]
                 plan_s = f"{(got / ref - 1) * 100:+.2f}%: " + ("ok" if got <= ref * (1 + PLAN_BAR) else "MISS")
@@ -474,7 +508,8 @@ def markdown(prov, rows) -> str:
                        f"{on.get('pruned_as', {}).get('split-dominated', 0)} no median") if "wall_s" in on else "-"
             lines.append(f"| {r['network']} b{r['batch']} | {r['dtype']} / {r['layout']} / {r['numerics']} | "
                          f"{r['sources']} | {mode} | {cell(off, 'wall_s')} | {cell(on, 'wall_s')} | {bar_s} | "
-                         f"{cell(off, 'planned_wr64_ms')} | {cell(on, 'planned_wr64_ms')} | {priced or '-'} | {ref_s} | "
+                         f"{cell(off, 'planned_wr64_ms')} | {cell(on, 'planned_wr64_ms')} | {priced or '-'} | "
+                         f"{fastest_s} | {ref_s} | "
                          f"{plan_s} | {counts} | {split_s} |")
     lines += _where_the_time_goes(rows)
     return "\n".join(lines)

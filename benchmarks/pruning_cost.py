@@ -34,13 +34,20 @@ WD_PER_KERNEL = 64 * MiB
 BAR = 0.01
 
 
+#: The rule that is not a timing setting: fold measures the NCHW fold only where the math is FMA only
+#: (``ucudnn.measure.sources.fold.fold_layouts``, issue 16's fifth pass), replayed by dropping those rows.
+FOLD_LAYOUTS = "fold layouts (NCHW only where FMA only)"
+
+
 def rules():
-    """(name, settings) pairs: each rule alone at its default, all together, the margin's sensitivity."""
+    """(name, settings, fold's default layouts) triples: each rule alone at its default, all together, the
+    margin's sensitivity."""
     from ucudnn.measure.sources.base import BenchSettings
 
     d = BenchSettings("strict")
     off = BenchSettings.unpruned("strict")
-    out = [("dominance", replace(off, prune_margin=d.prune_margin)),
+    out = [(FOLD_LAYOUTS, off),
+           ("dominance", replace(off, prune_margin=d.prune_margin)),
            ("early-stop", replace(off, hopeless_factor=d.hopeless_factor)),
            ("budget", replace(off, kernel_budget_s=d.kernel_budget_s)),
            ("split dominance", replace(off, split_margin=d.split_margin)),
@@ -57,7 +64,7 @@ def rules():
     out += [("defaults before issue 16's second pass (margin 2, early stop 4x, no trust)",
              replace(d, prune_margin=2.0, hopeless_factor=4.0, trust_estimate_ms=None, split_margin=None, repeat=5,
                      min_sample_ms=1.0))]
-    return out
+    return [(name, s, name in (FOLD_LAYOUTS, "all (defaults)")) for name, s in out]
 
 
 def tables() -> list[tuple[str, str]]:
@@ -97,7 +104,7 @@ def main() -> None:
     ap.add_argument("--tables", default="", help="comma-separated substrings: only tables whose name has one")
     args = ap.parse_args()
 
-    from ucudnn.measure.pruning import ESTIMATES, simulate, true_time_ms
+    from ucudnn.measure.pruning import ESTIMATES, default_fold_rows, simulate, true_time_ms
     from ucudnn.planning.table import BenchmarkTable
 
     rows = []
@@ -112,9 +119,10 @@ def main() -> None:
         ref = plans(table, policy, wd)
         ref_ms = {k: (true_time_ms(p, table) if p is not None and not isinstance(p, Exception) else None)
                   for k, p in ref.items()}
-        for rule, s in rules():
+        for rule, s, fold_default in rules():
+            base = default_fold_rows(table) if fold_default else table
             for est in ESTIMATES:
-                sim = simulate(table, replace(s, numerics=table.numerics or "strict"), est, policy)
+                sim = simulate(base, replace(s, numerics=table.numerics or "strict"), est, policy)
                 got = plans(sim.table, policy, wd)
                 cost = {}
                 for k, p in got.items():
@@ -122,7 +130,11 @@ def main() -> None:
                         cost[k] = None if p is None or ref_ms.get(k) is None else "infeasible"
                         continue
                     cost[k] = true_time_ms(p, table) / ref_ms[k] - 1
-                rows.append({"table": name, "rule": rule, "estimate": est, "counts": sim.counts,
+                counts = dict(sim.counts)
+                if fold_default:
+                    counts["fold layout not measured"] = (sum(len(k.measurements) for k in table.kernels)
+                                                                 - sum(len(k.measurements) for k in base.kernels))
+                rows.append({"table": name, "rule": rule, "estimate": est, "counts": counts,
                              "retime_s": round(sim.retime_ms / 1e3, 3),
                              "retime_s_unpruned": round(sim.retime_ms_unpruned / 1e3, 3),
                              "quick_s": round(sim.quick_ms / 1e3, 3),

@@ -284,6 +284,24 @@ def test_retime_applies_the_early_stop_and_records_what_it_timed():
     assert off.retime(timing(9.0), 9.0, 0) == (4.5, "median") and seen[-1] is None
 
 
+def test_a_median_far_over_its_estimate_is_timed_once_more_and_the_smaller_median_kept():
+    """Timing noise only adds time: a median 2-7x its estimate (Find's, the quick sample) was an outlier on the
+    H100 (``BenchSettings.confirm_factor``), so it is confirmed by one more median, never averaged in."""
+    medians = iter([0.666, 0.096])
+    p = Pruner(BenchSettings("strict", hopeless_factor=None))
+    assert p.retime(lambda give_up: next(medians), 0.143, 0) == (0.096, "median")     # 0.666 > 2 x 0.143: again
+    assert p.counts == {"median": 1, "confirmed": 1} and p.timed == [(0.096, 0)]
+    again = iter([0.3, 0.5])
+    assert p.retime(lambda give_up: next(again), 0.143, 0) == (0.3, "median")          # the smaller of the two
+    within = iter([0.28, 99.0])
+    assert p.retime(lambda give_up: next(within), 0.143, 0) == (0.28, "median")        # under 2x: one median
+    assert p.counts["confirmed"] == 2
+    off = Pruner(BenchSettings("strict", hopeless_factor=None, confirm_factor=None))
+    assert off.retime(lambda give_up: 5.0, 0.1, 0) == (5.0, "median") and "confirmed" not in off.counts
+    with pytest.raises(InputError, match="at least 1.0"):
+        BenchSettings("strict", confirm_factor=0.5)
+
+
 # ---- the one timing path of sources with their own kernels (mec, winograd) ------------------------------------------
 class _OwnKernels:
     """A source with its own kernels whose ``prepare`` fails as told."""
@@ -325,3 +343,40 @@ def test_a_configuration_that_fails_is_a_skipped_row_naming_the_source(monkeypat
     assert row.reason == "own: cannot capture cublas" and pruner.timed == []
     row, _ = _time_prepared(MemoryError("out of memory"), monkeypatch)
     assert row.reason.startswith("own: ") and "out of memory" in row.reason and row.algo == "k"
+
+
+def test_the_fastest_of_several_tables_takes_each_configurations_smallest_time():
+    from ucudnn.planning.table import KernelBench, Measurement
+
+    def table(times, extra=()):
+        ms = [Measurement(n, 7, "FMA", t, 48 * MiB, "legacy") for n, t in times] + list(extra)
+        return BenchmarkTable("H100", 91900, [KernelBench("conv2/forward", "forward", PROBLEM, ms)], "strict")
+
+    only_b = Measurement(4, 1, "FMA", 0.5, 0, "legacy")
+    a = table([(8, 0.098), (16, 0.666)])
+    b = table([(8, 0.093), (16, 0.096)], [only_b])
+    got = pruning.fastest_of([a, b])
+    assert [m.time_ms for m in got.kernels[0].measurements] == [0.093, 0.096]   # a's rows, each at its fastest
+    assert [m.time_ms for m in a.kernels[0].measurements] == [0.098, 0.666]     # the inputs are left alone
+    assert pruning.fastest_of([a]).kernels[0].measurements == a.kernels[0].measurements
+
+
+def test_split_dominance_weighs_finds_estimate_less_finds_overhead_on_that_configuration_at_the_smaller_size():
+    """Find's single run of a short call carries a launch overhead (0.05-0.13 ms on an H100): the configuration's own
+    overhead at the largest smaller size is taken off before comparing with the split (H100 AlexNet conv5 backward
+    data, legacy algorithm 5: Find 0.255 ms at n = 32, re-timed 0.130; at n = 16 Find 0.200, re-timed 0.0742)."""
+    from ucudnn.measure.sources.base import SplitReference, find_overhead_ms, identity
+    from ucudnn.planning.table import Measurement
+
+    at16 = Measurement(16, 5, "FMA", 0.0742, 0, "legacy", extra={"find_time_ms": 0.2, "timed": "median"})
+    split = SplitReference.of([at16], 32, 256, 1.5)
+    assert split.reference(0)[0] == pytest.approx(2 * 0.0742)
+    assert find_overhead_ms(at16) == pytest.approx(0.1258)
+    p = Pruner(BenchSettings("strict"), split=split)
+    assert p.decide(0.255, 0) == "split-dominated"              # Find's time alone: 0.255 > 1.5 x 0.148
+    assert p.decide(0.255, 0, identity(at16)) is None           # less 0.126 of overhead: re-timed
+    assert p.decide(0.40, 0, identity(at16)) == "split-dominated"   # still over the margin without the overhead
+    # no overhead where the smaller size was not re-timed, or Find was faster than the median
+    assert find_overhead_ms(Measurement(16, 5, "FMA", 0.2, 0, extra={"find_time_ms": 0.1, "timed": "find"})) == 0.0
+    assert find_overhead_ms(Measurement(16, 5, "FMA", 0.2, 0, extra={"find_time_ms": 0.1})) == 0.0
+    assert find_overhead_ms(None) == 0.0

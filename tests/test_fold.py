@@ -5,6 +5,8 @@ undivided cuDNN there.
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -14,11 +16,13 @@ from ucudnn.kernels.fold import FoldGeometry, launchers
 
 from ucudnn.errors import InputError, UcudnnError
 from ucudnn.measure.sources.base import Operands
-from ucudnn.measure.sources.fold import FoldSource, fold_refusal, folded_problem, geometries, segments
+from ucudnn.measure.sources.fold import (FoldSource, fold_layouts, fold_refusal, folded_problem, geometries,
+                                         segments)
 from ucudnn.planning.planner import plan
 from ucudnn.planning.table import BenchmarkTable, KernelBench, Measurement
 from ucudnn.problem import ConvProblem
 
+FIXTURES = Path(__file__).parent / "fixtures"
 CONV1 = ConvProblem(64, 3, 227, 227, 96, 11, 11, stride=(4, 4))                   # AlexNet
 RESNET_CONV1 = ConvProblem(32, 3, 224, 224, 64, 7, 7, pad=(3, 3), stride=(2, 2), layout="NHWC", dtype="float16")
 
@@ -127,9 +131,53 @@ def test_a_configuration_folded_into_the_other_layout_prepares_its_inner_one_the
 
 
 def test_a_fold_source_folds_into_the_same_or_the_other_layout_and_nothing_else():
-    assert FoldSource().layouts == ("same", "other")
+    assert FoldSource(layouts=["other", "same"]).layouts == ("other", "same")
     with pytest.raises(ValueError, match="layouts"):
         FoldSource(layouts=["CHWN"])
+    with pytest.raises(ValueError, match="layouts"):
+        FoldSource(layouts=[])
+
+
+@pytest.mark.parametrize("dtype, numerics, layout, layouts", [
+    ("float32", "strict", "NCHW", ("same",)),               # FMA only: NCHW, where cuDNN keeps FFT and Winograd
+    ("float32", "strict", "NHWC", ("other",)),
+    ("float32", "strict-deterministic", "NCHW", ("same",)),
+    ("float32", "tf32", "NCHW", ("same", "other")),         # tensor cores: NCHW TF32 folds best into NHWC
+    ("float32", "default", "NHWC", ("same", "other")),
+    ("float16", "default", "NHWC", ("same", "other")),
+    ("float16", "strict", "NCHW", ("same", "other")),       # FP32 accumulation, still on tensor cores
+])
+def test_by_default_a_fold_measures_nchw_alone_where_the_math_is_fma_only(dtype, numerics, layout, layouts):
+    problem = ConvProblem(64, 3, 227, 227, 96, 11, 11, stride=(4, 4), dtype=dtype, layout=layout)
+    assert FoldSource().layouts is None
+    assert fold_layouts(dtype, numerics, layout) == layouts
+    assert FoldSource().layouts_for(problem, numerics) == layouts
+    assert FoldSource(layouts=["other"]).layouts_for(problem, numerics) == ("other",)   # given layouts win
+
+
+@pytest.mark.parametrize("name, limits", [
+    ("alexnet-b256-float32-NCHW-strict-legacy-graph-fold-unpruned-h100", (0, 8 << 20, 64 << 20, 256 << 20, 4 << 30)),
+    ("alexnet-b256-float32-NHWC-strict-legacy-graph-relayout-fold-replay-midpoints-h100", (8 << 20, 64 << 20, 256 << 20)),
+])
+def test_on_the_recorded_fp32_strict_tables_no_plan_takes_an_nhwc_fold(name, limits):
+    """The evidence behind :func:`fold_layouts`' FMA-only default: H100 AlexNet b256 FP32 strict tables (NCHW, and
+    NHWC whose folds also went into NCHW), planned with and without the NHWC folds' rows: the same plans, WR at each
+    limit and WD."""
+    from ucudnn.measure.pruning import default_fold_rows
+
+    table = BenchmarkTable.load(FIXTURES / f"{name}.json.gz")
+    nhwc = [m for k in table.kernels for m in k.measurements if m.source == "fold" and m.extra["fold"]["layout"] == "NHWC"]
+    assert nhwc   # the table did measure them
+    nchw_only = default_fold_rows(table)
+    assert not [m for k in nchw_only.kernels for m in k.measurements
+                if m.source == "fold" and m.extra["fold"]["layout"] == "NHWC"]
+    assert [m for k in nchw_only.kernels for m in k.measurements if m.source == "fold"]
+    for limit in limits:
+        full = plan(table, "wr", workspace_limit=limit)
+        assert plan(nchw_only, "wr", workspace_limit=limit).total_time_ms == pytest.approx(full.total_time_ms)
+    n = len(table.kernels)
+    assert (plan(nchw_only, "wd", total_workspace=n * (64 << 20)).total_time_ms
+            == pytest.approx(plan(table, "wd", total_workspace=n * (64 << 20)).total_time_ms))
 
 
 def test_run_refuses_a_workspace_too_small_for_the_folded_operands(inner):

@@ -1,7 +1,7 @@
 """Fast benchmarking on the GPU (issue 16): the same plans, less time (skipped without a GPU).
 
 On a small network kernel set (AlexNet at batch 32, FP32 strict): pruning on and off plan the same WR
-algorithms (up to timing noise between two runs), pruned rows say so, and the early stop and the per-kernel
+algorithms (up to timing noise: priced at the fastest of two unpruned runs), pruned rows say so, and the early stop and the per-kernel
 budget bound the benchmarking time.
 """
 from __future__ import annotations
@@ -14,7 +14,8 @@ pytestmark = pytest.mark.gpu
 
 MiB = 1 << 20
 OFF = {"prune_margin": None, "hopeless_factor": None, "kernel_budget_s": None, "split_margin": None}
-NOISE = 0.03   # two unpruned runs of the same kernels differ by up to a few % on near-ties
+NOISE = 0.10   # per kernel: two runs differ by a few % on near-ties of 0.1-0.2 ms calls (3.4% seen on conv3)
+PLAN_BAR = 0.01   # issue 16: planned totals within 1% of the unpruned plans
 
 
 @pytest.fixture(scope="module")
@@ -35,23 +36,30 @@ def tables(kernels):
         return table, time.perf_counter() - t0
 
     benchmark(kernels[:1], "powerOfTwo", "strict", sources="legacy")   # warm cuDNN's lazily loaded kernels
-    return {"off": timed(**OFF), "on": timed()}
+    return {"off": timed(**OFF), "on": timed(), "off2": timed(**OFF)}
 
 
 def test_pruning_on_and_off_plan_the_same_wr_algorithms(tables):
-    """Same algorithms per kernel, or (two runs' timing noise on a near-tie) the same cost at the off run's times."""
+    """Same algorithms per kernel, or (timing noise on a near-tie) the same cost at the unpruned runs' times: each
+    configuration at the fastest of two unpruned runs (``pruning.fastest_of``: noise only adds time), the pruned plan's
+    total within 1% of the unpruned one's there, each kernel within the noise of a near-tie."""
+    from ucudnn.measure.pruning import fastest_of
     from ucudnn.planning.planner import plan
 
-    (off, _), (on, _) = tables["off"], tables["on"]
+    (off, _), (off2, _), (on, _) = tables["off"], tables["off2"], tables["on"]
+    ref = fastest_of([off, off2])
     for limit in (8 * MiB, 64 * MiB):
-        p_off = plan(off, "wr", workspace_limit=limit)
+        p_ref = plan(ref, "wr", workspace_limit=limit)
         p_on = plan(on, "wr", workspace_limit=limit)
-        for k_off, k_on in zip(p_off.kernels, p_on.kernels):
+        total = 0.0
+        for k_ref, k_on in zip(p_ref.kernels, p_on.kernels):
             key = lambda c: (c.micro_batch, c.algo, c.math_type)  # noqa: E731
-            if [key(c) for c in k_off.configs] == [key(c) for c in k_on.configs]:
-                continue
-            at_off = {key(m): m.time_ms for m in off.kernel(k_on.name).measurements}
-            assert sum(at_off[key(c)] for c in k_on.configs) <= k_off.time_ms * (1 + NOISE), k_on.name
+            at_ref = {key(m): m.time_ms for m in ref.kernel(k_on.name).measurements}
+            cost = sum(at_ref[key(c)] for c in k_on.configs)
+            total += cost
+            if [key(c) for c in k_ref.configs] != [key(c) for c in k_on.configs]:
+                assert cost <= k_ref.time_ms * (1 + NOISE), k_on.name
+        assert total <= p_ref.total_time_ms * (1 + PLAN_BAR), limit
         assert all(c.extra.get("pruned") != "dominated" for k in p_on.kernels for c in k.configs), \
             "a configuration pruned as dominated was chosen: another is faster and fits wherever it does"
 

@@ -47,3 +47,54 @@ def test_benchmark_refuses_an_unknown_timing_before_touching_the_gpu():
 
     with pytest.raises(InputError, match="timing"):
         benchmark([], timing="graph")
+
+
+class _FakeCupy:
+    """Just enough of CuPy for ``time_ms``: a GPU clock that each call of the timed function advances by ``t``
+    ms, and events that read it (the hold kernel cannot be built here, so samples run without it)."""
+
+    def __init__(self, t: float):
+        import types
+
+        self.now = 0.0
+        self.t = t
+        fake = self
+
+        class Event:
+            def record(self, stream=None):
+                self.at = fake.now
+
+            def synchronize(self):
+                pass
+
+        class RawKernel:
+            def __init__(self, *a, **kw):
+                raise RuntimeError("no compiler here")
+
+        self.cuda = types.SimpleNamespace(
+            Event=Event, get_current_stream=lambda: None, get_elapsed_time=lambda a, b: b.at - a.at,
+            Device=lambda: types.SimpleNamespace(id=0))
+        self.RawKernel = RawKernel
+
+    def call(self):
+        self.now += self.t
+
+
+@pytest.mark.parametrize("t, calls", [
+    (1.0, 1 + 1 + 2),        # warm-up, calibration (a sample already: 1 ms >= 0.5), two more samples
+    (0.1, 1 + 1 + 3 * 5),    # warm-up, calibration, three samples of 5 calls each
+])
+def test_the_calibration_call_is_the_first_sample_when_one_call_already_lasts_a_sample(monkeypatch, t, calls):
+    import sys
+
+    fake = _FakeCupy(t)
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    monkeypatch.setattr(timing, "_spin", {})
+    n = []
+
+    def fn():
+        n.append(1)
+        fake.call()
+
+    assert timing.time_ms(fn, repeat=3, warmup=1, min_sample_ms=0.5) == pytest.approx(t)
+    assert len(n) == calls

@@ -6,6 +6,9 @@ single call between two events would charge that latency to every small
 micro-batch (measured: 2x on 16-sample AlexNet micro-batches).  So each
 sample runs ``fn`` enough times back to back to last ``min_sample_ms`` and
 reports the mean per call; the median over ``repeat`` samples is returned.
+The first sample, of one call, tells how many calls a sample needs; when one
+call already lasts ``min_sample_ms`` it is the first of the ``repeat`` samples
+(it was taken exactly as the others are), not a call more.
 
 Each sample also starts behind a short GPU *hold* (a kernel that spins for
 about 1.5x the host time one call takes to enqueue), so the first call of the
@@ -64,6 +67,8 @@ def time_ms(fn: Callable[[], None], repeat: int = 5, warmup: int = 1, min_sample
         if give_up is not None and give_up(first):
             return first
         inner = max(1, min(max_inner, math.ceil(min_sample_ms / max(first, 1e-3)))) if min_sample_ms > 0 else 1
+        if inner == 1:   # one call already lasts a sample: the calibration call is a sample like the rest
+            samples.append(first)
     while len(samples) < max(1, repeat):
         if samples and deadline is not None and time.perf_counter() > deadline:
             break

@@ -106,11 +106,12 @@ def benchmark(kernels: Sequence[KernelSpec], batch_policy: str = "powerOfTwo", n
               trust_estimate_ms: float | None = BenchSettings.trust_estimate_ms,
               split_margin: float | None = BenchSettings.split_margin,
               channel_policy: str | None = None, split_wrapped: bool = BenchSettings.split_wrapped,
+              confirm_factor: float | None = BenchSettings.confirm_factor,
               overlap_cpu: bool = True) -> BenchmarkTable:
     """Measure ``kernels`` on the current device; never raises for an algorithm that fails.
 
     ``prune_margin``, ``hopeless_factor``, ``kernel_budget_s``, ``trust_estimate_ms``, ``split_margin``,
-    ``split_wrapped``: fast benchmarking (:class:`~ucudnn.measure.sources.base.BenchSettings`; None / False turns a rule
+    ``split_wrapped``: fast benchmarking; ``confirm_factor``: a median far over its estimate timed again (:class:`~ucudnn.measure.sources.base.BenchSettings`; None / False turns a rule
     off).  The table records them.
 
     ``overlap_cpu``: while legacy's Find waits on the GPU, a helper thread prepares the sources' later configurations
@@ -140,7 +141,7 @@ def benchmark(kernels: Sequence[KernelSpec], batch_policy: str = "powerOfTwo", n
     settings = BenchSettings(numerics, repeat, warmup, max_workspace, min_sample_ms=min_sample_ms, timing=timing, prune_margin=prune_margin,
                              hopeless_factor=hopeless_factor, kernel_budget_s=kernel_budget_s,
                              trust_estimate_ms=trust_estimate_ms, split_margin=split_margin,
-                             split_wrapped=split_wrapped)
+                             split_wrapped=split_wrapped, confirm_factor=confirm_factor)
     memo: dict[tuple[ConvProblem, str], KernelBench] = {}
     if channel_policy is None:
         from .. import config
@@ -215,7 +216,8 @@ def benchmark(kernels: Sequence[KernelSpec], batch_policy: str = "powerOfTwo", n
                            **{f"{s.name}_top_k": s.top_k for s in sources if getattr(s, "top_k", None)},
                            "pruning": {"prune_margin": prune_margin, "hopeless_factor": hopeless_factor,
                                        "kernel_budget_s": kernel_budget_s, "trust_estimate_ms": trust_estimate_ms,
-                                       "split_margin": split_margin, "split_wrapped": split_wrapped}})
+                                       "split_margin": split_margin, "split_wrapped": split_wrapped,
+                                       "confirm_factor": confirm_factor}})
 
 
 def _prefetch(kernels: Sequence[KernelSpec], batch_policy: str, sources: Sequence[AlgorithmSource],

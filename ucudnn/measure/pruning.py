@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from ..planning.plan import Plan
 from ..planning.table import BenchmarkTable, KernelBench, Measurement
 from ..policy import micro_batch_sizes
-from .sources.base import BenchSettings, Pruner
+from .sources.base import BenchSettings, Pruner, identity
 
 #: Where the first estimate comes from: ``exact`` takes the recorded time itself (what Find's time would be
 #: if it were exact); ``recorded`` takes Find's time / the quick sample where the table kept it.
@@ -57,13 +57,14 @@ def retime_cost_ms(t: float, settings: BenchSettings, stopped: bool = False) -> 
     """A model of the GPU time :func:`ucudnn.binding.timing.time_ms` spends re-timing a ``t`` ms call.
 
     Warm-up and one calibration call, then ``repeat`` samples of enough calls to last ``min_sample_ms``
-    (at most 64); an early stop ends after the calibration call.  Host overhead is left out.
+    (at most 64; a call that long alone: the calibration call is the first sample); an early stop ends after the
+    calibration call.  Host overhead is left out.
     """
     head = (settings.warmup + 1) * t
     if stopped:
         return head
     inner = max(1, min(64, math.ceil(settings.min_sample_ms / max(t, 1e-3)))) if settings.min_sample_ms > 0 else 1
-    return head + max(1, settings.repeat) * inner * t
+    return head + (max(1, settings.repeat) - (inner == 1 and settings.min_sample_ms > 0)) * inner * t
 
 
 def quick_cost_ms(t: float, estimate_ms: float, settings: BenchSettings | None) -> float:
@@ -164,7 +165,9 @@ def simulate(table: BenchmarkTable, settings: BenchSettings, estimate: str = "re
             for m in sorted(ms, key=lambda m: (first_estimate(m, estimate), m.workspace_bytes)):
                 est = first_estimate(m, estimate)
                 out.retime_ms_unpruned += retime_cost_ms(m.time_ms, settings)
-                why = pruner.decide(est, m.workspace_bytes)
+                # legacy's estimate is Find's: split dominance weighs it less Find's overhead at the smaller size
+                why = pruner.decide(est, m.workspace_bytes,
+                                    identity(m) if group[1] == "legacy" and estimate == "recorded" else None)
                 if why is None and budget_ms is not None and spent > budget_ms:
                     why = "budget"
                 if why is not None:
@@ -186,6 +189,24 @@ def simulate(table: BenchmarkTable, settings: BenchSettings, estimate: str = "re
         kernels.append(KernelBench(k.name, k.op, k.problem, kept, k.skipped, k.benchmark_seconds))
     out.table = BenchmarkTable(table.device, table.cudnn_version, kernels, table.numerics, dict(table.extra))
     return out
+
+
+def default_fold_rows(table: BenchmarkTable) -> BenchmarkTable:
+    """``table`` without the fold rows a benchmark with fold's default layouts would not have measured
+    (:func:`ucudnn.measure.sources.fold.fold_layouts`: a fold into NHWC where the math is FMA only)."""
+    from ..planning.table import effective_numerics
+    from .sources.fold import fold_layouts
+
+    numerics = effective_numerics(table).numerics or "strict"
+
+    def keep(k: KernelBench, m: Measurement) -> bool:
+        if m.source != "fold":
+            return True
+        layout = (m.extra.get("fold") or {}).get("layout", k.problem.layout)
+        which = "same" if layout == k.problem.layout else "other"
+        return which in fold_layouts(k.problem.dtype, numerics, k.problem.layout)
+
+    return table.filtered(keep)
 
 
 def _wrapper_reference(rules: BenchSettings, kernel, kept: list[Measurement], size: int, source: str):
@@ -223,6 +244,28 @@ def _retimed(m: Measurement, t: float, how: str, why: str | None) -> Measurement
     if why is not None:
         extra["pruned"] = why
     return replace(m, time_ms=max(t, 1e-6), extra=extra)
+
+
+def fastest_of(tables: list[BenchmarkTable]) -> BenchmarkTable:
+    """The first table with each measurement's time replaced by the smallest any of ``tables`` recorded for the same
+    configuration (one missing from a table keeps the others' times).
+
+    Why: timing noise only adds time, so the fastest of several unpruned runs is the closest to each configuration's
+    own time, and a plan priced there is compared free of one run's outliers.  Measured on an H100 (AlexNet b256 FP32
+    strict, issue 16's fifth pass): two unpruned runs' own WR 64 MiB plans priced at each other's times differed by
+    up to 31%, from one outlying median (legacy WINOGRAD_NONFUSED conv2 forward at n = 16: 0.666 ms in one run, 0.096
+    in the other); priced at their fastest, by 0.4% and 6.9%."""
+    first, rest = tables[0], tables[1:]
+    by_kernel = [{k.name: {_identity(m): m.time_ms for m in k.measurements} for k in t.kernels} for t in rest]
+    kernels = []
+    for k in first.kernels:
+        ms = []
+        for m in k.measurements:
+            t = min([m.time_ms] + [b[k.name][_identity(m)] for b in by_kernel
+                                   if k.name in b and _identity(m) in b[k.name]])
+            ms.append(m if t == m.time_ms else replace(m, time_ms=t))
+        kernels.append(KernelBench(k.name, k.op, k.problem, ms, k.skipped, k.benchmark_seconds))
+    return BenchmarkTable(first.device, first.cudnn_version, kernels, first.numerics, dict(first.extra))
 
 
 def true_time_ms(plan: Plan, reference: BenchmarkTable) -> float:

@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Iterable, NamedTuple
+from typing import Any, Callable, Iterable, NamedTuple
 
 from .. import numerics as num
 from ..errors import InputError, TableError
@@ -223,7 +223,13 @@ class BenchmarkTable:
     def restricted(self, math_types: Iterable[str], numerics: str | None = None) -> "BenchmarkTable":
         """The same table keeping only measurements under ``math_types`` (e.g. what a DEFAULT-math caller gets)."""
         keep = set(math_types)
-        kernels = [KernelBench(k.name, k.op, k.problem, [m for m in k.measurements if m.math_type in keep],
+        return self.filtered(lambda k, m: m.math_type in keep, numerics)
+
+    def filtered(self, keep: Callable[[KernelBench, Measurement], bool],
+                 numerics: str | None = None) -> "BenchmarkTable":
+        """The same table keeping the measurements ``keep(kernel, measurement)`` accepts: what a benchmark that
+        never measured the others would have recorded (e.g. a source or a fold layout left out)."""
+        kernels = [KernelBench(k.name, k.op, k.problem, [m for m in k.measurements if keep(k, m)],
                                k.skipped, k.benchmark_seconds) for k in self.kernels]
         return BenchmarkTable(self.device, self.cudnn_version, kernels, numerics or self.numerics, dict(self.extra))
 

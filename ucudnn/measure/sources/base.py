@@ -80,6 +80,12 @@ class BenchSettings:
       never recorded with a made-up time); after the first sample (Find's time, the quick sample), whether it is
       re-timed (recorded with that sample, ``pruned = "split-dominated"``).  None: off.  Needs the kernel's
       measurements so far: :meth:`start_kernel`.
+    * ``confirm_factor`` — a median more than this many times the configuration's first estimate (Find's time,
+      the quick sample, the inner configuration's time) is timed once more and the smaller median kept (timing
+      noise only adds time).  Why: on an H100 (AlexNet b256 FP32 strict, two unpruned runs, issue 16's fifth pass)
+      2-3 of 1,800 medians per run were 2-7x their estimate and the other run's median (legacy WINOGRAD_NONFUSED
+      conv2 forward at n = 16: 0.666 ms, Find 0.143 ms, the other run 0.096 ms), and one of them made an unpruned
+      WR plan at 64 MiB 6.9% slower than the same plan at the two runs' faster timings.  None: off.
     * ``split_wrapped`` — split dominance reaches the wrappers (fold, relayout; issue 16's fourth pass): a wrapped
       step runs its inner configuration plus the wrapper's moves, so the inner configuration's time is a lower bound
       of the wrapped row's, and the wrapped row's workspace is the inner one's plus the wrapper's operands.  So the
@@ -114,6 +120,7 @@ class BenchSettings:
     trust_estimate_ms: float | None = 2.0
     split_margin: float | None = 1.5
     split_wrapped: bool = True
+    confirm_factor: float | None = 2.0
     deadline: float | None = None  # time.perf_counter() at which this kernel's budget ends (start_kernel)
     # The kernel being benchmarked and its measurements so far (start_kernel): what split dominance compares with.
     kernel: ConvProblem | None = field(default=None, repr=False, compare=False)
@@ -128,7 +135,7 @@ class BenchSettings:
     def __post_init__(self) -> None:
         from ...errors import InputError
 
-        for name in ("prune_margin", "hopeless_factor", "split_margin"):
+        for name in ("prune_margin", "hopeless_factor", "split_margin", "confirm_factor"):
             v = getattr(self, name)
             if v is not None and not v >= 1.0:
                 raise InputError(f"must be at least 1.0 (or None: off), got {v!r}", name)
@@ -271,6 +278,24 @@ def identity(m: Measurement) -> tuple[str, str, str]:
     return (m.source, str(m.algo), m.math_type)
 
 
+def find_overhead_ms(previous: Measurement | None) -> float:
+    """How much cuDNN Find's time of a configuration exceeded its re-timed median at the largest smaller size (0 where
+    it was not re-timed there, or Find was not slower).
+
+    Why: Find runs each algorithm once, and a short call's single run carries a launch overhead a median of calls
+    back to back does not (0.05-0.13 ms on an H100, nearly independent of the call's length).  Split dominance on
+    Find's time alone left out a configuration that was the best at its size: AlexNet b256 FP32 strict, legacy
+    algorithm 5, conv5 backward data at n = 32, Find 0.255 ms against 1.5 x a 0.148 ms split, re-timed 0.130 ms; conv4
+    backward filter at n = 16, Find 0.227 ms, re-timed 0.107 (issue 16's fifth pass: about 1% of the WR plan at
+    64 MiB).  The overhead at the smaller size is what the same configuration's Find time carried there."""
+    if previous is None or previous.extra.get("timed", "median") != "median":
+        return 0.0
+    find = previous.extra.get("find_time_ms")
+    if not isinstance(find, (int, float)):
+        return 0.0
+    return max(0.0, float(find) - previous.time_ms)
+
+
 @dataclass
 class SplitReference:
     """Split dominance (``BenchSettings.split_margin``): what WR can already do at micro-batch ``size`` of one kernel,
@@ -400,13 +425,19 @@ class Pruner:
     counts: dict[str, int] = field(default_factory=dict)               # how each configuration was recorded
     split: SplitReference | None = None   # split dominance at this size (BenchSettings.split_reference)
 
-    def decide(self, estimate_ms: float, workspace: int) -> str | None:
+    def decide(self, estimate_ms: float, workspace: int, key: tuple | None = None) -> str | None:
         """None: re-time; else why the estimate is recorded instead (``dominated``, ``split-dominated``, ``long``,
-        ``budget``)."""
+        ``budget``).  ``key``: the configuration's :func:`identity`, where the estimate is Find's: split dominance
+        then weighs it less Find's overhead on that configuration at the largest smaller size
+        (:func:`find_overhead_ms`)."""
         if dominated(estimate_ms, workspace, self.estimates, self.settings.prune_margin):
             return "dominated"
-        if self.split is not None and self.split.dominates(estimate_ms, workspace):
-            return "split-dominated"
+        if self.split is not None:
+            split_ms = estimate_ms
+            if key is not None:
+                split_ms -= find_overhead_ms(self.split.previous.get(key))
+            if self.split.dominates(split_ms, workspace):
+                return "split-dominated"
         if self.trust_long and self.settings.trusts(estimate_ms):
             return "long"
         if self.settings.budget_spent():
@@ -443,8 +474,19 @@ class Pruner:
 
         t = time(give_up if self.settings.hopeless_factor is not None else None)
         how = "first-sample" if stopped else "median"
+        if not stopped and estimate_ms is not None:
+            t = self.confirm(lambda: time(None), estimate_ms, t)
         self.record(t if estimate_ms is None else estimate_ms, workspace, None if stopped else t, how)
         return t, how
+
+    def confirm(self, time: Callable[[], float], estimate_ms: float, median_ms: float) -> float:
+        """``median_ms``, or where it is over ``confirm_factor`` x ``estimate_ms`` the smaller of it and one more
+        median ``time()`` (``BenchSettings.confirm_factor``; counted as ``confirmed``)."""
+        k = self.settings.confirm_factor
+        if k is None or not median_ms > k * estimate_ms:
+            return median_ms
+        self.counts["confirmed"] = self.counts.get("confirmed", 0) + 1
+        return min(median_ms, time())
 
     def record(self, estimate_ms: float, workspace: int, timed_ms: float | None, how: str) -> None:
         """``timed_ms``: the full median (None when the estimate or a first sample was recorded)."""

@@ -63,6 +63,24 @@ def fold_refusal(problem: ConvProblem) -> str | None:
     return None
 
 
+def fold_layouts(dtype: str, numerics: str, layout: str = "NCHW") -> tuple[str, ...]:
+    """Which layouts a fold of a ``layout`` problem measures by default: where the math is FMA only (float32 under
+    ``strict``) the NCHW one alone (``same`` for an NCHW problem, ``other`` for an NHWC one), else both.
+
+    Why: the other layout pays where its engines run the folded problem better: on tensor cores, NHWC (NCHW TF32
+    folded into NHWC on an H100); with FMA only, NCHW, where cuDNN keeps its FFT and Winograd algorithms.  On the
+    recorded unpruned FP32 strict tables (H100, AlexNet b256 and ResNet-50 b128 NCHW, every conv1 op at every
+    power-of-two size) the NHWC fold was 1.2-3x slower than the NCHW fold at each size and no WR or WD plan at any
+    limit took it; on the AlexNet NHWC strict table the NCHW fold is what WR takes at 64 and 256 MiB (4.5% of the
+    plan at 256 MiB).  Measuring the NHWC fold of an NCHW problem was half of fold's benchmarking time
+    (``benchmarks/pruning_cost.py``, "fold layouts")."""
+    from ...numerics import allowed_math_types
+
+    if allowed_math_types(numerics, dtype) != ("FMA",):
+        return ("same", "other")
+    return ("same",) if layout == "NCHW" else ("other",)
+
+
 @lru_cache(maxsize=1024)
 def folded_problem(problem: ConvProblem, layout: str | None = None) -> ConvProblem:
     """The stride-1, unpadded convolution over folded channels that computes the same output, with its tensors
@@ -113,18 +131,25 @@ class FoldSource(Wrapper):
     """Configurations of ``inner`` sources run on the folded problem through ucudnn's fold kernels.
 
     ``layouts``: fold into the problem's own layout (``same``), the other one (``other``: the fold kernels write
-    either at no extra cost, y goes through ucudnn's transform kernels), or both (default): where the best engines
-    want the other layout (NCHW TF32 on an H100), a fold into it needs one folded x in the workspace, not two."""
+    either at no extra cost, y goes through ucudnn's transform kernels), or both: where the best engines want the
+    other layout (NCHW TF32 on an H100), a fold into it needs one folded x in the workspace, not two.  The default
+    (None) is :func:`fold_layouts`: both where the math may use tensor cores, NCHW alone where it is FMA only (FP32
+    ``strict``)."""
 
     name = "fold"
     key = "fold"
     estimate_is_lower_bound = True   # a fold row's estimate is its inner configuration's time: the step adds packs
 
-    def __init__(self, inner: Sequence[AlgorithmSource | str] = ("legacy",), layouts: Sequence[str] = ("same", "other")):
+    def __init__(self, inner: Sequence[AlgorithmSource | str] = ("legacy",), layouts: Sequence[str] | None = None):
         super().__init__(inner)
-        if not layouts or any(x not in ("same", "other") for x in layouts):
+        if layouts is not None and (not layouts or any(x not in ("same", "other") for x in layouts)):
             raise ValueError(f"layouts must name same and/or other, got {list(layouts)}")
-        self.layouts = tuple(layouts)
+        self.layouts = None if layouts is None else tuple(layouts)
+
+    def layouts_for(self, problem: ConvProblem, numerics: str) -> tuple[str, ...]:
+        """The layouts ``measure`` folds ``problem`` into under ``numerics``: the ones given, else
+        :func:`fold_layouts`."""
+        return self.layouts if self.layouts is not None else fold_layouts(problem.dtype, numerics, problem.layout)
 
     # -- measuring ---------------------------------------------------------------------------
     def prefetch(self, op: str, problem: ConvProblem, settings: BenchSettings) -> bool:
@@ -133,7 +158,7 @@ class FoldSource(Wrapper):
         if fold_refusal(problem):
             return False
         queued = False
-        for which in self.layouts:
+        for which in self.layouts_for(problem, settings.numerics):
             fp = folded_problem(problem, problem.layout if which == "same" else OTHER[problem.layout])
             for inner in self.inner:
                 fn = getattr(inner, "prefetch", None)
@@ -148,7 +173,7 @@ class FoldSource(Wrapper):
             return [], [Skipped(problem.n, None, None, f"fold: {why}")]
         measured: list[Measurement] = []
         skipped: list[Skipped] = []
-        for which in self.layouts:
+        for which in self.layouts_for(problem, settings.numerics):
             layout = problem.layout if which == "same" else OTHER[problem.layout]
             ms, sk = self._measure_into(layout, op, problem, ops, workspace, settings)
             measured += ms

@@ -402,7 +402,8 @@ class GraphSource(Prepared):
                                         "configs_built": 0, "configs_timed": 0, "configs_quick_only": 0,
                                         "configs_pruned": 0, "configs_split_skipped": 0, "configs_split_quick": 0,
                                         "prefetched": 0, "prefetch_errors": 0, "probe_graphs": 0,
-                                        "lists_full": 0, "lists_reused": 0, "configs_carried": 0}
+                                        "lists_full": 0, "lists_reused": 0, "configs_carried": 0,
+                                        "configs_confirmed": 0}
 
     # -- plumbing ---------------------------------------------------------------------------------
     def _frontend(self) -> Any:
@@ -748,7 +749,8 @@ class GraphSource(Prepared):
             if settings.repeat > 0 and not pruned:
                 tf = time.perf_counter()
                 try:
-                    t = time_config(fn, settings, self._timer)
+                    t = pruner.confirm(lambda: time_config(fn, settings, self._timer), quick[i],
+                                       time_config(fn, settings, self._timer))
                     timing = "median"
                 except Exception as e:  # noqa: BLE001
                     skipped.append(Skipped(mb, ident.tag, None, f"graph execution failed: {_first_line(e)}"))
@@ -775,6 +777,7 @@ class GraphSource(Prepared):
             measured.append(Measurement(mb, ident.tag, math_type_label(eng_notes, numerics, problem.dtype),
                                         max(t, 1e-6), ws, self.name, ident.to_json(), extra))
         self.stats["time_s"] += time.perf_counter() - t2
+        self.stats["configs_confirmed"] += pruner.counts.get("confirmed", 0)
         measured.sort(key=lambda m: m.extra["heuristic_rank"])   # timed fastest first, reported in heuristic order
         return measured, skipped
 

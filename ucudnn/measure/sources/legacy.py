@@ -34,7 +34,7 @@ from ...binding.gpu import current_device, descriptors, handle, handle_on
 from ...errors import CaptureError, CudnnError
 from ...planning.table import Measurement, Skipped
 from ...problem import ConvProblem
-from .base import BenchSettings, Launch, Operands, Prepared, Pruner, time_config, timed_beta
+from .base import BenchSettings, Launch, Operands, Prepared, Pruner, identity, time_config, timed_beta
 from .overlap import OVERLAP
 
 
@@ -91,7 +91,7 @@ class LegacySource(Prepared):
             if settings.repeat <= 0:
                 measured.append(config)
                 continue
-            why = pruner.decide(r.time_ms, r.workspace_bytes)
+            why = pruner.decide(r.time_ms, r.workspace_bytes, identity(config))   # Find's estimate
             if why is not None:
                 pruner.record(r.time_ms, r.workspace_bytes, None, why)
                 measured.append(Measurement(mb, r.algo, r.math_type, max(r.time_ms, 1e-6), r.workspace_bytes,
