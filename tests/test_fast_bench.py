@@ -375,8 +375,33 @@ def test_split_dominance_weighs_finds_estimate_less_finds_overhead_on_that_confi
     p = Pruner(BenchSettings("strict"), split=split)
     assert p.decide(0.255, 0) == "split-dominated"              # Find's time alone: 0.255 > 1.5 x 0.148
     assert p.decide(0.255, 0, identity(at16)) is None           # less 0.126 of overhead: re-timed
-    assert p.decide(0.40, 0, identity(at16)) == "split-dominated"   # still over the margin without the overhead
+    # a configuration whose Find carried little overhead: over the margin and plausible, pruned; implausible, re-timed
+    quiet16 = Measurement(16, 5, "FMA", 0.0742, 0, "legacy", extra={"find_time_ms": 0.08, "timed": "median"})
+    q = Pruner(BenchSettings("strict"), split=SplitReference.of([quiet16], 32, 256, 1.5))
+    assert q.decide(0.26, 0, identity(quiet16)) == "split-dominated"   # 0.26 - 0.006 > 1.5 x 0.148, < 2 x 0.148
+    assert q.decide(0.40, 0, identity(quiet16)) is None                 # over 2 x its own time scaled to n = 32
     # no overhead where the smaller size was not re-timed, or Find was faster than the median
     assert find_overhead_ms(Measurement(16, 5, "FMA", 0.2, 0, extra={"find_time_ms": 0.1, "timed": "find"})) == 0.0
     assert find_overhead_ms(Measurement(16, 5, "FMA", 0.2, 0, extra={"find_time_ms": 0.1})) == 0.0
     assert find_overhead_ms(None) == 0.0
+
+
+def test_an_estimate_far_over_the_configurations_own_smaller_sizes_scaled_up_is_retimed_not_used():
+    """Find timed legacy WINOGRAD_NONFUSED at n = 32 at 0.819 ms where 8 samples took 0.080 ms (0.32 ms scaled to 32)
+    and its median is 0.135: over ``confirm_factor`` x that, the estimate prunes nothing (H100, issue 16)."""
+    from ucudnn.measure.sources.base import SplitReference, identity
+    from ucudnn.planning.table import Measurement
+
+    rows = [Measurement(8, 7, "FMA", 0.080, 0, "legacy", extra={"find_time_ms": 0.142}),
+            Measurement(16, 7, "FMA", 0.237, 0, "legacy", extra={"find_time_ms": 0.158}),
+            Measurement(16, 1, "FMA", 0.05, 0, "legacy")]
+    split = SplitReference.of(rows, 32, 256, 1.5)
+    key = identity(rows[0])
+    assert split.extrapolated_ms(key) == pytest.approx(0.32)          # the lower envelope: 8 samples, not 16's outlier
+    assert split.extrapolated_ms(("legacy", "3", "FMA")) == float("inf")
+    p = Pruner(BenchSettings("strict"), split=split)
+    assert p.decide(0.819, 0) == "split-dominated"                    # without its identity: pruned on the outlier
+    assert p.decide(0.819, 0, key) is None                            # 0.819 > 2 x 0.32: re-timed
+    assert p.decide(0.60, 0, key) == "split-dominated"                # plausible (< 0.64) and over the margin
+    off = Pruner(BenchSettings("strict", confirm_factor=None), split=split)
+    assert off.decide(0.819, 0, key) == "split-dominated"

@@ -607,3 +607,23 @@ def test_the_shortcuts_failures_are_cudnn_errors_naming_the_engine(monkeypatch):
     with pytest.raises(CudnnError, match="eng3.*EXECUTION_FAILED"):
         direct(0, 0, 0, 0, 0, 0)
     assert G._direct(G._Built(object(), 0, 0), 0, G.EngineIdentity(3, ())) is None   # no frontend binding
+
+
+def test_a_trusted_first_call_near_what_wr_already_has_is_timed_once_more():
+    """A first call at a new size reads up to 13% high (H100): where a trusted one is within a factor ``NEAR_TIE`` of
+    the best split of its size (here 2 x 1.5 ms at n = 8), either way, one more call decides, the smaller kept; a
+    clear loser or winner keeps its one call.  At the kernel's full mini-batch too, where a split is no reference for dominance but is
+    what WR weighs the row against."""
+    from ucudnn.planning.table import Measurement
+
+    lists = {"A": [Cfg(2, ms=3.2, ws=0), Cfg(3, ms=5.0, ws=0), Cfg(4, ms=2.2, ws=0)]}
+    src, fe, timer, _ = source(lists)
+    full = P.with_batch(2 * P.n)
+    s = settings(trust_estimate_ms=2.0, hopeless_factor=None, prune_margin=None)
+    s.split_margin = 1.5
+    measured = [Measurement(P.n, "eng9", "FMA", 1.5, 0, "graph")]
+    s.start_kernel(full, measured)
+    src.measure("forward", full, OPS, WS, s)
+    counts = {e: [t for t, _ in timer.calls].count(f"eng{e}") for e in (2, 3, 4)}
+    assert counts == {2: 2, 3: 1, 4: 1}   # 3.2 within 1.15 x 3.0 ms: a second call; 5.0 and 2.2 are not near
+    assert G.NEAR_TIE == 1.15

@@ -355,9 +355,24 @@ class SplitReference:
         return cls(size, size >= batch, margin, smaller, same, previous)
 
     def split(self, workspace: int) -> list[Measurement] | None:
-        """The fastest split of ``size`` into smaller power-of-two micro-batches needing at most ``workspace``."""
-        if self.full:
-            return None
+        """The fastest split of ``size`` into smaller power-of-two micro-batches needing at most ``workspace`` (None
+        at the full mini-batch: there it is no reference, see the class doc)."""
+        return None if self.full else self._split(workspace)
+
+    def extrapolated_ms(self, key: tuple) -> float:
+        """The configuration ``key``'s (:func:`identity`) smallest time at a smaller size scaled linearly to
+        ``size`` (inf: none recorded): a call on more samples rarely takes more than proportionally longer, so an
+        estimate far over it is an outlier, not a reason to prune."""
+        return min((m.time_ms * self.size / m.micro_batch for m in self.smaller if identity(m) == key),
+                   default=math.inf)
+
+    def split_ms(self, workspace: int) -> float:
+        """ms of the fastest split within ``workspace``, at the full mini-batch too (inf: none): what WR weighs a
+        configuration at ``size`` against, for a near-tie (the graph source's trusted quick sample)."""
+        sp = self._split(workspace)
+        return sum(m.time_ms for m in sp) if sp else math.inf
+
+    def _split(self, workspace: int) -> list[Measurement] | None:
         # the rows that fit are set by the largest workspace among them that fits: one split per such threshold
         key = max((m.workspace_bytes for m in self.smaller if m.workspace_bytes <= workspace), default=None)
         if key is None:
@@ -429,7 +444,13 @@ class Pruner:
         """None: re-time; else why the estimate is recorded instead (``dominated``, ``split-dominated``, ``long``,
         ``budget``).  ``key``: the configuration's :func:`identity`, where the estimate is Find's: split dominance
         then weighs it less Find's overhead on that configuration at the largest smaller size
-        (:func:`find_overhead_ms`)."""
+        (:func:`find_overhead_ms`), and an estimate over ``confirm_factor`` x the configuration's own time at a
+        smaller size scaled to this one (:meth:`SplitReference.extrapolated_ms`) decides nothing: it is re-timed.
+        Why: Find timed legacy WINOGRAD_NONFUSED (AlexNet conv5 forward, n = 32, H100) at 0.819 ms where its median is
+        0.135 ms and it ran 8 samples in 0.080 ms; split dominance on that estimate cost the WR plan 4%."""
+        if key is not None and self.split is not None and self.settings.confirm_factor is not None \
+                and estimate_ms > self.settings.confirm_factor * self.split.extrapolated_ms(key):
+            return "budget" if self.settings.budget_spent() else None   # an implausible estimate: timed, not used
         if dominated(estimate_ms, workspace, self.estimates, self.settings.prune_margin):
             return "dominated"
         if self.split is not None:
