@@ -69,7 +69,8 @@ def retime_cost_ms(t: float, settings: BenchSettings, stopped: bool = False) -> 
 
 def quick_cost_ms(t: float, estimate_ms: float, settings: BenchSettings | None) -> float:
     """A model of the graph source's quick sample of a ``t`` ms call: an untimed call and a timed one, or the
-    first call alone when it already lasts ``trust_estimate_ms`` (``settings`` None: unpruned, two calls)."""
+    first call alone when it already lasts ``trust_estimate_ms`` (``settings`` None: unpruned, two calls).  Left out:
+    the two calls more of a trusted sample near a tie (``graph.NEAR_TIE``), which re-time and prune nothing."""
     return t if settings is not None and settings.trusts(estimate_ms) else 2 * t
 
 
