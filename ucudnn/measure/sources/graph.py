@@ -120,10 +120,11 @@ NUMERIC_NOTES: tuple[str, ...] = ("TENSOR_CORE", "DOWN_CONVERT_INPUTS", "REDUCED
                                   "NONDETERMINISTIC")
 #: Graph-API tensors' declared alignment (the frontend's default) and the uids of (a, b, out).
 ALIGNMENT = 16
-#: A trusted quick sample (one call of ``trust_estimate_ms`` or more) within this factor of WR's best at its size,
-#: either way, is timed once more (:meth:`GraphSource._quick`): a first call at a new size read up to 13% high on an H100.
-NEAR_TIE = 1.15
 UIDS = (1, 2, 3)
+#: A trusted quick sample (one call of ``trust_estimate_ms`` or more) within this factor of WR's best at its size,
+#: either way, is timed once more (:meth:`GraphSource._quick`): a lone call reads high by its launch gap (2.5-13%
+#: on an H100).
+NEAR_TIE = 1.15
 #: cudnnBackendKnobType_t names by number (cuDNN 9's cudnn_backend.h), to find the frontend's ``knob_type`` of a tag's
 #: knob; the frontend names only some of them (not USE_TEX, 3, for one).
 BACKEND_KNOBS: tuple[str, ...] = (
@@ -737,15 +738,16 @@ class GraphSource(Prepared):
                     skipped.append(Skipped(mb, ident.tag, labels[ident.engine_id], why))
                     self.stats["configs_split_skipped"] += 1
                     continue
-            cfg = self._config(mb, ident, ws)
-            fn = self._runner(op, problem, cfg, ops, workspace, ws, beta)
-            tq = time.perf_counter()
+
             def near(ms: float, ws: int = ws) -> bool:   # within NEAR_TIE of WR's best here: the split or a row
                 if split is None:
                     return False
                 ref = min(split.split_ms(ws), split.reference(ws, sampled)[0])
                 return ref / NEAR_TIE < ms < ref * NEAR_TIE
 
+            cfg = self._config(mb, ident, ws)
+            fn = self._runner(op, problem, cfg, ops, workspace, ws, beta)
+            tq = time.perf_counter()
             try:
                 quick[i] = self._quick(fn, settings, key0 + (ident.tag,), near)
             except Exception as e:  # noqa: BLE001
