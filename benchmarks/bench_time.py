@@ -12,7 +12,10 @@ Bars printed beside the numbers: AlexNet FP32 under 3 s and FP16 NHWC under 10 s
 the default sources under 3x those; planned totals within 1% of the unpruned plans.  A set naming ``graph``
 needs ``nvidia-cudnn-frontend``: skipped with a note where it does not import.
 
-``--price-at`` prices each run's plan at a recorded unpruned table instead of (or as well as) an off run;
+Where off and off2 both ran, each plan is also priced at the fastest of their timings per configuration
+(``ucudnn.measure.pruning.fastest_of``: two unpruned runs' own plans differed by 31% at each other's times, from one
+outlying median), and the plan bar is taken there; ``--reprice`` recomputes the prices from a finished run's tables
+(no GPU).  ``--price-at`` prices each run's plan at a recorded unpruned table instead of (or as well as) an off run;
 ``--mode-major`` runs every combination's first mode before any second one, so a cap cuts the off runs.
 
 Where the time goes (issue 16's fourth pass): each run also reports every source's own wall seconds (fold's inner
