@@ -257,7 +257,7 @@ def fastest_of(tables: list[BenchmarkTable]) -> BenchmarkTable:
     up to 31%, from one outlying median (legacy WINOGRAD_NONFUSED conv2 forward at n = 16: 0.666 ms in one run, 0.096
     in the other); priced at their fastest, by 0.4% and 6.9%."""
     first, rest = tables[0], tables[1:]
-    by_kernel = [{k.name: {_identity(m): m.time_ms for m in k.measurements} for k in t.kernels} for t in rest]
+    by_kernel = [_times(t) for t in rest]
     kernels = []
     for k in first.kernels:
         ms = []
@@ -271,13 +271,18 @@ def fastest_of(tables: list[BenchmarkTable]) -> BenchmarkTable:
 
 def true_time_ms(plan: Plan, reference: BenchmarkTable) -> float:
     """``plan``'s total time priced at ``reference``'s (fully re-timed) measurements of the same configurations."""
-    by_kernel = {k.name: {_identity(m): m.time_ms for m in k.measurements} for k in reference.kernels}
+    by_kernel = _times(reference)
     by_problem = {(k.problem.key(), k.op): by_kernel[k.name] for k in reference.kernels}
     total = 0.0
     for kp in plan.kernels:
         times = by_kernel.get(kp.name) or by_problem[(kp.problem.key(), kp.op)]
         total += sum(times[_identity(c)] for c in kp.configs)
     return total
+
+
+def _times(table: BenchmarkTable) -> dict[str, dict[tuple, float]]:
+    """Each kernel's (by name) recorded time per configuration (:func:`_identity`)."""
+    return {k.name: {_identity(m): m.time_ms for m in k.measurements} for k in table.kernels}
 
 
 def _identity(m: Measurement) -> tuple:

@@ -448,19 +448,19 @@ class Pruner:
         smaller size scaled to this one (:meth:`SplitReference.extrapolated_ms`) decides nothing: it is re-timed.
         Why: Find timed legacy WINOGRAD_NONFUSED (AlexNet conv5 forward, n = 32, H100) at 0.819 ms where its median is
         0.135 ms and it ran 8 samples in 0.080 ms; split dominance on that estimate cost the WR plan 4%."""
-        if key is not None and self.split is not None and self.settings.confirm_factor is not None \
-                and estimate_ms > self.settings.confirm_factor * self.split.extrapolated_ms(key):
-            return "budget" if self.settings.budget_spent() else None   # an implausible estimate: timed, not used
-        if dominated(estimate_ms, workspace, self.estimates, self.settings.prune_margin):
-            return "dominated"
-        if self.split is not None:
-            split_ms = estimate_ms
-            if key is not None:
-                split_ms -= find_overhead_ms(self.split.previous.get(key))
-            if self.split.dominates(split_ms, workspace):
-                return "split-dominated"
-        if self.trust_long and self.settings.trusts(estimate_ms):
-            return "long"
+        implausible = key is not None and self.split is not None and self.settings.confirm_factor is not None \
+            and estimate_ms > self.settings.confirm_factor * self.split.extrapolated_ms(key)
+        if not implausible:   # an implausible estimate decides nothing: it is timed (within the budget)
+            if dominated(estimate_ms, workspace, self.estimates, self.settings.prune_margin):
+                return "dominated"
+            if self.split is not None:
+                split_ms = estimate_ms
+                if key is not None:
+                    split_ms -= find_overhead_ms(self.split.previous.get(key))
+                if self.split.dominates(split_ms, workspace):
+                    return "split-dominated"
+            if self.trust_long and self.settings.trusts(estimate_ms):
+                return "long"
         if self.settings.budget_spent():
             return "budget"
         return None
