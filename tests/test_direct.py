@@ -259,14 +259,51 @@ def test_rows_carry_a_math_type_every_numerics_of_their_dtype_allows(numerics, d
 
 
 @pytest.mark.parametrize("op, problem, reason", [
-    ("backward_filter", ConvProblem(4, 1, 8, 8, 4, 3, 3), "direct: no backward-filter kernel"),
-    ("forward", ConvProblem(4, 3, 9, 9, 4, 3, 3, dilation=(2, 2)), "direct: dilation [2, 2] is not supported"),
+    ("backward_filter", ConvProblem(4, 1, 8, 8, 4, 3, 3, dtype="float16"),
+     "direct: no backward-filter kernel; igemm: float16: the implicit-GEMM kernel is FP32 only"),
+    ("forward", ConvProblem(4, 3, 9, 9, 3, 3, 3, dilation=(2, 2), groups=3),
+     "direct: dilation [2, 2] is not supported (1 only); igemm: grouped convolution"),
     ("backward_data", ConvProblem(4, 3, 9, 9, 4, 3, 3, dtype="bfloat16"), "direct: bfloat16 is not supported"),
 ])
 def test_measure_records_unsupported_cases_as_skipped_without_touching_a_gpu(op, problem, reason):
     ms, sk = DirectSource().measure(op, problem, Operands(0, 0, 0), 0, BenchSettings("strict"))
     assert ms == [] and len(sk) == 1
     assert sk[0].reason.startswith(reason) and sk[0].micro_batch == 4
+
+
+def test_float32_layers_without_groups_get_an_implicit_gemm_configuration_for_every_op():
+    from ucudnn.kernels import igemm
+    from ucudnn.measure.sources.direct import IGEMM
+
+    src = DirectSource()
+    wgrad = ConvProblem(4, 1, 8, 8, 4, 3, 3)          # no seed kernel for backward filter, igemm runs it
+    assert src.refusal("backward_filter", wgrad, "strict") is None
+    assert src.refusal("forward", ConvProblem(4, 3, 9, 9, 4, 3, 3, dilation=(2, 2)), "strict") is None
+    ms, sk = src.measure("backward_filter", wgrad, Operands(0, 0, 0), 0, BenchSettings("strict"))
+    # no GPU here: a skipped row per tile variant, never an exception
+    assert ms == [] and [s.algo for s in sk] == [IGEMM] * len(igemm.variants("backward_filter", wgrad))
+
+
+def test_an_igemm_configuration_needs_a_positive_split_count():
+    from ucudnn.measure.sources.direct import IGEMM
+
+    p = ConvProblem(2, 4, 8, 8, 4, 3, 3)
+    bad = Measurement(2, IGEMM, "FMA", 1.0, 0, "direct", None, {"direct": {"splits": 0}})
+    with pytest.raises(InputError) as e:
+        DirectSource().prepare("backward_filter", p, bad)
+    assert e.value.field == "extra.direct.splits"
+
+
+@pytest.mark.parametrize("tile, field", [({"bn": 32}, "extra.direct.bn"), ({"ks": 4}, "extra.direct.ks"),
+                                         ({"bn": True}, "extra.direct.bn")])
+def test_an_igemm_configuration_names_a_tile_the_kernel_is_built_for(tile, field):
+    from ucudnn.measure.sources.direct import IGEMM
+
+    p = ConvProblem(2, 4, 8, 8, 4, 3, 3)
+    bad = Measurement(2, IGEMM, "FMA", 1.0, 0, "direct", None, {"direct": {"splits": 1, **tile}})
+    with pytest.raises(InputError) as e:
+        DirectSource().prepare("forward", p, bad)
+    assert e.value.field == field
 
 
 def test_prepare_refuses_a_configuration_without_its_tiling():

@@ -6,16 +6,25 @@ reduction is only R*S long.  A direct kernel stages a tile of the input plane an
 shared memory, so it is bound by writing y.  Multi-channel layers get the seed's stride-fixed blocks with
 prefetching; there cuDNN is usually faster, and the planner sees that from the measurements.
 
-One configuration per (op, micro-batch): forward (``algo`` ``direct-single`` or ``direct-multi``) or backward data
+Seed kernels: one configuration per (op, micro-batch): forward (``algo`` ``direct-single`` or ``direct-multi``) or backward data
 (a direct transposed convolution, gather form, deterministic; ``direct-single`` / ``direct-multi`` by the same
 family of the layer).  Backward filter, dilation other than 1 and dtypes other than float32 / float16 are recorded
 as skipped.  The tile sizes are tuned per shape class and device (``kernels/autotune``, cached beside ucudnn's
 database) and recorded in ``extra["direct"]``, so :meth:`DirectSource.prepare` rebuilds exactly the measured
 launch whatever the tuning cache holds later.
 
+Implicit GEMM (``direct-igemm``, ``kernels/igemm.cu``): every float32 layer without groups also gets
+configurations of the FP32 implicit-GEMM kernel, one per tile (``kernels.igemm.variants``: 128 x 128 with one or
+two stages per buffer, 128 x 64 for narrow GEMMs; ``extra["direct"]["bn"]`` / ``["ks"]``), for all three ops: each op one GEMM over the micro-batch, its
+lowered operand gathered in the tile loads, so still no workspace.  Why beside the seed's kernels: within 8 MiB
+cuDNN runs AlexNet b256's FP32 layers at 11-20 TFLOPS, and the seed's multi-channel kernel (stride-fixed blocks)
+below that; a 128 x 128 GEMM tile gives the FMA units ten times more work per loaded element.  Its backward filter
+splits the reduction over blocks that add atomically (``extra["direct"]["splits"]``, recorded so ``prepare`` runs
+the measured launch): not deterministic when split, so ``-deterministic`` numerics measure it unsplit.
+
 Numerics: float32 runs FP32 FMA only (math type ``FMA``: allowed by every numerics mode, ``strict`` included);
 float16 data accumulates in float32 (``DEFAULT``, as cuDNN labels its FP32-accumulating configurations: allowed
-by every float16 mode).  The kernels are deterministic, so ``-deterministic`` numerics keep them.
+by every float16 mode).  The seed's kernels are deterministic, so ``-deterministic`` numerics keep them.
 """
 from __future__ import annotations
 
@@ -25,14 +34,18 @@ from ... import numerics as num
 from ...errors import CaptureError, InputError, UcudnnError, summary
 from ...planning.table import Measurement, Skipped
 from ...problem import ConvProblem
-from .base import BenchSettings, Launch, Operands, Prepared, time_config, timed_beta
+from .base import BenchSettings, Launch, Operands, Prepared, Pruner, time_config, timed_beta
 
 #: the math type each dtype's rows are labelled with (see the module doc)
 MATH_TYPES = {"float32": "FMA", "float16": "DEFAULT"}
 
 
+#: the implicit-GEMM kernel's configurations (``kernels/igemm.py``)
+IGEMM = "direct-igemm"
+
+
 def algo_name(problem: ConvProblem) -> str:
-    """The configuration's identity in a table: the kernel family of the layer."""
+    """The seed kernels' configuration identity in a table: the kernel family of the layer."""
     from ucudnn.kernels.direct import family
 
     return f"direct-{family(problem)}"
@@ -53,11 +66,12 @@ class DirectSource(Prepared):
     # -- measuring ---------------------------------------------------------------------------
     def refusal(self, op: str, problem: ConvProblem, numerics: str | None = None) -> str | None:
         """Why this source records no configuration for ``op`` on ``problem`` (None: it measures one)."""
+        from ucudnn.kernels import igemm
         from ucudnn.kernels.direct import refusal
 
-        why = refusal(op, problem)
-        if why:
-            return why
+        why, why_igemm = refusal(op, problem), igemm.refusal(op, problem)
+        if why and why_igemm:
+            return why if why == why_igemm else f"{why}; igemm: {why_igemm}"
         math = MATH_TYPES[problem.dtype]
         if numerics is not None and math not in num.allowed_math_types(numerics, problem.dtype):
             return f"{math} math is not allowed under {numerics} numerics"
@@ -65,23 +79,42 @@ class DirectSource(Prepared):
 
     def measure(self, op: str, problem: ConvProblem, ops: Operands, workspace: int,
                 settings: BenchSettings) -> tuple[list[Measurement], list[Skipped]]:
+        from ucudnn.kernels import igemm
+        from ucudnn.kernels.direct import refusal
+
         mb = problem.n
         why = self.refusal(op, problem, settings.numerics)
         if why:
             return [], [Skipped(mb, None, None, f"direct: {why}")]
         math = MATH_TYPES[problem.dtype]
-        algo = algo_name(problem)
-        try:
-            config = self.configure(op, problem, ops)
-            launch = self.prepare(op, problem, config)
-            beta = timed_beta(op)
-            t = time_config(lambda: launch(ops, workspace, 0, 1.0, beta), settings)
-        except CaptureError as e:
-            return [], [Skipped(mb, algo, math, f"direct: {e}")]
-        except Exception as e:  # noqa: BLE001 - a compile or launch failure is a skipped row, never an exception
-            return [], [Skipped(mb, algo, math, f"direct: {summary(e)}")]
-        return [Measurement(mb, config.algo, math, max(t, 1e-6), 0, self.name, None,
-                            {**config.extra, "timed": "median"})], []
+        beta = timed_beta(op, problem)
+        measured: list[Measurement] = []
+        skipped: list[Skipped] = []
+        variants = []
+        if refusal(op, problem) is None:
+            variants.append((algo_name(problem), lambda: self.configure(op, problem, ops)))
+        if igemm.refusal(op, problem) is None:
+            for bn, ks in igemm.variants(op, problem):
+                variants.append((IGEMM, lambda bn=bn, ks=ks: self.configure_igemm(op, problem, settings.numerics,
+                                                                                  bn, ks)))
+        # the seed kernel first: where the implicit GEMM is hopeless beside it (AlexNet conv1's backward data, C = 3
+        # at stride 4: 1.4 s a call at n = 256 on an H100, most of each 128-column tile idle), one sample is kept
+        pruner = Pruner(settings, trust_long=False)
+        for algo, configure in variants:
+            try:
+                config = configure()
+                launch = self.prepare(op, problem, config)
+                t, how = pruner.retime(lambda give_up: time_config(lambda: launch(ops, workspace, 0, 1.0, beta),
+                                                                   settings, give_up=give_up), None, 0)
+            except CaptureError as e:
+                skipped.append(Skipped(mb, algo, math, f"direct: {e}"))
+                continue
+            except Exception as e:  # noqa: BLE001 - a compile or launch failure is a skipped row, never an exception
+                skipped.append(Skipped(mb, algo, math, f"direct: {summary(e)}"))
+                continue
+            measured.append(Measurement(mb, config.algo, math, max(t, 1e-6), 0, self.name, None,
+                                        {**config.extra, "timed": how}))
+        return measured, skipped
 
     def configure(self, op: str, problem: ConvProblem, ops: Operands | None = None) -> Measurement:
         """The configuration (time 0) this source runs ``op`` on ``problem`` with on the current device: the
@@ -96,10 +129,26 @@ class DirectSource(Prepared):
         return Measurement(problem.n, algo_name(problem), MATH_TYPES[problem.dtype], 0.0, 0, self.name, None,
                            {"direct": info, "deterministic": True})
 
+    def configure_igemm(self, op: str, problem: ConvProblem, numerics: str | None = None, bn: int | None = None,
+                        ks: int = 1) -> Measurement:
+        """The implicit-GEMM configuration of ``op`` on ``problem`` for the current device with the tile ``bn``
+        x ``ks`` (:func:`kernels.igemm.variants`): backward filter's split of the reduction (one block per
+        output tile under ``-deterministic`` numerics).  The tile is recorded, so ``prepare`` runs the measured
+        launch whatever :func:`kernels.igemm.tile_width` picks later."""
+        from ucudnn.kernels import igemm
+
+        g = igemm.Gemm.of(op, problem, bn, ks)
+        splits = 1 if numerics is not None and num.deterministic_only(numerics) else g.split(igemm.sm_count())[0]
+        return Measurement(problem.n, IGEMM, MATH_TYPES[problem.dtype], 0.0, 0, self.name, None,
+                           {"direct": {"kernel": "igemm_conv", "splits": splits, "bn": g.bn, "ks": g.ks},
+                            "deterministic": splits == 1})
+
     # -- running -----------------------------------------------------------------------------
     def prepare(self, op: str, problem: ConvProblem, config: Measurement) -> Launch:
         from ucudnn.kernels.direct import Tiling, launcher
 
+        if str(config.algo) == IGEMM:
+            return _igemm_launch(op, problem, config)
         info = _info(config)
         kernel = _kernel(op, problem)
         if info.get("kernel", kernel) != kernel:
@@ -128,3 +177,24 @@ def _info(config: Measurement) -> dict[str, Any]:
     if not isinstance(info, dict) or "tiling" not in info:
         raise InputError("a direct configuration needs extra.direct.tiling (the tuned tile sizes)", "extra.direct")
     return info
+
+
+def _igemm_launch(op: str, problem: ConvProblem, config: Measurement) -> Launch:
+    """The recorded implicit-GEMM configuration's launch (its split of backward filter's reduction)."""
+    from ucudnn.kernels import igemm
+
+    info = config.extra.get("direct") or {}
+    splits = info.get("splits", 1)
+    if not isinstance(splits, int) or isinstance(splits, bool) or splits < 1:
+        raise InputError(f"splits must be a positive integer, got {splits!r}", "extra.direct.splits")
+    bn, ks = info.get("bn", igemm.BN), info.get("ks", 1)     # tables before the tile choice: the wide tile
+    if bn not in (igemm.BN, igemm.NARROW) or isinstance(bn, bool):
+        raise InputError(f"bn must be {igemm.BN} or {igemm.NARROW}, got {bn!r}", "extra.direct.bn")
+    if ks not in igemm.STAGES or isinstance(ks, bool):
+        raise InputError(f"ks must be one of {igemm.STAGES}, got {ks!r}", "extra.direct.ks")
+    run = igemm.launcher(op, problem, splits, bn, ks)
+
+    def launch(ops: Operands, workspace: int, workspace_bytes: int, alpha: float, beta: float) -> None:
+        run(ops.a, ops.b, ops.out, alpha, beta)
+
+    return launch

@@ -1,0 +1,344 @@
+"""Implicit-GEMM convolution in FP32 (``igemm.cu``): the GEMM each op is, launch geometry, launchers, a CPU
+emulation of the kernel's index math and float64 references, for the ``direct`` source's ``direct-igemm``
+configurations (issue 17).
+
+Why: within 8 MiB of workspace cuDNN runs AlexNet b256's FP32 layers at 11-20 TFLOPS, and an explicit lowering
+(mec) keeps its GEMMs small because the lowered operand must fit the workspace.  Gathering that operand inside
+the GEMM's tile loads makes each op one GEMM over the whole micro-batch with no workspace at all:
+
+=================  ===========  ==========  ===========  =====================
+op                 M (rows)     NC (cols)   kk (reduced)  A, B -> C
+=================  ===========  ==========  ===========  =====================
+forward            (n, p, q)    k           (c, r, s)     x gathered, w -> y
+backward data      (n, h, w)    c           (k, r, s)     dy gathered, w -> dx
+backward filter    k            (c, r, s)   (n, p, q)     dy, x gathered -> dw
+=================  ===========  ==========  ===========  =====================
+
+Backward data gathers: dx[n, c, h, w] takes dy[n, k, p, q] where ``h + pad - r * dil = p * stride`` (no rotated
+filter, any stride). Backward filter splits its long reduction across blocks (``grid.z``) that add into dw
+atomically, after ``igemm_scale`` multiplied dw by beta; the order of those additions varies from run to run,
+so its rows are recorded as not deterministic. Forward and backward data are deterministic.
+
+The launch picks, per layout, which way each thread's loads run (``a_k`` / ``b_k``: along the reduction or along
+the rows / columns) so that a warp's loads are contiguous, the order of (c, r, s) (``cin``: channel innermost for
+NHWC), and float4 loads where the four elements a thread loads are contiguous (four of the reduction, or four
+consecutive NHWC channels of the rows / columns) and the pointer is 16-byte aligned (:func:`vector_ok`, checked
+per launch: micro-batch offsets move the pointers).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from ucudnn.errors import InputError
+from ucudnn.problem import ConvProblem
+
+from . import _compile
+from .reference import conv2d_nchw
+
+SOURCE = "igemm.cu"
+BM = BN = 128          # the block's tile of C (BN: the wide tile; narrow GEMMs may take NARROW)
+NARROW = 64            # the narrow tile's width: 64 output columns (each thread 8 x 4 outputs)
+BK = 8                 # reduction elements per shared-memory stage
+#: stages per shared-memory buffer the kernel is built for (one barrier per ks * BK reduction steps)
+STAGES = (1, 2)
+NT = 256               # threads per block
+OPS = ("forward", "backward_data", "backward_filter")
+_OP_CODE = {"forward": 0, "backward_data": 1, "backward_filter": 2}
+#: a split of backward filter's reduction reduces at least this many elements (32 stages)
+MIN_SPLIT = 256
+#: blocks a split backward filter aims for per multiprocessor (two resident, two waves)
+BLOCKS_PER_SM = 4
+DEFAULT_SMS = 132
+_MAX_GRID_YZ = 65535
+
+
+def refusal(op: str, problem: ConvProblem) -> str | None:
+    """Why the implicit-GEMM kernel does not run ``op`` of ``problem`` (None: it does)."""
+    if op not in OPS:
+        return f"unknown op {op!r}"
+    if problem.dtype != "float32":
+        return f"{problem.dtype}: the implicit-GEMM kernel is FP32 only"
+    if problem.groups != 1:
+        return "grouped convolution (the seed kernels run depthwise layers)"
+    return None
+
+
+def packed_strides(layout: str, c: int, h: int, w: int) -> tuple[int, int, int, int]:
+    """Element strides (n, c, h, w) of a packed tensor; for a filter, (k, c, r, s) of ``[k][c][r][s]`` /
+    ``[k][r][s][c]``."""
+    return (c * h * w, h * w, w, 1) if layout == "NCHW" else (h * w * c, 1, w * c, c)
+
+
+@dataclass(frozen=True)
+class Gemm:
+    """One op of one problem as the kernel runs it (see the module doc)."""
+
+    op: str
+    m: int
+    nc: int
+    kr: int
+    a_k: bool          # A's loads run along the reduction (else along M)
+    b_k: bool          # B's loads run along the reduction (else along NC)
+    cin: bool          # (c, r, s) / (k, r, s) channel innermost
+    vec_a: bool        # A may load float4 along the reduction (shape-wise; the pointer is checked per launch)
+    vec_b: bool
+    x_strides: tuple[int, int, int, int]
+    w_strides: tuple[int, int, int, int]
+    y_strides: tuple[int, int, int, int]
+    bn: int = BN       # the block tile's width (columns of C)
+    ks: int = 1        # stages of BK per shared-memory buffer
+
+    @classmethod
+    def of(cls, op: str, problem: ConvProblem, bn: int | None = None, ks: int = 1) -> "Gemm":
+        """``op`` of ``problem`` as a GEMM; ``bn`` the tile width (None: :func:`tile_width` of its columns),
+        ``ks`` the stages per buffer."""
+        if bn is not None and bn not in (BN, NARROW):
+            raise InputError(f"bn must be {BN} or {NARROW}, got {bn!r}", "bn")
+        if ks not in STAGES:
+            raise InputError(f"ks must be one of {STAGES}, got {ks!r}", "ks")
+        why = refusal(op, problem)
+        if why:
+            raise InputError(f"igemm cannot run {op} of {problem.describe()}: {why}", "problem")
+        p = problem
+        nhwc = p.layout == "NHWC"
+        xs = packed_strides(p.layout, p.c, p.h, p.w)
+        ws = packed_strides(p.layout, p.c, p.r, p.s)
+        ys = p.y_strides()
+        if op == "forward":
+            m, nc, kr = p.n * p.p * p.q, p.k, p.c * p.r * p.s
+            a_k, b_k = nhwc, True
+            vec_a = nhwc and p.c % 4 == 0
+            vec_b = kr % 4 == 0            # w[k][kk] is packed in the reduction's own order
+        elif op == "backward_data":
+            m, nc, kr = p.n * p.h * p.w, p.c, p.k * p.r * p.s
+            a_k, b_k = nhwc, not nhwc
+            vec_a = nhwc and p.k % 4 == 0 and all(v % 4 == 0 for v in (ys[0], ys[2], ys[3]))
+            vec_b = nhwc and p.c % 4 == 0  # w[k][r][s][c..c+3]
+        else:
+            m, nc, kr = p.k, p.c * p.r * p.s, p.n * p.p * p.q
+            a_k, b_k = not nhwc, not nhwc
+            vec_a = nhwc and p.k % 4 == 0 and all(v % 4 == 0 for v in (ys[0], ys[2], ys[3]))  # dy[..][k..k+3]
+            vec_b = nhwc and p.c % 4 == 0  # x[n][h][w][c..c+3] of one tap
+        return cls(op, m, nc, kr, a_k, b_k, nhwc, vec_a, vec_b, xs, ws, ys, tile_width(nc) if bn is None else bn, ks)
+
+    def name_expr(self, vec_a: bool, vec_b: bool) -> str:
+        b = lambda v: "true" if v else "false"  # noqa: E731
+        return (f"igemm_conv<{_OP_CODE[self.op]},{b(self.a_k)},{b(self.b_k)},{b(self.cin)},{b(vec_a)},"
+                f"{b(vec_b)},{self.bn},{self.ks}>")
+
+    def grid(self, splits: int = 1) -> tuple[int, int, int]:
+        return (-(-self.m // BM), -(-self.nc // self.bn), splits)
+
+    def split(self, sms: int = DEFAULT_SMS) -> tuple[int, int]:
+        """(blocks along the reduction, reduction elements each) for backward filter; (1, kr) otherwise."""
+        if self.op != "backward_filter":
+            return 1, self.kr
+        gx, gy, _ = self.grid()
+        want = max(1, -(-BLOCKS_PER_SM * sms // (gx * gy)))
+        return self.split_into(max(1, min(want, self.kr // MIN_SPLIT, _MAX_GRID_YZ)))
+
+    def split_into(self, splits: int) -> tuple[int, int]:
+        """(blocks along the reduction, reduction elements each: a multiple of BK) for about ``splits`` blocks."""
+        if splits < 1:
+            raise InputError(f"splits must be at least 1, got {splits}", "splits")
+        if self.op != "backward_filter" and splits != 1:
+            raise InputError(f"only backward filter splits its reduction, not {self.op}", "splits")
+        per = -(-max(1, self.kr) // min(splits, _MAX_GRID_YZ))
+        per = -(-per // BK) * BK
+        return -(-self.kr // per), per
+
+
+def tile_width(nc: int) -> int:
+    """The tile width for ``nc`` columns: the narrow tile where it saves a half-empty wide one (64 output
+    channels: the wide tile leaves half its columns idle; 192: three narrow tiles against two wide ones, a quarter
+    idle), else the wide one, whose threads do twice the FMAs per shared-memory load."""
+    return NARROW if -(-nc // NARROW) * NARROW < -(-nc // BN) * BN else BN
+
+
+def variants(op: str, problem: ConvProblem) -> list[tuple[int, int]]:
+    """The (tile width, stages per buffer) the ``direct`` source measures for ``op`` of ``problem``: the wide
+    tile with one and two stages, and the narrow tile (one stage: with two, ptxas spills at two blocks per SM)
+    where :func:`tile_width` picks it.  Which is fastest depends on the shape and the device: measured, not
+    guessed."""
+    nc = Gemm.of(op, problem).nc
+    out = [(BN, 1), (BN, 2)]
+    if tile_width(nc) == NARROW:
+        out.append((NARROW, 1))
+    return out
+
+
+def vector_ok(g: Gemm, ptr_a: int, ptr_b: int) -> tuple[bool, bool]:
+    """Whether this launch may use float4 loads for A and B (16-byte aligned operands)."""
+    return g.vec_a and ptr_a % 16 == 0, g.vec_b and ptr_b % 16 == 0
+
+
+def _operand_roles(op: str) -> tuple[int, int]:
+    """Which of cuDNN's (a, b) operands are the kernel's A and B: forward (x, w) -> A = x, B = w; backward data
+    (w, dy) -> A = dy, B = w; backward filter (x, dy) -> A = dy, B = x."""
+    return {"forward": (0, 1), "backward_data": (1, 0), "backward_filter": (1, 0)}[op]
+
+
+Launcher = Callable[[int, int, int, float, float], None]
+
+
+def sm_count() -> int:
+    cp = _compile.cupy()
+    return int(cp.cuda.runtime.deviceGetAttribute(16, cp.cuda.Device().id))  # MultiProcessorCount
+
+
+def launcher(op: str, problem: ConvProblem, splits: int | None = None, bn: int | None = None,
+             ks: int = 1) -> Launcher:
+    """``launch(a, b, out, alpha, beta)`` on raw pointers in cuDNN's operand order (forward: x, w, y; backward data:
+    w, dy, dx; backward filter: x, dy, dw), on CuPy's current stream: out = alpha * op(a, b) + beta * out.
+    ``splits``: backward filter's blocks along the reduction (None: :meth:`Gemm.split` for this device).  Every
+    kernel a launch may pick is compiled here, so launching compiles and allocates nothing and never synchronises
+    (CUDA-graph capturable).  ``bn``, ``ks``: the tile (see :meth:`Gemm.of`)."""
+    g = Gemm.of(op, problem, bn, ks)
+    p = problem
+    splits, per = g.split(sm_count()) if splits is None else g.split_into(splits)
+    grid = g.grid(splits)
+    if grid[1] > _MAX_GRID_YZ:
+        raise InputError(f"igemm: {g.nc} output columns exceed the grid", "problem")
+    kernels: dict[tuple[bool, bool], Any] = {}
+    for va in {False, g.vec_a}:
+        for vb in {False, g.vec_b}:
+            kernels[(va, vb)] = _compile.get_kernel(SOURCE, g.name_expr(va, vb))
+    scale = _compile.get_kernel(SOURCE, "igemm_scale") if splits > 1 else None
+    i32, i64 = np.int32, np.int64
+    dh, dw = p.dilation
+    args = tuple(i32(v) for v in (p.n, p.c, p.h, p.w, p.k, p.p, p.q, p.r, p.s, p.pad[0], p.pad[1], p.stride[0],
+                                  p.stride[1], dh, dw))
+    args += tuple(i64(v) for v in g.x_strides + g.w_strides + g.y_strides)
+    args += (i32(g.m), i32(g.nc), i32(g.kr), i32(per))
+    ia, ib = _operand_roles(op)
+    count = p.k * p.c * p.r * p.s
+    scale_grid = (min(-(-count // NT), 4096),)
+
+    def launch(a: int, b: int, out: int, alpha: float, beta: float) -> None:
+        ptrs = (a, b)
+        pa, pb = ptrs[ia], ptrs[ib]
+        kern = kernels[vector_ok(g, pa, pb)]
+        if scale is not None:
+            scale(scale_grid, (NT,), (out, i64(count), np.float32(beta)))
+            beta = 1.0
+        kern(grid, (NT,), (pa, pb, out) + args + (np.float32(alpha), np.float32(beta)))
+
+    return launch
+
+
+# ---- the kernel's index math on the CPU, and float64 references ----------------------------------------------------
+def _split(idx: np.ndarray, ch: int, r: int, s: int, cin: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(ch, r, s) of flat indices, as ``ig_split`` decodes them."""
+    if cin:
+        t = idx // ch
+        return idx - t * ch, t // s, t % s
+    t = idx // s
+    return t // r, t % r, idx - t * s
+
+
+def _pixel(idx: np.ndarray, a: int, b: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    t = idx // b
+    return t // a, t % a, idx - t * b
+
+
+def emulate(op: str, problem: ConvProblem, a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None,
+            alpha: float = 1.0, beta: float = 0.0) -> np.ndarray:
+    """One launch on the CPU as the kernel computes it: A and B gathered element by element through the same index
+    decoding and strides (flat operands in the problem's layout), C = A B in float64, written through the
+    kernel's output addressing.  ``a``, ``b`` in cuDNN's operand order; returns ``out`` (float64, flat)."""
+    g = Gemm.of(op, problem)
+    p = problem
+    dh, dwl = p.dilation
+    (ph, pw), (sh, sw) = p.pad, p.stride
+    ia, ib = _operand_roles(op)
+    A_src = np.asarray((a, b)[ia], np.float64).ravel()
+    B_src = np.asarray((a, b)[ib], np.float64).ravel()
+    xs, ws, ys = g.x_strides, g.w_strides, g.y_strides
+    m = np.arange(g.m)[:, None]
+    kk = np.arange(g.kr)[None, :]
+    col = np.arange(g.nc)[None, :]
+    kkc = np.arange(g.kr)[:, None]
+    if op == "forward":
+        n, pp, qq = _pixel(m, p.p, p.q)
+        c, r, s = _split(kk, p.c, p.r, p.s, g.cin)
+        h, w = pp * sh - ph + r * dh, qq * sw - pw + s * dwl
+        ok = (h >= 0) & (h < p.h) & (w >= 0) & (w < p.w)
+        A = np.where(ok, A_src[np.where(ok, n * xs[0] + c * xs[1] + h * xs[2] + w * xs[3], 0)], 0.0)
+        c2, r2, s2 = _split(kkc, p.c, p.r, p.s, g.cin)
+        B = B_src[col * ws[0] + c2 * ws[1] + r2 * ws[2] + s2 * ws[3]]
+        n_o, p_o, q_o = _pixel(np.arange(g.m), p.p, p.q)
+        rows = n_o * ys[0] + p_o * ys[2] + q_o * ys[3]
+        cols = np.arange(g.nc) * ys[1]
+    elif op == "backward_data":
+        n, hh, ww = _pixel(m, p.h, p.w)
+        k, r, s = _split(kk, p.k, p.r, p.s, g.cin)
+        vh, vw = hh + ph - r * dh, ww + pw - s * dwl
+        ok = (vh >= 0) & (vh % sh == 0) & (vh // sh < p.p) & (vw >= 0) & (vw % sw == 0) & (vw // sw < p.q)
+        A = np.where(ok, A_src[np.where(ok, n * ys[0] + k * ys[1] + (vh // sh) * ys[2] + (vw // sw) * ys[3], 0)],
+                     0.0)
+        k2, r2, s2 = _split(kkc, p.k, p.r, p.s, g.cin)
+        B = B_src[k2 * ws[0] + col * ws[1] + r2 * ws[2] + s2 * ws[3]]
+        n_o, h_o, w_o = _pixel(np.arange(g.m), p.h, p.w)
+        rows = n_o * xs[0] + h_o * xs[2] + w_o * xs[3]
+        cols = np.arange(g.nc) * xs[1]
+    else:
+        n, pp, qq = _pixel(kk, p.p, p.q)
+        A = A_src[m * ys[1] + n * ys[0] + pp * ys[2] + qq * ys[3]]
+        n2, p2, q2 = _pixel(kkc, p.p, p.q)
+        c, r, s = _split(col, p.c, p.r, p.s, g.cin)
+        h, w = p2 * sh + r * dh - ph, q2 * sw + s * dwl - pw
+        ok = (h >= 0) & (h < p.h) & (w >= 0) & (w < p.w)
+        B = np.where(ok, B_src[np.where(ok, c * xs[1] + n2 * xs[0] + h * xs[2] + w * xs[3], 0)], 0.0)
+        rows = np.arange(g.m) * ws[0]
+        c_o, r_o, s_o = _split(np.arange(g.nc), p.c, p.r, p.s, g.cin)
+        cols = c_o * ws[1] + r_o * ws[2] + s_o * ws[3]
+    C = A @ B
+    size = int(np.prod(problem.shape({"forward": "y", "backward_data": "x", "backward_filter": "w"}[op])))
+    if op == "forward" and p.k_total is not None:
+        size = 1 + sum((d - 1) * st for d, st in zip((p.n, p.k, p.p, p.q), ys))
+    result = np.zeros(size) if out is None else np.asarray(out, np.float64).ravel().copy()
+    idx = rows[:, None] + cols[None, :]
+    result[idx] = alpha * C + (beta * result[idx] if beta else 0.0)
+    return result
+
+
+def _nchw(a: np.ndarray, layout: str) -> np.ndarray:
+    return a.transpose(0, 3, 1, 2) if layout == "NHWC" else a
+
+
+def _layout(a: np.ndarray, layout: str) -> np.ndarray:
+    return np.ascontiguousarray(a.transpose(0, 2, 3, 1) if layout == "NHWC" else a)
+
+
+def reference(op: str, problem: ConvProblem, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``op(a, b)`` in float64 and the problem's layout (shapes as ``problem.operand_shapes(op)``; packed y),
+    written from the definition, independently of the GEMM view: forward by :func:`conv2d_nchw`, backward data
+    by scattering dy through each tap, backward filter by correlating the padded x with dy."""
+    p = problem
+    (ph, pw), (sh, sw), (dh, dwl) = p.pad, p.stride, p.dilation
+    if op == "forward":
+        x, w = (_nchw(np.asarray(v, np.float64), p.layout) for v in (a, b))
+        return _layout(conv2d_nchw(x, w, p.pad, p.stride, p.dilation, p.groups), p.layout)
+    if op == "backward_data":
+        w, dy = _nchw(np.asarray(a, np.float64), p.layout), _nchw(np.asarray(b, np.float64), p.layout)
+        dxp = np.zeros((p.n, p.c, p.h + 2 * ph + dh * p.r + sh * p.p, p.w + 2 * pw + dwl * p.s + sw * p.q))
+        for i in range(p.r):
+            for j in range(p.s):
+                dxp[:, :, i * dh:i * dh + sh * p.p:sh, j * dwl:j * dwl + sw * p.q:sw] += np.einsum(
+                    "nkhw,kc->nchw", dy, w[:, :, i, j])
+        return _layout(dxp[:, :, ph:ph + p.h, pw:pw + p.w], p.layout)
+    x, dy = _nchw(np.asarray(a, np.float64), p.layout), _nchw(np.asarray(b, np.float64), p.layout)
+    xp = np.pad(x, ((0, 0), (0, 0), (ph, ph + dh * p.r + sh * p.p), (pw, pw + dwl * p.s + sw * p.q)))
+    dw = np.zeros((p.k, p.c, p.r, p.s))
+    for i in range(p.r):
+        for j in range(p.s):
+            patch = xp[:, :, i * dh:i * dh + sh * p.p:sh, j * dwl:j * dwl + sw * p.q:sw]
+            dw[:, :, i, j] = np.einsum("nchw,nkhw->kc", patch, dy)
+    return _layout(dw, p.layout)
+
+
+__all__ = ["BK", "BM", "BN", "Gemm", "NARROW", "NT", "OPS", "STAGES", "emulate", "launcher", "packed_strides",
+           "reference", "refusal", "tile_width", "variants", "vector_ok"]

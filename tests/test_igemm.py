@@ -1,0 +1,191 @@
+"""The implicit-GEMM kernel (kernels/igemm.py, igemm.cu) without a GPU: its float64 references against a naive
+loop, the kernel's gather and output index math emulated against the references for all three ops (hypothesis
+over layouts, pads, strides 1-4, dilation, non-square filters, odd batches, C = 1 or 3), the alpha / beta blend,
+channel slices of y, the choice of load directions and vector loads, and the split of backward filter."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+from ucudnn.kernels import igemm as G
+
+from ucudnn.errors import InputError
+from ucudnn.problem import ConvProblem
+
+SETTINGS = settings(max_examples=60, deadline=None)
+
+
+@st.composite
+def problems(draw):
+    c, k = draw(st.sampled_from([1, 3, 4, 5, 8])), draw(st.integers(1, 6))
+    h, w = draw(st.integers(1, 9)), draw(st.integers(1, 9))
+    r, s = draw(st.integers(1, 4)), draw(st.integers(1, 5))
+    pad = (draw(st.integers(0, 3)), draw(st.integers(0, 3)))
+    stride = (draw(st.integers(1, 4)), draw(st.integers(1, 4)))
+    dil = (draw(st.integers(1, 2)), draw(st.integers(1, 2)))
+    assume(dil[0] * (r - 1) + 1 <= h + 2 * pad[0] and dil[1] * (s - 1) + 1 <= w + 2 * pad[1])
+    return ConvProblem(draw(st.integers(1, 3)), c, h, w, k, r, s, pad=pad, stride=stride, dilation=dil,
+                       layout=draw(st.sampled_from(["NCHW", "NHWC"])))
+
+
+def operands(op: str, p: ConvProblem, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return tuple(rng.standard_normal(shape) for shape in p.operand_shapes(op)[:2])
+
+
+def naive(op: str, p: ConvProblem, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Loops over every output and tap, NCHW inside, the definition of cross-correlation and its adjoints."""
+    to = (lambda t: t.transpose(0, 3, 1, 2)) if p.layout == "NHWC" else (lambda t: t)
+    back = (lambda t: t.transpose(0, 2, 3, 1)) if p.layout == "NHWC" else (lambda t: t)
+    (ph, pw), (sh, sw), (dh, dw) = p.pad, p.stride, p.dilation
+    if op == "forward":
+        x, w, out = to(a), to(b), np.zeros((p.n, p.k, p.p, p.q))
+    elif op == "backward_data":
+        w, dy, out = to(a), to(b), np.zeros((p.n, p.c, p.h, p.w))
+    else:
+        x, dy, out = to(a), to(b), np.zeros((p.k, p.c, p.r, p.s))
+    for n in range(p.n):
+        for k in range(p.k):
+            for pp in range(p.p):
+                for qq in range(p.q):
+                    for c in range(p.c):
+                        for i in range(p.r):
+                            for j in range(p.s):
+                                h, v = pp * sh - ph + i * dh, qq * sw - pw + j * dw
+                                if not (0 <= h < p.h and 0 <= v < p.w):
+                                    continue
+                                if op == "forward":
+                                    out[n, k, pp, qq] += x[n, c, h, v] * w[k, c, i, j]
+                                elif op == "backward_data":
+                                    out[n, c, h, v] += dy[n, k, pp, qq] * w[k, c, i, j]
+                                else:
+                                    out[k, c, i, j] += dy[n, k, pp, qq] * x[n, c, h, v]
+    return back(out)
+
+
+@pytest.mark.parametrize("op", G.OPS)
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_references_equal_the_naive_loops(op, layout):
+    p = ConvProblem(2, 3, 7, 6, 4, 3, 2, pad=(1, 2), stride=(2, 1), dilation=(2, 1), layout=layout)
+    a, b = operands(op, p)
+    np.testing.assert_allclose(G.reference(op, p, a, b), naive(op, p, a, b), rtol=1e-12, atol=1e-12)
+
+
+@SETTINGS
+@given(p=problems(), op=st.sampled_from(G.OPS))
+def test_the_kernels_index_math_computes_each_op(p, op):
+    a, b = operands(op, p)
+    got = G.emulate(op, p, a, b)
+    np.testing.assert_allclose(got, G.reference(op, p, a, b).ravel(), rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("op", G.OPS)
+def test_alpha_and_beta_blend_with_the_output(op):
+    p = ConvProblem(3, 4, 5, 5, 8, 3, 3, pad=(1, 1), layout="NHWC")
+    a, b = operands(op, p)
+    old = np.random.default_rng(1).standard_normal(int(np.prod(p.operand_shapes(op)[2])))
+    got = G.emulate(op, p, a, b, old, alpha=0.5, beta=-2.0)
+    np.testing.assert_allclose(got, 0.5 * G.reference(op, p, a, b).ravel() - 2.0 * old, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_a_channel_slice_writes_only_its_channels_of_the_wider_y(layout):
+    whole = ConvProblem(2, 3, 6, 5, 8, 3, 3, pad=(1, 1), layout=layout)
+    part = whole.with_channels(3, 8)
+    x, w = operands("forward", whole)
+    w_part = w[:3]
+    got = G.emulate("forward", part, x, w_part)
+    ref = G.reference("forward", whole, x, w)
+    y = ref if layout == "NCHW" else ref.transpose(0, 3, 1, 2)
+    y_got = np.zeros(whole.n * 8 * whole.p * whole.q)
+    y_got[:got.size] = got
+    y_got = y_got.reshape(whole.y_shape())
+    y_got = y_got if layout == "NCHW" else y_got.transpose(0, 3, 1, 2)
+    np.testing.assert_allclose(y_got[:, :3], y[:, :3], rtol=1e-10, atol=1e-10)
+    assert not y_got[:, 3:].any()
+
+
+def test_loads_run_along_contiguous_memory_and_vectors_need_four_aligned_channels():
+    nhwc = ConvProblem(8, 64, 27, 27, 192, 5, 5, pad=(2, 2), layout="NHWC")
+    f = G.Gemm.of("forward", nhwc)
+    assert (f.m, f.nc, f.kr) == (8 * 27 * 27, 192, 64 * 25)
+    assert f.a_k and f.b_k and f.cin and f.vec_a and f.vec_b
+    assert G.vector_ok(f, 1 << 20, 1 << 20) == (True, True)
+    assert G.vector_ok(f, (1 << 20) + 4, 1 << 20) == (False, True)
+    d = G.Gemm.of("backward_data", nhwc)
+    assert (d.m, d.nc, d.kr) == (8 * 27 * 27, 64, 192 * 25) and d.a_k and not d.b_k and d.vec_a and d.vec_b
+    wg = G.Gemm.of("backward_filter", nhwc)
+    assert (wg.m, wg.nc, wg.kr) == (192, 64 * 25, 8 * 27 * 27) and not wg.a_k and not wg.b_k
+    assert wg.vec_a and wg.vec_b                  # four consecutive channels of dy and of x
+    odd = ConvProblem(8, 6, 9, 9, 10, 3, 3, layout="NHWC")
+    assert not any((G.Gemm.of(op, odd).vec_a or G.Gemm.of(op, odd).vec_b) for op in ("backward_filter",))
+    assert not G.Gemm.of("backward_data", odd).vec_b
+    rgb = ConvProblem(8, 3, 224, 224, 64, 11, 11, pad=(2, 2), stride=(4, 4), layout="NHWC")
+    assert not G.Gemm.of("forward", rgb).vec_a and not G.Gemm.of("forward", rgb).vec_b
+    nchw = G.Gemm.of("forward", ConvProblem(8, 64, 27, 27, 192, 5, 5, pad=(2, 2)))
+    assert not nchw.a_k and nchw.b_k and not nchw.cin and not nchw.vec_a and nchw.vec_b
+
+
+@given(k=st.integers(1, 400), c=st.integers(1, 400), n=st.integers(1, 300), hw=st.integers(1, 60),
+       sms=st.sampled_from([1, 80, 132]))
+@settings(max_examples=80, deadline=None)
+def test_backward_filters_split_covers_the_reduction_exactly_once(k, c, n, hw, sms):
+    g = G.Gemm.of("backward_filter", ConvProblem(n, c, hw, hw, k, 3, 3, pad=(1, 1), layout="NHWC"))
+    z, per = g.split(sms)
+    assert per % G.BK == 0 and z >= 1
+    assert (z - 1) * per < g.kr <= z * per           # every split has work, the last one ends at kr
+    assert z == 1 or per >= G.MIN_SPLIT - G.BK
+
+
+def test_forward_and_backward_data_do_not_split():
+    p = ConvProblem(1, 384, 13, 13, 256, 3, 3, pad=(1, 1))
+    for op in ("forward", "backward_data"):
+        assert G.Gemm.of(op, p).split(132) == (1, G.Gemm.of(op, p).kr)
+        with pytest.raises(InputError, match="only backward filter"):
+            G.Gemm.of(op, p).split_into(2)
+
+
+@given(kr_n=st.integers(1, 64), splits=st.integers(1, 5000))
+@settings(max_examples=60, deadline=None)
+def test_a_recorded_split_count_rebuilds_a_split_that_covers_the_reduction(kr_n, splits):
+    g = G.Gemm.of("backward_filter", ConvProblem(kr_n, 8, 9, 9, 16, 3, 3, pad=(1, 1)))
+    z, per = g.split_into(splits)
+    assert per % G.BK == 0 and 1 <= z <= splits and (z - 1) * per < g.kr <= z * per
+
+
+@pytest.mark.parametrize("problem, why", [
+    (ConvProblem(2, 4, 5, 5, 4, 3, 3, dtype="float16"), "FP32 only"),
+    (ConvProblem(2, 4, 5, 5, 4, 3, 3, groups=2), "grouped"),
+])
+def test_refusals_name_the_reason(problem, why):
+    assert why in G.refusal("forward", problem)
+    with pytest.raises(InputError, match=why):
+        G.Gemm.of("forward", problem)
+
+
+@given(nc=st.integers(1, 2000))
+@settings(max_examples=200, deadline=None)
+def test_the_narrow_tile_is_picked_exactly_where_it_saves_half_a_wide_tile(nc):
+    idle = {bn: -(-nc // bn) * bn - nc for bn in (G.BN, G.NARROW)}
+    assert G.tile_width(nc) == (G.NARROW if idle[G.NARROW] < idle[G.BN] else G.BN)
+    assert idle[G.tile_width(nc)] < G.NARROW          # never a whole narrow tile's width idle
+
+
+@pytest.mark.parametrize("k, widths", [(64, [128, 128, 64]), (192, [128, 128, 64]), (256, [128, 128]),
+                                       (384, [128, 128])])
+def test_the_source_measures_both_stage_counts_and_the_narrow_tile_where_it_fits(k, widths):
+    p = ConvProblem(8, 64, 13, 13, k, 3, 3, pad=(1, 1), layout="NHWC")
+    v = G.variants("forward", p)
+    assert [bn for bn, _ in v] == widths and [ks for _, ks in v][:2] == [1, 2]
+    assert G.Gemm.of("forward", p).bn == widths[-1]             # the default tile is tile_width's
+    g = G.Gemm.of("forward", p, 64, 2)
+    assert (g.bn, g.ks) == (64, 2) and g.grid()[1] == -(-k // 64)
+    assert g.name_expr(True, True).endswith(",64,2>")
+
+
+@pytest.mark.parametrize("bn, ks, field", [(96, 1, "bn"), (128, 3, "ks"), (64, 0, "ks")])
+def test_a_tile_the_kernel_is_not_built_for_is_refused_by_name(bn, ks, field):
+    with pytest.raises(InputError) as e:
+        G.Gemm.of("forward", ConvProblem(2, 4, 5, 5, 4, 3, 3), bn, ks)
+    assert e.value.field == field
