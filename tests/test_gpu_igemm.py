@@ -235,6 +235,7 @@ def test_captured_plan_replays_with_new_inputs(op):
 def test_the_source_measures_an_igemm_row_per_op(op):
     import cupy as cp
 
+    from ucudnn.kernels.igemm import variants
     from ucudnn.measure.sources.base import BenchSettings, Operands
     from ucudnn.measure.sources.direct import IGEMM, DirectSource
 
@@ -244,8 +245,6 @@ def test_the_source_measures_an_igemm_row_per_op(op):
     out = cp.zeros(p.operand_shapes(op)[2], dtype="float32")
     ms, sk = DirectSource(tune=False).measure(op, p, Operands(a.data.ptr, b.data.ptr, out.data.ptr), 0,
                                               BenchSettings("strict"))
-    from ucudnn.kernels.igemm import variants
-
     rows = [m for m in ms if m.algo == IGEMM]
     assert [(m.extra["direct"]["bn"], m.extra["direct"]["ks"]) for m in rows] == variants(op, p)
     assert all(m.time_ms > 0 and m.workspace_bytes == 0 and m.math_type == "FMA" and m.source == "direct"
