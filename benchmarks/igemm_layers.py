@@ -84,7 +84,7 @@ def main() -> None:
         rows.append(row)
         print(row, flush=True)
     doc = {"provenance": prov, "network": args.network, "batch": args.batch, "layout": args.layout,
-           "limit_bytes": limit, "rows": rows,
+           "limit_bytes": limit, "cudnn": not args.no_cudnn, "rows": rows,
            "totals_ms": {c: round(sum(r[c]["ms"] for r in rows if c in r and "ms" in r[c]), 4)
                          for c in ("igemm", "zero", "fit")}}
     write(args.out, f"igemm_layers_{args.network}-b{args.batch}-{args.layout}{args.suffix}", doc, markdown(prov, doc))
@@ -94,8 +94,11 @@ def markdown(prov: dict, doc: dict) -> str:
     lim = doc["limit_bytes"] // MiB
     lines = [md_header(f"Implicit-GEMM kernel per kernel: {doc['network']} b{doc['batch']} float32 {doc['layout']} "
                        "strict", prov), "",
-             f"Whole batch, one call each. igemm: no workspace. cuDNN (legacy + graph, FMA only): its fastest with no "
-             f"workspace and its fastest within {lim} MiB, at the whole batch. Totals (ms): {doc['totals_ms']}.", "",
+             "Whole batch, one call each. igemm: no workspace, the fastest of the tiles the source measures "
+             "(width x stages per buffer). " + (f"cuDNN (legacy + graph, FMA only): its fastest with no workspace and "
+                                                f"its fastest within {lim} MiB, at the whole batch. "
+                                                if doc.get("cudnn", True) else "cuDNN: not measured (--no-cudnn). ")
+             + f"Totals (ms): {doc['totals_ms']}.", "",
              f"| kernel | GFLOP | igemm ms (TFLOPS) | cuDNN 0 MiB ms (TFLOPS) | cuDNN <= {lim} MiB ms (TFLOPS, config) | "
              f"igemm vs 0 MiB | igemm vs <= {lim} MiB |", "|---|---:|---:|---:|---|---:|---:|"]
 
