@@ -95,10 +95,7 @@ class Gemm:
     def of(cls, op: str, problem: ConvProblem, bn: int | None = None, ks: int = 1) -> "Gemm":
         """``op`` of ``problem`` as a GEMM; ``bn`` the tile width (None: :func:`tile_width` of its columns),
         ``ks`` the stages per buffer."""
-        if bn is not None and bn not in (BN, NARROW):
-            raise InputError(f"bn must be {BN} or {NARROW}, got {bn!r}", "bn")
-        if ks not in STAGES:
-            raise InputError(f"ks must be one of {STAGES}, got {ks!r}", "ks")
+        check_tile(BN if bn is None else bn, ks)
         why = refusal(op, problem)
         if why:
             raise InputError(f"igemm cannot run {op} of {problem.describe()}: {why}", "problem")
@@ -142,13 +139,27 @@ class Gemm:
 
     def split_into(self, splits: int) -> tuple[int, int]:
         """(blocks along the reduction, reduction elements each: a multiple of BK) for about ``splits`` blocks."""
-        if splits < 1:
-            raise InputError(f"splits must be at least 1, got {splits}", "splits")
+        check_splits(splits)
         if self.op != "backward_filter" and splits != 1:
             raise InputError(f"only backward filter splits its reduction, not {self.op}", "splits")
         per = -(-max(1, self.kr) // min(splits, _MAX_GRID_YZ))
         per = -(-per // BK) * BK
         return -(-self.kr // per), per
+
+
+def check_tile(bn: Any, ks: Any, where: str = "") -> None:
+    """Refuse a tile the kernel is not built for (``where``: the fields' prefix, e.g. a table row's
+    ``extra.direct.``)."""
+    if bn not in (BN, NARROW) or isinstance(bn, bool):
+        raise InputError(f"bn must be {BN} or {NARROW}, got {bn!r}", f"{where}bn")
+    if ks not in STAGES or isinstance(ks, bool):
+        raise InputError(f"ks must be one of {STAGES}, got {ks!r}", f"{where}ks")
+
+
+def check_splits(splits: Any, where: str = "") -> None:
+    """Refuse a split count of backward filter's reduction that is not a positive integer."""
+    if not isinstance(splits, int) or isinstance(splits, bool) or splits < 1:
+        raise InputError(f"splits must be a positive integer, got {splits!r}", f"{where}splits")
 
 
 def tile_width(nc: int) -> int:
@@ -340,5 +351,5 @@ def reference(op: str, problem: ConvProblem, a: np.ndarray, b: np.ndarray) -> np
     return _layout(dw, p.layout)
 
 
-__all__ = ["BK", "BM", "BN", "Gemm", "NARROW", "NT", "OPS", "STAGES", "emulate", "launcher", "packed_strides",
-           "reference", "refusal", "tile_width", "variants", "vector_ok"]
+__all__ = ["BK", "BM", "BN", "Gemm", "NARROW", "NT", "OPS", "STAGES", "check_splits", "check_tile", "emulate",
+           "launcher", "packed_strides", "reference", "refusal", "tile_width", "variants", "vector_ok"]

@@ -185,13 +185,9 @@ def _igemm_launch(op: str, problem: ConvProblem, config: Measurement) -> Launch:
 
     info = config.extra.get("direct") or {}
     splits = info.get("splits", 1)
-    if not isinstance(splits, int) or isinstance(splits, bool) or splits < 1:
-        raise InputError(f"splits must be a positive integer, got {splits!r}", "extra.direct.splits")
     bn, ks = info.get("bn", igemm.BN), info.get("ks", 1)     # tables before the tile choice: the wide tile
-    if bn not in (igemm.BN, igemm.NARROW) or isinstance(bn, bool):
-        raise InputError(f"bn must be {igemm.BN} or {igemm.NARROW}, got {bn!r}", "extra.direct.bn")
-    if ks not in igemm.STAGES or isinstance(ks, bool):
-        raise InputError(f"ks must be one of {igemm.STAGES}, got {ks!r}", "extra.direct.ks")
+    igemm.check_splits(splits, "extra.direct.")
+    igemm.check_tile(bn, ks, "extra.direct.")
     run = igemm.launcher(op, problem, splits, bn, ks)
 
     def launch(ops: Operands, workspace: int, workspace_bytes: int, alpha: float, beta: float) -> None:
