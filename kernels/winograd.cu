@@ -9,7 +9,7 @@
 // machinery on dy with the filter rotated by 180 degrees and its K / C roles swapped (wino_filter's ROT).
 // kernels/winograd.py holds the matrices, the geometry, a float64 reference and a CPU emulation of these kernels.
 //
-// Workspace (float32):  U [36][Co][Ci]; V and M per transform-domain point either channel-major
+// Workspace (float32):  U [36][Co][Ci] (dU for backward filter); M holds Z for backward filter; V and M per transform-domain point either channel-major
 // ([36][Ci][T], [36][Co][T]: CMINOR = false, for NCHW tensors) or channel-minor ([36][T][Ci], [36][T][Co]:
 // CMINOR = true, for NHWC tensors).  Either way a thread's linear index within a plane is its offset there, and
 // consecutive threads walk the tensor's fastest dimension (tiles along a row for NCHW, channels for NHWC).
@@ -26,6 +26,10 @@
 // wino_output:  one thread per (k, t): 36 values of M -> the 4x4 outputs of global tile t0 + t,
 //               y = alpha * v + beta * y (y not read when beta == 0), edge tiles clipped to Ho x Wo.
 //               Grid (ceil(Co*T / 256)).
+// wino_dy:      one thread per (k, t): the 4x4 dy values of global tile t0 + t (zero past Ho x Wo) -> 36 values
+//               Z[xi][...] = (A dy A^T)[xi], in M's layout.  Grid (ceil(Co*T / 256)).
+// wino_filter_grad: one thread per (o, i): 36 values dU[xi][o][i] -> the 9 taps dw = alpha * G^T dU G + beta * dw
+//               (dw not read when beta == 0).  Grid (ceil(Co*Ci / 256)).
 #include "common.cuh"
 
 // B^T d for one column d[0..5] (stride DS) into r[0..5] (stride RS)
@@ -60,6 +64,27 @@ __device__ __forceinline__ void wino_at(const float* m, int ms, float* o, int os
     o[os] = m1 - m2 + 2.f * m3 - 2.f * m4;
     o[2 * os] = m1 + m2 + 4.f * m3 + 4.f * m4;
     o[3 * os] = m1 - m2 + 8.f * m3 - 8.f * m4 + m5;
+}
+
+// A v for one column v[0..3] (stride VS) into r[0..5] (stride RS): the transpose of wino_at
+__device__ __forceinline__ void wino_a(const float* v, int vs, float* r, int rs)
+{
+    const float v0 = v[0], v1 = v[vs], v2 = v[2 * vs], v3 = v[3 * vs];
+    r[0] = v0;
+    r[rs] = v0 + v1 + v2 + v3;
+    r[2 * rs] = v0 - v1 + v2 - v3;
+    r[3 * rs] = v0 + 2.f * v1 + 4.f * v2 + 8.f * v3;
+    r[4 * rs] = v0 - 2.f * v1 + 4.f * v2 - 8.f * v3;
+    r[5 * rs] = v3;
+}
+
+// G^T u for one column u[0..5] (stride US) into g[0..2] (stride GS): the transpose of wino_g
+__device__ __forceinline__ void wino_gt(const float* u, int us, float* g, int gs)
+{
+    const float u0 = u[0], u1 = u[us], u2 = u[2 * us], u3 = u[3 * us], u4 = u[4 * us], u5 = u[5 * us];
+    g[0] = 0.25f * u0 - (u1 + u2) * (1.f / 6.f) + (u3 + u4) * (1.f / 24.f);
+    g[gs] = (u2 - u1) * (1.f / 6.f) + (u3 - u4) * (1.f / 12.f);
+    g[2 * gs] = (u3 + u4 - u1 - u2) * (1.f / 6.f) + u5;
 }
 
 template <typename T, bool ROT>
@@ -167,6 +192,62 @@ __global__ void __launch_bounds__(256) wino_output(const float* __restrict__ M, 
     }
 }
 
+template <typename T, bool CMINOR>
+__global__ void __launch_bounds__(256) wino_dy(const T* __restrict__ dy, float* __restrict__ Z, int Co, int T_, int t0,
+                                               int TH, int TW, int Ho, int Wo, long long sn, long long sc,
+                                               long long sh, long long sw)
+{
+    const int idx = blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= Co * T_) return;
+    const WinoTile at = wino_tile<CMINOR>(idx, Co, T_, t0, TH, TW);
+    const int k = at.ch, n = at.n, th = at.th, tw = at.tw;
+    const T* base = dy + (long long)n * sn + (long long)k * sc;
+    const int h0 = 4 * th, w0 = 4 * tw;
+    float d[16], tmp[24], z[36];
+#pragma unroll
+    for (int a = 0; a < 4; ++a) {
+        const bool hin = h0 + a < Ho;
+#pragma unroll
+        for (int b = 0; b < 4; ++b)
+            d[a * 4 + b] = (hin && w0 + b < Wo) ? to_float(base[(h0 + a) * sh + (w0 + b) * sw]) : 0.f;
+    }
+#pragma unroll
+    for (int b = 0; b < 4; ++b) wino_a(d + b, 4, tmp + b, 4);            // tmp [6][4] = A dy (columns)
+#pragma unroll
+    for (int a = 0; a < 6; ++a) wino_a(tmp + 4 * a, 1, z + 6 * a, 1);    // z [6][6] = (A dy) A^T (rows)
+    const long long plane = (long long)Co * T_;
+#pragma unroll
+    for (int xi = 0; xi < 36; ++xi) Z[xi * plane + idx] = z[xi];
+}
+
+template <typename T>
+__global__ void __launch_bounds__(256) wino_filter_grad(const float* __restrict__ U, T* __restrict__ w, int Co, int Ci,
+                                                        long long so, long long si, long long sr, long long ss,
+                                                        float alpha, float beta)
+{
+    const int idx = blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= Co * Ci) return;
+    const int o = idx / Ci, i = idx - o * Ci;
+    const long long plane = (long long)Co * Ci;
+    float u[36], tmp[18], g[9];
+#pragma unroll
+    for (int xi = 0; xi < 36; ++xi) u[xi] = U[xi * plane + idx];
+#pragma unroll
+    for (int b = 0; b < 6; ++b) wino_gt(u + b, 6, tmp + b, 6);           // tmp [3][6] = G^T u (columns)
+#pragma unroll
+    for (int r = 0; r < 3; ++r) wino_gt(tmp + 6 * r, 1, g + 3 * r, 1);   // g [3][3] = (G^T u) G (rows)
+    T* base = w + o * so + i * si;
+#pragma unroll
+    for (int r = 0; r < 3; ++r)
+#pragma unroll
+        for (int s = 0; s < 3; ++s) {
+            T* p = base + r * sr + s * ss;
+            float v = alpha * g[r * 3 + s];
+            if (beta != 0.f) v += beta * to_float(*p);
+            *p = from_float<T>(v);
+        }
+}
+
 #ifdef UCUDNN_NVCC_CHECK
 template __global__ void wino_filter<float, false>(const float*, float*, int, int, long long, long long, long long,
                                                    long long);
@@ -180,4 +261,10 @@ template __global__ void wino_output<float, false>(const float*, float*, int, in
                                                    long long, long long, long long, float, float);
 template __global__ void wino_output<float, true>(const float*, float*, int, int, int, int, int, int, int, long long,
                                                   long long, long long, long long, float, float);
+template __global__ void wino_dy<float, false>(const float*, float*, int, int, int, int, int, int, int, long long,
+                                               long long, long long, long long);
+template __global__ void wino_dy<float, true>(const float*, float*, int, int, int, int, int, int, int, long long,
+                                              long long, long long, long long);
+template __global__ void wino_filter_grad<float>(const float*, float*, int, int, long long, long long, long long,
+                                                 long long, float, float);
 #endif

@@ -17,6 +17,12 @@ Forward is the correlation of x (Ci = C) into y (Co = K) with the problem's padd
 correlation of dy (Ci = K) into dx (Co = C) with the filter rotated by 180 degrees, its K / C roles swapped and
 padding ``2 - pad`` (the full convolution of dy), so ``pad <= 2``.
 
+Backward filter (issue 18: "transform-domain accumulation across micro-batches, one inverse transform at the end")
+differentiates the products: with V the forward's input transform of x and Z = A dy A^T of each 4x4 tile of dy
+(``wino_dy``, zero past the output's edge; Z lives in M's buffer), per chunk one strided-batched GEMM adds
+``dU[xi] (Co x Ci) += Z[xi] V[xi]^T`` (tiles reduced; the first chunk of a call overwrites), and once per call
+``wino_filter_grad`` writes ``dw = alpha * G^T dU G + beta * dw``.  Its geometry is the forward's (Ci = C, Co = K).
+
 Layouts: NCHW keeps V and M channel-major (``[36][Ci][T]``, ``[36][Co][T]``; M[xi] = U[xi] @ V[xi]), NHWC
 channel-minor (``[36][T][Ci]``, ``[36][T][Co]``; M[xi] = V[xi] @ U[xi]^T), so each kernel's threads walk the
 tensor's fastest dimension.  Tensors are addressed by element strides, so y (dy) may be a channel slice of a wider
@@ -41,7 +47,7 @@ M_TILE, R_FILTER, A_TILE = 4, 3, 6
 POINTS = A_TILE * A_TILE
 _THREADS = 256
 _INT_MAX = (1 << 31) - 1
-OPS = ("forward", "backward_data")
+OPS = ("forward", "backward_data", "backward_filter")
 #: the data types the kernels are instantiated for (the workspace is float32 whatever the data)
 DTYPES = ("float32",)
 
@@ -119,8 +125,7 @@ def direct_correlation(x: np.ndarray, w: np.ndarray, pad: tuple[int, int]) -> np
 def refusal(problem: ConvProblem, op: str) -> str | None:
     """Why the Winograd F(4x4, 3x3) kernels do not run ``op`` of ``problem`` (None: they do)."""
     if op not in OPS:
-        return ("backward filter is not built (its transform accumulates in the transform domain across "
-                "micro-batches: declined)" if op == "backward_filter" else f"unknown op {op!r}")
+        return f"unknown op {op!r}"
     if (problem.r, problem.s) != (3, 3):
         return f"F(4x4, 3x3) runs 3x3 filters, not {problem.r}x{problem.s}"
     if problem.stride != (1, 1):
@@ -176,7 +181,7 @@ class Geometry:
         # w: NCHW [K][C][3][3], NHWC [K][3][3][C]: strides of (k, c, r, s)
         wk, wc, wr, ws = (p.c * 9, 9, 3, 1) if p.layout == "NCHW" else (9 * p.c, 1, 3 * p.c, p.c)
         cminor = p.layout == "NHWC"
-        if op == "forward":
+        if op != "backward_data":   # forward, and backward filter (the same tiles, differentiated)
             return cls(op, p.c, p.k, p.h, p.w, p.p, p.q, p.pad, x_str, y_str, (wk, wc, wr, ws), False, cminor)
         pad = (2 - p.pad[0], 2 - p.pad[1])
         return cls(op, p.k, p.c, p.p, p.q, p.h, p.w, pad, y_str, x_str, (wc, wk, wr, ws), True, cminor)
@@ -223,11 +228,20 @@ class Geometry:
             return f"{n * self.tiles_per_image} tiles in the call, over 2^31"
         return None
 
-    def gemm(self, images: int, tiles: int | None = None) -> Gemm:
+    def gemm(self, images: int, tiles: int | None = None, accumulate: bool = False) -> Gemm:
         """The 36 products of a chunk of ``images`` images, or of ``tiles`` tiles when given (row-major, over the
-        workspace buffers U, V, M)."""
+        workspace buffers U, V, M).  Backward filter: ``U[xi] (Co x Ci) = M[xi] V[xi]^T`` over the chunk's tiles,
+        added to U when ``accumulate`` (every chunk of a call after its first)."""
         t = self._chunk_tiles(images, tiles)
         ci, co = self.ci, self.co
+        if self.op == "backward_filter":
+            beta = 1.0 if accumulate else 0.0
+            if self.cminor:   # M [T][Co], V [T][Ci]: U = M^T @ V
+                return Gemm(a="M", b="V", c="U", m=co, n=ci, k=t, lda=co, ldb=ci, ldc=ci, stride_a=co * t,
+                            stride_b=ci * t, stride_c=co * ci, batch=POINTS, trans_a=True, alpha=1.0, beta=beta)
+            # M [Co][T], V [Ci][T]: U = M @ V^T
+            return Gemm(a="M", b="V", c="U", m=co, n=ci, k=t, lda=t, ldb=t, ldc=ci, stride_a=co * t,
+                        stride_b=ci * t, stride_c=co * ci, batch=POINTS, trans_b=True, alpha=1.0, beta=beta)
         if self.cminor:   # M[xi] (T x Co) = V[xi] (T x Ci) @ U[xi]^T
             return Gemm(a="V", b="U", c="M", m=t, n=co, k=ci, lda=ci, ldb=ci, ldc=co, stride_a=ci * t,
                         stride_b=co * ci, stride_c=co * t, batch=POINTS, trans_b=True, alpha=1.0, beta=0.0)
@@ -375,6 +389,71 @@ def emulate_output(geo: Geometry, M: np.ndarray, y: np.ndarray, t0: int, t_count
             y[p] = v + beta * y[p] if beta != 0 else v
 
 
+def _a(v0, v1, v2, v3):
+    return (v0, v0 + v1 + v2 + v3, v0 - v1 + v2 - v3, v0 + 2 * v1 + 4 * v2 + 8 * v3, v0 - 2 * v1 + 4 * v2 - 8 * v3,
+            v3)
+
+
+def _gt(u0, u1, u2, u3, u4, u5):
+    return (0.25 * u0 - (u1 + u2) / 6 + (u3 + u4) / 24, (u2 - u1) / 6 + (u3 - u4) / 12, (u3 + u4 - u1 - u2) / 6 + u5)
+
+
+def emulate_dy(geo: Geometry, dy: np.ndarray, Z: np.ndarray, t0: int, t_count: int) -> None:
+    """wino_dy on tiles ``t0 .. t0 + t_count`` of flat ``dy`` (image 0 at the view's start): Z = A dy A^T, the 4x4
+    tile zero past Ho x Wo, in M's layout."""
+    idx = np.arange(geo.co * t_count)
+    k, n, th, tw = _tile_of(geo, idx, geo.co, t_count, t0)
+    sn, sc, sh, sw = geo.out_strides
+    base = n * sn + k * sc
+    d = []
+    for a in range(4):
+        row = []
+        for b in range(4):
+            h, ww = 4 * th + a, 4 * tw + b
+            ok = (h < geo.ho) & (ww < geo.wo)
+            row.append(np.where(ok, dy[np.where(ok, base + h * sh + ww * sw, 0)], 0.0))
+        d.append(row)
+    z = _separable(_a, d)
+    plane = geo.co * t_count
+    for a in range(6):
+        for b in range(6):
+            Z[(a * 6 + b) * plane + idx] = z[a][b]
+
+
+def emulate_filter_grad(geo: Geometry, U: np.ndarray, w: np.ndarray, alpha: float, beta: float) -> None:
+    """wino_filter_grad: flat ``w`` (the filter's strides) = alpha * G^T dU G + beta * w."""
+    idx = np.arange(geo.co * geo.ci)
+    o, i = idx // geo.ci, idx % geo.ci
+    plane = geo.co * geo.ci
+    g = _separable(_gt, [[U[(a * 6 + b) * plane + idx] for b in range(6)] for a in range(6)])
+    so, si, sr, ss = geo.filter_strides
+    for r in range(3):
+        for s in range(3):
+            p = o * so + i * si + r * sr + s * ss
+            v = alpha * g[r][s]
+            w[p] = v + beta * w[p] if beta != 0 else v
+
+
+def emulate_backward_filter(geo: Geometry, x: np.ndarray, dy: np.ndarray, w: np.ndarray, n: int, chunk: int,
+                            alpha: float = 1.0, beta: float = 0.0, workspace: np.ndarray | None = None,
+                            gemm: Callable[[list[Gemm], dict[str, np.ndarray]], None] | None = None,
+                            tiles: int | None = None) -> np.ndarray:
+    """One backward-filter launch on the CPU, as the source runs it (flat ``x``, ``dy``, ``w`` addressed by the
+    geometry's strides; chunks and workspace as :func:`emulate`).  Returns the workspace."""
+    if geo.op != "backward_filter":
+        raise InputError(f"emulate_backward_filter runs backward_filter geometry, got {geo.op!r}", "geo")
+    words = geo.workspace_bytes(chunk, tiles) // 4
+    ws = np.full(words, np.nan) if workspace is None else workspace
+    seg = {name: ws[off // 4: off // 4 + size // 4] for name, off, size in geo.segments(chunk, tiles)}
+    run = gemm or (lambda gms, bufs: run_gemms(gms, bufs))
+    for i, (t0, count) in enumerate(geo.ranges(n, chunk, tiles)):
+        emulate_input(geo, x, seg["V"], t0, count)
+        emulate_dy(geo, dy, seg["M"], t0, count)
+        run([geo.gemm(0, count, accumulate=i > 0)], seg)
+    emulate_filter_grad(geo, seg["U"], w, alpha, beta)
+    return ws
+
+
 def emulate(geo: Geometry, w: np.ndarray, x: np.ndarray, y: np.ndarray, n: int, chunk: int, alpha: float = 1.0,
             beta: float = 0.0, workspace: np.ndarray | None = None,
             gemm: Callable[[list[Gemm], dict[str, np.ndarray]], None] | None = None,
@@ -383,7 +462,9 @@ def emulate(geo: Geometry, w: np.ndarray, x: np.ndarray, y: np.ndarray, n: int, 
     (flat arrays addressed by the geometry's strides), in chunks of ``chunk`` images, or of ``tiles`` tiles when
     given; the workspace a flat float array of ``workspace_bytes(chunk, tiles) / 4`` elements split into U, V, M at
     the segments' offsets.  ``gemm(gemms, buffers)`` replaces the row-major GEMM execution (tests pass cuBLAS's
-    column-major view).  Returns the workspace."""
+    column-major view).  Returns the workspace.  Backward filter: :func:`emulate_backward_filter`."""
+    if geo.op == "backward_filter":
+        raise InputError("emulate runs forward and backward data; backward filter is emulate_backward_filter", "geo")
     words = geo.workspace_bytes(chunk, tiles) // 4
     ws = np.full(words, np.nan) if workspace is None else workspace
     seg = {name: ws[off // 4: off // 4 + size // 4] for name, off, size in geo.segments(chunk, tiles)}
@@ -398,44 +479,55 @@ def emulate(geo: Geometry, w: np.ndarray, x: np.ndarray, y: np.ndarray, n: int, 
 
 # ---- GPU launchers (winograd.cu), on raw device pointers -----------------------------------------------------------
 FilterFn = Callable[[int, int], None]                  # (w, U)
-InputFn = Callable[[int, int, int, int], None]         # (x, V, t0, tiles)
+InputFn = Callable[[int, int, int, int], None]         # (x, V, t0, tiles); also wino_dy's (dy, Z, t0, tiles)
 OutputFn = Callable[[int, int, int, int, float, float], None]   # (M, y, t0, tiles, alpha, beta)
+GradFn = Callable[[int, int, float, float], None]      # (dU, w, alpha, beta)
+
+
+def _checked(geo: Geometry, itemsize: int) -> None:
+    if itemsize != 4:
+        raise InputError(f"element size {itemsize} bytes is not supported (float32)", "itemsize")
+
+
+class _TileArgs:
+    """Grid and scalar arguments (after the two pointers) of the per-tile kernels for a tile range, built once per
+    (t0, tiles): the input side (wino_input, over Ci channels) and the output side (wino_output / wino_dy, Co)."""
+
+    def __init__(self, geo: Geometry) -> None:
+        self.geo = geo
+        self._cache: dict[tuple[int, int], tuple[tuple, tuple]] = {}
+
+    def __call__(self, t0: int, t: int) -> tuple[tuple, tuple]:
+        key = (t0, t)
+        if key not in self._cache:
+            g, i32, i64 = self.geo, np.int32, np.int64
+            th, tw = g.tiles_h, g.tiles_w
+            self._cache[key] = (
+                ((-(-g.ci * t // _THREADS),), (i32(g.ci), i32(t), i32(t0), i32(th), i32(tw), i32(g.hi), i32(g.wi),
+                                                i32(g.pad[0]), i32(g.pad[1])) + tuple(i64(v) for v in g.in_strides)),
+                ((-(-g.co * t // _THREADS),), (i32(g.co), i32(t), i32(t0), i32(th), i32(tw), i32(g.ho), i32(g.wo))
+                 + tuple(i64(v) for v in g.out_strides)))
+        return self._cache[key]
 
 
 def launchers(geo: Geometry, itemsize: int = 4) -> tuple[FilterFn, InputFn, OutputFn]:
-    """``filter(w, U)``, ``input(x, V, t0, tiles)``, ``output(M, y, t0, tiles, alpha, beta)`` on CuPy's current
-    stream (x, y: pointers to the call's image 0; the chunk is tiles ``t0 .. t0 + tiles`` of the call).  The kernels
-    are compiled (or fetched) here, so a launch inside a CUDA graph capture only enqueues."""
-    if itemsize != 4:
-        raise InputError(f"element size {itemsize} bytes is not supported (float32)", "itemsize")
-    i32, i64 = np.int32, np.int64
+    """Forward and backward data: ``filter(w, U)``, ``input(x, V, t0, tiles)``, ``output(M, y, t0, tiles, alpha,
+    beta)`` on CuPy's current stream (x, y: pointers to the call's image 0; the chunk is tiles ``t0 .. t0 + tiles``
+    of the call).  The kernels are compiled (or fetched) here, so a launch inside a CUDA graph capture only
+    enqueues."""
+    _checked(geo, itemsize)
+    if geo.op == "backward_filter":
+        raise InputError("backward filter launches through backward_filter_launchers", "geo")
     cm = "true" if geo.cminor else "false"
-    filt = f"wino_filter<float,{'true' if geo.rot else 'false'}>"
-    inp, outp = f"wino_input<float,{cm}>", f"wino_output<float,{cm}>"
-    f_args = (i32(geo.co), i32(geo.ci)) + tuple(i64(v) for v in geo.filter_strides)
-    in_str = tuple(i64(v) for v in geo.in_strides)
-    out_str = tuple(i64(v) for v in geo.out_strides)
-    th, tw = geo.tiles_h, geo.tiles_w
+    names = (f"wino_filter<float,{'true' if geo.rot else 'false'}>", f"wino_input<float,{cm}>",
+             f"wino_output<float,{cm}>")
+    kf, ki, ko = (_compile.get_kernel(SOURCE, name) for name in names)   # compiled once, here
+    f_args = (np.int32(geo.co), np.int32(geo.ci)) + tuple(np.int64(v) for v in geo.filter_strides)
     f_grid = (-(-geo.co * geo.ci // _THREADS),)
-
-    kf, ki, ko = (_compile.get_kernel(SOURCE, name) for name in (filt, inp, outp))   # compiled once, here
+    shapes = _TileArgs(geo)
 
     def filter_(w: int, U: int) -> None:
         kf(f_grid, (_THREADS,), (w, U) + f_args)
-
-    in_args: dict[tuple[int, int], tuple] = {}
-    out_args: dict[tuple[int, int], tuple] = {}
-
-    def shapes(t0: int, t: int) -> tuple[tuple, tuple]:
-        """(input grid + arguments, output grid + arguments) after the pointers, built once per tile range."""
-        key = (t0, t)
-        if key not in in_args:
-            in_args[key] = ((-(-geo.ci * t // _THREADS),), (i32(geo.ci), i32(t), i32(t0), i32(th), i32(tw),
-                                                            i32(geo.hi), i32(geo.wi), i32(geo.pad[0]),
-                                                            i32(geo.pad[1])) + in_str)
-            out_args[key] = ((-(-geo.co * t // _THREADS),),
-                             (i32(geo.co), i32(t), i32(t0), i32(th), i32(tw), i32(geo.ho), i32(geo.wo)) + out_str)
-        return in_args[key], out_args[key]
 
     def input_(x: int, V: int, t0: int, tiles: int) -> None:
         grid, args = shapes(t0, tiles)[0]
@@ -448,6 +540,35 @@ def launchers(geo: Geometry, itemsize: int = 4) -> tuple[FilterFn, InputFn, Outp
     return filter_, input_, output_
 
 
+def backward_filter_launchers(geo: Geometry, itemsize: int = 4) -> tuple[InputFn, InputFn, GradFn]:
+    """Backward filter: ``input(x, V, t0, tiles)`` (the forward's), ``dy(dy, Z, t0, tiles)`` (Z = A dy A^T into M's
+    buffer) and ``grad(dU, w, alpha, beta)`` (w = alpha * G^T dU G + beta * w), compiled here like
+    :func:`launchers`."""
+    _checked(geo, itemsize)
+    if geo.op != "backward_filter":
+        raise InputError(f"backward_filter_launchers takes backward_filter geometry, got {geo.op!r}", "geo")
+    cm = "true" if geo.cminor else "false"
+    ki, kd, kg = (_compile.get_kernel(SOURCE, name)
+                  for name in (f"wino_input<float,{cm}>", f"wino_dy<float,{cm}>", "wino_filter_grad<float>"))
+    g_args = (np.int32(geo.co), np.int32(geo.ci)) + tuple(np.int64(v) for v in geo.filter_strides)
+    g_grid = (-(-geo.co * geo.ci // _THREADS),)
+    shapes = _TileArgs(geo)
+
+    def input_(x: int, V: int, t0: int, tiles: int) -> None:
+        grid, args = shapes(t0, tiles)[0]
+        ki(grid, (_THREADS,), (x, V) + args)
+
+    def dy_(dy: int, Z: int, t0: int, tiles: int) -> None:
+        grid, args = shapes(t0, tiles)[1]
+        kd(grid, (_THREADS,), (dy, Z) + args)
+
+    def grad_(U: int, w: int, alpha: float, beta: float) -> None:
+        kg(g_grid, (_THREADS,), (U, w) + g_args + (np.float32(alpha), np.float32(beta)))
+
+    return input_, dy_, grad_
+
+
 __all__ = ["AT", "BT", "G", "Geometry", "TILE_CHUNK_IMAGES", "TILE_CHUNK_MIN_FRACTION", "WORKSPACE_ALIGN",
-           "chunk_sizes", "correlation_reference", "direct_correlation", "emulate", "filter_transform",
-           "input_transform", "launchers", "output_transform", "refusal", "tile_chunk_sizes"]
+           "backward_filter_launchers", "chunk_sizes", "correlation_reference", "direct_correlation", "emulate",
+           "emulate_backward_filter", "filter_transform", "input_transform", "launchers", "output_transform",
+           "refusal", "tile_chunk_sizes"]

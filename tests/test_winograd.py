@@ -1,10 +1,11 @@
-"""The winograd source's pure-Python side without a GPU: F(4x4, 3x3)'s transforms against a float64 direct
-correlation (hypothesis over H, W, pads 0-2, n, C, K); a CPU emulation of winograd.cu's kernels (their thread index
-math, edge tiles, NCHW and NHWC, chunks of whole images and tile-range chunks (any number of tiles, ranges starting
-mid-row and crossing image boundaries), alpha / beta, channel-slice strides) with the GEMM run both row-major and
-as the column-major call cuBLAS receives, inside a workspace of exactly the reported size; the workspace formula for
-image and tile chunks; the offered tile-chunk sizes; declines as Skipped rows; the source's names and registration;
-nvcc compiles winograd.cu for sm_80 and sm_90."""
+"""The winograd source's pure-Python side without a GPU (forward, backward data, backward filter): F(4x4, 3x3)'s
+transforms against a float64 direct correlation (hypothesis over H, W, pads 0-2, n, C, K); a CPU emulation of
+winograd.cu's kernels (their thread index math, edge tiles, NCHW and NHWC, chunks of whole images and tile-range
+chunks (any number of tiles, ranges starting mid-row and crossing image boundaries), alpha / beta, channel-slice
+strides; backward filter's transform-domain accumulation across chunks) with the GEMM run both row-major and as the
+column-major call cuBLAS receives, inside a workspace of exactly the reported size; the workspace formula for image
+and tile chunks; the offered tile-chunk sizes; declines as Skipped rows; the source's names and registration; nvcc
+compiles winograd.cu for sm_80 and sm_90."""
 from __future__ import annotations
 
 import importlib.util
@@ -20,8 +21,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_mec_source import run_column_major
 from ucudnn.kernels import _compile
-from ucudnn.kernels.winograd import (AT, BT, G, TILE_CHUNK_IMAGES, WORKSPACE_ALIGN, Geometry, chunk_sizes,
-                                     correlation_reference, direct_correlation, emulate, emulate_input,
+from ucudnn.kernels.winograd import (AT, BT, G, OPS, TILE_CHUNK_IMAGES, WORKSPACE_ALIGN, Geometry, chunk_sizes,
+                                     correlation_reference, direct_correlation, emulate, emulate_backward_filter,
+                                     emulate_input,
                                      emulate_output, filter_transform, input_transform, output_transform, refusal,
                                      tile_chunk_sizes, tiles)
 
@@ -88,9 +90,15 @@ def _from_layout(a, layout):
 
 
 def _expected(op, problem, x, wt, dy):
-    """float64 reference in NCHW: forward y, backward data dx (the adjoint, by definition)."""
+    """float64 reference in NCHW: forward y, backward data dx (the adjoint, by definition), backward filter dw
+    (sum over n, p, q of the padded x window times dy)."""
     if op == "forward":
         return direct_correlation(x, wt, problem.pad)
+    if op == "backward_filter":
+        ph, pw = problem.pad
+        xp = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+        win = np.lib.stride_tricks.sliding_window_view(xp, (3, 3), axis=(2, 3))[:, :, :problem.p, :problem.q]
+        return np.einsum("ncpqrs,nkpq->kcrs", win, dy)
     # dx[n, c, h, w] = sum_{k, r, s} dy[n, k, h - r + ph, w - s + pw] w[k, c, r, s]: computed as the adjoint
     dx = np.zeros(x.shape)
     ph, pw = problem.pad
@@ -109,20 +117,27 @@ def _run(op, problem, chunk, alpha, beta, seed, how="row", tiles=None):
     wt = rng.standard_normal((problem.k, problem.c, 3, 3))
     dy = rng.standard_normal((problem.n, problem.k, problem.p, problem.q))
     lay = problem.layout
+    geo = Geometry.of(problem, op)
+    ws = np.full(geo.workspace_bytes(chunk, tiles) // 4, np.nan)   # exactly the reported size; NaN: unwritten shows
+    gemm = (lambda gms, bufs: run_column_major(gms, bufs, 1.0, 0.0)) if how == "column" else None
+    if op == "backward_filter":
+        old = rng.standard_normal(wt.shape)
+        out = _to_layout(old, lay).reshape(-1).copy()
+        emulate_backward_filter(geo, _to_layout(x, lay).reshape(-1), _to_layout(dy, lay).reshape(-1), out, problem.n,
+                                chunk, alpha, beta, workspace=ws, gemm=gemm, tiles=tiles)
+        got = _from_layout(out.reshape(problem.w_shape()), lay)
+        return got, alpha * _expected(op, problem, x, wt, dy) + beta * old
     w_flat = (wt if lay == "NCHW" else wt.transpose(0, 2, 3, 1)).reshape(-1).copy()
     src = _to_layout(x if op == "forward" else dy, lay).reshape(-1)
     out_nchw = rng.standard_normal(dy.shape if op == "forward" else x.shape)
     out = _to_layout(out_nchw, lay).reshape(-1).copy()
-    geo = Geometry.of(problem, op)
-    ws = np.full(geo.workspace_bytes(chunk, tiles) // 4, np.nan)   # exactly the reported size; NaN: unwritten shows
-    emulate(geo, w_flat, src, out, problem.n, chunk, alpha, beta, workspace=ws,
-            gemm=(lambda gms, bufs: run_column_major(gms, bufs, 1.0, 0.0)) if how == "column" else None, tiles=tiles)
+    emulate(geo, w_flat, src, out, problem.n, chunk, alpha, beta, workspace=ws, gemm=gemm, tiles=tiles)
     got = _from_layout(out.reshape(problem.x_shape() if op == "backward_data" else problem.y_shape()), lay)
     return got, alpha * _expected(op, problem, x, wt, dy) + beta * out_nchw
 
 
 @settings(max_examples=60, deadline=None)
-@given(shapes(), st.sampled_from(["forward", "backward_data"]), st.sampled_from(["NCHW", "NHWC"]),
+@given(shapes(), st.sampled_from(OPS), st.sampled_from(["NCHW", "NHWC"]),
        st.integers(1, 4), st.sampled_from([(1.0, 0.0), (-0.5, 1.0), (2.0, 0.25)]), st.sampled_from(["row", "column"]),
        st.integers(0, 2**31 - 1))
 def test_emulated_kernels_compute_the_convolution(shape, op, layout, chunk, scalars, how, seed):
@@ -133,14 +148,14 @@ def test_emulated_kernels_compute_the_convolution(shape, op, layout, chunk, scal
 
 
 @settings(max_examples=80, deadline=None)
-@given(shapes(), st.sampled_from(["forward", "backward_data"]), st.sampled_from(["NCHW", "NHWC"]),
+@given(shapes(), st.sampled_from(OPS), st.sampled_from(["NCHW", "NHWC"]),
        st.data(), st.sampled_from([(1.0, 0.0), (-0.5, 1.0), (2.0, 0.25)]), st.sampled_from(["row", "column"]),
        st.integers(0, 2**31 - 1))
 def test_emulated_kernels_with_tile_range_chunks_compute_the_convolution(shape, op, layout, data, scalars, how,
                                                                         seed):
     """Chunks of any number of tiles (one tile, part of a row, a few rows, more than an image, the whole call and
     beyond): ranges start mid-row and cross image boundaries, V / M sized for the chunk, the float64 result equal to
-    the reference."""
+    the reference (backward filter: dU accumulated over every chunk, the inverse transform once)."""
     n, c, h, w, k, pad = shape
     problem = ConvProblem(n, c, h, w, k, 3, 3, pad=pad, layout=layout)
     geo = Geometry.of(problem, op)
@@ -237,10 +252,25 @@ def test_tile_index_math_matches_a_hand_count():
     assert (g.m, g.n, g.k, g.batch, g.a, g.b, g.c) == (6, 2 * 21, 4, 36, "U", "V", "M")
     nhwc = Geometry.of(ConvProblem(3, 4, 27, 9, 6, 3, 3, pad=1, layout="NHWC"), "forward").gemm(2)
     assert (nhwc.m, nhwc.n, nhwc.k, nhwc.trans_b, nhwc.a) == (42, 6, 4, True, "V")
+    # backward filter walks the forward's tiles; its GEMM reduces them: dU (6 x 4) over 2 images' 21 tiles
+    bwf = Geometry.of(p, "backward_filter")
+    assert bwf == Geometry(**{**fwd.__dict__, "op": "backward_filter"})
+    g = bwf.gemm(2)
+    assert (g.m, g.n, g.k, g.a, g.b, g.c, g.trans_b, g.beta) == (6, 4, 42, "M", "V", "U", True, 0.0)
+    g = Geometry.of(ConvProblem(3, 4, 27, 9, 6, 3, 3, pad=1, layout="NHWC"), "backward_filter").gemm(2, None, True)
+    assert (g.m, g.n, g.k, g.trans_a, g.lda, g.ldb, g.beta) == (6, 4, 42, True, 6, 4, 1.0)
+
+
+def test_the_emulators_refuse_the_other_ops_geometry():
+    p = ConvProblem(1, 2, 8, 8, 3, 3, 3, pad=1)
+    with pytest.raises(InputError):
+        emulate(Geometry.of(p, "backward_filter"), np.zeros(54), np.zeros(128), np.zeros(192), 1, 1)
+    with pytest.raises(InputError):
+        emulate_backward_filter(Geometry.of(p, "forward"), np.zeros(128), np.zeros(192), np.zeros(54), 1, 1)
 
 
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
-@pytest.mark.parametrize("op", ["forward", "backward_data"])
+@pytest.mark.parametrize("op", OPS)
 def test_channel_slices_address_the_wider_tensor(op, layout):
     """A slice of k of k_total output channels: y (dy) is read / written through the wide tensor's strides, the
     other channels untouched."""
@@ -264,6 +294,13 @@ def test_channel_slices_address_the_wider_tensor(op, layout):
         keep = np.ones(kt, bool)
         keep[k0:k0 + k] = False
         np.testing.assert_array_equal(y_n[:, keep], _from_layout(y, layout)[:, keep])
+    elif op == "backward_filter":   # dy is the slice of the wide y; dw the slice's k filters
+        dw = np.full(w_slice.size, np.nan)
+        emulate_backward_filter(geo, x.reshape(-1), y.reshape(-1)[k0 * per_channel:], dw, 2, 1)
+        dy_n = _from_layout(y, layout)[:, k0:k0 + k]
+        ref = _expected("backward_filter", sl, _from_layout(x, layout), None, dy_n)
+        got = _from_layout(dw.reshape((k,) + wide.w_shape()[1:]), layout)
+        np.testing.assert_allclose(got, ref, rtol=1e-11, atol=1e-11)
     else:
         dx = np.zeros(wide.x_shape()).reshape(-1)
         emulate(geo, w_slice, y.reshape(-1)[k0 * per_channel:], dx, 2, 2)
@@ -278,30 +315,33 @@ def _align(b):
 
 
 @settings(max_examples=40, deadline=None)
-@given(shapes(), st.sampled_from(["forward", "backward_data"]), st.integers(1, 4))
+@given(shapes(), st.sampled_from(OPS), st.integers(1, 4))
 def test_workspace_is_u_v_and_m_exactly(shape, op, chunk):
     n, c, h, w, k, pad = shape
     p = ConvProblem(n, c, h, w, k, 3, 3, pad=pad)
     geo = Geometry.of(p, op)
-    ci, co = (c, k) if op == "forward" else (k, c)
+    ci, co = (k, c) if op == "backward_data" else (c, k)
     t = chunk * tiles(geo.ho) * tiles(geo.wo)
     assert geo.workspace_bytes(chunk) == _align(36 * 4 * co * ci) + _align(36 * 4 * ci * t) + 36 * 4 * co * t
     assert [off % WORKSPACE_ALIGN for _, off, _ in geo.segments(chunk)] == [0, 0, 0]
 
 
 @settings(max_examples=40, deadline=None)
-@given(shapes(), st.sampled_from(["forward", "backward_data"]), st.sampled_from(["NCHW", "NHWC"]), st.integers(1, 700))
+@given(shapes(), st.sampled_from(OPS), st.sampled_from(["NCHW", "NHWC"]), st.integers(1, 700))
 def test_workspace_is_u_v_and_m_exactly_for_tile_chunks(shape, op, layout, t):
     n, c, h, w, k, pad = shape
     p = ConvProblem(n, c, h, w, k, 3, 3, pad=pad, layout=layout)
     geo = Geometry.of(p, op)
-    ci, co = (c, k) if op == "forward" else (k, c)
+    ci, co = (k, c) if op == "backward_data" else (c, k)
     assert geo.workspace_bytes(0, t) == _align(36 * 4 * co * ci) + _align(36 * 4 * ci * t) + 36 * 4 * co * t
     assert [off % WORKSPACE_ALIGN for _, off, _ in geo.segments(0, t)] == [0, 0, 0]
     # a tile chunk of a whole number of images is that image chunk, byte for byte
     assert geo.workspace_bytes(0, 2 * geo.tiles_per_image) == geo.workspace_bytes(2)
     g = geo.gemm(0, t)
-    assert (g.m, g.n) == ((co, t) if layout == "NCHW" else (t, co)) and g.k == ci and g.batch == 36
+    if op == "backward_filter":   # dU (Co x Ci) reduced over the chunk's tiles
+        assert (g.m, g.n, g.k, g.c, g.batch) == (co, ci, t, "U", 36)
+    else:
+        assert (g.m, g.n) == ((co, t) if layout == "NCHW" else (t, co)) and g.k == ci and g.batch == 36
     ranges = geo.tile_chunks(n, t)
     assert ranges[0][0] == 0 and sum(cnt for _, cnt in ranges) == n * geo.tiles_per_image
     assert all(a + ca == b for (a, ca), (b, _) in zip(ranges, ranges[1:])) and max(c for _, c in ranges) <= t
@@ -357,7 +397,7 @@ def test_unsupported_problems_are_skipped_with_the_reason(word, op):
     problem = REFUSED[word]
     ms, sk = WinogradSource().measure(op, problem, Operands(0, 0, 0), 0, BenchSettings("strict"))
     assert ms == [] and len(sk) == 1 and sk[0].reason.startswith("winograd: ")
-    assert (word if op != "backward_filter" else "backward filter") in sk[0].reason
+    assert word in sk[0].reason
     with pytest.raises(InputError):
         WinogradSource().prepare(op, problem, Measurement(8, "wino-f4", "FMA", 1.0, 0, "winograd"))
 
@@ -367,14 +407,15 @@ def test_refusal_accepts_what_the_kernels_run():
         for pad in (0, 1, 2, (0, 2)):
             assert refusal(ConvProblem(5, 3, 13, 27, 7, 3, 3, pad=pad, layout=layout), "forward") is None
             assert refusal(ConvProblem(5, 3, 13, 27, 7, 3, 3, pad=pad, layout=layout), "backward_data") is None
-    assert "backward filter" in refusal(ConvProblem(5, 3, 13, 27, 7, 3, 3, pad=1), "backward_filter")
+            assert refusal(ConvProblem(5, 3, 13, 27, 7, 3, 3, pad=pad, layout=layout), "backward_filter") is None
+    assert "unknown op" in refusal(ConvProblem(5, 3, 13, 27, 7, 3, 3, pad=1), "backward")
 
 
 @pytest.mark.skipif(importlib.util.find_spec("cupy") is not None,
                     reason="with a GPU this would launch on null pointers (the GPU tests cover measure)")
 def test_measure_without_a_gpu_returns_skipped_rows_instead_of_raising():
     problem = ConvProblem(4, 3, 16, 16, 8, 3, 3, pad=1)
-    for op in ("forward", "backward_data"):
+    for op in OPS:
         ms, sk = WinogradSource().measure(op, problem, Operands(0, 0, 0), 0, BenchSettings("strict"))
         assert ms == [] and sk and all(s.reason.startswith("winograd: ") for s in sk)
 
@@ -423,6 +464,6 @@ def test_kernel_source_compiles_without_local_memory(arch, tmp_path):
     assert proc.returncode == 0, proc.stderr
     kernels = re.findall(r"Function properties for (\w+)\s*\n\s*(\d+) bytes stack frame, (\d+) bytes spill stores, "
                          r"(\d+) bytes spill loads", proc.stderr)
-    assert len(kernels) == 6, proc.stderr
+    assert len(kernels) == 9, proc.stderr
     for fn, *local in kernels:
         assert local == ["0", "0", "0"], f"{fn} uses local memory on {arch}"

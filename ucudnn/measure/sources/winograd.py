@@ -26,7 +26,11 @@ column from its index over the call), so only the last chunk is short.
 * forward: x (C channels) correlated into y (K), the problem's padding.
 * backward data: dy (K channels) correlated into dx (C) with the filter rotated by 180 degrees and K / C swapped,
   padding 2 - pad (so pad <= 2).
-* backward filter: declined (a different transform: transform-domain accumulation across micro-batches).
+* backward filter: per chunk the input transform V of x, Z = A dy A^T of each 4x4 tile of dy (into M's buffer) and
+  one strided-batched GEMM adding dU[xi] += Z[xi] V[xi]^T (tiles reduced, the call's first chunk overwriting), then
+  once per call dw = alpha * G^T dU G + beta * dw: the transform-domain accumulation runs across the call's chunks
+  and the inverse filter transform is paid once per call, not per chunk.  Micro-batches of a plan add into dw
+  through beta = 1 like every source's.  Same workspace formula (dU in U's place).
 
 Numerics: the GEMM's compute type and the recorded math label come from :func:`ucudnn.binding.cublas.compute_type`
 (``FMA``: CUBLAS_COMPUTE_32F_PEDANTIC under ``strict``; ``TENSOR_OP``: TF32 under ``tf32`` / ``default``); the
@@ -56,6 +60,10 @@ from .base import BenchSettings, Launch, Operands, Prepared, Pruner, measured_or
 from .mec import compute_for
 
 ALGO = "wino-f4"
+#: the GEMMs' host scalars 1 and 0 (host pointer mode: cuBLAS reads them at enqueue, so they live as long as the
+#: module; a launch's local array would be freed when prepare returns and its address reused)
+_SCALARS = np.array([1.0, 0.0], np.float32)
+_ONE, _ZERO = _SCALARS.ctypes.data, _SCALARS.ctypes.data + 4
 
 
 def problem_refusal(problem: ConvProblem, op: str) -> str | None:
@@ -111,7 +119,7 @@ def chunk_of(config: Measurement, n: int) -> int:
 def _launch(problem: ConvProblem, op: str, chunk: int, compute: str, tiles: int | None = None) -> Launch:
     """The launch of ``op`` at ``problem.n`` in chunks of ``chunk`` images, or of ``tiles`` tiles when given."""
     from ...binding.gpu import cupy
-    from ucudnn.kernels.winograd import Geometry, launchers
+    from ucudnn.kernels.winograd import Geometry
 
     cp = cupy()
     geo = Geometry.of(problem, op)
@@ -120,21 +128,18 @@ def _launch(problem: ConvProblem, op: str, chunk: int, compute: str, tiles: int 
     why = geo.chunk_refusal(chunk, tiles, problem.n)
     if why:
         raise InputError(f"winograd cannot run {op} of {problem.describe()}: {why}", "chunk")
+    if op == "backward_filter":
+        return _launch_backward_filter(cp, geo, problem.n, chunk, compute, tiles)
+    from ucudnn.kernels.winograd import launchers
+
     filter_, input_, output_ = launchers(geo)
     need = geo.workspace_bytes(chunk, tiles)
     offsets = {name: off for name, off, _ in geo.segments(chunk, tiles)}
     dtype, ctype = cublas.DATA_TYPES["float32"], cublas.COMPUTE_TYPES[compute]
-    consts = np.array([1.0, 0.0], np.float32)       # the GEMM's alpha = 1, beta = 0 (host pointer mode)
-    one, zero = consts.ctypes.data, consts.ctypes.data + 4
+    one, zero = _ONE, _ZERO
     chunks = geo.ranges(problem.n, chunk, tiles)     # (first tile, tiles): x / y stay at image 0
     what = f"chunks of {chunk} images" if tiles is None else f"chunks of {tiles} tiles"
-    gemms: dict[int, tuple] = {}
-    for _, count in chunks:
-        if count not in gemms:
-            cm = geo.gemm(0, count).column_major()
-            gemms[count] = (cublas.OPERATIONS[cm["transa"]], cublas.OPERATIONS[cm["transb"]], cm["m"], cm["n"],
-                            cm["k"], cm["A"][0], cm["lda"], cm["strideA"], cm["B"][0], cm["ldb"], cm["strideB"],
-                            cm["C"][0], cm["ldc"], cm["strideC"], cm["batchCount"])
+    gemms = {count: _gemm_args(geo, count) for _, count in chunks}
     forward = op == "forward"
 
     def launch(ops: Operands, workspace: int, workspace_bytes: int, alpha: float, beta: float) -> None:
@@ -151,6 +156,47 @@ def _launch(problem: ConvProblem, op: str, chunk: int, compute: str, tiles: int 
             cublas.gemm_strided_batched(h, ta, tb, m, n, k, one, bufs[an], dtype, lda, sa, bufs[bn], dtype, ldb, sb,
                                         zero, bufs[cn], dtype, ldc, sc, batch, ctype)
             output_(bufs["M"], y, t0, count, alpha, beta)
+
+    return launch
+
+
+def _gemm_args(geo: Any, count: int, accumulate: bool = False) -> tuple:
+    """cublasGemmStridedBatchedEx's arguments (buffer names for the pointers) of a chunk of ``count`` tiles."""
+    cm = geo.gemm(0, count, accumulate).column_major()
+    return (cublas.OPERATIONS[cm["transa"]], cublas.OPERATIONS[cm["transb"]], cm["m"], cm["n"], cm["k"], cm["A"][0],
+            cm["lda"], cm["strideA"], cm["B"][0], cm["ldb"], cm["strideB"], cm["C"][0], cm["ldc"], cm["strideC"],
+            cm["batchCount"])
+
+
+def _launch_backward_filter(cp: Any, geo: Any, n: int, chunk: int, compute: str, tiles: int | None) -> Launch:
+    """Backward filter of ``geo``'s problem at its micro-batch: per chunk V, Z and dU (+)= Z V^T, then dw once."""
+    from ucudnn.kernels.winograd import backward_filter_launchers
+
+    input_, dy_, grad_ = backward_filter_launchers(geo)
+    need = geo.workspace_bytes(chunk, tiles)
+    bufs0 = {name: off for name, off, _ in geo.segments(chunk, tiles)}
+    dtype, ctype = cublas.DATA_TYPES["float32"], cublas.COMPUTE_TYPES[compute]
+    one, zero = _ONE, _ZERO                          # GEMM alpha = 1; beta 0 on the first chunk, 1 after
+    chunks = geo.ranges(n, chunk, tiles)
+    steps = [(t0, count, _gemm_args(geo, count, i > 0), zero if i == 0 else one)
+             for i, (t0, count) in enumerate(chunks)]
+    what = f"chunks of {chunk} images" if tiles is None else f"chunks of {tiles} tiles"
+
+    def launch(ops: Operands, workspace: int, workspace_bytes: int, alpha: float, beta: float) -> None:
+        if workspace_bytes < need:
+            raise UcudnnError(f"winograd backward_filter ({what}) needs {need} bytes of workspace, "
+                              f"got {workspace_bytes}")
+        x, dy, dw = ops.a, ops.b, ops.out
+        bufs = {name: workspace + off for name, off in bufs0.items()}
+        h = cublas.handle()
+        cublas.bind(h, cp.cuda.get_current_stream().ptr)
+        for t0, count, args, gemm_beta in steps:
+            ta, tb, m, nn, k, an, lda, sa, bn, ldb, sb, cn, ldc, sc, batch = args
+            input_(x, bufs["V"], t0, count)
+            dy_(dy, bufs["M"], t0, count)
+            cublas.gemm_strided_batched(h, ta, tb, m, nn, k, one, bufs[an], dtype, lda, sa, bufs[bn], dtype, ldb, sb,
+                                        gemm_beta, bufs[cn], dtype, ldc, sc, batch, ctype)
+        grad_(bufs["U"], dw, alpha, beta)
 
     return launch
 
@@ -195,7 +241,8 @@ class WinogradSource(Prepared):
                 continue
             info: dict[str, Any] = {"tile": "F(4x4,3x3)", "chunks": len(geo.ranges(mb, chunk, tiles)),
                                     "compute": compute, "layout": problem.layout,
-                                    "filter_transform": "once per call"}
+                                    "filter_transform": ("inverse, once per call" if op == "backward_filter"
+                                                         else "once per call")}
             if tiles is None:
                 info["chunk"] = chunk
             else:
