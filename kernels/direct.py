@@ -163,9 +163,9 @@ def walked_owned(op: str, problem: ConvProblem) -> tuple[int, int]:
 def smem_floats(op: str, problem: ConvProblem, t: Tiling) -> int:
     """Shared memory of one block, in floats (both buffers for the prefetching kernels)."""
     rs = problem.r * problem.s
-    if kernel_name(op, problem) == "direct_fwd_single":
+    if kernel_name(op, problem) == "direct_fwd_single":   # the taps start at the next multiple of 4 floats
         _, _, ih, iw = forward_window(0, 0, problem, t)
-        return ih * iw + t.kt * t.chunk * rs
+        return -(-ih * iw // 4) * 4 + t.kt * t.chunk * rs
     _, _, ah, aw = (forward_window if op == "forward" else backward_window)(0, 0, problem, t)
     return 2 * (t.chunk * ah * aw + t.chunk * rs * t.kt)
 

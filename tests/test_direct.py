@@ -158,6 +158,9 @@ def test_plan_names_the_instantiation_and_sizes_the_grid():
     ih, iw = 15 + 5, 31 + 3
     assert geo.smem_bytes == 4 * (ih * iw + 32 * 15)
     assert geo.ints[-3:] == (64, ih, iw)
+    # the taps start 16-byte aligned (the kernel reads 4 filters' tap as one float4): a 10 x 33 tile is padded to 332
+    odd = D.plan("forward", ConvProblem(2, 1, 9, 9, 8, 3, 2, pad=1), D.Tiling(32, 1, 4, 1))
+    assert odd.ints[-2:] == (10, 33) and odd.smem_bytes == 4 * (332 + 4 * 6)
     assert (geo.a_sample, geo.b_sample, geo.out_sample) == (28 * 30, 0, 64 * 28 * 30)
 
     q = ConvProblem(3, 16, 13, 13, 24, 3, 3, pad=(1, 1), stride=(2, 2), groups=2, dtype="float16", layout="NHWC")

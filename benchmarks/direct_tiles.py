@@ -1,0 +1,126 @@
+"""Issue 17: the direct single-channel forward kernel per tiling, on seed 001's single-channel layers.
+
+For each layer (``own_kernels.py``'s ``seed001-single`` set, or ``--set``) at ``--batch``: every tiling of
+``kernels/direct.py``'s grid that fits the device and is ``useful`` for the shape is timed (CUDA events, median of
+3 samples of at least 0.5 ms), beside the tuner's pick (``tuned_tiling``: what the ``direct`` source runs) and
+cuDNN's fastest zero-workspace algorithm (legacy Find + graph engines, re-timed).  It shows whether the tuner
+finds the best tile, how far the best tile is from the write-bandwidth floor (bytes of y, plus x for depthwise
+layers, at the device's copy bandwidth measured here), and the speed-up the issue's bar asks of it (>= 1.5x
+cuDNN's zero-workspace best).
+
+    python benchmarks/direct_tiles.py --layout NCHW --batch 256
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _report import md_header, provenance, write  # noqa: E402
+from own_kernels import layers  # noqa: E402
+
+
+def copy_bandwidth(cp, nbytes: int = 1 << 30) -> float:
+    """Device-to-device copy bandwidth in bytes/s (read + write counted), the floor's yardstick."""
+    from ucudnn.binding.timing import time_ms
+
+    a, b = cp.empty(nbytes // 4, cp.float32), cp.empty(nbytes // 4, cp.float32)
+    ms = time_ms(lambda: b.__setitem__(Ellipsis, a), repeat=5, warmup=2, min_sample_ms=2.0)
+    return 2 * nbytes / (ms * 1e-3)
+
+
+def cudnn_zero(problem, ops) -> tuple[str, float]:
+    """cuDNN's fastest zero-workspace forward (legacy + graph), re-timed, as (algorithm, ms)."""
+    from ucudnn.measure.sources.base import BenchSettings
+    from ucudnn.measure.sources.registry import get
+
+    best = ("-", float("inf"))
+    settings = BenchSettings("strict", max_workspace=0)
+    for name in ("legacy", "graph"):
+        ms, _ = get(name).measure("forward", problem, ops, 0, settings)
+        for m in ms:
+            if m.workspace_bytes == 0 and m.time_ms < best[1]:
+                best = (f"{name}:{m.algo}", m.time_ms)
+    return best
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--set", dest="layer_set", default="seed001-single")
+    ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--layout", default="NCHW")
+    ap.add_argument("--only", default=None, help="comma-separated layer names")
+    ap.add_argument("--out", default="benchmarks/results")
+    args = ap.parse_args()
+
+    import cupy as cp
+
+    from ucudnn.binding.timing import time_ms
+    from ucudnn.kernels import direct as D
+    from ucudnn.kernels import _compile
+    from ucudnn.measure.benchmarking import Buffers
+
+    bw = copy_bandwidth(cp)
+    limit = D.smem_limit()
+    rows = []
+    for name, problem in layers(args.layer_set, args.batch, args.dtype, args.layout):
+        if args.only and name not in args.only.split(","):
+            continue
+        if D.kernel_name("forward", problem) != "direct_fwd_single":
+            continue
+        t0 = time.time()
+        buf = Buffers(problem)
+        ops = buf.operands("forward", problem.n)
+        operands = (ops.a, ops.b, ops.out)
+        tuned, how = D.tuned_tiling("forward", problem, operands)
+        times: dict[tuple, float] = {}
+        for coords in ((a, b, c, d) for a in range(len(D.TX_VALUES)) for b in range(len(D.RB_VALUES))
+                       for c in range(len(D.KT_VALUES)) for d in range(len(D.CHUNK_VALUES))):
+            t = D.Tiling.at(coords)
+            if t is None or not D.fits("forward", problem, t, limit) or not (t == tuned or
+                                                                            D.useful("forward", problem, t)):
+                continue
+            launch = D.launcher("forward", problem, t)
+            times[tuple(t.as_list())] = time_ms(lambda: launch(*operands, 1.0, 0.0), repeat=3, warmup=1,
+                                                min_sample_ms=0.5)
+        ranked = sorted(times.items(), key=lambda kv: kv[1])
+        zero_algo, zero_ms = cudnn_zero(problem, ops)
+        y_bytes = problem.n * problem.k * problem.p * problem.q * 4
+        x_bytes = problem.n * problem.c * problem.h * problem.w * 4
+        floor_ms = (y_bytes + x_bytes) / bw * 1e3   # y written and x read once, at the copy rate (read + write)
+        tuned_ms = times[tuple(tuned.as_list())]
+        row = {"layer": name, "problem": problem.describe(), "tilings_timed": len(times),
+               "tuned": tuned.as_list(), "tuned_how": how, "tuned_ms": round(tuned_ms, 4),
+               "best": list(ranked[0][0]), "best_ms": round(ranked[0][1], 4),
+               "top": [[list(k), round(v, 4)] for k, v in ranked[:5]],
+               "worst_ms": round(ranked[-1][1], 4), "cudnn_zero": zero_algo, "cudnn_zero_ms": round(zero_ms, 4),
+               "tuned_vs_cudnn_zero": round(zero_ms / tuned_ms, 3),
+               "best_vs_cudnn_zero": round(zero_ms / ranked[0][1], 3),
+               "floor_ms": round(floor_ms, 4), "wall_s": round(time.time() - t0, 1)}
+        rows.append(row)
+        print(f"{name}: tuned {tuned.as_list()} ({how}) {tuned_ms:.4f} ms, best {ranked[0][0]} {ranked[0][1]:.4f}, "
+              f"cuDNN 0-ws {zero_algo} {zero_ms:.4f} -> {row['tuned_vs_cudnn_zero']}x; floor {floor_ms:.4f} ms",
+              flush=True)
+    tag = f"direct_tiles_{args.layer_set}-{args.dtype}-{args.layout}-b{args.batch}"
+    doc = {"provenance": provenance(), "copy_bandwidth_gbs": round(bw / 1e9, 1), "smem_limit": limit,
+           "device_key": _compile.device_key(), "rows": rows}
+    md = [md_header(f"Direct single-channel forward per tiling: {args.layer_set} b{args.batch} {args.dtype} "
+                    f"{args.layout}", doc["provenance"]),
+          f"Every fitting, useful tiling [tx, rb, kt, chunk] timed; copy bandwidth {doc['copy_bandwidth_gbs']} GB/s "
+          "(the floor: y, and x, moved once at that rate).  Bar (issue 17): direct >= 1.5x cuDNN's zero-workspace "
+          "best.", "",
+          "| layer | tilings | tuned (how) | tuned ms | best | best ms | cuDNN 0-ws | ms | tuned vs 0-ws "
+          "| best vs 0-ws | floor ms |",
+          "|---|---:|---|---:|---|---:|---|---:|---:|---:|---:|"]
+    for r in rows:
+        md.append(f"| {r['layer']} | {r['tilings_timed']} | {r['tuned']} ({r['tuned_how']}) | {r['tuned_ms']} | "
+                  f"{r['best']} | {r['best_ms']} | {r['cudnn_zero']} | {r['cudnn_zero_ms']} | "
+                  f"{r['tuned_vs_cudnn_zero']} | {r['best_vs_cudnn_zero']} | {r['floor_ms']} |")
+    write(args.out, tag, doc, "\n".join(md) + "\n")
+
+
+if __name__ == "__main__":
+    main()
