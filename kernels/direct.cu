@@ -152,6 +152,22 @@ __device__ __forceinline__ void zero_acc(float (&acc)[RB][N]) {
 // The block's first element is addressed once and the others by channel / row strides, and beta is tested once:
 // per element a store and an add, where a full index per element made the single-channel forward's epilogue about
 // as many instructions as its FMAs (a 5x5 filter, 8 channels x 4 rows per thread).
+template <bool BETA, int TY, int RB, int N, typename T>
+__device__ __forceinline__ void store_rows(T* first, const float (&acc)[RB][N], long long cs, long long rs, int row0,
+                                           int H, int nc, float alpha, float beta) {
+#pragma unroll
+    for (int rr = 0; rr < RB; ++rr) {
+        if (row0 + rr * TY >= H) break;
+        T* const row = first + rr * rs;
+#pragma unroll
+        for (int t = 0; t < N; ++t)
+            if (t < nc) {
+                const float v = alpha * acc[rr][t];
+                row[t * cs] = from_float<T>(BETA ? fmaf(beta, to_float(row[t * cs]), v) : v);
+            }
+    }
+}
+
 template <bool NHWC, int TY, int RB, int N, typename T>
 __device__ __forceinline__ void store_acc(T* out, const float (&acc)[RB][N], long long n, int base, int c0,
                                           int per_group, int row0, int col, int C, int H, int W, float alpha,
@@ -159,26 +175,8 @@ __device__ __forceinline__ void store_acc(T* out, const float (&acc)[RB][N], lon
     T* const first = out + act_at<NHWC>(n, base + c0, row0, col, C, H, W);
     const long long cs = NHWC ? 1 : (long long)H * W;
     const long long rs = (long long)TY * W * (NHWC ? C : 1);
-    const int nc = per_group - c0;
-    if (beta == 0.f) {
-#pragma unroll
-        for (int rr = 0; rr < RB; ++rr) {
-            if (row0 + rr * TY >= H) break;
-            T* const row = first + rr * rs;
-#pragma unroll
-            for (int t = 0; t < N; ++t)
-                if (t < nc) row[t * cs] = from_float<T>(alpha * acc[rr][t]);
-        }
-    } else {
-#pragma unroll
-        for (int rr = 0; rr < RB; ++rr) {
-            if (row0 + rr * TY >= H) break;
-            T* const row = first + rr * rs;
-#pragma unroll
-            for (int t = 0; t < N; ++t)
-                if (t < nc) row[t * cs] = from_float<T>(fmaf(beta, to_float(row[t * cs]), alpha * acc[rr][t]));
-        }
-    }
+    if (beta == 0.f) store_rows<false, TY>(first, acc, cs, rs, row0, H, per_group - c0, alpha, beta);
+    else store_rows<true, TY>(first, acc, cs, rs, row0, H, per_group - c0, alpha, beta);
 }
 
 // KT consecutive filter values of one tap (shared memory, warp-uniform address): as float4 reads when KT is a

@@ -328,11 +328,7 @@ def emulate_filter(geo: Geometry, w: np.ndarray, U: np.ndarray) -> None:
     base = o * so + i * si
     g = [[w[base + ((2 - r) if geo.rot else r) * sr + ((2 - s) if geo.rot else s) * ss] for s in range(3)]
          for r in range(3)]
-    u = _separable(_g, g)
-    plane = geo.co * geo.ci
-    for a in range(6):
-        for b in range(6):
-            U[(a * 6 + b) * plane + idx] = u[a][b]
+    _scatter(_separable(_g, g), U, geo.co * geo.ci, idx)
 
 
 def _tile_of(geo: Geometry, idx: np.ndarray, channels: int, t_count: int, t0: int = 0) -> tuple[np.ndarray, ...]:
@@ -347,26 +343,36 @@ def _tile_of(geo: Geometry, idx: np.ndarray, channels: int, t_count: int, t0: in
     return c, nt // geo.tiles_h, nt % geo.tiles_h, tw
 
 
+def _gather(flat: np.ndarray, base: np.ndarray, strides: tuple[int, int], h0: np.ndarray, w0: np.ndarray, size: int,
+            bounds: tuple[int, int]) -> list[list[np.ndarray]]:
+    """A ``size x size`` patch per thread from ``flat`` (rows from ``h0``, columns from ``w0``, element strides
+    ``strides``), zero outside ``[0, bounds)``: the kernels' tile reads."""
+    (sh, sw), (hi, wi) = strides, bounds
+    out = []
+    for a in range(size):
+        row = []
+        for b in range(size):
+            h, ww = h0 + a, w0 + b
+            ok = (h >= 0) & (h < hi) & (ww >= 0) & (ww < wi)
+            row.append(np.where(ok, flat[np.where(ok, base + h * sh + ww * sw, 0)], 0.0))
+        out.append(row)
+    return out
+
+
+def _scatter(block: list[list[np.ndarray]], dst: np.ndarray, plane: int, idx: np.ndarray) -> None:
+    """The 36 transform-domain values of each thread into ``dst`` ([36][plane], the thread's offset ``idx``)."""
+    for a in range(6):
+        for b in range(6):
+            dst[(a * 6 + b) * plane + idx] = block[a][b]
+
+
 def emulate_input(geo: Geometry, x: np.ndarray, V: np.ndarray, t0: int, t_count: int) -> None:
     """wino_input on tiles ``t0 .. t0 + t_count`` of flat ``x`` (image 0 at the view's start)."""
     idx = np.arange(geo.ci * t_count)
     c, n, th, tw = _tile_of(geo, idx, geo.ci, t_count, t0)
     sn, sc, sh, sw = geo.in_strides
-    h0, w0 = 4 * th - geo.pad[0], 4 * tw - geo.pad[1]
-    base = n * sn + c * sc
-    d = []
-    for a in range(6):
-        row = []
-        for b in range(6):
-            h, ww = h0 + a, w0 + b
-            ok = (h >= 0) & (h < geo.hi) & (ww >= 0) & (ww < geo.wi)
-            row.append(np.where(ok, x[np.where(ok, base + h * sh + ww * sw, 0)], 0.0))
-        d.append(row)
-    v = _separable(_bt, d)
-    plane = geo.ci * t_count
-    for a in range(6):
-        for b in range(6):
-            V[(a * 6 + b) * plane + idx] = v[a][b]
+    d = _gather(x, n * sn + c * sc, (sh, sw), 4 * th - geo.pad[0], 4 * tw - geo.pad[1], A_TILE, (geo.hi, geo.wi))
+    _scatter(_separable(_bt, d), V, geo.ci * t_count, idx)
 
 
 def emulate_output(geo: Geometry, M: np.ndarray, y: np.ndarray, t0: int, t_count: int, alpha: float,
@@ -404,20 +410,8 @@ def emulate_dy(geo: Geometry, dy: np.ndarray, Z: np.ndarray, t0: int, t_count: i
     idx = np.arange(geo.co * t_count)
     k, n, th, tw = _tile_of(geo, idx, geo.co, t_count, t0)
     sn, sc, sh, sw = geo.out_strides
-    base = n * sn + k * sc
-    d = []
-    for a in range(4):
-        row = []
-        for b in range(4):
-            h, ww = 4 * th + a, 4 * tw + b
-            ok = (h < geo.ho) & (ww < geo.wo)
-            row.append(np.where(ok, dy[np.where(ok, base + h * sh + ww * sw, 0)], 0.0))
-        d.append(row)
-    z = _separable(_a, d)
-    plane = geo.co * t_count
-    for a in range(6):
-        for b in range(6):
-            Z[(a * 6 + b) * plane + idx] = z[a][b]
+    d = _gather(dy, n * sn + k * sc, (sh, sw), 4 * th, 4 * tw, M_TILE, (geo.ho, geo.wo))
+    _scatter(_separable(_a, d), Z, geo.co * t_count, idx)
 
 
 def emulate_filter_grad(geo: Geometry, U: np.ndarray, w: np.ndarray, alpha: float, beta: float) -> None:
