@@ -1,0 +1,41 @@
+"""benchmarks/table_ablation.py's row filter: ``source`` leaves out every row that runs that source, wrapped ones
+included; ``source:op`` only that op's."""
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+from ucudnn.planning.table import KernelBench, Measurement
+from ucudnn.problem import ConvProblem
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _module():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    spec = importlib.util.spec_from_file_location("table_ablation", ROOT / "benchmarks" / "table_ablation.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+ROWS = [Measurement(4, 1, "FMA", 1.0, 0, "legacy"),
+        Measurement(4, "wino-f4", "FMA", 1.0, 0, "winograd"),
+        Measurement(4, "wino-f4", "FMA", 1.0, 0, "relayout", None, {"relayout": {"source": "winograd"}})]
+
+
+def _kept(drop, op):
+    keep = _module().dropper(drop)
+    k = KernelBench("k", op, ConvProblem(4, 8, 8, 8, 8, 3, 3), ROWS)
+    return [(m.source, m.algo) for m in ROWS if keep(k, m)]
+
+
+def test_a_source_is_dropped_everywhere_it_runs():
+    for op in ("forward", "backward_filter"):
+        assert _kept("winograd", op) == [("legacy", 1)]
+
+
+def test_a_source_op_is_dropped_for_that_op_only():
+    assert _kept("winograd:backward_filter", "backward_filter") == [("legacy", 1)]
+    assert _kept("winograd:backward_filter", "forward") == [(m.source, m.algo) for m in ROWS]
