@@ -6,29 +6,21 @@ is known in advance; the H100 rows are in benchmarks/results/own_kernels_*.jsonl
 """
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from argparse import Namespace
-from pathlib import Path
 
 import pytest
+from bench_scripts import load
 
 from ucudnn.planning.table import KernelBench, Measurement, Skipped
 from ucudnn.problem import ConvProblem
 
-ROOT = Path(__file__).resolve().parents[1]
 MiB = 1 << 20
 
 
 @pytest.fixture(scope="module")
 def ok():
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    spec = importlib.util.spec_from_file_location("own_kernels", ROOT / "benchmarks" / "own_kernels.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["own_kernels"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load("own_kernels")
 
 
 def bench(rows, skipped=()):

@@ -3,26 +3,14 @@ ones included (a relayout or fold row that runs mec inside is a mec row), so NCH
 compare what they claim to."""
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
+from bench_scripts import load
 
 from ucudnn.planning.table import BenchmarkTable, KernelBench, Measurement
 from ucudnn.problem import ConvProblem
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _module():
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    spec = importlib.util.spec_from_file_location("own_sources", ROOT / "benchmarks" / "own_sources.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
 
 def test_rows_that_run_a_left_out_source_inside_a_wrapper_are_left_out_too():
-    own = _module()
+    own = load("own_sources")
     rows = [Measurement(4, 1, "FMA", 1.0, 0, "legacy"),
             Measurement(4, "mec-A", "FMA", 1.0, 0, "mec"),
             Measurement(4, 1, "FMA", 1.0, 0, "relayout", None, {"relayout": {"source": "legacy"}}),

@@ -2,22 +2,10 @@
 included; ``source:op`` only that op's."""
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
+from bench_scripts import load
 
 from ucudnn.planning.table import KernelBench, Measurement
 from ucudnn.problem import ConvProblem
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _module():
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    spec = importlib.util.spec_from_file_location("table_ablation", ROOT / "benchmarks" / "table_ablation.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 ROWS = [Measurement(4, 1, "FMA", 1.0, 0, "legacy"),
@@ -26,7 +14,7 @@ ROWS = [Measurement(4, 1, "FMA", 1.0, 0, "legacy"),
 
 
 def _kept(drop, op):
-    keep = _module().dropper(drop)
+    keep = load("table_ablation").dropper(drop)
     k = KernelBench("k", op, ConvProblem(4, 8, 8, 8, 8, 3, 3), ROWS)
     return [(m.source, m.algo) for m in ROWS if keep(k, m)]
 

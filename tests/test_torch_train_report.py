@@ -5,23 +5,15 @@ benchmarks/results/torch_train_h100.jsonl.
 """
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
+from bench_scripts import load
 
 
 @pytest.fixture(scope="module")
 def tt():
-    spec = importlib.util.spec_from_file_location("torch_train", ROOT / "benchmarks" / "torch_train.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["torch_train"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load("torch_train")
 
 
 def run(model, mode, impl, images, cap=None, status="ok", sources_used=None, batch=128):
@@ -70,9 +62,7 @@ def test_the_report_says_where_runs_were_measured_and_never_reads_this_machine(t
 def test_host_ab_pairs_each_after_run_with_the_before_run_just_before_it_per_machine():
     """benchmarks/torch_host_ab.py's report: interleaved runs of two code trees on one machine are compared in
     pairs (an after-run against the before-run just preceding it), never across machines."""
-    spec = importlib.util.spec_from_file_location("torch_host_ab", ROOT / "benchmarks" / "torch_host_ab.py")
-    ab = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ab)
+    ab = load("torch_host_ab")
 
     def rec(machine, t, label, ms):
         return {"machine": machine, "recorded_at": f"2026-01-01T00:00:{t:02d}", "mode": "amp", "label": label,
