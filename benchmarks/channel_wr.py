@@ -9,7 +9,10 @@ rows, so every plan is made from the same measurements:
 * ``channels`` — WR at the limit with channel slices as well;
 * ``unbounded`` — WR from the batch-only rows with ``--unbounded`` (4 GiB) per kernel: the best each kernel
   reaches with the same sources when workspace is no object;
-* ``pytorch`` — ``cudnn.benchmark``, unbounded workspace (``--torch``).
+* ``pytorch`` — ``cudnn.benchmark``, unbounded workspace (``--torch``);
+* ``without`` — with ``--without SRC[,SRC]``: WR at the limit from the same table without those sources' rows
+  (wrapped ones included, ``own_sources.restricted``), channel slices kept: issue 18's "with and without the new
+  configurations" executed in the same run.
 
 Each plan is executed (median of event-timed runs of each kernel's plan, summed; ``execute_plan`` of
 core_wr.py) and reported with its largest per-kernel workspace.  Bars (issue 18, FP32 strict): at 64 MiB the
@@ -58,6 +61,7 @@ def main() -> None:
     ap.add_argument("--table-out", default=None)
     ap.add_argument("--out", default="benchmarks/results")
     ap.add_argument("--suffix", default="")
+    ap.add_argument("--without", default=None, help="also plan each limit without these sources' rows")
     args = ap.parse_args()
 
     import cupy as cp
@@ -111,6 +115,14 @@ def main() -> None:
         row: dict = {"limit_bytes": limit}
         row["batch"], _ = run(plain, limit)
         row["channels"], ch_plan = run(table, limit)
+        if args.without:
+            from own_sources import restricted
+
+            kept = set(table.extra.get("sources") or args.sources.split(",")) - set(args.without.split(","))
+            row["without"], _ = run(restricted(table, kept), limit)
+            wo = row["without"]
+            if "executed_ms" in wo and "executed_ms" in row["channels"]:
+                row["speedup_vs_without"] = round(wo["executed_ms"] / row["channels"]["executed_ms"], 3)
         ch, ba = row["channels"], row["batch"]
         if "executed_ms" in ch and "executed_ms" in ba:
             row["speedup_vs_batch"] = round(ba["executed_ms"] / ch["executed_ms"], 3)
@@ -135,7 +147,8 @@ def main() -> None:
               "sliced": sum(m.channels is not None for k in table.kernels for m in k.measurements)}
     doc = {"provenance": prov, "network": args.network, "batch": args.batch, "dtype": args.dtype,
            "layout": args.layout, "numerics": numerics, "sources": args.sources,
-           "channel_policy": args.channel_policy, "benchmark_s": bench_s, "rows_recorded": counts,
+           "channel_policy": args.channel_policy, "without": args.without, "benchmark_s": bench_s,
+           "rows_recorded": counts,
            "unbounded_limit": unb_limit, "unbounded": unbounded, "pytorch_ms": torch_ms, "rows": rows}
     tag = f"channel_wr_{args.network}-b{args.batch}-{args.dtype}-{args.layout}-{numerics}{args.suffix}"
     write(args.out, tag, doc, markdown(prov, doc))
@@ -160,6 +173,15 @@ def markdown(prov: dict, doc: dict) -> str:
                      f"({ch.get('max_workspace_mib', '-')}) | {ch.get('sliced_kernels', '-')} | "
                      f"{r.get('speedup_vs_batch', '-')} | {r.get('fraction_of_unbounded', '-')} | "
                      f"{r.get('vs_pytorch', '-')} |")
+    if doc.get("without"):
+        lines += ["", f"The same limits planned without {doc['without']} (same table, channel slices kept):", "",
+                  "| limit / kernel | without: ms (max ws MiB) | with: ms | speed-up with them |",
+                  "|---|---:|---:|---:|"]
+        for r in doc["rows"]:
+            wo, ch = r.get("without", {}), r["channels"]
+            lines.append(f"| {r['limit_bytes'] // MiB} MiB | {wo.get('executed_ms', wo.get('error'))} "
+                         f"({wo.get('max_workspace_mib', '-')}) | {ch.get('executed_ms', ch.get('error'))} | "
+                         f"{r.get('speedup_vs_without', '-')} |")
     for r in doc["rows"]:
         if r["short_kernels"]:
             lines += ["", f"Kernels under 90% of their unbounded speed at {r['limit_bytes'] // MiB} MiB "
