@@ -96,6 +96,7 @@ def main() -> None:
                "tuned": tuned.as_list(), "tuned_how": how, "tuned_ms": round(tuned_ms, 4),
                "best": list(ranked[0][0]), "best_ms": round(ranked[0][1], 4),
                "top": [[list(k), round(v, 4)] for k, v in ranked[:5]],
+               "all": [[list(k), round(v, 4)] for k, v in ranked],   # every tile: a tuner can be replayed on it
                "worst_ms": round(ranked[-1][1], 4), "cudnn_zero": zero_algo, "cudnn_zero_ms": round(zero_ms, 4),
                "tuned_vs_cudnn_zero": round(zero_ms / tuned_ms, 3),
                "best_vs_cudnn_zero": round(zero_ms / ranked[0][1], 3),
