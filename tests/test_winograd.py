@@ -467,3 +467,32 @@ def test_kernel_source_compiles_without_local_memory(arch, tmp_path):
     assert len(kernels) == 9, proc.stderr
     for fn, *local in kernels:
         assert local == ["0", "0", "0"], f"{fn} uses local memory on {arch}"
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("op", OPS)
+def test_the_source_hands_cublas_the_described_gemm_with_its_constant_scalars(op, layout, monkeypatch):
+    """What cublasGemmStridedBatchedEx receives is geo.gemm's column-major call on the workspace buffers, alpha 1 and
+    beta the Gemm's own (0; backward filter: 0 on a call's first chunk, 1 after) read as host float32 scalars."""
+    import ctypes
+
+    from ucudnn.binding import cublas
+    from ucudnn.measure.sources import winograd as src
+
+    calls = []
+    monkeypatch.setattr(cublas, "gemm_strided_batched", lambda *a: calls.append(a))
+    geo = Geometry.of(ConvProblem(3, 5, 13, 11, 4, 3, 3, pad=1, layout=layout), op)
+    bufs = {"U": 1 << 20, "V": 2 << 20, "M": 3 << 20}
+    for accumulate in (False, True):
+        src._gemm_call(geo, 7, "32F_PEDANTIC", accumulate)(99, bufs)
+        cm = geo.gemm(0, 7, accumulate).column_major()
+        h, ta, tb, m, n, k, alpha, a, _, lda, sa, b, _, ldb, sb, beta, c, _, ldc, sc, batch, compute = calls[-1]
+        assert (h, ta, tb, m, n, k) == (99, cublas.OPERATIONS[cm["transa"]], cublas.OPERATIONS[cm["transb"]],
+                                        cm["m"], cm["n"], cm["k"])
+        assert (a, b, c) == (bufs[cm["A"][0]], bufs[cm["B"][0]], bufs[cm["C"][0]])
+        assert (lda, sa, ldb, sb, ldc, sc, batch) == (cm["lda"], cm["strideA"], cm["ldb"], cm["strideB"], cm["ldc"],
+                                                      cm["strideC"], cm["batchCount"])
+        assert compute == cublas.COMPUTE_TYPES["32F_PEDANTIC"]
+        scalar = lambda p: ctypes.c_float.from_address(p).value   # noqa: E731
+        assert scalar(alpha) == 1.0
+        assert scalar(beta) == (1.0 if accumulate and op == "backward_filter" else 0.0)

@@ -48,22 +48,19 @@ offer slices to this source: chunk variants already multiply its rows).
 """
 from __future__ import annotations
 
-from typing import Any
-
-import numpy as np
+from typing import Any, Callable
 
 from ...binding import cublas
 from ...errors import InputError, UcudnnError
 from ...planning.table import Measurement, Skipped
 from ...problem import ConvProblem
 from .base import BenchSettings, Launch, Operands, Prepared, Pruner, measured_or_skipped, timed_beta
-from .mec import compute_for
+from .mec import _Scalars, compute_for
 
 ALGO = "wino-f4"
-#: the GEMMs' host scalars 1 and 0 (host pointer mode: cuBLAS reads them at enqueue, so they live as long as the
-#: module; a launch's local array would be freed when prepare returns and its address reused)
-_SCALARS = np.array([1.0, 0.0], np.float32)
-_ONE, _ZERO = _SCALARS.ctypes.data, _SCALARS.ctypes.data + 4
+#: the constants 1 and 0 the GEMMs scale by, as host scalars (mec's; host pointer mode: cuBLAS reads them at
+#: enqueue, so they live as long as the module -- a launch's local array would be freed when prepare returns)
+_CONSTANTS = _Scalars.new()
 
 
 def problem_refusal(problem: ConvProblem, op: str) -> str | None:
@@ -135,11 +132,9 @@ def _launch(problem: ConvProblem, op: str, chunk: int, compute: str, tiles: int 
     filter_, input_, output_ = launchers(geo)
     need = geo.workspace_bytes(chunk, tiles)
     offsets = {name: off for name, off, _ in geo.segments(chunk, tiles)}
-    dtype, ctype = cublas.DATA_TYPES["float32"], cublas.COMPUTE_TYPES[compute]
-    one, zero = _ONE, _ZERO
     chunks = geo.ranges(problem.n, chunk, tiles)     # (first tile, tiles): x / y stay at image 0
     what = f"chunks of {chunk} images" if tiles is None else f"chunks of {tiles} tiles"
-    gemms = {count: _gemm_args(geo, count) for _, count in chunks}
+    gemms = {count: _gemm_call(geo, count, compute) for _, count in chunks}
     forward = op == "forward"
 
     def launch(ops: Operands, workspace: int, workspace_bytes: int, alpha: float, beta: float) -> None:
@@ -151,21 +146,30 @@ def _launch(problem: ConvProblem, op: str, chunk: int, compute: str, tiles: int 
         cublas.bind(h, cp.cuda.get_current_stream().ptr)
         filter_(w, bufs["U"])
         for t0, count in chunks:
-            ta, tb, m, n, k, an, lda, sa, bn, ldb, sb, cn, ldc, sc, batch = gemms[count]
             input_(x, bufs["V"], t0, count)
-            cublas.gemm_strided_batched(h, ta, tb, m, n, k, one, bufs[an], dtype, lda, sa, bufs[bn], dtype, ldb, sb,
-                                        zero, bufs[cn], dtype, ldc, sc, batch, ctype)
+            gemms[count](h, bufs)
             output_(bufs["M"], y, t0, count, alpha, beta)
 
     return launch
 
 
-def _gemm_args(geo: Any, count: int, accumulate: bool = False) -> tuple:
-    """cublasGemmStridedBatchedEx's arguments (buffer names for the pointers) of a chunk of ``count`` tiles."""
-    cm = geo.gemm(0, count, accumulate).column_major()
-    return (cublas.OPERATIONS[cm["transa"]], cublas.OPERATIONS[cm["transb"]], cm["m"], cm["n"], cm["k"], cm["A"][0],
-            cm["lda"], cm["strideA"], cm["B"][0], cm["ldb"], cm["strideB"], cm["C"][0], cm["ldc"], cm["strideC"],
-            cm["batchCount"])
+def _gemm_call(geo: Any, count: int, compute: str, accumulate: bool = False) -> Callable[[int, dict[str, int]], None]:
+    """``call(handle, buffers)``: the cublasGemmStridedBatchedEx of a chunk of ``count`` tiles as ``geo.gemm``
+    describes it (operands by workspace buffer name, its alpha and beta as host constants)."""
+    gm = geo.gemm(0, count, accumulate)
+    cm = gm.column_major()
+    ta, tb = cublas.OPERATIONS[cm["transa"]], cublas.OPERATIONS[cm["transb"]]
+    dtype, ctype = cublas.DATA_TYPES["float32"], cublas.COMPUTE_TYPES[compute]
+    alpha, beta = _CONSTANTS.ptr(gm.alpha, 0), _CONSTANTS.ptr(gm.beta, 1)
+    m, n, k, lda, sa, ldb, sb, ldc, sc, batch = (cm[key] for key in ("m", "n", "k", "lda", "strideA", "ldb",
+                                                                     "strideB", "ldc", "strideC", "batchCount"))
+    (an, ao), (bn, bo), (cn, co) = cm["A"], cm["B"], cm["C"]
+
+    def call(h: int, bufs: dict[str, int]) -> None:
+        cublas.gemm_strided_batched(h, ta, tb, m, n, k, alpha, bufs[an] + 4 * ao, dtype, lda, sa, bufs[bn] + 4 * bo,
+                                    dtype, ldb, sb, beta, bufs[cn] + 4 * co, dtype, ldc, sc, batch, ctype)
+
+    return call
 
 
 def _launch_backward_filter(cp: Any, geo: Any, n: int, chunk: int, compute: str, tiles: int | None) -> Launch:
@@ -175,11 +179,9 @@ def _launch_backward_filter(cp: Any, geo: Any, n: int, chunk: int, compute: str,
     input_, dy_, grad_ = backward_filter_launchers(geo)
     need = geo.workspace_bytes(chunk, tiles)
     bufs0 = {name: off for name, off, _ in geo.segments(chunk, tiles)}
-    dtype, ctype = cublas.DATA_TYPES["float32"], cublas.COMPUTE_TYPES[compute]
-    one, zero = _ONE, _ZERO                          # GEMM alpha = 1; beta 0 on the first chunk, 1 after
-    chunks = geo.ranges(n, chunk, tiles)
-    steps = [(t0, count, _gemm_args(geo, count, i > 0), zero if i == 0 else one)
-             for i, (t0, count) in enumerate(chunks)]
+    # the GEMM overwrites dU on the call's first chunk and adds to it after (geo.gemm's beta)
+    steps = [(t0, count, _gemm_call(geo, count, compute, accumulate=i > 0))
+             for i, (t0, count) in enumerate(geo.ranges(n, chunk, tiles))]
     what = f"chunks of {chunk} images" if tiles is None else f"chunks of {tiles} tiles"
 
     def launch(ops: Operands, workspace: int, workspace_bytes: int, alpha: float, beta: float) -> None:
@@ -190,12 +192,10 @@ def _launch_backward_filter(cp: Any, geo: Any, n: int, chunk: int, compute: str,
         bufs = {name: workspace + off for name, off in bufs0.items()}
         h = cublas.handle()
         cublas.bind(h, cp.cuda.get_current_stream().ptr)
-        for t0, count, args, gemm_beta in steps:
-            ta, tb, m, nn, k, an, lda, sa, bn, ldb, sb, cn, ldc, sc, batch = args
+        for t0, count, gemm in steps:
             input_(x, bufs["V"], t0, count)
             dy_(dy, bufs["M"], t0, count)
-            cublas.gemm_strided_batched(h, ta, tb, m, nn, k, one, bufs[an], dtype, lda, sa, bufs[bn], dtype, ldb, sb,
-                                        gemm_beta, bufs[cn], dtype, ldc, sc, batch, ctype)
+            gemm(h, bufs)
         grad_(bufs["U"], dw, alpha, beta)
 
     return launch
