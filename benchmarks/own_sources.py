@@ -40,12 +40,9 @@ def chain(m) -> list[str]:
 def restricted(table, sources: set[str]):
     """``table`` with only the rows every source of whose :func:`chain` is in ``sources`` (so "without mec"
     also drops relayout's and fold's rows that run mec inside)."""
-    from ucudnn.planning.table import BenchmarkTable, KernelBench
-
-    kernels = [KernelBench(k.name, k.op, k.problem, [m for m in k.measurements if set(chain(m)) <= sources],
-                           k.skipped, k.benchmark_seconds) for k in table.kernels]
-    extra = {**table.extra, "sources": [s for s in table.extra.get("sources", []) if s in sources]}
-    return BenchmarkTable(table.device, table.cudnn_version, kernels, table.numerics, extra)
+    kept = table.filtered(lambda k, m: set(chain(m)) <= sources)
+    kept.extra["sources"] = [s for s in table.extra.get("sources", []) if s in sources]
+    return kept
 
 
 def main() -> None:
