@@ -16,8 +16,9 @@
 // the launcher picks the one that is contiguous in memory, so a warp's loads coalesce.  CIN orders (c,r,s) and
 // (k,r,s) channel-innermost (NHWC) or tap-innermost (NCHW); VA / VB make a thread's four loads one float4 where
 // they are contiguous and 16-byte aligned (the launcher checks): four kk of one row / column (A_K / B_K), else
-// four consecutive rows / columns of one kk (NHWC channels: backward filter's dy and x, backward data's w).  Backward filter with gridDim.z > 1 splits the reduction
-// and adds with atomicAdd into dw, which igemm_scale has multiplied by beta first (not deterministic).
+// four consecutive rows / columns of one kk (NHWC channels: backward filter's dy and x, backward data's w).
+// Backward filter with gridDim.z > 1 splits the reduction and adds with atomicAdd into dw, which igemm_scale has
+// multiplied by beta first (not deterministic).
 #include "common.cuh"
 
 #define IG_BM 128

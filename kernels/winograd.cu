@@ -9,10 +9,10 @@
 // machinery on dy with the filter rotated by 180 degrees and its K / C roles swapped (wino_filter's ROT).
 // kernels/winograd.py holds the matrices, the geometry, a float64 reference and a CPU emulation of these kernels.
 //
-// Workspace (float32):  U [36][Co][Ci] (dU for backward filter); M holds Z for backward filter; V and M per transform-domain point either channel-major
-// ([36][Ci][T], [36][Co][T]: CMINOR = false, for NCHW tensors) or channel-minor ([36][T][Ci], [36][T][Co]:
-// CMINOR = true, for NHWC tensors).  Either way a thread's linear index within a plane is its offset there, and
-// consecutive threads walk the tensor's fastest dimension (tiles along a row for NCHW, channels for NHWC).
+// Workspace (float32):  U [36][Co][Ci] (dU for backward filter; M then holds Z); V and M per transform-domain point
+// either channel-major ([36][Ci][T], [36][Co][T]: CMINOR = false, for NCHW tensors) or channel-minor ([36][T][Ci],
+// [36][T][Co]: CMINOR = true, for NHWC tensors).  Either way a thread's linear index within a plane is its offset
+// there, and consecutive threads walk the tensor's fastest dimension (tiles along a row for NCHW, channels for NHWC).
 // Tiles: g = (n*TH + th)*TW + tw over the n images of the call (x / y point at image 0).  A chunk is a flat RANGE
 // of T_ tiles starting at tile t0 (whole images, a few tile rows of one image, or a range across an image
 // boundary): the thread's local tile t (0 <= t < T_) indexes V / M, its global tile g = t0 + t picks the 6x6 patch

@@ -6,21 +6,22 @@ reduction is only R*S long.  A direct kernel stages a tile of the input plane an
 shared memory, so it is bound by writing y.  Multi-channel layers get the seed's stride-fixed blocks with
 prefetching; there cuDNN is usually faster, and the planner sees that from the measurements.
 
-Seed kernels: one configuration per (op, micro-batch): forward (``algo`` ``direct-single`` or ``direct-multi``) or backward data
-(a direct transposed convolution, gather form, deterministic; ``direct-single`` / ``direct-multi`` by the same
-family of the layer).  Backward filter, dilation other than 1 and dtypes other than float32 / float16 are recorded
-as skipped.  The tile sizes are tuned per shape class and device (``kernels/autotune``, cached beside ucudnn's
-database) and recorded in ``extra["direct"]``, so :meth:`DirectSource.prepare` rebuilds exactly the measured
-launch whatever the tuning cache holds later.
+Seed kernels: one configuration per (op, micro-batch): forward (``algo`` ``direct-single`` or ``direct-multi``) or
+backward data (a direct transposed convolution, gather form, deterministic; ``direct-single`` / ``direct-multi`` by
+the same family of the layer).  Backward filter, dilation other than 1 and dtypes other than float32 / float16 are
+recorded as skipped.  The tile sizes are tuned per shape class and device (``kernels/autotune``, cached beside
+ucudnn's database) and recorded in ``extra["direct"]``, so :meth:`DirectSource.prepare` rebuilds exactly the
+measured launch whatever the tuning cache holds later.
 
 Implicit GEMM (``direct-igemm``, ``kernels/igemm.cu``): every float32 layer without groups also gets
 configurations of the FP32 implicit-GEMM kernel, one per tile (``kernels.igemm.variants``: 128 x 128 with one or
-two stages per buffer, 128 x 64 for narrow GEMMs; ``extra["direct"]["bn"]`` / ``["ks"]``), for all three ops: each op one GEMM over the micro-batch, its
-lowered operand gathered in the tile loads, so still no workspace.  Why beside the seed's kernels: within 8 MiB
-cuDNN runs AlexNet b256's FP32 layers at 11-20 TFLOPS, and the seed's multi-channel kernel (stride-fixed blocks)
-below that; a 128 x 128 GEMM tile gives the FMA units ten times more work per loaded element.  Its backward filter
-splits the reduction over blocks that add atomically (``extra["direct"]["splits"]``, recorded so ``prepare`` runs
-the measured launch): not deterministic when split, so ``-deterministic`` numerics measure it unsplit.
+two stages per buffer, 128 x 64 for narrow GEMMs; ``extra["direct"]["bn"]`` / ``["ks"]``), for all three ops: each
+op one GEMM over the micro-batch, its lowered operand gathered in the tile loads, so still no workspace.  Why
+beside the seed's kernels: within 8 MiB cuDNN runs AlexNet b256's FP32 layers at 11-20 TFLOPS, and the seed's
+multi-channel kernel (stride-fixed blocks) below that; a 128 x 128 GEMM tile gives the FMA units ten times more work
+per loaded element.  Its backward filter splits the reduction over blocks that add atomically
+(``extra["direct"]["splits"]``, recorded so ``prepare`` runs the measured launch): not deterministic when split, so
+``-deterministic`` numerics measure it unsplit.
 
 Numerics: float32 runs FP32 FMA only (math type ``FMA``: allowed by every numerics mode, ``strict`` included);
 float16 data accumulates in float32 (``DEFAULT``, as cuDNN labels its FP32-accumulating configurations: allowed
