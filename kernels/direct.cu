@@ -524,6 +524,121 @@ direct_bwd(const T* __restrict__ w, const T* __restrict__ dy, T* __restrict__ dx
     if (wcol < W) store_acc<NHWC, TY>(dx, acc, blockIdx.z, g * CG, c0, CG, h0 + ty, wcol, C, H, W, alpha, beta);
 }
 
+// ---------------------------------------------------------------------------------------------------------------
+// Depthwise 3x3, stride 1, padding 1, one filter per channel (C = K = G), NCHW (direct_dw3).  Why its own kernel:
+// such a layer moves x and y once and does 9 FMAs per output, so it is bound by memory bandwidth, and a block that
+// stages a tile in shared memory for one filter's 9 taps (direct_fwd_single at KT = 1) spends its time waiting on
+// the tile it stages: H200, MobileNet's 112x112 first depthwise layer, b256, 0.67 ms against a 0.19 ms copy floor.
+// Here a warp walks down a band of RW rows of one (sample, channel) plane, 128 columns at a time (4 per lane),
+// with a sliding window of three input rows in registers: each input row is loaded once (16-byte loads where
+// the rows are 16-byte aligned, VEC), its left and right neighbours come from the adjacent lanes by shuffles
+// (from global memory only at a 128-column segment's edge), and each output row is stored once.  The row after
+// next is loaded before the current row is computed, so a warp keeps two rows of loads in flight.  ROT rotates
+// the taps by 180 degrees: backward data of the same layer (dx = correlation of dy with the rotated filter, also
+// padding 1, channel c from channel c).  Warps: N*C planes x bands x ceil(W / 128) segments, 8 per block.
+struct Dw3Row {
+    float v[6];   // columns col - 1 .. col + 4 of one input row (zeros outside the plane: the padding)
+};
+
+template <typename T, bool VEC>
+__device__ __forceinline__ void dw3_load(const T* __restrict__ plane, int row, int H, int W, int col, float4& raw) {
+    raw = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (row < 0 || row >= H) return;     // warp-uniform
+    const T* p = plane + (long long)row * W + col;
+    if (VEC) {
+        if (col < W) raw = *reinterpret_cast<const float4*>(p);
+    } else {
+        if (col < W) raw.x = to_float(p[0]);
+        if (col + 1 < W) raw.y = to_float(p[1]);
+        if (col + 2 < W) raw.z = to_float(p[2]);
+        if (col + 3 < W) raw.w = to_float(p[3]);
+    }
+}
+
+// The window row of a loaded row: the lane's 4 values and its neighbours' edge values (shuffles; at a segment's
+// first and last lane the neighbour column is read from the plane, or is padding).
+template <typename T>
+__device__ __forceinline__ Dw3Row dw3_row(const T* __restrict__ plane, int row, int H, int W, int col, int lane,
+                                          const float4& raw) {
+    Dw3Row r;
+    r.v[1] = raw.x; r.v[2] = raw.y; r.v[3] = raw.z; r.v[4] = raw.w;
+    float left = __shfl_up_sync(0xffffffffu, raw.w, 1);
+    float right = __shfl_down_sync(0xffffffffu, raw.x, 1);
+    const bool inrow = row >= 0 && row < H;
+    if (lane == 0) left = (inrow && col > 0 && col - 1 < W) ? to_float(plane[(long long)row * W + col - 1]) : 0.f;
+    if (lane == 31) right = (inrow && col + 4 < W) ? to_float(plane[(long long)row * W + col + 4]) : 0.f;
+    r.v[0] = left;
+    r.v[5] = right;
+    return r;
+}
+
+template <typename T, bool ROT, bool VEC, int MINB>
+__global__ void __launch_bounds__(DIRECT_NT, MINB)   // MINB blocks an SM at least: registers against loads in flight
+direct_dw3(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y, int C, int H, int W, int RW,
+           int bands, int segs, long long warps, float alpha, float beta) {
+    static_assert(!VEC || sizeof(T) == 4, "16-byte rows are float rows");
+    const long long wid = (long long)blockIdx.x * (DIRECT_NT / 32) + threadIdx.x / 32;
+    if (wid >= warps) return;   // whole warps only: the shuffles below see all 32 lanes
+    const int lane = threadIdx.x & 31;
+    const int seg = (int)(wid % segs);
+    const long long rest = wid / segs;
+    const int band = (int)(rest % bands);
+    const long long plane = rest / bands;                 // n * C + c
+    const int c = (int)(plane % C);
+    const T* const xp = x + plane * H * (long long)W;
+    T* const yp = y + plane * H * (long long)W;
+    float f[9];
+#pragma unroll
+    for (int i = 0; i < 9; ++i) f[i] = to_float(w[c * 9 + (ROT ? 8 - i : i)]);
+    const int col = seg * 128 + lane * 4;
+    const int p0 = band * RW, p1 = min(H, p0 + RW);
+    float4 r0, r1, r2;
+    dw3_load<T, VEC>(xp, p0 - 1, H, W, col, r0);
+    dw3_load<T, VEC>(xp, p0, H, W, col, r1);
+    dw3_load<T, VEC>(xp, p0 + 1, H, W, col, r2);
+    Dw3Row a = dw3_row<T>(xp, p0 - 1, H, W, col, lane, r0);
+    Dw3Row b = dw3_row<T>(xp, p0, H, W, col, lane, r1);
+    for (int p = p0; p < p1; ++p) {
+        float4 next;
+        dw3_load<T, VEC>(xp, p + 2, H, W, col, next);     // in flight while row p is computed
+        const Dw3Row cur = dw3_row<T>(xp, p + 1, H, W, col, lane, r2);
+        float o[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            float s = 0.f;
+#pragma unroll
+            for (int t = 0; t < 3; ++t) {
+                s = fmaf(f[t], a.v[j + t], s);
+                s = fmaf(f[3 + t], b.v[j + t], s);
+                s = fmaf(f[6 + t], cur.v[j + t], s);
+            }
+            o[j] = s;
+        }
+        T* const out = yp + (long long)p * W + col;
+        if (VEC) {
+            if (col < W) {
+                float4 v = make_float4(alpha * o[0], alpha * o[1], alpha * o[2], alpha * o[3]);
+                if (beta != 0.f) {
+                    const float4 old = *reinterpret_cast<const float4*>(out);
+                    v.x += beta * old.x; v.y += beta * old.y; v.z += beta * old.z; v.w += beta * old.w;
+                }
+                *reinterpret_cast<float4*>(out) = v;
+            }
+        } else {
+#pragma unroll
+            for (int j = 0; j < 4; ++j)
+                if (col + j < W) {
+                    float v = alpha * o[j];
+                    if (beta != 0.f) v += beta * to_float(out[j]);
+                    out[j] = from_float<T>(v);
+                }
+        }
+        a = b;
+        b = cur;
+        r2 = next;
+    }
+}
+
 #ifdef UCUDNN_NVCC_CHECK
 #define DIRECT_FWD_ARGS(T) const T*, const T*, T*, int, int, int, int, int, int, int, int, int, int, int, int, int, \
     int, int, float, float
@@ -537,4 +652,9 @@ template __global__ void direct_fwd_multi<half_t, true, 32, 4, 4, 2, false>(DIRE
 template __global__ void direct_bwd<float, false, 32, 2, 4, 4, true>(DIRECT_FWD_ARGS(float));
 template __global__ void direct_bwd<float, false, 32, 4, 1, 8, false>(DIRECT_FWD_ARGS(float));
 template __global__ void direct_bwd<half_t, true, 8, 2, 4, 2, false>(DIRECT_FWD_ARGS(half_t));
+#define DIRECT_DW3_ARGS(T) const T*, const T*, T*, int, int, int, int, int, int, long long, float, float
+template __global__ void direct_dw3<float, false, true, 1>(DIRECT_DW3_ARGS(float));
+template __global__ void direct_dw3<float, false, true, 5>(DIRECT_DW3_ARGS(float));
+template __global__ void direct_dw3<float, true, false, 1>(DIRECT_DW3_ARGS(float));
+template __global__ void direct_dw3<half_t, false, false, 1>(DIRECT_DW3_ARGS(half_t));
 #endif

@@ -290,6 +290,122 @@ def launcher(op: str, problem: ConvProblem, t: Tiling, async_copy: bool = False)
     return launch
 
 
+# ---- depthwise 3x3 (direct_dw3) ---------------------------------------------------------------------------------
+DW3 = "direct_dw3"
+DW3_SEGMENT = 128             # columns a warp covers at a time: 32 lanes x 4
+DW3_WARPS = NT // 32          # warps per block
+DW3_ROWS = (4, 8, 16, 32, 0)  # rows of a warp's band (0: the whole plane)
+DW3_MINB = (1, 5)             # the kernel's launch bound: blocks an SM must hold (1: no register cap)
+
+
+def dw3_refusal(op: str, problem: ConvProblem) -> str | None:
+    """Why :data:`DW3` does not run ``op`` on ``problem`` (None: it does): it is the depthwise 3x3, stride 1,
+    padding 1 layer (one filter per channel) in NCHW, forward and backward data."""
+    p = problem
+    why = refusal(op, p)
+    if why:
+        return why
+    if not (p.groups == p.c == p.k):
+        return "not depthwise with one filter per channel"
+    if (p.r, p.s) != (3, 3) or p.stride != (1, 1) or p.pad != (1, 1):
+        return "not 3x3, stride 1, padding 1"
+    if p.layout != "NCHW":
+        return "NHWC (the single-channel kernel runs it)"
+    return None
+
+
+def dw3_geometry(problem: ConvProblem, rows: int) -> tuple[int, int, int, int]:
+    """(rows per band, bands per plane, 128-column segments per row, warps) of a launch at ``problem.n``."""
+    if rows not in DW3_ROWS:
+        raise InputError(f"must be one of {DW3_ROWS}, got {rows!r}", "rows")
+    rw = problem.h if rows == 0 else min(rows, problem.h)
+    bands, segs = -(-problem.h // rw), -(-problem.w // DW3_SEGMENT)
+    return rw, bands, segs, problem.n * problem.c * bands * segs
+
+
+def dw3_launcher(op: str, problem: ConvProblem, rows: int, minb: int = 1) -> Launcher:
+    """``launch(a, b, out, alpha, beta)`` of :data:`DW3` in cuDNN's operand order (as :func:`launcher`): 16-byte
+    rows (float, W a multiple of 4) when x / dy and y / dx are 16-byte aligned, else element loads; both
+    instances are compiled here, so a launch compiles nothing."""
+    why = dw3_refusal(op, problem)
+    if why:
+        raise InputError(f"{DW3} cannot run {op} on {problem.describe()}: {why}", "problem")
+    if minb not in DW3_MINB:
+        raise InputError(f"must be one of {DW3_MINB}, got {minb!r}", "minb")
+    p = problem
+    rw, bands, segs, warps = dw3_geometry(p, rows)
+    rot = "true" if op == "backward_data" else "false"
+    vec_ok = p.dtype == "float32" and p.w % 4 == 0
+
+    def kernel_of(vec: bool) -> Any:
+        return _compile.get_kernel(SOURCE, f"{DW3}<{_CTYPE[p.dtype]},{rot},{'true' if vec else 'false'},{minb}>")
+
+    scalar = kernel_of(False)
+    vector = kernel_of(True) if vec_ok else None
+    ints = tuple(np.int32(v) for v in (p.c, p.h, p.w, rw, bands, segs)) + (np.int64(warps),)
+    grid = (-(-warps // DW3_WARPS), 1, 1)
+
+    def launch(a: int, b: int, out: int, alpha: float, beta: float) -> None:
+        src, w = (a, b) if op == "forward" else (b, a)
+        kernel = vector if vector is not None and not (src | out) % 16 else scalar
+        kernel(grid, (NT,), (src, w, out) + ints + (np.float32(alpha), np.float32(beta)))
+
+    return launch
+
+
+def dw3_emulate(op: str, problem: ConvProblem, rows: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``op``'s output computed warp by warp the way :data:`DW3` does -- each warp's plane, band and segment from
+    its index, each lane's 4 columns, the neighbours' columns by the shuffles' rule (a segment's edge lanes read
+    the plane, or the padding), the taps rotated for backward data -- in float64 (NCHW).  The CPU tests compare it
+    with the references."""
+    p = problem
+    rw, bands, segs, warps = dw3_geometry(p, rows)
+    x, w = (a, b) if op == "forward" else (b, a)
+    x = np.asarray(x, np.float64)
+    taps = np.asarray(w, np.float64).reshape(p.c, 9)
+    if op == "backward_data":
+        taps = taps[:, ::-1]
+    out = np.full((p.n, p.c, p.h, p.w), np.nan)
+    lanes = np.arange(32)
+
+    def window(plane: np.ndarray, row: int, col: np.ndarray) -> np.ndarray:
+        """[32 lanes][6]: columns col - 1 .. col + 4 of ``row`` as the kernel assembles them."""
+        raw = np.zeros((32, 4))
+        if 0 <= row < p.h:
+            for j in range(4):
+                ok = col + j < p.w
+                raw[ok, j] = plane[row, col[ok] + j]
+        v = np.zeros((32, 6))
+        v[:, 1:5] = raw
+        v[1:, 0] = raw[:-1, 3]          # __shfl_up of .w
+        v[:-1, 5] = raw[1:, 0]          # __shfl_down of .x
+        inrow = 0 <= row < p.h
+        c0 = col[0]
+        v[0, 0] = plane[row, c0 - 1] if inrow and 0 < c0 and c0 - 1 < p.w else 0.0
+        v[31, 5] = plane[row, col[31] + 4] if inrow and col[31] + 4 < p.w else 0.0
+        return v
+
+    for wid in range(warps):
+        seg, rest = wid % segs, wid // segs
+        band, plane_i = rest % bands, rest // bands
+        n, c = divmod(plane_i, p.c)
+        plane = x[n, c]
+        col = seg * DW3_SEGMENT + lanes * 4
+        f = taps[c]
+        p0, p1 = band * rw, min(p.h, band * rw + rw)
+        for row in range(p0, p1):
+            win = [window(plane, row - 1 + i, col) for i in range(3)]
+            o = np.zeros((32, 4))
+            for j in range(4):
+                for i in range(3):
+                    for t in range(3):
+                        o[:, j] += f[3 * i + t] * win[i][:, j + t]
+            for j in range(4):
+                ok = col + j < p.w
+                out[n, c, row, col[ok] + j] = o[ok, j]
+    return out
+
+
 # ---- tuning ------------------------------------------------------------------------------------------------------
 def tuning_key(op: str, problem: ConvProblem) -> str:
     """What a tuned tiling is kept under (with the device): the shape class -- everything but the batch, which

@@ -325,6 +325,87 @@ def test_source_identity():
     assert algo_name(ConvProblem(1, 8, 8, 8, 16, 3, 3, groups=4)) == "direct-multi"
 
 
+# ---- the depthwise 3x3 kernel (direct_dw3) -------------------------------------------------------------------------
+@st.composite
+def depthwise3(draw):
+    """Depthwise 3x3 / stride 1 / padding 1 NCHW problems: widths across 4-column lanes and 128-column segments
+    (1 .. 300, multiples of 4 and not), heights from 1, a few planes."""
+    c = draw(st.integers(1, 3))
+    return ConvProblem(draw(st.integers(1, 2)), c, draw(st.integers(1, 20)),
+                       draw(st.one_of(st.integers(1, 140), st.sampled_from([128, 129, 256, 260, 300]))),
+                       c, 3, 3, pad=(1, 1), groups=c)
+
+
+@settings(max_examples=40, deadline=None)
+@given(depthwise3(), st.sampled_from(D.DW3_ROWS), st.sampled_from(D.OPS))
+def test_dw3_emulated_warp_by_warp_equals_the_reference(p, rows, op):
+    """Bands, segments, lanes and the shuffled neighbour columns cover the plane exactly once and compute the
+    convolution (backward data through the rotated taps)."""
+    x, w, dy = _operands(p, seed=p.h * 7 + p.w)
+    if op == "forward":
+        got, ref = D.dw3_emulate(op, p, rows, x, w), D.forward_reference(x, w, p)
+    else:
+        got, ref = D.dw3_emulate(op, p, rows, w, dy), D.backward_data_reference(dy, w, p)
+    assert not np.isnan(got).any(), "every output element is written"
+    np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("problem, why", [
+    (ConvProblem(2, 4, 8, 8, 4, 3, 3, pad=(1, 1), groups=4, layout="NHWC"), "NHWC"),
+    (ConvProblem(2, 4, 8, 8, 8, 3, 3, pad=(1, 1), groups=4), "one filter per channel"),
+    (ConvProblem(2, 4, 8, 8, 4, 5, 5, pad=(2, 2), groups=4), "not 3x3"),
+    (ConvProblem(2, 4, 8, 8, 4, 3, 3, pad=(1, 1), stride=(2, 2), groups=4), "not 3x3, stride 1"),
+    (ConvProblem(2, 4, 8, 8, 4, 3, 3, pad=(0, 0), groups=4), "padding 1"),
+    (ConvProblem(2, 1, 8, 8, 4, 3, 3, pad=(1, 1)), "one filter per channel"),
+])
+def test_dw3_runs_only_the_stride_one_same_padded_depthwise_3x3(problem, why):
+    assert why in D.dw3_refusal("forward", problem)
+    assert D.dw3_refusal("backward_filter", ConvProblem(2, 4, 8, 8, 4, 3, 3, pad=(1, 1), groups=4)) \
+        == "no backward-filter kernel"
+    with pytest.raises(InputError) as e:
+        D.dw3_launcher("forward", problem, 0)
+    assert e.value.field == "problem"
+
+
+def test_dw3_geometry_splits_planes_into_bands_and_segments():
+    p = ConvProblem(3, 5, 112, 112, 5, 3, 3, pad=(1, 1), groups=5)
+    assert D.dw3_geometry(p, 0) == (112, 1, 1, 15)
+    assert D.dw3_geometry(p, 16) == (16, 7, 1, 105)
+    assert D.dw3_geometry(p.with_batch(1), 32)[:3] == (32, 4, 1)
+    wide = ConvProblem(1, 2, 5, 300, 2, 3, 3, pad=(1, 1), groups=2)
+    assert D.dw3_geometry(wide, 4) == (4, 2, 3, 12)
+    with pytest.raises(InputError) as e:
+        D.dw3_geometry(p, 3)
+    assert e.value.field == "rows"
+
+
+def test_depthwise_3x3_layers_get_dw3_configurations_recorded_for_prepare():
+    from ucudnn.measure.sources.direct import DW3, DW3_CONFIGS
+
+    p = ConvProblem(4, 8, 16, 16, 8, 3, 3, pad=(1, 1), groups=8)
+    for op in D.OPS:
+        ms, sk = DirectSource().measure(op, p, Operands(0, 0, 0), 0, BenchSettings("strict"))
+        # no GPU here: every configuration is a skipped row, the dw3 ones among them, each once
+        assert ms == [] and [s.algo for s in sk].count(DW3) == len(DW3_CONFIGS)
+    ms, sk = DirectSource().measure("forward", ConvProblem(4, 8, 16, 16, 8, 3, 3, pad=(1, 1), groups=8,
+                                                           layout="NHWC"), Operands(0, 0, 0), 0,
+                                    BenchSettings("strict"))
+    assert DW3 not in [s.algo for s in sk]
+
+
+def test_a_dw3_configuration_needs_its_band_rows():
+    from ucudnn.measure.sources.direct import DW3
+
+    p = ConvProblem(2, 8, 16, 16, 8, 3, 3, pad=(1, 1), groups=8)
+    with pytest.raises(InputError) as e:
+        DirectSource().prepare("forward", p, Measurement(2, DW3, "FMA", 1.0, 0, "direct", None, {"direct": {}}))
+    assert e.value.field == "extra.direct.rows"
+    with pytest.raises(InputError) as e:
+        DirectSource().prepare("forward", p, Measurement(2, DW3, "FMA", 1.0, 0, "direct", None,
+                                                         {"direct": {"rows": 16, "minb": 3}}))
+    assert e.value.field == "minb"
+
+
 # ---- the CUDA source ---------------------------------------------------------------------------------------------------
 def test_run_time_source_is_self_contained():
     text = _compile.source(D.SOURCE)

@@ -301,3 +301,98 @@ def test_registry_finds_the_source():
     from ucudnn.measure.sources import registry
 
     assert registry.get("direct").name == "direct"
+
+
+# ---- the depthwise 3x3 kernel (direct-dw3) -------------------------------------------------------------------------
+DW3_CASES = {
+    "mobilenet-like": (ConvProblem(5, 8, 28, 28, 8, 3, 3, pad=(1, 1), groups=8), [3, 2]),     # 16-byte rows
+    "odd-width": (ConvProblem(7, 6, 13, 15, 6, 3, 3, pad=(1, 1), groups=6), [4, 3]),         # element loads
+    "three-segments": (ConvProblem(3, 2, 9, 260, 2, 3, 3, pad=(1, 1), groups=2), [2, 1]),    # 128-column edges
+    "one-row": (ConvProblem(4, 3, 1, 129, 3, 3, 3, pad=(1, 1), groups=3), [4]),
+}
+
+
+def _dw3_plan(p: ConvProblem, op: str, sizes: list[int], rows: int, minb: int):
+    from ucudnn.measure.sources.direct import configure_dw3
+    from ucudnn.planning.plan import KernelPlan, MicroConfig
+
+    return KernelPlan(f"test/{op}", op, p, [MicroConfig.of(configure_dw3(p.with_batch(mb), rows, minb))
+                                            for mb in sizes])
+
+
+@pytest.mark.parametrize("op", ["forward", "backward_data"])
+@pytest.mark.parametrize("rows, minb", [(4, 1), (16, 5), (0, 1), (0, 5)])
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("name", sorted(DW3_CASES))
+def test_dw3_micro_batched_matches_cudnn_and_float64(name, dtype, rows, minb, op):
+    import cupy as cp
+
+    from ucudnn.execute.executor import Executor
+
+    base, sizes = DW3_CASES[name]
+    p = _variant(base, dtype, "NCHW")
+    x, w, dy = _tensors(p, seed=len(name) + rows)
+    a, b = _operands(op, x, w, dy)
+    if dtype == "float16" and minb == 5:
+        pytest.skip("the launch bound variant is float only")
+    out = cp.full(p.operand_shapes(op)[2], cp.nan, dtype=p.dtype)
+    Executor(_dw3_plan(p, op, sizes, rows, minb if dtype == "float32" else 1))(a, b, out)
+    got = out.get()
+    assert not np.isnan(got).any(), "every output element is written"
+    assert rel_err(got, _reference(p, op, x, w, dy)) < TOL_REF[dtype]
+    ref = _cudnn(p, op, a, b, cp.empty_like(out))
+    if ref is not None:
+        assert rel_err(got, ref.get()) < TOL_CUDNN[dtype]
+
+
+@pytest.mark.parametrize("op", ["forward", "backward_data"])
+def test_dw3_alpha_beta_and_unaligned_rows(op):
+    """out = alpha * conv + beta * out, and operands 4 bytes off 16-byte alignment take the element loads."""
+    import cupy as cp
+
+    from ucudnn.kernels.direct import dw3_launcher
+
+    p = DW3_CASES["mobilenet-like"][0]
+    x, w, dy = _tensors(p, seed=31)
+    a, b = _operands(op, x, w, dy)
+    shape = p.operand_shapes(op)[2]
+    old = cp.random.default_rng(32).standard_normal(shape, dtype="float32")
+    src = b if op == "backward_data" else a
+    for shift in (0, 1):
+        moved = cp.empty(src.size + 1, dtype=cp.float32)
+        moved[shift:shift + src.size] = src.ravel()
+        outbuf = cp.empty(old.size + 1, dtype=cp.float32)
+        outbuf[shift:shift + old.size] = old.ravel()
+        src_ptr = moved.data.ptr + 4 * shift
+        ptrs = (src_ptr, b.data.ptr) if op == "forward" else (a.data.ptr, src_ptr)
+        dw3_launcher(op, p, 16)(*ptrs, outbuf.data.ptr + 4 * shift, 0.5, 2.0)
+        got = outbuf[shift:shift + old.size].reshape(shape).get()
+        expect = 0.5 * _reference(p, op, x, w, dy) + 2.0 * old.get()
+        assert rel_err(got, expect) < TOL_REF["float32"], f"shift {shift}"
+
+
+def test_dw3_measured_rows_capture_and_replay():
+    """The source measures every dw3 configuration as a zero-workspace row beside the seed kernel's, and a plan of
+    them replays from a CUDA graph."""
+    import cupy as cp
+
+    from ucudnn.execute.executor import Executor
+    from ucudnn.measure.benchmarking import Buffers
+    from ucudnn.measure.sources.base import BenchSettings
+    from ucudnn.measure.sources.direct import DW3, DW3_CONFIGS, DirectSource
+
+    p = DW3_CASES["mobilenet-like"][0]
+    buf = Buffers(p)
+    for op in ("forward", "backward_data"):
+        ms, _ = DirectSource(tune=False).measure(op, p, buf.operands(op, p.n), 0, BenchSettings("strict", repeat=2))
+        dw3 = [m for m in ms if m.algo == DW3]
+        assert [(m.extra["direct"]["rows"], m.extra["direct"]["minb"]) for m in dw3] == list(DW3_CONFIGS)
+        assert all(m.workspace_bytes == 0 and m.time_ms > 0 for m in dw3)
+        x, w, dy = _tensors(p, seed=33)
+        a, b = _operands(op, x, w, dy)
+        ex = Executor(_dw3_plan(p, op, [3, 2], 0, 1), replay=True)
+        out = cp.full(p.operand_shapes(op)[2], cp.nan, dtype=p.dtype)
+        for _ in range(2):
+            ex(a, b, out)
+        assert ex.replay_failures == [] and len(ex._graphs) == 1
+        assert rel_err(out.get(), _reference(p, op, x, w, dy)) < TOL_REF["float32"]

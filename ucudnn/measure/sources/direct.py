@@ -23,6 +23,13 @@ per loaded element.  Its backward filter splits the reduction over blocks that a
 (``extra["direct"]["splits"]``, recorded so ``prepare`` runs the measured launch): not deterministic when split, so
 ``-deterministic`` numerics measure it unsplit.
 
+Depthwise 3x3 (``direct-dw3``, ``direct_dw3`` in ``kernels/direct.cu``): the NCHW depthwise layer with one filter
+per channel, 3x3, stride 1, padding 1 (MobileNet's and EfficientNet's stride-1 depthwise layers), forward and
+backward data, also gets configurations of a kernel made for it: a warp walks a band of one plane's rows with a
+three-row window in registers, so x and y move once and nothing is staged (``DW3_CONFIGS``: band height and launch
+bound, recorded in ``extra["direct"]``).  Why: such a layer is bound by memory bandwidth, and the seed's
+single-channel block stages a tile for one filter's 9 taps and waits on it.
+
 Numerics: float32 runs FP32 FMA only (math type ``FMA``: allowed by every numerics mode, ``strict`` included);
 float16 data accumulates in float32 (``DEFAULT``, as cuDNN labels its FP32-accumulating configurations: allowed
 by every float16 mode).  The seed's kernels are deterministic, so ``-deterministic`` numerics keep them.
@@ -43,6 +50,10 @@ MATH_TYPES = {"float32": "FMA", "float16": "DEFAULT"}
 
 #: the implicit-GEMM kernel's configurations (``kernels/igemm.py``)
 IGEMM = "direct-igemm"
+#: the depthwise 3x3 kernel's configurations (``kernels/direct.py``'s ``direct_dw3``): rows of a warp's band
+#: (0: the whole plane) and the launch bound (blocks an SM must hold), each measured as its own row
+DW3 = "direct-dw3"
+DW3_CONFIGS = ((16, 1), (0, 1), (0, 5))
 
 
 def algo_name(problem: ConvProblem) -> str:
@@ -81,7 +92,7 @@ class DirectSource(Prepared):
     def measure(self, op: str, problem: ConvProblem, ops: Operands, workspace: int,
                 settings: BenchSettings) -> tuple[list[Measurement], list[Skipped]]:
         from ucudnn.kernels import igemm
-        from ucudnn.kernels.direct import refusal
+        from ucudnn.kernels.direct import dw3_refusal, refusal
 
         mb = problem.n
         why = self.refusal(op, problem, settings.numerics)
@@ -94,6 +105,9 @@ class DirectSource(Prepared):
         variants = []
         if refusal(op, problem) is None:
             variants.append((algo_name(problem), lambda: self.configure(op, problem, ops)))
+        if dw3_refusal(op, problem) is None:
+            for rows, minb in DW3_CONFIGS:
+                variants.append((DW3, lambda rows=rows, minb=minb: configure_dw3(problem, rows, minb)))
         if igemm.refusal(op, problem) is None:
             for bn, ks in igemm.variants(op, problem):
                 variants.append((IGEMM, lambda bn=bn, ks=ks: self.configure_igemm(op, problem, settings.numerics,
@@ -150,6 +164,8 @@ class DirectSource(Prepared):
 
         if str(config.algo) == IGEMM:
             return _igemm_launch(op, problem, config)
+        if str(config.algo) == DW3:
+            return _dw3_launch(op, problem, config)
         info = _info(config)
         kernel = _kernel(op, problem)
         if info.get("kernel", kernel) != kernel:
@@ -190,6 +206,27 @@ def _igemm_launch(op: str, problem: ConvProblem, config: Measurement) -> Launch:
     igemm.check_splits(splits, "extra.direct.")
     igemm.check_tile(bn, ks, "extra.direct.")
     run = igemm.launcher(op, problem, splits, bn, ks)
+
+    def launch(ops: Operands, workspace: int, workspace_bytes: int, alpha: float, beta: float) -> None:
+        run(ops.a, ops.b, ops.out, alpha, beta)
+
+    return launch
+
+
+def configure_dw3(problem: ConvProblem, rows: int, minb: int) -> Measurement:
+    """The depthwise 3x3 configuration (time 0) with ``rows`` per warp band and launch bound ``minb``."""
+    return Measurement(problem.n, DW3, MATH_TYPES[problem.dtype], 0.0, 0, "direct", None,
+                       {"direct": {"kernel": "direct_dw3", "rows": rows, "minb": minb}, "deterministic": True})
+
+
+def _dw3_launch(op: str, problem: ConvProblem, config: Measurement) -> Launch:
+    """The recorded depthwise 3x3 configuration's launch."""
+    from ucudnn.kernels.direct import dw3_launcher
+
+    info = config.extra.get("direct") or {}
+    if "rows" not in info:
+        raise InputError("a direct-dw3 configuration needs extra.direct.rows", "extra.direct.rows")
+    run = dw3_launcher(op, problem, info["rows"], info.get("minb", 1))
 
     def launch(ops: Operands, workspace: int, workspace_bytes: int, alpha: float, beta: float) -> None:
         run(ops.a, ops.b, ops.out, alpha, beta)

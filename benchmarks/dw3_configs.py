@@ -1,0 +1,123 @@
+"""Issue 17: the depthwise 3x3 kernel (``direct-dw3``) per configuration, on public stride-1 depthwise layers.
+
+For each layer (seed 001's ``dw-112-c32-3x3`` and MobileNet V2's stride-1 depthwise 3x3 layers, NCHW, ``--batch``)
+and op (forward, backward data): every (band rows, launch bound) of ``kernels/direct.py``'s ``DW3_ROWS`` x
+``DW3_MINB`` timed (CUDA events, median of 3 samples of at least 0.5 ms), beside the seed's single-channel kernel
+at its tuned tile (what ``direct-single`` runs), cuDNN's fastest with no workspace and with any (legacy + graph,
+re-timed), and the floor: x and y moved once at the device's copy bandwidth (measured here).  It shows which
+configurations the source should measure (``DW3_CONFIGS``) and how far the kernel is from the floor.
+
+    python benchmarks/dw3_configs.py --batch 256
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _report import md_header, provenance, write  # noqa: E402
+from direct_tiles import copy_bandwidth  # noqa: E402
+
+#: (name, h = w, channels): seed 001's depthwise layer and MobileNet V2's stride-1 depthwise 3x3 layers
+LAYERS = [("dw-112-c32-3x3", 112, 32), ("mbv2-56-c144", 56, 144), ("mbv2-28-c192", 28, 192),
+          ("mbv2-14-c384", 14, 384), ("mbv2-14-c576", 14, 576), ("mbv2-7-c960", 7, 960)]
+
+
+def cudnn_best(op: str, problem, ops) -> dict:
+    """cuDNN's fastest (legacy + graph, re-timed) with no workspace and with any: {"zero": (algo, ms), "any": ...}."""
+    from ucudnn.measure.sources.base import BenchSettings
+    from ucudnn.measure.sources.registry import get
+
+    out = {"zero": ("-", float("inf")), "any": ("-", float("inf"))}
+    import cupy as cp
+
+    ws = cp.cuda.alloc(1 << 30)
+    settings = BenchSettings("strict", max_workspace=1 << 30)
+    for name in ("legacy", "graph"):
+        ms, _ = get(name).measure(op, problem, ops, ws.ptr, settings)
+        for m in ms:
+            label = f"{name}:{m.algo}"
+            if m.time_ms < out["any"][1]:
+                out["any"] = (f"{label} ({m.workspace_bytes / 2**20:.0f} MiB)", m.time_ms)
+            if m.workspace_bytes == 0 and m.time_ms < out["zero"][1]:
+                out["zero"] = (label, m.time_ms)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--only", default=None, help="comma-separated layer names")
+    ap.add_argument("--out", default="benchmarks/results")
+    args = ap.parse_args()
+
+    import cupy as cp
+
+    from ucudnn.binding.timing import time_ms
+    from ucudnn.kernels import _compile
+    from ucudnn.kernels import direct as D
+    from ucudnn.measure.benchmarking import Buffers
+    from ucudnn.problem import ConvProblem
+
+    bw = copy_bandwidth(cp)
+    rows = []
+    for name, hw, c in LAYERS:
+        if args.only and name not in args.only.split(","):
+            continue
+        p = ConvProblem(args.batch, c, hw, hw, c, 3, 3, pad=(1, 1), groups=c)
+        buf = Buffers(p)
+        floor_ms = 2 * p.n * p.c * p.h * p.w * 4 / bw * 1e3
+        for op in D.OPS:
+            t0 = time.time()
+            ops = buf.operands(op, p.n)
+            operands = (ops.a, ops.b, ops.out)
+            times = {}
+            for r in D.DW3_ROWS:
+                for mb in D.DW3_MINB:
+                    launch = D.dw3_launcher(op, p, r, mb)
+                    times[(r, mb)] = time_ms(lambda: launch(*operands, 1.0, 0.0), repeat=3, warmup=1,
+                                             min_sample_ms=0.5)
+            tiling, how = D.tuned_tiling(op, p, operands)
+            seed = D.launcher(op, p, tiling, D.uses_async(op, p, _compile.compute_capability()))
+            seed_ms = time_ms(lambda: seed(*operands, 1.0, 0.0), repeat=3, warmup=1, min_sample_ms=0.5)
+            cu = cudnn_best(op, p, ops)
+            ranked = sorted(times.items(), key=lambda kv: kv[1])
+            (br, bm), best_ms = ranked[0]
+            row = {"layer": name, "op": op, "problem": p.describe(),
+                   "configs": [[r, mb, round(t, 4)] for (r, mb), t in ranked],
+                   "best": [br, bm], "best_ms": round(best_ms, 4),
+                   "seed_single": tiling.as_list(), "seed_single_how": how, "seed_single_ms": round(seed_ms, 4),
+                   "cudnn_zero": cu["zero"][0], "cudnn_zero_ms": round(cu["zero"][1], 4),
+                   "cudnn_any": cu["any"][0], "cudnn_any_ms": round(cu["any"][1], 4),
+                   "best_vs_cudnn_zero": round(cu["zero"][1] / best_ms, 3),
+                   "best_vs_cudnn_any": round(cu["any"][1] / best_ms, 3),
+                   "best_vs_seed_single": round(seed_ms / best_ms, 3),
+                   "floor_ms": round(floor_ms, 4), "best_over_floor": round(best_ms / floor_ms, 2),
+                   "wall_s": round(time.time() - t0, 1)}
+            rows.append(row)
+            print(f"{name} {op}: dw3 best {row['best']} {best_ms:.4f} ms, seed single {seed_ms:.4f}, cuDNN 0-ws "
+                  f"{row['cudnn_zero']} {row['cudnn_zero_ms']} -> {row['best_vs_cudnn_zero']}x, any "
+                  f"{row['cudnn_any']} {row['cudnn_any_ms']}; floor {floor_ms:.4f}", flush=True)
+        del buf
+    doc = {"provenance": provenance(), "copy_bandwidth_gbs": round(bw / 1e9, 1), "rows": rows}
+    md = [md_header(f"Depthwise 3x3 kernel (direct-dw3) per configuration, NCHW float32 b{args.batch}",
+                    doc["provenance"]),
+          f"Every (band rows, launch bound) timed (rows 0: the whole plane); copy bandwidth "
+          f"{doc['copy_bandwidth_gbs']} GB/s (the floor: x and y moved once at that rate).  Bar (issue 17): direct "
+          ">= 1.5x cuDNN's zero-workspace best.", "",
+          "| layer | op | dw3 best [rows, minb] | ms | seed single ms | cuDNN 0-ws | ms | dw3 vs 0-ws | cuDNN any | ms "
+          "| dw3 vs any | floor ms | dw3 / floor |",
+          "|---|---|---|---:|---:|---|---:|---:|---|---:|---:|---:|---:|"]
+    for r in rows:
+        md.append(f"| {r['layer']} | {r['op']} | {r['best']} | {r['best_ms']} | {r['seed_single_ms']} | "
+                  f"{r['cudnn_zero']} | {r['cudnn_zero_ms']} | {r['best_vs_cudnn_zero']} | {r['cudnn_any']} | "
+                  f"{r['cudnn_any_ms']} | {r['best_vs_cudnn_any']} | {r['floor_ms']} | {r['best_over_floor']} |")
+    md += ["", "Every configuration (ms), per layer and op:", ""]
+    md += [f"- {r['layer']} {r['op']}: " + ", ".join(f"[{a}, {b}] {t}" for a, b, t in r["configs"]) for r in rows]
+    write(args.out, f"dw3_configs-b{args.batch}", doc, "\n".join(md) + "\n")
+
+
+if __name__ == "__main__":
+    main()
