@@ -529,13 +529,17 @@ direct_bwd(const T* __restrict__ w, const T* __restrict__ dy, T* __restrict__ dx
 // such a layer moves x and y once and does 9 FMAs per output, so it is bound by memory bandwidth, and a block that
 // stages a tile in shared memory for one filter's 9 taps (direct_fwd_single at KT = 1) spends its time waiting on
 // the tile it stages: H200, MobileNet's 112x112 first depthwise layer, b256, 0.67 ms against a 0.19 ms copy floor.
-// Here a warp walks down a band of RW rows of one (sample, channel) plane, 128 columns at a time (4 per lane),
-// with a sliding window of three input rows in registers: each input row is loaded once (16-byte loads where
-// the rows are 16-byte aligned, VEC), its left and right neighbours come from the adjacent lanes by shuffles
-// (from global memory only at a 128-column segment's edge), and each output row is stored once.  The row after
-// next is loaded before the current row is computed, so a warp keeps two rows of loads in flight.  ROT rotates
-// the taps by 180 degrees: backward data of the same layer (dx = correlation of dy with the rotated filter, also
-// padding 1, channel c from channel c).  Warps: N*C planes x bands x ceil(W / 128) segments, 8 per block.
+// A group of WIDTH lanes (a power of two: 4 * WIDTH columns cover the row, or 128 columns of it at WIDTH = 32)
+// walks down a band of RW rows of one (sample, channel) plane, 4 columns per lane, with a sliding window of three
+// input rows in registers: each input row is loaded once (16-byte loads where rows are 16-byte aligned, VEC), its
+// left and right neighbours come from the adjacent lanes by shuffles (from global memory only at the group's
+// edges), and each output row is stored once.  The row after next is loaded before the current row is computed,
+// so a group keeps two rows of loads in flight.  Narrow planes put 32 / WIDTH groups in a warp (14x14: 8 planes
+// a warp, where one plane a warp left 28 of its 32 lanes idle).  Every group of a warp runs RW iterations, so the
+// shuffles always see all 32 lanes; rows past the plane and groups past the last work item compute zeros and
+// store nothing.  ROT rotates the taps by 180 degrees: backward data of the same layer (dx = correlation of dy
+// with the rotated filter, also padding 1, channel c from channel c).  Work items: N*C planes x bands x
+// segments, 32 / WIDTH of them a warp, 8 warps a block.
 struct Dw3Row {
     float v[6];   // columns col - 1 .. col + 4 of one input row (zeros outside the plane: the padding)
 };
@@ -543,7 +547,7 @@ struct Dw3Row {
 template <typename T, bool VEC>
 __device__ __forceinline__ void dw3_load(const T* __restrict__ plane, int row, int H, int W, int col, float4& raw) {
     raw = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (row < 0 || row >= H) return;     // warp-uniform
+    if (row < 0 || row >= H) return;
     const T* p = plane + (long long)row * W + col;
     if (VEC) {
         if (col < W) raw = *reinterpret_cast<const float4*>(p);
@@ -555,18 +559,18 @@ __device__ __forceinline__ void dw3_load(const T* __restrict__ plane, int row, i
     }
 }
 
-// The window row of a loaded row: the lane's 4 values and its neighbours' edge values (shuffles; at a segment's
-// first and last lane the neighbour column is read from the plane, or is padding).
+// The window row of a loaded row: the lane's 4 values and its neighbours' edge values (shuffles within the group
+// of `width` lanes; at the group's first and last lane the neighbour column is read from the plane, or is padding).
 template <typename T>
-__device__ __forceinline__ Dw3Row dw3_row(const T* __restrict__ plane, int row, int H, int W, int col, int lane,
-                                          const float4& raw) {
+__device__ __forceinline__ Dw3Row dw3_row(const T* __restrict__ plane, int row, int H, int W, int col, int sub,
+                                          int width, const float4& raw) {
     Dw3Row r;
     r.v[1] = raw.x; r.v[2] = raw.y; r.v[3] = raw.z; r.v[4] = raw.w;
-    float left = __shfl_up_sync(0xffffffffu, raw.w, 1);
-    float right = __shfl_down_sync(0xffffffffu, raw.x, 1);
+    float left = __shfl_up_sync(0xffffffffu, raw.w, 1, width);
+    float right = __shfl_down_sync(0xffffffffu, raw.x, 1, width);
     const bool inrow = row >= 0 && row < H;
-    if (lane == 0) left = (inrow && col > 0 && col - 1 < W) ? to_float(plane[(long long)row * W + col - 1]) : 0.f;
-    if (lane == 31) right = (inrow && col + 4 < W) ? to_float(plane[(long long)row * W + col + 4]) : 0.f;
+    if (sub == 0) left = (inrow && col > 0 && col - 1 < W) ? to_float(plane[(long long)row * W + col - 1]) : 0.f;
+    if (sub == width - 1) right = (inrow && col + 4 < W) ? to_float(plane[(long long)row * W + col + 4]) : 0.f;
     r.v[0] = left;
     r.v[5] = right;
     return r;
@@ -575,13 +579,16 @@ __device__ __forceinline__ Dw3Row dw3_row(const T* __restrict__ plane, int row, 
 template <typename T, bool ROT, bool VEC, int MINB>
 __global__ void __launch_bounds__(DIRECT_NT, MINB)   // MINB blocks an SM at least: registers against loads in flight
 direct_dw3(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y, int C, int H, int W, int RW,
-           int bands, int segs, long long warps, float alpha, float beta) {
+           int bands, int segs, int width, long long items, float alpha, float beta) {
     static_assert(!VEC || sizeof(T) == 4, "16-byte rows are float rows");
-    const long long wid = (long long)blockIdx.x * (DIRECT_NT / 32) + threadIdx.x / 32;
-    if (wid >= warps) return;   // whole warps only: the shuffles below see all 32 lanes
-    const int lane = threadIdx.x & 31;
-    const int seg = (int)(wid % segs);
-    const long long rest = wid / segs;
+    const int lane = threadIdx.x & 31, groups = 32 / width, sub = lane & (width - 1);
+    const long long first = ((long long)blockIdx.x * (DIRECT_NT / 32) + threadIdx.x / 32) * groups;
+    if (first >= items) return;   // whole warps only: the shuffles below see all 32 lanes
+    const long long item = first + lane / width;
+    const bool active = item < items;
+    const long long it = active ? item : items - 1;      // an idle group walks a real plane and stores nothing
+    const int seg = (int)(it % segs);
+    const long long rest = it / segs;
     const int band = (int)(rest % bands);
     const long long plane = rest / bands;                 // n * C + c
     const int c = (int)(plane % C);
@@ -590,18 +597,19 @@ direct_dw3(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y, 
     float f[9];
 #pragma unroll
     for (int i = 0; i < 9; ++i) f[i] = to_float(w[c * 9 + (ROT ? 8 - i : i)]);
-    const int col = seg * 128 + lane * 4;
-    const int p0 = band * RW, p1 = min(H, p0 + RW);
+    const int col = seg * 4 * width + sub * 4;
+    const int p0 = band * RW;
+    const bool stores = active && col < W;
     float4 r0, r1, r2;
     dw3_load<T, VEC>(xp, p0 - 1, H, W, col, r0);
     dw3_load<T, VEC>(xp, p0, H, W, col, r1);
     dw3_load<T, VEC>(xp, p0 + 1, H, W, col, r2);
-    Dw3Row a = dw3_row<T>(xp, p0 - 1, H, W, col, lane, r0);
-    Dw3Row b = dw3_row<T>(xp, p0, H, W, col, lane, r1);
-    for (int p = p0; p < p1; ++p) {
+    Dw3Row a = dw3_row<T>(xp, p0 - 1, H, W, col, sub, width, r0);
+    Dw3Row b = dw3_row<T>(xp, p0, H, W, col, sub, width, r1);
+    for (int p = p0; p < p0 + RW; ++p) {
         float4 next;
         dw3_load<T, VEC>(xp, p + 2, H, W, col, next);     // in flight while row p is computed
-        const Dw3Row cur = dw3_row<T>(xp, p + 1, H, W, col, lane, r2);
+        const Dw3Row cur = dw3_row<T>(xp, p + 1, H, W, col, sub, width, r2);
         float o[4];
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
@@ -614,24 +622,24 @@ direct_dw3(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y, 
             }
             o[j] = s;
         }
-        T* const out = yp + (long long)p * W + col;
-        if (VEC) {
-            if (col < W) {
+        if (stores && p < H) {
+            T* const out = yp + (long long)p * W + col;
+            if (VEC) {
                 float4 v = make_float4(alpha * o[0], alpha * o[1], alpha * o[2], alpha * o[3]);
                 if (beta != 0.f) {
                     const float4 old = *reinterpret_cast<const float4*>(out);
                     v.x += beta * old.x; v.y += beta * old.y; v.z += beta * old.z; v.w += beta * old.w;
                 }
                 *reinterpret_cast<float4*>(out) = v;
-            }
-        } else {
+            } else {
 #pragma unroll
-            for (int j = 0; j < 4; ++j)
-                if (col + j < W) {
-                    float v = alpha * o[j];
-                    if (beta != 0.f) v += beta * to_float(out[j]);
-                    out[j] = from_float<T>(v);
-                }
+                for (int j = 0; j < 4; ++j)
+                    if (col + j < W) {
+                        float v = alpha * o[j];
+                        if (beta != 0.f) v += beta * to_float(out[j]);
+                        out[j] = from_float<T>(v);
+                    }
+            }
         }
         a = b;
         b = cur;
@@ -652,7 +660,7 @@ template __global__ void direct_fwd_multi<half_t, true, 32, 4, 4, 2, false>(DIRE
 template __global__ void direct_bwd<float, false, 32, 2, 4, 4, true>(DIRECT_FWD_ARGS(float));
 template __global__ void direct_bwd<float, false, 32, 4, 1, 8, false>(DIRECT_FWD_ARGS(float));
 template __global__ void direct_bwd<half_t, true, 8, 2, 4, 2, false>(DIRECT_FWD_ARGS(half_t));
-#define DIRECT_DW3_ARGS(T) const T*, const T*, T*, int, int, int, int, int, int, long long, float, float
+#define DIRECT_DW3_ARGS(T) const T*, const T*, T*, int, int, int, int, int, int, int, long long, float, float
 template __global__ void direct_dw3<float, false, true, 1>(DIRECT_DW3_ARGS(float));
 template __global__ void direct_dw3<float, false, true, 5>(DIRECT_DW3_ARGS(float));
 template __global__ void direct_dw3<float, true, false, 1>(DIRECT_DW3_ARGS(float));

@@ -314,13 +314,22 @@ def dw3_refusal(op: str, problem: ConvProblem) -> str | None:
     return None
 
 
-def dw3_geometry(problem: ConvProblem, rows: int) -> tuple[int, int, int, int]:
-    """(rows per band, bands per plane, 128-column segments per row, warps) of a launch at ``problem.n``."""
+def dw3_width(w: int) -> int:
+    """Lanes of a group walking one row: 4 columns a lane, a power of two from 2 up to a warp (wider rows are cut
+    into :data:`DW3_SEGMENT`-column segments)."""
+    return min(32, _pow2_at_least(max(2, -(-w // 4))))
+
+
+def dw3_geometry(problem: ConvProblem, rows: int) -> tuple[int, int, int, int, int, int]:
+    """(rows per band, bands per plane, segments per row, lanes per group, work items, warps) of a launch at
+    ``problem.n``: a work item is one (plane, band, segment), 32 / lanes of them a warp."""
     if rows not in DW3_ROWS:
         raise InputError(f"must be one of {DW3_ROWS}, got {rows!r}", "rows")
     rw = problem.h if rows == 0 else min(rows, problem.h)
-    bands, segs = -(-problem.h // rw), -(-problem.w // DW3_SEGMENT)
-    return rw, bands, segs, problem.n * problem.c * bands * segs
+    width = dw3_width(problem.w)
+    bands, segs = -(-problem.h // rw), -(-problem.w // (4 * width))
+    items = problem.n * problem.c * bands * segs
+    return rw, bands, segs, width, items, -(-items // (32 // width))
 
 
 def dw3_launcher(op: str, problem: ConvProblem, rows: int, minb: int = 1) -> Launcher:
@@ -333,7 +342,7 @@ def dw3_launcher(op: str, problem: ConvProblem, rows: int, minb: int = 1) -> Lau
     if minb not in DW3_MINB:
         raise InputError(f"must be one of {DW3_MINB}, got {minb!r}", "minb")
     p = problem
-    rw, bands, segs, warps = dw3_geometry(p, rows)
+    rw, bands, segs, width, items, warps = dw3_geometry(p, rows)
     rot = "true" if op == "backward_data" else "false"
     vec_ok = p.dtype == "float32" and p.w % 4 == 0
 
@@ -342,7 +351,7 @@ def dw3_launcher(op: str, problem: ConvProblem, rows: int, minb: int = 1) -> Lau
 
     scalar = kernel_of(False)
     vector = kernel_of(True) if vec_ok else None
-    ints = tuple(np.int32(v) for v in (p.c, p.h, p.w, rw, bands, segs)) + (np.int64(warps),)
+    ints = tuple(np.int32(v) for v in (p.c, p.h, p.w, rw, bands, segs, width)) + (np.int64(items),)
     grid = (-(-warps // DW3_WARPS), 1, 1)
 
     def launch(a: int, b: int, out: int, alpha: float, beta: float) -> None:
@@ -354,55 +363,62 @@ def dw3_launcher(op: str, problem: ConvProblem, rows: int, minb: int = 1) -> Lau
 
 
 def dw3_emulate(op: str, problem: ConvProblem, rows: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``op``'s output computed warp by warp the way :data:`DW3` does -- each warp's plane, band and segment from
-    its index, each lane's 4 columns, the neighbours' columns by the shuffles' rule (a segment's edge lanes read
-    the plane, or the padding), the taps rotated for backward data -- in float64 (NCHW).  The CPU tests compare it
-    with the references."""
+    """``op``'s output computed the way :data:`DW3` does -- warps of 32 / lanes groups, each group's work item
+    (plane, band, segment) from its index (idle groups past the last item store nothing), each lane's 4 columns,
+    the neighbours' columns by the shuffles' rule within the group (its edge lanes read the plane, or the padding),
+    every group walking the band's rows (rows past the plane store nothing), the taps rotated for backward data --
+    in float64 (NCHW).  The CPU tests compare it with the references."""
     p = problem
-    rw, bands, segs, warps = dw3_geometry(p, rows)
+    rw, bands, segs, width, items, warps = dw3_geometry(p, rows)
+    groups = 32 // width
     x, w = (a, b) if op == "forward" else (b, a)
     x = np.asarray(x, np.float64)
     taps = np.asarray(w, np.float64).reshape(p.c, 9)
     if op == "backward_data":
         taps = taps[:, ::-1]
     out = np.full((p.n, p.c, p.h, p.w), np.nan)
-    lanes = np.arange(32)
+    sub = np.arange(width)
 
     def window(plane: np.ndarray, row: int, col: np.ndarray) -> np.ndarray:
-        """[32 lanes][6]: columns col - 1 .. col + 4 of ``row`` as the kernel assembles them."""
-        raw = np.zeros((32, 4))
-        if 0 <= row < p.h:
+        """[lanes][6]: columns col - 1 .. col + 4 of ``row`` as the group assembles them."""
+        inrow = 0 <= row < p.h
+        raw = np.zeros((width, 4))
+        if inrow:
             for j in range(4):
                 ok = col + j < p.w
                 raw[ok, j] = plane[row, col[ok] + j]
-        v = np.zeros((32, 6))
+        v = np.zeros((width, 6))
         v[:, 1:5] = raw
-        v[1:, 0] = raw[:-1, 3]          # __shfl_up of .w
-        v[:-1, 5] = raw[1:, 0]          # __shfl_down of .x
-        inrow = 0 <= row < p.h
-        c0 = col[0]
-        v[0, 0] = plane[row, c0 - 1] if inrow and 0 < c0 and c0 - 1 < p.w else 0.0
-        v[31, 5] = plane[row, col[31] + 4] if inrow and col[31] + 4 < p.w else 0.0
+        v[1:, 0] = raw[:-1, 3]          # __shfl_up of .w within the group
+        v[:-1, 5] = raw[1:, 0]          # __shfl_down of .x within the group
+        v[0, 0] = plane[row, col[0] - 1] if inrow and 0 < col[0] and col[0] - 1 < p.w else 0.0
+        v[-1, 5] = plane[row, col[-1] + 4] if inrow and col[-1] + 4 < p.w else 0.0
         return v
 
-    for wid in range(warps):
-        seg, rest = wid % segs, wid // segs
-        band, plane_i = rest % bands, rest // bands
-        n, c = divmod(plane_i, p.c)
-        plane = x[n, c]
-        col = seg * DW3_SEGMENT + lanes * 4
-        f = taps[c]
-        p0, p1 = band * rw, min(p.h, band * rw + rw)
-        for row in range(p0, p1):
-            win = [window(plane, row - 1 + i, col) for i in range(3)]
-            o = np.zeros((32, 4))
-            for j in range(4):
-                for i in range(3):
-                    for t in range(3):
-                        o[:, j] += f[3 * i + t] * win[i][:, j + t]
-            for j in range(4):
-                ok = col + j < p.w
-                out[n, c, row, col[ok] + j] = o[ok, j]
+    for warp in range(warps):
+        for g in range(groups):
+            item = warp * groups + g
+            if item >= items:          # an idle group: stores nothing
+                continue
+            seg, rest = item % segs, item // segs
+            band, plane_i = rest % bands, rest // bands
+            n, c = divmod(plane_i, p.c)
+            plane = x[n, c]
+            col = seg * 4 * width + sub * 4
+            f = taps[c]
+            p0 = band * rw
+            for row in range(p0, p0 + rw):
+                if row >= p.h:         # every group walks rw rows; past the plane it stores nothing
+                    continue
+                win = [window(plane, row - 1 + i, col) for i in range(3)]
+                o = np.zeros((width, 4))
+                for j in range(4):
+                    for i in range(3):
+                        for t in range(3):
+                            o[:, j] += f[3 * i + t] * win[i][:, j + t]
+                for j in range(4):
+                    ok = col + j < p.w
+                    out[n, c, row, col[ok] + j] = o[ok, j]
     return out
 
 

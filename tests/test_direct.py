@@ -330,7 +330,7 @@ def test_source_identity():
 def depthwise3(draw):
     """Depthwise 3x3 / stride 1 / padding 1 NCHW problems: widths across 4-column lanes and 128-column segments
     (1 .. 300, multiples of 4 and not), heights from 1, a few planes."""
-    c = draw(st.integers(1, 3))
+    c = draw(st.integers(1, 5))
     return ConvProblem(draw(st.integers(1, 2)), c, draw(st.integers(1, 20)),
                        draw(st.one_of(st.integers(1, 140), st.sampled_from([128, 129, 256, 260, 300]))),
                        c, 3, 3, pad=(1, 1), groups=c)
@@ -369,11 +369,15 @@ def test_dw3_runs_only_the_stride_one_same_padded_depthwise_3x3(problem, why):
 
 def test_dw3_geometry_splits_planes_into_bands_and_segments():
     p = ConvProblem(3, 5, 112, 112, 5, 3, 3, pad=(1, 1), groups=5)
-    assert D.dw3_geometry(p, 0) == (112, 1, 1, 15)
-    assert D.dw3_geometry(p, 16) == (16, 7, 1, 105)
-    assert D.dw3_geometry(p.with_batch(1), 32)[:3] == (32, 4, 1)
+    assert D.dw3_geometry(p, 0) == (112, 1, 1, 32, 15, 15)
+    assert D.dw3_geometry(p, 16) == (16, 7, 1, 32, 105, 105)
+    assert D.dw3_geometry(p.with_batch(1), 32)[:4] == (32, 4, 1, 32)
     wide = ConvProblem(1, 2, 5, 300, 2, 3, 3, pad=(1, 1), groups=2)
-    assert D.dw3_geometry(wide, 4) == (4, 2, 3, 12)
+    assert D.dw3_geometry(wide, 4) == (4, 2, 3, 32, 12, 12)
+    # narrow planes: 14 columns take 4 lanes (16 columns), 8 planes a warp
+    narrow = ConvProblem(3, 5, 14, 14, 5, 3, 3, pad=(1, 1), groups=5)
+    assert D.dw3_geometry(narrow, 0) == (14, 1, 1, 4, 15, 2)
+    assert [D.dw3_width(w) for w in (1, 7, 8, 9, 14, 28, 56, 112, 129)] == [2, 2, 2, 4, 4, 8, 16, 32, 32]
     with pytest.raises(InputError) as e:
         D.dw3_geometry(p, 3)
     assert e.value.field == "rows"

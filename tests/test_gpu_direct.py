@@ -309,6 +309,8 @@ DW3_CASES = {
     "odd-width": (ConvProblem(7, 6, 13, 15, 6, 3, 3, pad=(1, 1), groups=6), [4, 3]),         # element loads
     "three-segments": (ConvProblem(3, 2, 9, 260, 2, 3, 3, pad=(1, 1), groups=2), [2, 1]),    # 128-column edges
     "one-row": (ConvProblem(4, 3, 1, 129, 3, 3, 3, pad=(1, 1), groups=3), [4]),
+    "narrow-7x7": (ConvProblem(5, 13, 7, 7, 13, 3, 3, pad=(1, 1), groups=13), [3, 2]),     # 16 groups a warp, idle ones
+    "narrow-14x12": (ConvProblem(3, 9, 14, 12, 9, 3, 3, pad=(1, 1), groups=9), [3]),       # 4 lanes a row, 16-byte
 }
 
 
