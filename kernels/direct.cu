@@ -71,14 +71,14 @@ template <int N> __device__ __forceinline__ void cp_async_wait4() {
 // DIRECT_PF elements per thread per round: their loads are all issued before the first lands in shared memory, so
 // a thread keeps DIRECT_PF loads in flight instead of one (a block that stages a tile and computes little -- a
 // depthwise or 1x1 single-channel forward -- is otherwise bound by one load's latency per element it stages).
-template <typename T, int NT = DIRECT_NT, typename Src>
+template <typename T, typename Src>
 __device__ __forceinline__ void stage_now(int count, const Src& src, float* buf) {
-    for (int base = threadIdx.x; base < count; base += DIRECT_PF * NT) {
+    for (int base = threadIdx.x; base < count; base += DIRECT_PF * DIRECT_NT) {
         float v[DIRECT_PF];
         int d[DIRECT_PF];
 #pragma unroll
         for (int u = 0; u < DIRECT_PF; ++u) {
-            const int e = base + u * NT;
+            const int e = base + u * DIRECT_NT;
             d[u] = -1;
             v[u] = 0.f;
             if (e < count) {
@@ -130,8 +130,9 @@ template <typename T> struct Prefetch {
 };
 
 // The block's output tile: rows [p0, p0 + TY*RB), columns [q0, q0 + TX); tiles numbered row-major.
-template <int TX, int RB, int TY = DIRECT_NT / TX>
+template <int TX, int RB>
 __device__ __forceinline__ void tile_origin(int Q, int& p0, int& q0) {
+    constexpr int TY = DIRECT_NT / TX;
     const int tq = (Q + TX - 1) / TX;
     p0 = (blockIdx.x / tq) * (TY * RB);
     q0 = (blockIdx.x % tq) * TX;
@@ -199,21 +200,18 @@ __device__ __forceinline__ void load_taps(const float* p, float (&wv)[KT]) {
 
 // ---------------------------------------------------------------------------------------------------------------
 // Forward, one input channel per group (CG == 1).  Shared: tile [IH][IW], then (from the next multiple of 4 floats,
-// so 16-byte aligned) taps [R*S][KT*KL].  TYX (0: DIRECT_NT / TX) sets the rows of threads, so a block of TX x TYX
-// threads can tile a plane whose width is no power of two exactly (28 x 28: 28 x 7 threads x 4 rows, where a
-// 32 x 32 tile leaves 23% of its threads without an output).  grid.y = G * ceil(KG / (KT*KL)).  Stride 1 with filters up to
+// so 16-byte aligned) taps [R*S][KT*KL].  grid.y = G * ceil(KG / (KT*KL)).  Stride 1 with filters up to
 // DIRECT_WIN x DIRECT_WIN and KT >= 4: a thread owns RB consecutive output rows and holds its input window in
 // registers, so a tap reads only its KT filter values (float4 broadcasts).  Otherwise (strides, larger filters, and
 // KT < 4: depthwise layers, one filter per group, where the window's registers cost more occupancy than its reads
 // save -- H200, MobileNet's 112x112 depthwise 3x3: 0.77 ms without, 0.87 ms with) a thread owns rows ty + rr*TY
 // and reads one x per row and tap.
-template <typename T, bool NHWC, int TX, int RB, int KT, int KL, int TYX = 0>
+template <typename T, bool NHWC, int TX, int RB, int KT, int KL>
 __global__ void __launch_bounds__(DIRECT_NT)
 direct_fwd_single(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y, int C, int H, int W, int K,
                   int P, int Q, int R, int S, int PH, int PW, int SH, int SW, int KG, int IH, int IW, float alpha,
                   float beta) {
-    constexpr int TY = TYX ? TYX : DIRECT_NT / TX, NT = TX * TY, KB = KT * KL;
-    static_assert(NT <= DIRECT_NT, "a block has at most DIRECT_NT threads");
+    constexpr int TY = DIRECT_NT / TX, KB = KT * KL;
     extern __shared__ __align__(16) float smem[];
     const int xcount = IH * IW, xpad = (xcount + 3) & ~3;
     float* const xs = smem;
@@ -222,21 +220,21 @@ direct_fwd_single(const T* __restrict__ x, const T* __restrict__ w, T* __restric
     const int kblocks = (KG + KB - 1) / KB;
     const int g = blockIdx.y / kblocks, kb0 = (blockIdx.y % kblocks) * KB;  // channel g is the group's input
     int p0, q0;
-    tile_origin<TX, RB, TY>(Q, p0, q0);
+    tile_origin<TX, RB>(Q, p0, q0);
     const int hb = p0 * SH - PH, wb = q0 * SW - PW, RS = R * S;
-    {   // The tile: one division per thread, then each element NT further on is drow rows and dcol columns
+    {   // The tile: one division per thread, then each element DIRECT_NT further on is drow rows and dcol columns
         // on, DIRECT_PF loads in flight per thread.  (A full index per element was about half the instructions of
         // a depthwise block, whose compute is 9 FMAs per output.)
         const T* const xb = x + act_at<NHWC>(n, g, 0, 0, C, H, W);
         const long long rstr = (long long)W * (NHWC ? C : 1), cstr = NHWC ? C : 1;
-        const int drow = NT / IW, dcol = NT - drow * IW;
+        const int drow = DIRECT_NT / IW, dcol = DIRECT_NT - drow * IW;
         int row = threadIdx.x / IW, col = threadIdx.x - row * IW;
-        for (int base = threadIdx.x; base < xcount; base += DIRECT_PF * NT) {
+        for (int base = threadIdx.x; base < xcount; base += DIRECT_PF * DIRECT_NT) {
             float v[DIRECT_PF];
 #pragma unroll
             for (int u = 0; u < DIRECT_PF; ++u) {
                 const int h = hb + row, ww = wb + col;
-                v[u] = (base + u * NT < xcount && h >= 0 && h < H && ww >= 0 && ww < W)
+                v[u] = (base + u * DIRECT_NT < xcount && h >= 0 && h < H && ww >= 0 && ww < W)
                            ? to_float(xb[h * rstr + ww * cstr]) : 0.f;
                 row += drow;
                 col += dcol;
@@ -247,7 +245,7 @@ direct_fwd_single(const T* __restrict__ x, const T* __restrict__ w, T* __restric
             }
 #pragma unroll
             for (int u = 0; u < DIRECT_PF; ++u)
-                if (base + u * NT < xcount) xs[base + u * NT] = v[u];
+                if (base + u * DIRECT_NT < xcount) xs[base + u * DIRECT_NT] = v[u];
         }
     }
     auto wsrc = [&](int e, int& d) -> const T* {   // taps [R*S][KB] from the group's filters kb0 ..
@@ -255,7 +253,7 @@ direct_fwd_single(const T* __restrict__ x, const T* __restrict__ w, T* __restric
         d = ij * KB + kk;
         return k < KG ? w + (long long)(g * KG + k) * RS + ij : nullptr;  // CG == 1: both layouts agree
     };
-    stage_now<T, NT>(KB * RS, wsrc, ws);
+    stage_now<T>(KB * RS, wsrc, ws);
     __syncthreads();
     const int tx = threadIdx.x % TX, ty = threadIdx.x / TX;
     const int q = q0 + tx;
@@ -656,8 +654,6 @@ template __global__ void direct_fwd_single<float, false, 32, 2, 4, 4>(DIRECT_FWD
 template __global__ void direct_fwd_single<float, false, 32, 4, 8, 2>(DIRECT_FWD_ARGS(float));
 template __global__ void direct_fwd_single<float, true, 16, 2, 2, 4>(DIRECT_FWD_ARGS(float));
 template __global__ void direct_fwd_single<half_t, true, 16, 4, 8, 2>(DIRECT_FWD_ARGS(half_t));
-template __global__ void direct_fwd_single<float, false, 28, 4, 8, 16, 7>(DIRECT_FWD_ARGS(float));
-template __global__ void direct_fwd_single<float, false, 14, 2, 4, 4, 14>(DIRECT_FWD_ARGS(float));
 template __global__ void direct_fwd_multi<float, false, 32, 2, 4, 4, true>(DIRECT_FWD_ARGS(float));
 template __global__ void direct_fwd_multi<float, true, 16, 2, 8, 8, false>(DIRECT_FWD_ARGS(float));
 template __global__ void direct_fwd_multi<half_t, true, 32, 4, 4, 2, false>(DIRECT_FWD_ARGS(half_t));

@@ -32,15 +32,14 @@ _MAX_Z = 65535                # grid.z walks N; more samples are split across la
 _MAX_Y = 65535
 DEFAULT_SMEM = 48 << 10       # what any block may use without opting in (and the CPU's assumption)
 OPS = ("forward", "backward_data")
-#: tuning coordinates: (tx index, log2 rb, log2 kt, log2 chunk, exact); values per index
+#: tuning coordinates: (tx index, log2 rb, log2 kt, log2 chunk); values per index
 TX_VALUES = (8, 16, 32)
 RB_VALUES = (1, 2, 4)
 KT_VALUES = (1, 2, 4, 8)
 CHUNK_VALUES = (1, 2, 4, 8, 16)
-EXACT_VALUES = (0, 1)
 TUNE_MAX_TRIALS = 14          # candidates compiled and timed per tuning before the climb is cut short
 TUNE_FINALISTS, TUNE_ROUNDS = 3, 2
-AXES = (TX_VALUES, RB_VALUES, KT_VALUES, CHUNK_VALUES, EXACT_VALUES)   # the tuning grid, in Tiling's field order
+AXES = (TX_VALUES, RB_VALUES, KT_VALUES, CHUNK_VALUES)   # the tuning grid, in Tiling's field order
 
 
 @dataclass(frozen=True)
@@ -50,39 +49,22 @@ class Tiling:
     ``tx``: threads along the output row (the block is ``tx`` x ``256 / tx``); ``rb``: output rows per thread;
     ``kt``: channels per thread (forward: output filters; backward data: dx channels); ``chunk``: single-channel
     forward -- rounds of ``kt`` filters a block applies to its staged tile (``KL``), others -- channels staged per
-    prefetch step (``CC``); ``exact`` (single-channel forward): fit the tile to the plane (:func:`resolve`: at most
-    ``tx`` x ``256 / tx`` threads, as many as divide the output evenly, e.g. 28 x 7 threads x ``rb`` rows for a
-    28 x 28 plane), where power-of-two tiles leave threads without an output.  ``ty_``: a resolved tiling's
-    thread rows (0: ``256 / tx``); :func:`resolve` sets it, a recorded tiling never holds it."""
+    prefetch step (``CC``)."""
 
     tx: int
     rb: int
     kt: int
     chunk: int
-    exact: int = 0
-    ty_: int = 0
 
     def __post_init__(self) -> None:
-        for name, allowed in (("rb", RB_VALUES), ("kt", KT_VALUES), ("chunk", CHUNK_VALUES),
-                              ("exact", EXACT_VALUES)):
+        for name, allowed in (("tx", TX_VALUES), ("rb", RB_VALUES), ("kt", KT_VALUES), ("chunk", CHUNK_VALUES)):
             v = getattr(self, name)
             if v not in allowed:
                 raise InputError(f"must be one of {allowed}, got {v!r}", f"tiling.{name}")
-        if self.ty_:
-            if not (isinstance(self.tx, int) and 1 <= self.tx <= 32 and 1 <= self.ty_ and self.tx * self.ty_ <= NT):
-                raise InputError(f"a resolved tile has 1 to 32 columns and at most {NT} threads, got "
-                                 f"{self.tx} x {self.ty_}", "tiling.tx")
-        elif self.tx not in TX_VALUES:
-            raise InputError(f"must be one of {TX_VALUES}, got {self.tx!r}", "tiling.tx")
 
     @property
     def ty(self) -> int:
-        return self.ty_ or NT // self.tx
-
-    @property
-    def threads(self) -> int:
-        """Threads of a block."""
-        return self.tx * self.ty
+        return NT // self.tx
 
     @property
     def rows(self) -> int:
@@ -90,20 +72,17 @@ class Tiling:
         return self.ty * self.rb
 
     def as_list(self) -> list[int]:
-        """The recorded form: [tx, rb, kt, chunk], and ``exact`` after them when set."""
-        if self.ty_:
-            raise InputError("a resolved tiling is not recorded: record the one it was resolved from", "tiling")
-        return [self.tx, self.rb, self.kt, self.chunk] + ([self.exact] if self.exact else [])
+        return [self.tx, self.rb, self.kt, self.chunk]
 
     @classmethod
     def from_list(cls, v: Any) -> "Tiling":
-        if not isinstance(v, (list, tuple)) or len(v) not in (4, 5) or not all(isinstance(i, int) for i in v):
-            raise InputError(f"expected [tx, rb, kt, chunk] or [tx, rb, kt, chunk, exact], got {v!r}", "tiling")
+        if not isinstance(v, (list, tuple)) or len(v) != 4 or not all(isinstance(i, int) for i in v):
+            raise InputError(f"expected [tx, rb, kt, chunk], got {v!r}", "tiling")
         return cls(*v)
 
-    def coordinates(self) -> tuple[int, int, int, int, int]:
+    def coordinates(self) -> tuple[int, int, int, int]:
         return (TX_VALUES.index(self.tx), RB_VALUES.index(self.rb), KT_VALUES.index(self.kt),
-                CHUNK_VALUES.index(self.chunk), EXACT_VALUES.index(self.exact))
+                CHUNK_VALUES.index(self.chunk))
 
     @classmethod
     def at(cls, coords: tuple[int, ...]) -> "Tiling | None":
@@ -146,30 +125,9 @@ def uses_async(op: str, problem: ConvProblem, compute_capability: int) -> bool:
             and kernel_name(op, problem) != "direct_fwd_single")
 
 
-def resolve(op: str, problem: ConvProblem, t: Tiling) -> Tiling:
-    """The tiling a launch runs: ``t`` itself, or for an ``exact`` single-channel forward the block fitted to the
-    output plane -- ``ceil(Q / tx)`` column tiles of ``ceil(Q / tiles)`` threads, and as few thread rows as cover
-    the ``ceil(P / rb)`` row groups in the fewest row tiles the block's 256 threads allow (28 x 28, tx 32, rb 4: one
-    28 x 7 block; 112 x 112: 28 x 7 blocks, 4 x 4 of them).  ``exact`` elsewhere is ignored (:func:`useful` skips
-    it)."""
-    if not t.exact or t.ty_:
-        return t
-    if kernel_name(op, problem) != "direct_fwd_single":
-        return Tiling(t.tx, t.rb, t.kt, t.chunk)
-    q_tiles = -(-problem.q // t.tx)
-    tx = -(-problem.q // q_tiles)
-    groups = -(-problem.p // t.rb)                  # thread rows the plane needs
-    p_tiles = -(-groups // (NT // tx))
-    ty = -(-groups // p_tiles)
-    if tx == t.tx and ty == NT // tx:               # the power-of-two tile fits already: the same kernel
-        return Tiling(t.tx, t.rb, t.kt, t.chunk)
-    return Tiling(tx, t.rb, t.kt, t.chunk, 0, ty)
-
-
 # ---- index math mirrored from direct.cu --------------------------------------------------------------------------
 def tiles(op: str, problem: ConvProblem, t: Tiling) -> tuple[int, int]:
     """(tile rows, tile columns) of the plane a block tiles: y's (forward) or dx's (backward data)."""
-    t = resolve(op, problem, t)
     rows, cols = (problem.p, problem.q) if op == "forward" else (problem.h, problem.w)
     return -(-rows // t.rows), -(-cols // t.tx)
 
@@ -177,7 +135,6 @@ def tiles(op: str, problem: ConvProblem, t: Tiling) -> tuple[int, int]:
 def tile_origin(block_x: int, op: str, problem: ConvProblem, t: Tiling) -> tuple[int, int]:
     """(first row, first column) of block ``block_x``'s tile (tile_origin in direct.cu)."""
     _, tq = tiles(op, problem, t)
-    t = resolve(op, problem, t)
     return (block_x // tq) * t.rows, (block_x % tq) * t.tx
 
 
@@ -185,7 +142,6 @@ def forward_window(p0: int, q0: int, problem: ConvProblem, t: Tiling) -> tuple[i
     """(first input row, first input column, rows, columns) a forward tile at (p0, q0) stages (may reach into the
     padding: negative or past the input, staged as zeros)."""
     (sh, sw), (ph, pw) = problem.stride, problem.pad
-    t = resolve("forward", problem, t)
     return p0 * sh - ph, q0 * sw - pw, (t.rows - 1) * sh + problem.r, (t.tx - 1) * sw + problem.s
 
 
@@ -207,7 +163,6 @@ def walked_owned(op: str, problem: ConvProblem) -> tuple[int, int]:
 def smem_floats(op: str, problem: ConvProblem, t: Tiling) -> int:
     """Shared memory of one block, in floats (both buffers for the prefetching kernels)."""
     rs = problem.r * problem.s
-    t = resolve(op, problem, t)
     if kernel_name(op, problem) == "direct_fwd_single":   # the taps start at the next multiple of 4 floats
         _, _, ih, iw = forward_window(0, 0, problem, t)
         return -(-ih * iw // 4) * 4 + t.kt * t.chunk * rs
@@ -226,7 +181,6 @@ class LaunchGeometry:
     a_sample: int                   # elements per sample of the operands that advance with N (0: w)
     b_sample: int
     out_sample: int
-    threads: int = NT               # threads of a block
 
 
 def plan(op: str, problem: ConvProblem, t: Tiling, async_copy: bool = False) -> LaunchGeometry:
@@ -243,10 +197,9 @@ def plan(op: str, problem: ConvProblem, t: Tiling, async_copy: bool = False) -> 
     nhwc = "true" if p.layout == "NHWC" else "false"
     geo = (p.c, p.h, p.w, p.k, p.p, p.q, p.r, p.s, p.pad[0], p.pad[1], p.stride[0], p.stride[1])
     x_s, y_s = p.c * p.h * p.w, p.k * p.p * p.q
-    t = resolve(op, p, t)
     if name == "direct_fwd_single":
         _, _, ih, iw = forward_window(0, 0, p, t)
-        expr = f"{name}<{_CTYPE[p.dtype]},{nhwc},{t.tx},{t.rb},{t.kt},{t.chunk}{f',{t.ty_}' if t.ty_ else ''}>"
+        expr = f"{name}<{_CTYPE[p.dtype]},{nhwc},{t.tx},{t.rb},{t.kt},{t.chunk}>"
         grid_y = p.groups * -(-kg // (t.kt * t.chunk))
         ints = geo + (kg, ih, iw)
         samples = (x_s, 0, y_s)
@@ -257,7 +210,7 @@ def plan(op: str, problem: ConvProblem, t: Tiling, async_copy: bool = False) -> 
         grid_y = p.groups * -(-owned // t.kt)
         ints = geo + (p.groups, ah, aw)
         samples = (x_s, 0, y_s) if op == "forward" else (0, y_s, x_s)
-    return LaunchGeometry(expr, (tp * tq, grid_y, p.n), 4 * smem_floats(op, p, t), ints, *samples, t.threads)
+    return LaunchGeometry(expr, (tp * tq, grid_y, p.n), 4 * smem_floats(op, p, t), ints, *samples)
 
 
 def fits(op: str, problem: ConvProblem, t: Tiling, smem_limit: int = DEFAULT_SMEM) -> bool:
@@ -276,8 +229,6 @@ def useful(op: str, problem: ConvProblem, t: Tiling) -> bool:
     rows, cols = (problem.p, problem.q) if op == "forward" else (problem.h, problem.w)
     if t.tx > max(8, _pow2_at_least(cols)) or (t.rb > 1 and t.rows > _pow2_at_least(rows)):
         return False
-    if t.exact and not resolve(op, problem, t).ty_:
-        return False            # exact changes nothing here
     if kernel_name(op, problem) == "direct_fwd_single":
         return t.kt <= _pow2_at_least(owned) and t.kt * t.chunk <= _pow2_at_least(owned)
     return t.kt <= _pow2_at_least(owned) and t.chunk <= _pow2_at_least(walked)
@@ -333,7 +284,7 @@ def launcher(op: str, problem: ConvProblem, t: Tiling, async_copy: bool = False)
     def launch(a: int, b: int, out: int, alpha: float, beta: float) -> None:
         scalars = (np.float32(alpha), np.float32(beta))
         for n0, cnt in parts:
-            kernel((gx, gy, cnt), (geo.threads,), (a + n0 * geo.a_sample * size, b + n0 * geo.b_sample * size,
+            kernel((gx, gy, cnt), (NT,), (a + n0 * geo.a_sample * size, b + n0 * geo.b_sample * size,
                                           out + n0 * geo.out_sample * size) + ints + scalars, shared_mem=smem)
 
     return launch
@@ -564,7 +515,6 @@ def emulate(op: str, problem: ConvProblem, t: Tiling, a: np.ndarray, b: np.ndarr
     g_, (sh, sw), (ph, pw) = p.groups, p.stride, p.pad
     cg, kg = p.c // g_, p.k // g_
     tp, tq = tiles(op, p, t)
-    t = resolve(op, p, t)
     if op == "forward":
         x, w = _to_nchw(np.asarray(a, np.float64), p.layout), _to_nchw(np.asarray(b, np.float64), p.layout)
         y = np.full((p.n, p.k, p.p, p.q), np.nan)

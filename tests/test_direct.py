@@ -51,7 +51,7 @@ def problems(draw, max_hw: int = 11):
 
 
 TILINGS = st.builds(D.Tiling, st.sampled_from(D.TX_VALUES), st.sampled_from(D.RB_VALUES),
-                    st.sampled_from(D.KT_VALUES), st.sampled_from(D.CHUNK_VALUES), st.sampled_from(D.EXACT_VALUES))
+                    st.sampled_from(D.KT_VALUES), st.sampled_from(D.CHUNK_VALUES))
 
 
 def _operands(p: ConvProblem, seed: int = 0):
@@ -125,13 +125,11 @@ def test_backward_data_emulated_block_by_block_equals_the_reference(p, t):
 def test_tiles_cover_the_written_plane_exactly_once(p, t, op):
     tp, tq = D.tiles(op, p, t)
     rows, cols = (p.p, p.q) if op == "forward" else (p.h, p.w)
-    r = D.resolve(op, p, t)                 # what the launch runs: exact single-channel tiles fitted to the plane
-    assert r.threads <= D.NT
     seen = np.zeros((rows, cols), dtype=int)
     for bx in range(tp * tq):
         r0, c0 = D.tile_origin(bx, op, p, t)
         assert r0 < rows and c0 < cols, "no block is launched for an empty tile"
-        seen[r0:r0 + r.rows, c0:c0 + r.tx] += 1
+        seen[r0:r0 + t.rows, c0:c0 + t.tx] += 1
     assert (seen == 1).all()
 
 
@@ -325,31 +323,6 @@ def test_source_identity():
     assert algo_name(ConvProblem(1, 1, 8, 8, 4, 3, 3)) == "direct-single"
     assert algo_name(ConvProblem(1, 8, 8, 8, 16, 3, 3, groups=8)) == "direct-single"      # depthwise
     assert algo_name(ConvProblem(1, 8, 8, 8, 16, 3, 3, groups=4)) == "direct-multi"
-
-
-def test_exact_tiles_fit_the_single_channel_plane():
-    """An exact tiling resolves to the block that covers the output without idle threads where the plane allows
-    (28 x 28: one 28 x 7 block of 4 rows each), is recorded with its flag and rebuilt from it, and is not worth a
-    trial where the power-of-two tile fits already or the kernel is not the single-channel forward."""
-    p28 = ConvProblem(2, 1, 28, 28, 16, 5, 5, pad=(2, 2))
-    t = D.Tiling(32, 4, 8, 2, 1)
-    r = D.resolve("forward", p28, t)
-    assert (r.tx, r.ty, r.rows, r.threads) == (28, 7, 28, 196)
-    geo = D.plan("forward", p28, t)
-    assert geo.name_expr == "direct_fwd_single<float,false,28,4,8,2,7>" and geo.threads == 196
-    assert geo.grid[0] == 1 and D.useful("forward", p28, t)
-    assert t.as_list() == [32, 4, 8, 2, 1] and D.Tiling.from_list(t.as_list()) == t
-    with pytest.raises(InputError):
-        r.as_list()
-    p112 = ConvProblem(2, 1, 112, 112, 16, 3, 3, pad=(1, 1))
-    assert D.tiles("forward", p112, t) == (4, 4) and D.resolve("forward", p112, t).rows == 28
-    p128 = ConvProblem(2, 1, 128, 128, 16, 3, 3, pad=(1, 1))
-    assert D.resolve("forward", p128, t) == D.Tiling(32, 4, 8, 2) and not D.useful("forward", p128, t)
-    multi = ConvProblem(2, 4, 28, 28, 16, 3, 3, pad=(1, 1))
-    assert D.resolve("forward", multi, t) == D.Tiling(32, 4, 8, 2) and not D.useful("forward", multi, t)
-    with pytest.raises(InputError) as e:
-        D.Tiling(40, 1, 1, 1, 0, 8)
-    assert e.value.field == "tiling.tx"
 
 
 # ---- the depthwise 3x3 kernel (direct_dw3) -------------------------------------------------------------------------
