@@ -1,9 +1,9 @@
 """Issue 17: the depthwise 3x3 kernel (``direct-dw3``) per configuration, on public stride-1 depthwise layers.
 
 For each layer (seed 001's ``dw-112-c32-3x3`` and MobileNet V2's stride-1 depthwise 3x3 layers, NCHW, ``--batch``)
-and op (forward, backward data): every (band rows, launch bound) of ``kernels/direct.py``'s ``DW3_ROWS`` x
+and op (forward, backward data, backward filter): every (band rows, launch bound) of ``kernels/direct.py``'s ``DW3_ROWS`` x
 ``DW3_MINB`` timed (CUDA events, median of 3 samples of at least 0.5 ms), beside the seed's single-channel kernel
-at its tuned tile (what ``direct-single`` runs), cuDNN's fastest with no workspace and with any (legacy + graph,
+at its tuned tile (what ``direct-single`` runs; it has no backward filter), cuDNN's fastest with no workspace and with any (legacy + graph,
 re-timed), and the floor: x and y moved once at the device's copy bandwidth (measured here).  It shows which
 configurations the source should measure (``DW3_CONFIGS``) and how far the kernel is from the floor.
 
@@ -69,7 +69,7 @@ def main() -> None:
         p = ConvProblem(args.batch, c, hw, hw, c, 3, 3, pad=(1, 1), groups=c)
         buf = Buffers(p)
         floor_ms = 2 * p.n * p.c * p.h * p.w * 4 / bw * 1e3
-        for op in D.OPS:
+        for op in D.DW3_OPS:
             t0 = time.time()
             ops = buf.operands(op, p.n)
             operands = (ops.a, ops.b, ops.out)
@@ -79,25 +79,28 @@ def main() -> None:
                     launch = D.dw3_launcher(op, p, r, mb)
                     times[(r, mb)] = time_ms(lambda: launch(*operands, 1.0, 0.0), repeat=3, warmup=1,
                                              min_sample_ms=0.5)
-            tiling, how = D.tuned_tiling(op, p, operands)
-            seed = D.launcher(op, p, tiling, D.uses_async(op, p, _compile.compute_capability()))
-            seed_ms = time_ms(lambda: seed(*operands, 1.0, 0.0), repeat=3, warmup=1, min_sample_ms=0.5)
+            tiling, how, seed_ms = None, None, None
+            if op in D.OPS:     # the seed's single-channel kernel has no backward filter
+                tiling, how = D.tuned_tiling(op, p, operands)
+                seed = D.launcher(op, p, tiling, D.uses_async(op, p, _compile.compute_capability()))
+                seed_ms = time_ms(lambda: seed(*operands, 1.0, 0.0), repeat=3, warmup=1, min_sample_ms=0.5)
             cu = cudnn_best(op, p, ops)
             ranked = sorted(times.items(), key=lambda kv: kv[1])
             (br, bm), best_ms = ranked[0]
             row = {"layer": name, "op": op, "problem": p.describe(),
                    "configs": [[r, mb, round(t, 4)] for (r, mb), t in ranked],
                    "best": [br, bm], "best_ms": round(best_ms, 4),
-                   "seed_single": tiling.as_list(), "seed_single_how": how, "seed_single_ms": round(seed_ms, 4),
+                   "seed_single": tiling and tiling.as_list(), "seed_single_how": how,
+                   "seed_single_ms": seed_ms and round(seed_ms, 4),
                    "cudnn_zero": cu["zero"][0], "cudnn_zero_ms": round(cu["zero"][1], 4),
                    "cudnn_any": cu["any"][0], "cudnn_any_ms": round(cu["any"][1], 4),
                    "best_vs_cudnn_zero": round(cu["zero"][1] / best_ms, 3),
                    "best_vs_cudnn_any": round(cu["any"][1] / best_ms, 3),
-                   "best_vs_seed_single": round(seed_ms / best_ms, 3),
+                   "best_vs_seed_single": seed_ms and round(seed_ms / best_ms, 3),
                    "floor_ms": round(floor_ms, 4), "best_over_floor": round(best_ms / floor_ms, 2),
                    "wall_s": round(time.time() - t0, 1)}
             rows.append(row)
-            print(f"{name} {op}: dw3 best {row['best']} {best_ms:.4f} ms, seed single {seed_ms:.4f}, cuDNN 0-ws "
+            print(f"{name} {op}: dw3 best {row['best']} {best_ms:.4f} ms, seed single {seed_ms}, cuDNN 0-ws "
                   f"{row['cudnn_zero']} {row['cudnn_zero_ms']} -> {row['best_vs_cudnn_zero']}x, any "
                   f"{row['cudnn_any']} {row['cudnn_any_ms']}; floor {floor_ms:.4f}", flush=True)
         del buf

@@ -2,7 +2,7 @@
 
 cProfile instruments every Python call and moves the costs it measures (a converted ResNet-50 AMP step: 61 ms
 profiled against 37 ms plain, ``torch_profile-resnet50-amp-direct.md``); py-spy samples the running process from
-outside (``--nonblocking``: the process is never paused), Python and native frames alike, so the shares it
+outside (pausing it a few microseconds per sample, 251 times a second), Python and native frames alike, so the shares it
 reports are those of the real step.  One implementation per process (``--impl torch`` or ``ucudnn``): the model is
 built as ``torch_profile.build`` builds it, warmed up (ucudnn: its plans found or benchmarked), timed (CUDA-event
 ms per step and the host's ms to issue one, ``torch_profile.step_times``), then stepped while py-spy samples it for
@@ -14,6 +14,7 @@ torch's Python, the autograd engine, cuDNN, the CUDA driver, the interpreter), t
 by inclusive samples.  Needs ``py-spy`` (a wheel: ``pip download py-spy``).
 
     python benchmarks/torch_host_spy.py --impl ucudnn --model resnet50 --batch 128 --mode amp --out /tmp/out
+    python benchmarks/torch_host_spy.py --resummarise RUN.json spy-ucudnn.raw OUT_DIR
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import argparse
 import collections
 import ctypes
 import gc
+import json
 import os
 import shutil
 import subprocess
@@ -38,10 +40,15 @@ LAYERS = [
     ("cublas (native)", lambda f: "libcublas" in f),
     ("torch C++ (native)", lambda f: "libtorch" in f or "libc10" in f or "_C.cpython" in f),
     ("cudnn-frontend binding (native)", lambda f: "_compiled_module" in f),
-    ("ucudnn (Python)", lambda f: "/ucudnn/" in f),
-    ("torch (Python)", lambda f: "/torch/" in f),
+    ("ucudnn (Python)", lambda f: _in(f, "ucudnn/")),
+    ("torch (Python)", lambda f: _in(f, "torch/") or _in(f, "torchvision/")),
     ("python interpreter (native)", lambda f: "libpython" in f or "python3" in f.split("(")[-1]),
 ]
+
+
+def _in(frame: str, package: str) -> bool:
+    """Whether a Python frame (``func (path:line)``; paths relative to sys.path entries) is in ``package``."""
+    return f"({package}" in frame or f"/{package}" in frame
 
 
 def frame_layer(frame: str) -> str:
@@ -72,7 +79,7 @@ def summarise(stacks: collections.Counter, top: int = 40) -> dict:
         layers[frame_layer(stack[-1])] += n
         for f in set(stack):
             incl[f] += n
-        if any("/ucudnn/" in f for f in stack):
+        if any(_in(f, "ucudnn/") for f in stack):
             ucudnn_incl += n
     pct = lambda v: round(100.0 * v / max(total, 1), 2)  # noqa: E731
     return {"samples": total, "ucudnn_inclusive_pct": pct(ucudnn_incl),
@@ -104,6 +111,9 @@ def timed_steps(step, n: int) -> float:
 
 
 def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--resummarise":   # --resummarise RUN.json RAW OUT
+        resummarise(*sys.argv[2:5])
+        return
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--impl", choices=("torch", "ucudnn"), required=True)
     ap.add_argument("--model", default="resnet50")
@@ -111,9 +121,10 @@ def main() -> None:
     ap.add_argument("--mode", default="amp", choices=("fp32", "default", "amp"))
     ap.add_argument("--limit", default="256MiB")
     ap.add_argument("--sources", default=None)
-    ap.add_argument("--seconds", type=float, default=8.0)
-    ap.add_argument("--rate", type=int, default=997)
+    ap.add_argument("--seconds", type=int, default=8)
+    ap.add_argument("--rate", type=int, default=251)
     ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--blocks", type=int, default=8, help="blocks of 10 steps timed one after another (drift)")
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
     args = ap.parse_args()
 
@@ -130,8 +141,9 @@ def main() -> None:
     gc_ms["off"] = timed_steps(step, args.steps)
     gc.enable()
     gc_ms["on_again"] = timed_steps(step, args.steps)
+    drift = [round(timed_steps(step, 10), 3) for _ in range(args.blocks)]   # does the step slow down over time?
     doc = {"provenance": provenance(), "args": vars(args), "first_step_s": round(first_s, 2), "times": times,
-           "gc_ms": {k: round(v, 3) for k, v in gc_ms.items()}}
+           "gc_ms": {k: round(v, 3) for k, v in gc_ms.items()}, "drift_ms_per_10_steps": drift}
     if spy is None:
         doc["error"] = "py-spy is not installed"
     else:
@@ -139,7 +151,7 @@ def main() -> None:
         raw = Path(args.out) / f"spy-{args.impl}.raw"
         raw.parent.mkdir(parents=True, exist_ok=True)
         proc = subprocess.Popen([spy, "record", "--pid", str(os.getpid()), "--rate", str(args.rate), "--duration",
-                                 str(args.seconds), "--native", "--nonblocking", "--format", "raw", "-o", str(raw)],
+                                 str(args.seconds), "--native", "--format", "raw", "-o", str(raw)],
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         steps = 0
         while proc.poll() is None:
@@ -154,22 +166,40 @@ def main() -> None:
             doc["spy"] = summarise(parse_raw(raw))
         else:
             doc["error"] = "py-spy wrote no samples"
-    tag = f"torch_host_spy-{args.model}-{args.mode}-{args.impl}"
-    md = [md_header(f"Host samples of a {args.model} b{args.batch} {args.mode} training step: {args.impl}",
+    write_report(args.out, doc)
+
+
+def markdown(doc: dict) -> str:
+    a, times = doc["args"], doc["times"]
+    md = [md_header(f"Host samples of a {a['model']} b{a['batch']} {a['mode']} training step: {a['impl']}",
                     doc["provenance"]),
           f"Step: {times['gpu_ms']:.2f} GPU ms, host issues one in {times['host_issue_ms']:.2f} ms; "
-          f"GC on / off / on: {doc['gc_ms']}.  First step {doc['first_step_s']} s.", ""]
+          f"GC on / off / on: {doc['gc_ms']}; blocks of 10 steps in order: "
+          f"{doc.get('drift_ms_per_10_steps')} ms.  First step {doc['first_step_s']} s.", ""]
     s = doc.get("spy")
     if s:
-        md += [f"py-spy: {s['samples']} samples over {doc['spy_steps']} steps; ucudnn on the stack in "
-               f"{s['ucudnn_inclusive_pct']}%.", "", "| innermost frame's layer | % of samples |", "|---|---:|"]
+        md += [f"py-spy ({a['rate']} samples/s with native frames, the process paused per sample): {s['samples']} "
+               f"samples over {doc['spy_steps']} steps; ucudnn on the stack in {s['ucudnn_inclusive_pct']}%.", "",
+               "| innermost frame's layer | % of samples |", "|---|---:|"]
         md += [f"| {k} | {v} |" for k, v in s["layers_pct"].items()]
         md += ["", "Top frames by own samples (%):", ""] + [f"- {v} `{f[:200]}`" for f, v in s["top_own"]]
         md += ["", "Top frames by inclusive samples (%):", ""] + [f"- {v} `{f[:200]}`" for f, v in s["top_inclusive"]]
     else:
         md.append(f"py-spy: {doc.get('error')} ({doc.get('spy_log', '')[-300:]})")
-    write(args.out, tag, doc, "\n".join(md) + "\n")
-    print("\n".join(md[:12]), flush=True)
+    return "\n".join(md) + "\n"
+
+
+def write_report(out: str, doc: dict) -> None:
+    a = doc["args"]
+    write(out, f"torch_host_spy-{a['model']}-{a['mode']}-{a['impl']}", doc, markdown(doc))
+
+
+def resummarise(json_path: str, raw_path: str, out: str) -> None:
+    """Rebuild a recorded run's summary and report from its py-spy raw file (e.g. after the frame layers
+    change): the samples are the run's, only their grouping is redone."""
+    doc = json.loads(Path(json_path).read_text())
+    doc["spy"] = summarise(parse_raw(Path(raw_path)))
+    write_report(out, doc)
 
 
 if __name__ == "__main__":

@@ -647,6 +647,78 @@ direct_dw3(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y, 
     }
 }
 
+// Backward filter of the same layer: dw[c][i][j] = alpha * sum over (n, p, q) of dy[n][c][p][q] *
+// x[n][c][p + i - 1][q + j - 1] + beta * dw.  The work items and the three-row window of x are the forward's; a
+// lane also loads its 4 columns of dy row p and keeps 9 sums, which its group adds up by shuffles at the end; the
+// group's first lane then adds alpha times them to dw atomically (one add per tap and work item: 256 x 9 per
+// channel for MobileNet's 112x112 layer at b256), after direct_dw3_scale has set dw = beta * dw on the same
+// stream.  No workspace; the atomics' order varies, so the sums are not bitwise reproducible (the source offers
+// this configuration only to numerics that allow that).
+template <typename T>
+__global__ void __launch_bounds__(DIRECT_NT) direct_dw3_scale(T* __restrict__ dw, int count, float beta) {
+    const int i = blockIdx.x * DIRECT_NT + threadIdx.x;
+    if (i < count) dw[i] = from_float<T>(beta == 0.f ? 0.f : beta * to_float(dw[i]));
+}
+
+template <typename T, bool VEC, int MINB>
+__global__ void __launch_bounds__(DIRECT_NT, MINB)
+direct_dw3_bwf(const T* __restrict__ x, const T* __restrict__ dy, T* __restrict__ dw, int C, int H, int W, int RW,
+               int bands, int segs, int width, long long items, float alpha) {
+    static_assert(sizeof(T) == 4, "dw is summed by float atomics");
+    const int lane = threadIdx.x & 31, groups = 32 / width, sub = lane & (width - 1);
+    const long long first = ((long long)blockIdx.x * (DIRECT_NT / 32) + threadIdx.x / 32) * groups;
+    if (first >= items) return;   // whole warps only: the shuffles below see all 32 lanes
+    const long long item = first + lane / width;
+    const bool active = item < items;
+    const long long it = active ? item : items - 1;
+    const int seg = (int)(it % segs);
+    const long long rest = it / segs;
+    const int band = (int)(rest % bands);
+    const long long plane = rest / bands;                 // n * C + c
+    const int c = (int)(plane % C);
+    const T* const xp = x + plane * H * (long long)W;
+    const T* const dyp = dy + plane * H * (long long)W;
+    const int col = seg * 4 * width + sub * 4;
+    const int p0 = band * RW;
+    float acc[9];
+#pragma unroll
+    for (int k = 0; k < 9; ++k) acc[k] = 0.f;
+    float4 r0, r1, r2, g;
+    dw3_load<T, VEC>(xp, p0 - 1, H, W, col, r0);
+    dw3_load<T, VEC>(xp, p0, H, W, col, r1);
+    dw3_load<T, VEC>(xp, p0 + 1, H, W, col, r2);
+    dw3_load<T, VEC>(dyp, p0, H, W, col, g);
+    Dw3Row a = dw3_row<T>(xp, p0 - 1, H, W, col, sub, width, r0);
+    Dw3Row b = dw3_row<T>(xp, p0, H, W, col, sub, width, r1);
+    for (int p = p0; p < p0 + RW; ++p) {
+        float4 next, gnext;
+        dw3_load<T, VEC>(xp, p + 2, H, W, col, next);     // in flight while row p is summed
+        dw3_load<T, VEC>(dyp, p + 1, H, W, col, gnext);
+        const Dw3Row cur = dw3_row<T>(xp, p + 1, H, W, col, sub, width, r2);
+        if (p < H) {   // rows past the plane (and idle groups' rows: they add nothing below) read zeros anyway
+            const float d[4] = {g.x, g.y, g.z, g.w};
+#pragma unroll
+            for (int j = 0; j < 4; ++j)
+#pragma unroll
+                for (int t = 0; t < 3; ++t) {
+                    acc[t] = fmaf(d[j], a.v[j + t], acc[t]);
+                    acc[3 + t] = fmaf(d[j], b.v[j + t], acc[3 + t]);
+                    acc[6 + t] = fmaf(d[j], cur.v[j + t], acc[6 + t]);
+                }
+        }
+        a = b;
+        b = cur;
+        r2 = next;
+        g = gnext;
+    }
+#pragma unroll
+    for (int k = 0; k < 9; ++k)
+        for (int off = width / 2; off > 0; off /= 2) acc[k] += __shfl_xor_sync(0xffffffffu, acc[k], off, width);
+    if (active && sub == 0)
+#pragma unroll
+        for (int k = 0; k < 9; ++k) atomicAdd(reinterpret_cast<float*>(dw) + c * 9 + k, alpha * acc[k]);
+}
+
 #ifdef UCUDNN_NVCC_CHECK
 #define DIRECT_FWD_ARGS(T) const T*, const T*, T*, int, int, int, int, int, int, int, int, int, int, int, int, int, \
     int, int, float, float
@@ -665,4 +737,9 @@ template __global__ void direct_dw3<float, false, true, 1>(DIRECT_DW3_ARGS(float
 template __global__ void direct_dw3<float, false, true, 5>(DIRECT_DW3_ARGS(float));
 template __global__ void direct_dw3<float, true, false, 1>(DIRECT_DW3_ARGS(float));
 template __global__ void direct_dw3<half_t, false, false, 1>(DIRECT_DW3_ARGS(half_t));
+template __global__ void direct_dw3_scale<float>(float*, int, float);
+template __global__ void direct_dw3_bwf<float, true, 1>(const float*, const float*, float*, int, int, int, int, int,
+                                                       int, int, long long, float);
+template __global__ void direct_dw3_bwf<float, false, 5>(const float*, const float*, float*, int, int, int, int, int,
+                                                        int, int, long long, float);
 #endif

@@ -296,15 +296,21 @@ DW3_SEGMENT = 128             # columns a warp covers at a time: 32 lanes x 4
 DW3_WARPS = NT // 32          # warps per block
 DW3_ROWS = (4, 8, 16, 32, 0)  # rows of a warp's band (0: the whole plane)
 DW3_MINB = (1, 5)             # the kernel's launch bound: blocks an SM must hold (1: no register cap)
+DW3_OPS = ("forward", "backward_data", "backward_filter")
 
 
 def dw3_refusal(op: str, problem: ConvProblem) -> str | None:
     """Why :data:`DW3` does not run ``op`` on ``problem`` (None: it does): it is the depthwise 3x3, stride 1,
-    padding 1 layer (one filter per channel) in NCHW, forward and backward data."""
+    padding 1 layer (one filter per channel) in NCHW, all three ops (backward filter in float32 only: float
+    atomics sum it)."""
     p = problem
-    why = refusal(op, p)
+    if op not in DW3_OPS:
+        return f"unknown op {op!r}"
+    why = refusal("forward" if op == "backward_filter" else op, p)
     if why:
         return why
+    if op == "backward_filter" and p.dtype != "float32":
+        return f"backward filter sums by float atomics: {p.dtype} is not supported (float32)"
     if not (p.groups == p.c == p.k):
         return "not depthwise with one filter per channel"
     if (p.r, p.s) != (3, 3) or p.stride != (1, 1) or p.pad != (1, 1):
@@ -333,9 +339,10 @@ def dw3_geometry(problem: ConvProblem, rows: int) -> tuple[int, int, int, int, i
 
 
 def dw3_launcher(op: str, problem: ConvProblem, rows: int, minb: int = 1) -> Launcher:
-    """``launch(a, b, out, alpha, beta)`` of :data:`DW3` in cuDNN's operand order (as :func:`launcher`): 16-byte
-    rows (float, W a multiple of 4) when x / dy and y / dx are 16-byte aligned, else element loads; both
-    instances are compiled here, so a launch compiles nothing."""
+    """``launch(a, b, out, alpha, beta)`` of :data:`DW3` in cuDNN's operand order (as :func:`launcher`; backward
+    filter: x, dy, dw): 16-byte rows (float, W a multiple of 4) when the row operands are 16-byte aligned, else
+    element loads; both instances are compiled here, so a launch compiles nothing.  Backward filter is two
+    launches: dw = beta * dw, then the sums added atomically (not bitwise reproducible)."""
     why = dw3_refusal(op, problem)
     if why:
         raise InputError(f"{DW3} cannot run {op} on {problem.describe()}: {why}", "problem")
@@ -347,12 +354,27 @@ def dw3_launcher(op: str, problem: ConvProblem, rows: int, minb: int = 1) -> Lau
     vec_ok = p.dtype == "float32" and p.w % 4 == 0
 
     def kernel_of(vec: bool) -> Any:
-        return _compile.get_kernel(SOURCE, f"{DW3}<{_CTYPE[p.dtype]},{rot},{'true' if vec else 'false'},{minb}>")
+        v = "true" if vec else "false"
+        if op == "backward_filter":
+            return _compile.get_kernel(SOURCE, f"{DW3}_bwf<float,{v},{minb}>")
+        return _compile.get_kernel(SOURCE, f"{DW3}<{_CTYPE[p.dtype]},{rot},{v},{minb}>")
 
     scalar = kernel_of(False)
     vector = kernel_of(True) if vec_ok else None
     ints = tuple(np.int32(v) for v in (p.c, p.h, p.w, rw, bands, segs, width)) + (np.int64(items),)
     grid = (-(-warps // DW3_WARPS), 1, 1)
+
+    if op == "backward_filter":
+        scale = _compile.get_kernel(SOURCE, "direct_dw3_scale<float>")
+        taps = np.int32(p.c * 9)
+        scale_grid = (-(-p.c * 9 // NT), 1, 1)
+
+        def launch_bwf(a: int, b: int, out: int, alpha: float, beta: float) -> None:
+            kernel = vector if vector is not None and not (a | b) % 16 else scalar
+            scale(scale_grid, (NT,), (out, taps, np.float32(beta)))
+            kernel(grid, (NT,), (a, b, out) + ints + (np.float32(alpha),))
+
+        return launch_bwf
 
     def launch(a: int, b: int, out: int, alpha: float, beta: float) -> None:
         src, w = (a, b) if op == "forward" else (b, a)
@@ -371,11 +393,15 @@ def dw3_emulate(op: str, problem: ConvProblem, rows: int, a: np.ndarray, b: np.n
     p = problem
     rw, bands, segs, width, items, warps = dw3_geometry(p, rows)
     groups = 32 // width
-    x, w = (a, b) if op == "forward" else (b, a)
+    bwf = op == "backward_filter"
+    x, w = (a, b) if op != "backward_data" else (b, a)
     x = np.asarray(x, np.float64)
-    taps = np.asarray(w, np.float64).reshape(p.c, 9)
-    if op == "backward_data":
-        taps = taps[:, ::-1]
+    if bwf:
+        dy, sums = np.asarray(w, np.float64), np.zeros((p.c, 9))
+    else:
+        taps = np.asarray(w, np.float64).reshape(p.c, 9)
+        if op == "backward_data":
+            taps = taps[:, ::-1]
     out = np.full((p.n, p.c, p.h, p.w), np.nan)
     sub = np.arange(width)
 
@@ -405,12 +431,22 @@ def dw3_emulate(op: str, problem: ConvProblem, rows: int, a: np.ndarray, b: np.n
             n, c = divmod(plane_i, p.c)
             plane = x[n, c]
             col = seg * 4 * width + sub * 4
-            f = taps[c]
             p0 = band * rw
+            part = np.zeros((width, 9))
             for row in range(p0, p0 + rw):
                 if row >= p.h:         # every group walks rw rows; past the plane it stores nothing
                     continue
                 win = [window(plane, row - 1 + i, col) for i in range(3)]
+                if bwf:                # 9 sums a lane: dy's 4 columns against the window
+                    d = np.zeros((width, 4))
+                    for j in range(4):
+                        ok = col + j < p.w
+                        d[ok, j] = dy[n, c, row, col[ok] + j]
+                    for i in range(3):
+                        for t in range(3):
+                            part[:, 3 * i + t] += (d * win[i][:, t:t + 4]).sum(axis=1)
+                    continue
+                f = taps[c]
                 o = np.zeros((width, 4))
                 for j in range(4):
                     for i in range(3):
@@ -419,7 +455,9 @@ def dw3_emulate(op: str, problem: ConvProblem, rows: int, a: np.ndarray, b: np.n
                 for j in range(4):
                     ok = col + j < p.w
                     out[n, c, row, col[ok] + j] = o[ok, j]
-    return out
+            if bwf:                    # the group's sums (shuffles), added by its first lane
+                sums[c] += part.sum(axis=0)
+    return sums.reshape(p.c, 1, 3, 3) if bwf else out
 
 
 # ---- tuning ------------------------------------------------------------------------------------------------------
@@ -492,6 +530,23 @@ def backward_data_reference(dy: np.ndarray, w: np.ndarray, problem: ConvProblem)
                 dxp[:, g * cg:(g + 1) * cg, i:i + sh * p.p:sh, j:j + sw * p.q:sw] += np.einsum(
                     "nkhw,kc->nchw", d, wn[g * kg:(g + 1) * kg, :, i, j])
     return _from_nchw(dxp[:, :, p.pad[0]:p.pad[0] + p.h, p.pad[1]:p.pad[1] + p.w], p.layout)
+
+
+def backward_filter_reference(x: np.ndarray, dy: np.ndarray, problem: ConvProblem) -> np.ndarray:
+    """dw in float64 and the problem's layout, any groups (dilation 1): each group's x correlated with its dy."""
+    p = problem
+    xn = _to_nchw(np.asarray(x, np.float64), p.layout)
+    dyn = _to_nchw(np.asarray(dy, np.float64), p.layout)
+    cg, kg = p.c // p.groups, p.k // p.groups
+    (sh, sw), (ph, pw) = p.stride, p.pad
+    xp = np.pad(xn, ((0, 0), (0, 0), (ph, ph + p.r + sh * p.p), (pw, pw + p.s + sw * p.q)))
+    dw = np.zeros((p.k, cg, p.r, p.s))
+    for g in range(p.groups):
+        for i in range(p.r):
+            for j in range(p.s):
+                patch = xp[:, g * cg:(g + 1) * cg, i:i + sh * p.p:sh, j:j + sw * p.q:sw]
+                dw[g * kg:(g + 1) * kg, :, i, j] = np.einsum("nchw,nkhw->kc", patch, dyn[:, g * kg:(g + 1) * kg])
+    return _from_nchw(dw, p.layout)
 
 
 def _staged(a: np.ndarray, r0: int, c0: int, rows: int, cols: int) -> tuple[np.ndarray, int]:

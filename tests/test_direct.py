@@ -336,16 +336,18 @@ def depthwise3(draw):
                        c, 3, 3, pad=(1, 1), groups=c)
 
 
-@settings(max_examples=40, deadline=None)
-@given(depthwise3(), st.sampled_from(D.DW3_ROWS), st.sampled_from(D.OPS))
+@settings(max_examples=60, deadline=None)
+@given(depthwise3(), st.sampled_from(D.DW3_ROWS), st.sampled_from(D.DW3_OPS))
 def test_dw3_emulated_warp_by_warp_equals_the_reference(p, rows, op):
     """Bands, segments, lanes and the shuffled neighbour columns cover the plane exactly once and compute the
-    convolution (backward data through the rotated taps)."""
+    convolution (backward data through the rotated taps; backward filter as the groups' summed products)."""
     x, w, dy = _operands(p, seed=p.h * 7 + p.w)
     if op == "forward":
         got, ref = D.dw3_emulate(op, p, rows, x, w), D.forward_reference(x, w, p)
-    else:
+    elif op == "backward_data":
         got, ref = D.dw3_emulate(op, p, rows, w, dy), D.backward_data_reference(dy, w, p)
+    else:
+        got, ref = D.dw3_emulate(op, p, rows, x, dy), D.backward_filter_reference(x, dy, p)
     assert not np.isnan(got).any(), "every output element is written"
     np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-12)
 
@@ -360,8 +362,11 @@ def test_dw3_emulated_warp_by_warp_equals_the_reference(p, rows, op):
 ])
 def test_dw3_runs_only_the_stride_one_same_padded_depthwise_3x3(problem, why):
     assert why in D.dw3_refusal("forward", problem)
-    assert D.dw3_refusal("backward_filter", ConvProblem(2, 4, 8, 8, 4, 3, 3, pad=(1, 1), groups=4)) \
-        == "no backward-filter kernel"
+    assert why in D.dw3_refusal("backward_filter", problem)
+    dw = ConvProblem(2, 4, 8, 8, 4, 3, 3, pad=(1, 1), groups=4)
+    assert D.dw3_refusal("backward_filter", dw) is None
+    assert "float atomics" in D.dw3_refusal("backward_filter", ConvProblem(2, 4, 8, 8, 4, 3, 3, pad=(1, 1),
+                                                                           groups=4, dtype="float16"))
     with pytest.raises(InputError) as e:
         D.dw3_launcher("forward", problem, 0)
     assert e.value.field == "problem"
@@ -387,10 +392,14 @@ def test_depthwise_3x3_layers_get_dw3_configurations_recorded_for_prepare():
     from ucudnn.measure.sources.direct import DW3, DW3_CONFIGS
 
     p = ConvProblem(4, 8, 16, 16, 8, 3, 3, pad=(1, 1), groups=8)
-    for op in D.OPS:
+    for op in D.DW3_OPS:
+        assert DirectSource().refusal(op, p, "strict") is None
         ms, sk = DirectSource().measure(op, p, Operands(0, 0, 0), 0, BenchSettings("strict"))
         # no GPU here: every configuration is a skipped row, the dw3 ones among them, each once
         assert ms == [] and [s.algo for s in sk].count(DW3) == len(DW3_CONFIGS)
+    # backward filter's atomics are not bitwise reproducible: deterministic numerics do not measure them
+    ms, sk = DirectSource().measure("backward_filter", p, Operands(0, 0, 0), 0, BenchSettings("strict-deterministic"))
+    assert DW3 not in [s.algo for s in sk]
     ms, sk = DirectSource().measure("forward", ConvProblem(4, 8, 16, 16, 8, 3, 3, pad=(1, 1), groups=8,
                                                            layout="NHWC"), Operands(0, 0, 0), 0,
                                     BenchSettings("strict"))

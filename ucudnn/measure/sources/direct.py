@@ -24,11 +24,13 @@ per loaded element.  Its backward filter splits the reduction over blocks that a
 ``-deterministic`` numerics measure it unsplit.
 
 Depthwise 3x3 (``direct-dw3``, ``direct_dw3`` in ``kernels/direct.cu``): the NCHW depthwise layer with one filter
-per channel, 3x3, stride 1, padding 1 (MobileNet's and EfficientNet's stride-1 depthwise layers), forward and
-backward data, also gets configurations of a kernel made for it: a warp walks a band of one plane's rows with a
-three-row window in registers, so x and y move once and nothing is staged (``DW3_CONFIGS``: band height and launch
-bound, recorded in ``extra["direct"]``).  Why: such a layer is bound by memory bandwidth, and the seed's
-single-channel block stages a tile for one filter's 9 taps and waits on it.
+per channel, 3x3, stride 1, padding 1 (MobileNet's and EfficientNet's stride-1 depthwise layers) also gets configurations of a kernel made
+for it, all three ops: a warp walks a band of one plane's rows with a three-row window in registers, so x and y
+(dy) move once and nothing is staged (``DW3_CONFIGS``: band height and launch bound, recorded in
+``extra["direct"]``); backward filter adds each band's 9 sums to dw atomically (float32; not deterministic, so
+``-deterministic`` numerics do not measure it).  Why: such a layer is bound by memory bandwidth, the seed's
+single-channel block stages a tile for one filter's 9 taps and waits on it, and cuDNN's zero-workspace backward
+filter there is slow (H100, MobileNet's 112x112 layer at b256: 16 ms, 0.92 ms with 784 MiB).
 
 Numerics: float32 runs FP32 FMA only (math type ``FMA``: allowed by every numerics mode, ``strict`` included);
 float16 data accumulates in float32 (``DEFAULT``, as cuDNN labels its FP32-accumulating configurations: allowed
@@ -79,10 +81,10 @@ class DirectSource(Prepared):
     def refusal(self, op: str, problem: ConvProblem, numerics: str | None = None) -> str | None:
         """Why this source records no configuration for ``op`` on ``problem`` (None: it measures one)."""
         from ucudnn.kernels import igemm
-        from ucudnn.kernels.direct import refusal
+        from ucudnn.kernels.direct import dw3_refusal, refusal
 
         why, why_igemm = refusal(op, problem), igemm.refusal(op, problem)
-        if why and why_igemm:
+        if why and why_igemm and dw3_refusal(op, problem) is not None:
             return why if why == why_igemm else f"{why}; igemm: {why_igemm}"
         math = MATH_TYPES[problem.dtype]
         if numerics is not None and math not in num.allowed_math_types(numerics, problem.dtype):
@@ -105,9 +107,10 @@ class DirectSource(Prepared):
         variants = []
         if refusal(op, problem) is None:
             variants.append((algo_name(problem), lambda: self.configure(op, problem, ops)))
-        if dw3_refusal(op, problem) is None:
+        if dw3_refusal(op, problem) is None and not (op == "backward_filter" and settings.numerics is not None
+                                                      and num.deterministic_only(settings.numerics)):
             for rows, minb in DW3_CONFIGS:
-                variants.append((DW3, lambda rows=rows, minb=minb: configure_dw3(problem, rows, minb)))
+                variants.append((DW3, lambda rows=rows, minb=minb: configure_dw3(op, problem, rows, minb)))
         if igemm.refusal(op, problem) is None:
             for bn, ks in igemm.variants(op, problem):
                 variants.append((IGEMM, lambda bn=bn, ks=ks: self.configure_igemm(op, problem, settings.numerics,
@@ -213,10 +216,12 @@ def _igemm_launch(op: str, problem: ConvProblem, config: Measurement) -> Launch:
     return launch
 
 
-def configure_dw3(problem: ConvProblem, rows: int, minb: int) -> Measurement:
-    """The depthwise 3x3 configuration (time 0) with ``rows`` per warp band and launch bound ``minb``."""
+def configure_dw3(op: str, problem: ConvProblem, rows: int, minb: int) -> Measurement:
+    """The depthwise 3x3 configuration (time 0) of ``op`` with ``rows`` per warp band and launch bound ``minb``
+    (backward filter sums by atomics: not deterministic)."""
     return Measurement(problem.n, DW3, MATH_TYPES[problem.dtype], 0.0, 0, "direct", None,
-                       {"direct": {"kernel": "direct_dw3", "rows": rows, "minb": minb}, "deterministic": True})
+                       {"direct": {"kernel": "direct_dw3", "rows": rows, "minb": minb},
+                        "deterministic": op != "backward_filter"})
 
 
 def _dw3_launch(op: str, problem: ConvProblem, config: Measurement) -> Launch:
