@@ -55,7 +55,7 @@ IGEMM = "direct-igemm"
 #: the depthwise 3x3 kernel's configurations (``kernels/direct.py``'s ``direct_dw3``): rows of a warp's band
 #: (0: the whole plane) and the launch bound (blocks an SM must hold), each measured as its own row
 DW3 = "direct-dw3"
-DW3_CONFIGS = ((8, 1), (0, 1), (0, 5))
+DW3_CONFIGS = ((8, 1), (0, 1), (4, 5))
 
 
 def algo_name(problem: ConvProblem) -> str:
