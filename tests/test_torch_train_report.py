@@ -102,3 +102,16 @@ def test_a_row_measured_several_times_in_one_series_reports_their_median(tt, tmp
     md = tmp_path / "report.md"
     tt.report(records(tmp_path, rows), md)
     assert "| 3900 (median of 3: 3600-4400) | 0.85x |" in md.read_text()
+
+
+def test_another_workload_gets_its_rows_and_no_verdict_on_issue_15s_bars(tt, tmp_path):
+    """MobileNet V2 (a public workload the issue does not name): its rows, and no 'missed' bars it was never
+    measured for."""
+    rows = [run("mobilenet_v2", "fp32", "torch", 100.0), run("mobilenet_v2", "fp32", "ucudnn-64", 113.0,
+                                                            sources_used="legacy,graph,direct,fold")]
+    md = tmp_path / "report.md"
+    assert tt.report(records(tmp_path, rows), md) == 0
+    text = md.read_text()
+    assert "| mobilenet_v2 b128 | fp32 | ucudnn-64 | legacy,graph,direct,fold | 113 | 1.13x |" in text
+    assert "## Issue 15's bars" not in text and "missed" not in text
+    assert "none of them is in these records" in text
