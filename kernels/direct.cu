@@ -525,27 +525,28 @@ direct_bwd(const T* __restrict__ w, const T* __restrict__ dy, T* __restrict__ dx
 }
 
 // ---------------------------------------------------------------------------------------------------------------
-// Depthwise 3x3, stride 1, padding 1, one filter per channel (C = K = G), NCHW (direct_dw3).  Why its own kernel:
-// such a layer moves x and y once and does 9 FMAs per output, so it is bound by memory bandwidth, and a block that
-// stages a tile in shared memory for one filter's 9 taps (direct_fwd_single at KT = 1) spends its time waiting on
-// the tile it stages: H200, MobileNet's 112x112 first depthwise layer, b256, 0.67 ms against a 0.19 ms copy floor.
-// A group of WIDTH lanes (a power of two: 4 * WIDTH columns cover the row, or 128 columns of it at WIDTH = 32)
-// walks down a band of RW rows of one (sample, channel) plane, 4 columns per lane, with a sliding window of three
-// input rows in registers: each input row is loaded once (16-byte loads where rows are 16-byte aligned, VEC), its
-// left and right neighbours come from the adjacent lanes by shuffles (from global memory only at the group's
-// edges), and each output row is stored once.  The row after next is loaded before the current row is computed,
-// so a group keeps two rows of loads in flight.  Narrow planes put 32 / WIDTH groups in a warp (14x14: 8 planes
-// a warp, where one plane a warp left 28 of its 32 lanes idle).  Every group of a warp runs RW iterations, so the
+// Depthwise K x K (K = 3 or 5), stride 1, padding K / 2, one filter per channel (C = K = G), NCHW (direct_dw).  Why
+// its own kernel: such a layer moves x and y once and does K*K FMAs per output, so it is bound by memory bandwidth,
+// and a block that stages a tile in shared memory for one filter's taps (direct_fwd_single at KT = 1) spends its
+// time waiting on the tile it stages: H200, MobileNet's 112x112 first depthwise layer, b256, 0.67 ms against a
+// 0.19 ms copy floor.  A group of WIDTH lanes (a power of two: 4 * WIDTH columns cover the row, or 128 columns of
+// it at WIDTH = 32) walks down a band of RW rows of one (sample, channel) plane, 4 columns per lane, with a sliding
+// window of K input rows in registers: each input row is loaded once (16-byte loads where rows are 16-byte
+// aligned, VEC), the K / 2 columns on either side come from the adjacent lanes by shuffles (from global memory
+// only at the group's edges), and each output row is stored once.  The next row is loaded before the current one
+// is computed, so a group keeps loads in flight.  Narrow planes put 32 / WIDTH groups in a warp (14x14: 8 planes a
+// warp, where one plane a warp left 28 of its 32 lanes idle).  Every group of a warp runs RW iterations, so the
 // shuffles always see all 32 lanes; rows past the plane and groups past the last work item compute zeros and
 // store nothing.  ROT rotates the taps by 180 degrees: backward data of the same layer (dx = correlation of dy
-// with the rotated filter, also padding 1, channel c from channel c).  Work items: N*C planes x bands x
+// with the rotated filter, the same padding, channel c from channel c).  Work items: N*C planes x bands x
 // segments, 32 / WIDTH of them a warp, 8 warps a block.
-struct Dw3Row {
-    float v[6];   // columns col - 1 .. col + 4 of one input row (zeros outside the plane: the padding)
+template <int K>
+struct DwRow {
+    float v[K + 3];   // columns col - K/2 .. col + 3 + K/2 of one input row (zeros outside the plane: the padding)
 };
 
 template <typename T, bool VEC>
-__device__ __forceinline__ void dw3_load(const T* __restrict__ plane, int row, int H, int W, int col, float4& raw) {
+__device__ __forceinline__ void dw_load(const T* __restrict__ plane, int row, int H, int W, int col, float4& raw) {
     raw = make_float4(0.f, 0.f, 0.f, 0.f);
     if (row < 0 || row >= H) return;
     const T* p = plane + (long long)row * W + col;
@@ -559,67 +560,103 @@ __device__ __forceinline__ void dw3_load(const T* __restrict__ plane, int row, i
     }
 }
 
-// The window row of a loaded row: the lane's 4 values and its neighbours' edge values (shuffles within the group
-// of `width` lanes; at the group's first and last lane the neighbour column is read from the plane, or is padding).
-template <typename T>
-__device__ __forceinline__ Dw3Row dw3_row(const T* __restrict__ plane, int row, int H, int W, int col, int sub,
-                                          int width, const float4& raw) {
-    Dw3Row r;
-    r.v[1] = raw.x; r.v[2] = raw.y; r.v[3] = raw.z; r.v[4] = raw.w;
-    float left = __shfl_up_sync(0xffffffffu, raw.w, 1, width);
-    float right = __shfl_down_sync(0xffffffffu, raw.x, 1, width);
+// The window row of a loaded row: the lane's 4 values and K / 2 neighbour columns on either side (shuffles within
+// the group of `width` lanes; at the group's first and last lane they are read from the plane, or are padding).
+template <typename T, int K>
+__device__ __forceinline__ DwRow<K> dw_row(const T* __restrict__ plane, int row, int H, int W, int col, int sub,
+                                           int width, const float4& raw) {
+    constexpr int HK = K / 2;
+    static_assert(HK == 1 || HK == 2, "3x3 or 5x5");
+    DwRow<K> r;
+    r.v[HK] = raw.x; r.v[HK + 1] = raw.y; r.v[HK + 2] = raw.z; r.v[HK + 3] = raw.w;
+    float l1 = __shfl_up_sync(0xffffffffu, raw.w, 1, width);     // column col - 1
+    float r1 = __shfl_down_sync(0xffffffffu, raw.x, 1, width);   // column col + 4
+    float l2 = 0.f, r2 = 0.f;
+    if (HK == 2) {
+        l2 = __shfl_up_sync(0xffffffffu, raw.z, 1, width);       // column col - 2
+        r2 = __shfl_down_sync(0xffffffffu, raw.y, 1, width);     // column col + 5
+    }
     const bool inrow = row >= 0 && row < H;
-    if (sub == 0) left = (inrow && col > 0 && col - 1 < W) ? to_float(plane[(long long)row * W + col - 1]) : 0.f;
-    if (sub == width - 1) right = (inrow && col + 4 < W) ? to_float(plane[(long long)row * W + col + 4]) : 0.f;
-    r.v[0] = left;
-    r.v[5] = right;
+    const T* const rp = plane + (long long)row * W;
+    if (sub == 0) {
+        l1 = (inrow && col >= 1 && col - 1 < W) ? to_float(rp[col - 1]) : 0.f;
+        if (HK == 2) l2 = (inrow && col >= 2 && col - 2 < W) ? to_float(rp[col - 2]) : 0.f;
+    }
+    if (sub == width - 1) {
+        r1 = (inrow && col + 4 < W) ? to_float(rp[col + 4]) : 0.f;
+        if (HK == 2) r2 = (inrow && col + 5 < W) ? to_float(rp[col + 5]) : 0.f;
+    }
+    if (HK == 2) {
+        r.v[0] = l2; r.v[1] = l1; r.v[6] = r1; r.v[7] = r2;
+    } else {
+        r.v[0] = l1; r.v[4] = r1;
+    }
     return r;
 }
 
-template <typename T, bool ROT, bool VEC, int MINB>
-__global__ void __launch_bounds__(DIRECT_NT, MINB)   // MINB blocks an SM at least: registers against loads in flight
-direct_dw3(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y, int C, int H, int W, int RW,
-           int bands, int segs, int width, long long items, float alpha, float beta) {
-    static_assert(!VEC || sizeof(T) == 4, "16-byte rows are float rows");
-    const int lane = threadIdx.x & 31, groups = 32 / width, sub = lane & (width - 1);
+// A work item's coordinates: the group's plane, band and first column; `active` false for a group past the last
+// item (it walks the last item's plane and stores nothing).
+struct DwItem {
+    long long plane;
+    int c, col, p0, sub;
+    bool active;
+};
+
+__device__ __forceinline__ bool dw_item(int C, int bands, int segs, int width, int RW, long long items, DwItem& at) {
+    const int lane = threadIdx.x & 31, groups = 32 / width;
     const long long first = ((long long)blockIdx.x * (DIRECT_NT / 32) + threadIdx.x / 32) * groups;
-    if (first >= items) return;   // whole warps only: the shuffles below see all 32 lanes
+    if (first >= items) return false;   // whole warps only: the shuffles see all 32 lanes
     const long long item = first + lane / width;
-    const bool active = item < items;
-    const long long it = active ? item : items - 1;      // an idle group walks a real plane and stores nothing
+    at.active = item < items;
+    const long long it = at.active ? item : items - 1;
     const int seg = (int)(it % segs);
     const long long rest = it / segs;
-    const int band = (int)(rest % bands);
-    const long long plane = rest / bands;                 // n * C + c
-    const int c = (int)(plane % C);
-    const T* const xp = x + plane * H * (long long)W;
-    T* const yp = y + plane * H * (long long)W;
-    float f[9];
+    at.p0 = (int)(rest % bands) * RW;
+    at.plane = rest / bands;                              // n * C + c
+    at.c = (int)(at.plane % C);
+    at.sub = lane & (width - 1);
+    at.col = seg * 4 * width + at.sub * 4;
+    return true;
+}
+
+template <typename T, int K, bool ROT, bool VEC, int MINB>
+__global__ void __launch_bounds__(DIRECT_NT, MINB)   // MINB blocks an SM at least: registers against loads in flight
+direct_dw(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y, int C, int H, int W, int RW,
+          int bands, int segs, int width, long long items, float alpha, float beta) {
+    static_assert(!VEC || sizeof(T) == 4, "16-byte rows are float rows");
+    constexpr int HK = K / 2, KK = K * K;
+    DwItem at;
+    if (!dw_item(C, bands, segs, width, RW, items, at)) return;
+    const T* const xp = x + at.plane * H * (long long)W;
+    T* const yp = y + at.plane * H * (long long)W;
+    const int col = at.col, sub = at.sub, p0 = at.p0;
+    float f[KK];
 #pragma unroll
-    for (int i = 0; i < 9; ++i) f[i] = to_float(w[c * 9 + (ROT ? 8 - i : i)]);
-    const int col = seg * 4 * width + sub * 4;
-    const int p0 = band * RW;
-    const bool stores = active && col < W;
-    float4 r0, r1, r2;
-    dw3_load<T, VEC>(xp, p0 - 1, H, W, col, r0);
-    dw3_load<T, VEC>(xp, p0, H, W, col, r1);
-    dw3_load<T, VEC>(xp, p0 + 1, H, W, col, r2);
-    Dw3Row a = dw3_row<T>(xp, p0 - 1, H, W, col, sub, width, r0);
-    Dw3Row b = dw3_row<T>(xp, p0, H, W, col, sub, width, r1);
+    for (int i = 0; i < KK; ++i) f[i] = to_float(w[at.c * KK + (ROT ? KK - 1 - i : i)]);
+    const bool stores = at.active && col < W;
+    DwRow<K> win[K];   // rows p - HK .. p + HK while row p is computed
+    float4 raw;
+#pragma unroll
+    for (int i = 1; i < K; ++i) {
+        dw_load<T, VEC>(xp, p0 - HK - 1 + i, H, W, col, raw);
+        win[i] = dw_row<T, K>(xp, p0 - HK - 1 + i, H, W, col, sub, width, raw);
+    }
+    float4 pending;
+    dw_load<T, VEC>(xp, p0 + HK, H, W, col, pending);
     for (int p = p0; p < p0 + RW; ++p) {
         float4 next;
-        dw3_load<T, VEC>(xp, p + 2, H, W, col, next);     // in flight while row p is computed
-        const Dw3Row cur = dw3_row<T>(xp, p + 1, H, W, col, sub, width, r2);
+        dw_load<T, VEC>(xp, p + HK + 1, H, W, col, next);   // in flight while row p is computed
+#pragma unroll
+        for (int i = 0; i < K - 1; ++i) win[i] = win[i + 1];
+        win[K - 1] = dw_row<T, K>(xp, p + HK, H, W, col, sub, width, pending);
         float o[4];
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
             float s = 0.f;
 #pragma unroll
-            for (int t = 0; t < 3; ++t) {
-                s = fmaf(f[t], a.v[j + t], s);
-                s = fmaf(f[3 + t], b.v[j + t], s);
-                s = fmaf(f[6 + t], cur.v[j + t], s);
-            }
+            for (int i = 0; i < K; ++i)
+#pragma unroll
+                for (int t = 0; t < K; ++t) s = fmaf(f[i * K + t], win[i].v[j + t], s);
             o[j] = s;
         }
         if (stores && p < H) {
@@ -641,82 +678,72 @@ direct_dw3(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y, 
                     }
             }
         }
-        a = b;
-        b = cur;
-        r2 = next;
+        pending = next;
     }
 }
 
 // Backward filter of the same layer: dw[c][i][j] = alpha * sum over (n, p, q) of dy[n][c][p][q] *
-// x[n][c][p + i - 1][q + j - 1] + beta * dw.  The work items and the three-row window of x are the forward's; a
-// lane also loads its 4 columns of dy row p and keeps 9 sums, which its group adds up by shuffles at the end; the
-// group's first lane then adds alpha times them to dw atomically (one add per tap and work item: 256 x 9 per
-// channel for MobileNet's 112x112 layer at b256), after direct_dw3_scale has set dw = beta * dw on the same
-// stream.  No workspace; the atomics' order varies, so the sums are not bitwise reproducible (the source offers
-// this configuration only to numerics that allow that).
+// x[n][c][p + i - K/2][q + j - K/2] + beta * dw.  The work items and the window of x are the forward's; a lane also
+// loads its 4 columns of dy row p and keeps K*K sums, which its group adds up by shuffles at the end; the group's
+// first lane then adds alpha times them to dw atomically (one add per tap and work item: 256 x 9 per channel for
+// MobileNet's 112x112 layer at b256), after direct_dw_scale has set dw = beta * dw on the same stream.  No
+// workspace; the atomics' order varies, so the sums are not bitwise reproducible (the source offers this
+// configuration only to numerics that allow that).
 template <typename T>
-__global__ void __launch_bounds__(DIRECT_NT) direct_dw3_scale(T* __restrict__ dw, int count, float beta) {
+__global__ void __launch_bounds__(DIRECT_NT) direct_dw_scale(T* __restrict__ dw, int count, float beta) {
     const int i = blockIdx.x * DIRECT_NT + threadIdx.x;
     if (i < count) dw[i] = from_float<T>(beta == 0.f ? 0.f : beta * to_float(dw[i]));
 }
 
-template <typename T, bool VEC, int MINB>
+template <typename T, int K, bool VEC, int MINB>
 __global__ void __launch_bounds__(DIRECT_NT, MINB)
-direct_dw3_bwf(const T* __restrict__ x, const T* __restrict__ dy, T* __restrict__ dw, int C, int H, int W, int RW,
-               int bands, int segs, int width, long long items, float alpha) {
+direct_dw_bwf(const T* __restrict__ x, const T* __restrict__ dy, T* __restrict__ dw, int C, int H, int W, int RW,
+              int bands, int segs, int width, long long items, float alpha) {
     static_assert(sizeof(T) == 4, "dw is summed by float atomics");
-    const int lane = threadIdx.x & 31, groups = 32 / width, sub = lane & (width - 1);
-    const long long first = ((long long)blockIdx.x * (DIRECT_NT / 32) + threadIdx.x / 32) * groups;
-    if (first >= items) return;   // whole warps only: the shuffles below see all 32 lanes
-    const long long item = first + lane / width;
-    const bool active = item < items;
-    const long long it = active ? item : items - 1;
-    const int seg = (int)(it % segs);
-    const long long rest = it / segs;
-    const int band = (int)(rest % bands);
-    const long long plane = rest / bands;                 // n * C + c
-    const int c = (int)(plane % C);
-    const T* const xp = x + plane * H * (long long)W;
-    const T* const dyp = dy + plane * H * (long long)W;
-    const int col = seg * 4 * width + sub * 4;
-    const int p0 = band * RW;
-    float acc[9];
+    constexpr int HK = K / 2, KK = K * K;
+    DwItem at;
+    if (!dw_item(C, bands, segs, width, RW, items, at)) return;
+    const T* const xp = x + at.plane * H * (long long)W;
+    const T* const dyp = dy + at.plane * H * (long long)W;
+    const int col = at.col, sub = at.sub, p0 = at.p0;
+    float acc[KK];
 #pragma unroll
-    for (int k = 0; k < 9; ++k) acc[k] = 0.f;
-    float4 r0, r1, r2, g;
-    dw3_load<T, VEC>(xp, p0 - 1, H, W, col, r0);
-    dw3_load<T, VEC>(xp, p0, H, W, col, r1);
-    dw3_load<T, VEC>(xp, p0 + 1, H, W, col, r2);
-    dw3_load<T, VEC>(dyp, p0, H, W, col, g);
-    Dw3Row a = dw3_row<T>(xp, p0 - 1, H, W, col, sub, width, r0);
-    Dw3Row b = dw3_row<T>(xp, p0, H, W, col, sub, width, r1);
+    for (int k = 0; k < KK; ++k) acc[k] = 0.f;
+    DwRow<K> win[K];
+    float4 raw, g;
+#pragma unroll
+    for (int i = 1; i < K; ++i) {
+        dw_load<T, VEC>(xp, p0 - HK - 1 + i, H, W, col, raw);
+        win[i] = dw_row<T, K>(xp, p0 - HK - 1 + i, H, W, col, sub, width, raw);
+    }
+    float4 pending;
+    dw_load<T, VEC>(xp, p0 + HK, H, W, col, pending);
+    dw_load<T, VEC>(dyp, p0, H, W, col, g);
     for (int p = p0; p < p0 + RW; ++p) {
         float4 next, gnext;
-        dw3_load<T, VEC>(xp, p + 2, H, W, col, next);     // in flight while row p is summed
-        dw3_load<T, VEC>(dyp, p + 1, H, W, col, gnext);
-        const Dw3Row cur = dw3_row<T>(xp, p + 1, H, W, col, sub, width, r2);
-        if (p < H) {   // rows past the plane (and idle groups' rows: they add nothing below) read zeros anyway
+        dw_load<T, VEC>(xp, p + HK + 1, H, W, col, next);   // in flight while row p is summed
+        dw_load<T, VEC>(dyp, p + 1, H, W, col, gnext);
+#pragma unroll
+        for (int i = 0; i < K - 1; ++i) win[i] = win[i + 1];
+        win[K - 1] = dw_row<T, K>(xp, p + HK, H, W, col, sub, width, pending);
+        if (p < H) {   // rows past the plane read zeros anyway; idle groups add nothing below
             const float d[4] = {g.x, g.y, g.z, g.w};
 #pragma unroll
             for (int j = 0; j < 4; ++j)
 #pragma unroll
-                for (int t = 0; t < 3; ++t) {
-                    acc[t] = fmaf(d[j], a.v[j + t], acc[t]);
-                    acc[3 + t] = fmaf(d[j], b.v[j + t], acc[3 + t]);
-                    acc[6 + t] = fmaf(d[j], cur.v[j + t], acc[6 + t]);
-                }
+                for (int i = 0; i < K; ++i)
+#pragma unroll
+                    for (int t = 0; t < K; ++t) acc[i * K + t] = fmaf(d[j], win[i].v[j + t], acc[i * K + t]);
         }
-        a = b;
-        b = cur;
-        r2 = next;
+        pending = next;
         g = gnext;
     }
 #pragma unroll
-    for (int k = 0; k < 9; ++k)
+    for (int k = 0; k < KK; ++k)
         for (int off = width / 2; off > 0; off /= 2) acc[k] += __shfl_xor_sync(0xffffffffu, acc[k], off, width);
-    if (active && sub == 0)
+    if (at.active && sub == 0)
 #pragma unroll
-        for (int k = 0; k < 9; ++k) atomicAdd(reinterpret_cast<float*>(dw) + c * 9 + k, alpha * acc[k]);
+        for (int k = 0; k < KK; ++k) atomicAdd(reinterpret_cast<float*>(dw) + at.c * KK + k, alpha * acc[k]);
 }
 
 #ifdef UCUDNN_NVCC_CHECK
@@ -732,14 +759,16 @@ template __global__ void direct_fwd_multi<half_t, true, 32, 4, 4, 2, false>(DIRE
 template __global__ void direct_bwd<float, false, 32, 2, 4, 4, true>(DIRECT_FWD_ARGS(float));
 template __global__ void direct_bwd<float, false, 32, 4, 1, 8, false>(DIRECT_FWD_ARGS(float));
 template __global__ void direct_bwd<half_t, true, 8, 2, 4, 2, false>(DIRECT_FWD_ARGS(half_t));
-#define DIRECT_DW3_ARGS(T) const T*, const T*, T*, int, int, int, int, int, int, int, long long, float, float
-template __global__ void direct_dw3<float, false, true, 1>(DIRECT_DW3_ARGS(float));
-template __global__ void direct_dw3<float, false, true, 5>(DIRECT_DW3_ARGS(float));
-template __global__ void direct_dw3<float, true, false, 1>(DIRECT_DW3_ARGS(float));
-template __global__ void direct_dw3<half_t, false, false, 1>(DIRECT_DW3_ARGS(half_t));
-template __global__ void direct_dw3_scale<float>(float*, int, float);
-template __global__ void direct_dw3_bwf<float, true, 1>(const float*, const float*, float*, int, int, int, int, int,
-                                                       int, int, long long, float);
-template __global__ void direct_dw3_bwf<float, false, 5>(const float*, const float*, float*, int, int, int, int, int,
-                                                        int, int, long long, float);
+#define DIRECT_DW_ARGS(T) const T*, const T*, T*, int, int, int, int, int, int, int, long long, float, float
+#define DIRECT_DW_BWF_ARGS const float*, const float*, float*, int, int, int, int, int, int, int, long long, float
+template __global__ void direct_dw<float, 3, false, true, 1>(DIRECT_DW_ARGS(float));
+template __global__ void direct_dw<float, 3, false, true, 5>(DIRECT_DW_ARGS(float));
+template __global__ void direct_dw<float, 3, true, false, 1>(DIRECT_DW_ARGS(float));
+template __global__ void direct_dw<half_t, 3, false, false, 1>(DIRECT_DW_ARGS(half_t));
+template __global__ void direct_dw<float, 5, false, true, 1>(DIRECT_DW_ARGS(float));
+template __global__ void direct_dw<float, 5, true, false, 5>(DIRECT_DW_ARGS(float));
+template __global__ void direct_dw_scale<float>(float*, int, float);
+template __global__ void direct_dw_bwf<float, 3, true, 1>(DIRECT_DW_BWF_ARGS);
+template __global__ void direct_dw_bwf<float, 3, false, 5>(DIRECT_DW_BWF_ARGS);
+template __global__ void direct_dw_bwf<float, 5, true, 1>(DIRECT_DW_BWF_ARGS);
 #endif

@@ -290,21 +290,22 @@ def launcher(op: str, problem: ConvProblem, t: Tiling, async_copy: bool = False)
     return launch
 
 
-# ---- depthwise 3x3 (direct_dw3) ---------------------------------------------------------------------------------
-DW3 = "direct_dw3"
-DW3_SEGMENT = 128             # columns a warp covers at a time: 32 lanes x 4
-DW3_WARPS = NT // 32          # warps per block
-DW3_ROWS = (4, 8, 16, 32, 0)  # rows of a warp's band (0: the whole plane)
-DW3_MINB = (1, 5)             # the kernel's launch bound: blocks an SM must hold (1: no register cap)
-DW3_OPS = ("forward", "backward_data", "backward_filter")
+# ---- depthwise 3x3 and 5x5 (direct_dw) --------------------------------------------------------------------------
+DW = "direct_dw"
+DW_SIZES = (3, 5)             # filter sizes (K x K, padding K / 2)
+DW_SEGMENT = 128              # columns a group of 32 lanes covers at a time: 32 lanes x 4
+DW_WARPS = NT // 32           # warps per block
+DW_ROWS = (4, 8, 16, 32, 0)   # rows of a group's band (0: the whole plane)
+DW_MINB = (1, 5)              # the kernel's launch bound: blocks an SM must hold (1: no register cap)
+DW_OPS = ("forward", "backward_data", "backward_filter")
 
 
-def dw3_refusal(op: str, problem: ConvProblem) -> str | None:
-    """Why :data:`DW3` does not run ``op`` on ``problem`` (None: it does): it is the depthwise 3x3, stride 1,
-    padding 1 layer (one filter per channel) in NCHW, all three ops (backward filter in float32 only: float
-    atomics sum it)."""
+def dw_refusal(op: str, problem: ConvProblem) -> str | None:
+    """Why :data:`DW` does not run ``op`` on ``problem`` (None: it does): it is the depthwise K x K layer (K in
+    :data:`DW_SIZES`), stride 1, padding K / 2, one filter per channel, in NCHW, all three ops (backward filter in
+    float32 only: float atomics sum it)."""
     p = problem
-    if op not in DW3_OPS:
+    if op not in DW_OPS:
         return f"unknown op {op!r}"
     why = refusal("forward" if op == "backward_filter" else op, p)
     if why:
@@ -313,61 +314,61 @@ def dw3_refusal(op: str, problem: ConvProblem) -> str | None:
         return f"backward filter sums by float atomics: {p.dtype} is not supported (float32)"
     if not (p.groups == p.c == p.k):
         return "not depthwise with one filter per channel"
-    if (p.r, p.s) != (3, 3) or p.stride != (1, 1) or p.pad != (1, 1):
-        return "not 3x3, stride 1, padding 1"
+    if p.r != p.s or p.r not in DW_SIZES or p.stride != (1, 1) or p.pad != (p.r // 2, p.r // 2):
+        return "not 3x3 or 5x5 at stride 1 with padding K / 2"
     if p.layout != "NCHW":
         return "NHWC (the single-channel kernel runs it)"
     return None
 
 
-def dw3_width(w: int) -> int:
+def dw_width(w: int) -> int:
     """Lanes of a group walking one row: 4 columns a lane, a power of two from 2 up to a warp (wider rows are cut
-    into :data:`DW3_SEGMENT`-column segments)."""
+    into :data:`DW_SEGMENT`-column segments)."""
     return min(32, _pow2_at_least(max(2, -(-w // 4))))
 
 
-def dw3_geometry(problem: ConvProblem, rows: int) -> tuple[int, int, int, int, int, int]:
+def dw_geometry(problem: ConvProblem, rows: int) -> tuple[int, int, int, int, int, int]:
     """(rows per band, bands per plane, segments per row, lanes per group, work items, warps) of a launch at
     ``problem.n``: a work item is one (plane, band, segment), 32 / lanes of them a warp."""
-    if rows not in DW3_ROWS:
-        raise InputError(f"must be one of {DW3_ROWS}, got {rows!r}", "rows")
+    if rows not in DW_ROWS:
+        raise InputError(f"must be one of {DW_ROWS}, got {rows!r}", "rows")
     rw = problem.h if rows == 0 else min(rows, problem.h)
-    width = dw3_width(problem.w)
+    width = dw_width(problem.w)
     bands, segs = -(-problem.h // rw), -(-problem.w // (4 * width))
     items = problem.n * problem.c * bands * segs
     return rw, bands, segs, width, items, -(-items // (32 // width))
 
 
-def dw3_launcher(op: str, problem: ConvProblem, rows: int, minb: int = 1) -> Launcher:
-    """``launch(a, b, out, alpha, beta)`` of :data:`DW3` in cuDNN's operand order (as :func:`launcher`; backward
+def dw_launcher(op: str, problem: ConvProblem, rows: int, minb: int = 1) -> Launcher:
+    """``launch(a, b, out, alpha, beta)`` of :data:`DW` in cuDNN's operand order (as :func:`launcher`; backward
     filter: x, dy, dw): 16-byte rows (float, W a multiple of 4) when the row operands are 16-byte aligned, else
     element loads; both instances are compiled here, so a launch compiles nothing.  Backward filter is two
     launches: dw = beta * dw, then the sums added atomically (not bitwise reproducible)."""
-    why = dw3_refusal(op, problem)
+    why = dw_refusal(op, problem)
     if why:
-        raise InputError(f"{DW3} cannot run {op} on {problem.describe()}: {why}", "problem")
-    if minb not in DW3_MINB:
-        raise InputError(f"must be one of {DW3_MINB}, got {minb!r}", "minb")
+        raise InputError(f"{DW} cannot run {op} on {problem.describe()}: {why}", "problem")
+    if minb not in DW_MINB:
+        raise InputError(f"must be one of {DW_MINB}, got {minb!r}", "minb")
     p = problem
-    rw, bands, segs, width, items, warps = dw3_geometry(p, rows)
+    rw, bands, segs, width, items, warps = dw_geometry(p, rows)
     rot = "true" if op == "backward_data" else "false"
     vec_ok = p.dtype == "float32" and p.w % 4 == 0
 
     def kernel_of(vec: bool) -> Any:
         v = "true" if vec else "false"
         if op == "backward_filter":
-            return _compile.get_kernel(SOURCE, f"{DW3}_bwf<float,{v},{minb}>")
-        return _compile.get_kernel(SOURCE, f"{DW3}<{_CTYPE[p.dtype]},{rot},{v},{minb}>")
+            return _compile.get_kernel(SOURCE, f"{DW}_bwf<float,{p.r},{v},{minb}>")
+        return _compile.get_kernel(SOURCE, f"{DW}<{_CTYPE[p.dtype]},{p.r},{rot},{v},{minb}>")
 
     scalar = kernel_of(False)
     vector = kernel_of(True) if vec_ok else None
     ints = tuple(np.int32(v) for v in (p.c, p.h, p.w, rw, bands, segs, width)) + (np.int64(items),)
-    grid = (-(-warps // DW3_WARPS), 1, 1)
+    grid = (-(-warps // DW_WARPS), 1, 1)
 
     if op == "backward_filter":
-        scale = _compile.get_kernel(SOURCE, "direct_dw3_scale<float>")
-        taps = np.int32(p.c * 9)
-        scale_grid = (-(-p.c * 9 // NT), 1, 1)
+        scale = _compile.get_kernel(SOURCE, f"{DW}_scale<float>")
+        taps = np.int32(p.c * p.r * p.s)
+        scale_grid = (-(-p.c * p.r * p.s // NT), 1, 1)
 
         def launch_bwf(a: int, b: int, out: int, alpha: float, beta: float) -> None:
             kernel = vector if vector is not None and not (a | b) % 16 else scalar
@@ -384,41 +385,45 @@ def dw3_launcher(op: str, problem: ConvProblem, rows: int, minb: int = 1) -> Lau
     return launch
 
 
-def dw3_emulate(op: str, problem: ConvProblem, rows: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``op``'s output computed the way :data:`DW3` does -- warps of 32 / lanes groups, each group's work item
+def dw_emulate(op: str, problem: ConvProblem, rows: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``op``'s output computed the way :data:`DW` does -- warps of 32 / lanes groups, each group's work item
     (plane, band, segment) from its index (idle groups past the last item store nothing), each lane's 4 columns,
-    the neighbours' columns by the shuffles' rule within the group (its edge lanes read the plane, or the padding),
-    every group walking the band's rows (rows past the plane store nothing), the taps rotated for backward data --
-    in float64 (NCHW).  The CPU tests compare it with the references."""
+    the K / 2 neighbour columns on either side by the shuffles' rule within the group (its edge lanes read the
+    plane, or the padding), every group walking the band's rows (rows past the plane store nothing), the taps
+    rotated for backward data, backward filter's sums per group -- in float64 (NCHW).  The CPU tests compare it with
+    the references."""
     p = problem
-    rw, bands, segs, width, items, warps = dw3_geometry(p, rows)
+    k, hk = p.r, p.r // 2
+    rw, bands, segs, width, items, warps = dw_geometry(p, rows)
     groups = 32 // width
     bwf = op == "backward_filter"
     x, w = (a, b) if op != "backward_data" else (b, a)
     x = np.asarray(x, np.float64)
     if bwf:
-        dy, sums = np.asarray(w, np.float64), np.zeros((p.c, 9))
+        dy, sums = np.asarray(w, np.float64), np.zeros((p.c, k * k))
     else:
-        taps = np.asarray(w, np.float64).reshape(p.c, 9)
+        taps = np.asarray(w, np.float64).reshape(p.c, k * k)
         if op == "backward_data":
             taps = taps[:, ::-1]
     out = np.full((p.n, p.c, p.h, p.w), np.nan)
     sub = np.arange(width)
 
     def window(plane: np.ndarray, row: int, col: np.ndarray) -> np.ndarray:
-        """[lanes][6]: columns col - 1 .. col + 4 of ``row`` as the group assembles them."""
+        """[lanes][4 + 2 * hk]: columns col - hk .. col + 3 + hk of ``row`` as the group assembles them."""
         inrow = 0 <= row < p.h
         raw = np.zeros((width, 4))
         if inrow:
             for j in range(4):
                 ok = col + j < p.w
                 raw[ok, j] = plane[row, col[ok] + j]
-        v = np.zeros((width, 6))
-        v[:, 1:5] = raw
-        v[1:, 0] = raw[:-1, 3]          # __shfl_up of .w within the group
-        v[:-1, 5] = raw[1:, 0]          # __shfl_down of .x within the group
-        v[0, 0] = plane[row, col[0] - 1] if inrow and 0 < col[0] and col[0] - 1 < p.w else 0.0
-        v[-1, 5] = plane[row, col[-1] + 4] if inrow and col[-1] + 4 < p.w else 0.0
+        v = np.zeros((width, 4 + 2 * hk))
+        v[:, hk:hk + 4] = raw
+        for d in range(1, hk + 1):    # column col - d: the previous lane's 4 - d; col + 3 + d: the next lane's d - 1
+            v[1:, hk - d] = raw[:-1, 4 - d]
+            v[:-1, hk + 3 + d] = raw[1:, d - 1]
+            c0, c1 = col[0] - d, col[-1] + 3 + d
+            v[0, hk - d] = plane[row, c0] if inrow and c0 >= 0 and c0 < p.w else 0.0
+            v[-1, hk + 3 + d] = plane[row, c1] if inrow and c1 < p.w else 0.0
         return v
 
     for warp in range(warps):
@@ -432,32 +437,32 @@ def dw3_emulate(op: str, problem: ConvProblem, rows: int, a: np.ndarray, b: np.n
             plane = x[n, c]
             col = seg * 4 * width + sub * 4
             p0 = band * rw
-            part = np.zeros((width, 9))
+            part = np.zeros((width, k * k))
             for row in range(p0, p0 + rw):
                 if row >= p.h:         # every group walks rw rows; past the plane it stores nothing
                     continue
-                win = [window(plane, row - 1 + i, col) for i in range(3)]
-                if bwf:                # 9 sums a lane: dy's 4 columns against the window
+                win = [window(plane, row - hk + i, col) for i in range(k)]
+                if bwf:                # k * k sums a lane: dy's 4 columns against the window
                     d = np.zeros((width, 4))
                     for j in range(4):
                         ok = col + j < p.w
                         d[ok, j] = dy[n, c, row, col[ok] + j]
-                    for i in range(3):
-                        for t in range(3):
-                            part[:, 3 * i + t] += (d * win[i][:, t:t + 4]).sum(axis=1)
+                    for i in range(k):
+                        for t in range(k):
+                            part[:, k * i + t] += (d * win[i][:, t:t + 4]).sum(axis=1)
                     continue
                 f = taps[c]
                 o = np.zeros((width, 4))
                 for j in range(4):
-                    for i in range(3):
-                        for t in range(3):
-                            o[:, j] += f[3 * i + t] * win[i][:, j + t]
+                    for i in range(k):
+                        for t in range(k):
+                            o[:, j] += f[k * i + t] * win[i][:, j + t]
                 for j in range(4):
                     ok = col + j < p.w
                     out[n, c, row, col[ok] + j] = o[ok, j]
             if bwf:                    # the group's sums (shuffles), added by its first lane
                 sums[c] += part.sum(axis=0)
-    return sums.reshape(p.c, 1, 3, 3) if bwf else out
+    return sums.reshape(p.c, 1, k, k) if bwf else out
 
 
 # ---- tuning ------------------------------------------------------------------------------------------------------

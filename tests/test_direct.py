@@ -325,29 +325,29 @@ def test_source_identity():
     assert algo_name(ConvProblem(1, 8, 8, 8, 16, 3, 3, groups=4)) == "direct-multi"
 
 
-# ---- the depthwise 3x3 kernel (direct_dw3) -------------------------------------------------------------------------
+# ---- the depthwise kernel (direct_dw: 3x3 and 5x5) ----------------------------------------------------------------
 @st.composite
-def depthwise3(draw):
-    """Depthwise 3x3 / stride 1 / padding 1 NCHW problems: widths across 4-column lanes and 128-column segments
-    (1 .. 300, multiples of 4 and not), heights from 1, a few planes."""
-    c = draw(st.integers(1, 5))
+def depthwise(draw):
+    """Depthwise K x K (3 or 5) / stride 1 / padding K / 2 NCHW problems: widths across 4-column lanes and
+    128-column segments (1 .. 300, multiples of 4 and not), heights from 1, a few planes."""
+    c, k = draw(st.integers(1, 5)), draw(st.sampled_from(D.DW_SIZES))
     return ConvProblem(draw(st.integers(1, 2)), c, draw(st.integers(1, 20)),
                        draw(st.one_of(st.integers(1, 140), st.sampled_from([128, 129, 256, 260, 300]))),
-                       c, 3, 3, pad=(1, 1), groups=c)
+                       c, k, k, pad=(k // 2, k // 2), groups=c)
 
 
-@settings(max_examples=60, deadline=None)
-@given(depthwise3(), st.sampled_from(D.DW3_ROWS), st.sampled_from(D.DW3_OPS))
-def test_dw3_emulated_warp_by_warp_equals_the_reference(p, rows, op):
-    """Bands, segments, lanes and the shuffled neighbour columns cover the plane exactly once and compute the
+@settings(max_examples=80, deadline=None)
+@given(depthwise(), st.sampled_from(D.DW_ROWS), st.sampled_from(D.DW_OPS))
+def test_dw_emulated_group_by_group_equals_the_reference(p, rows, op):
+    """Bands, segments, lane groups and the shuffled neighbour columns cover the plane exactly once and compute the
     convolution (backward data through the rotated taps; backward filter as the groups' summed products)."""
     x, w, dy = _operands(p, seed=p.h * 7 + p.w)
     if op == "forward":
-        got, ref = D.dw3_emulate(op, p, rows, x, w), D.forward_reference(x, w, p)
+        got, ref = D.dw_emulate(op, p, rows, x, w), D.forward_reference(x, w, p)
     elif op == "backward_data":
-        got, ref = D.dw3_emulate(op, p, rows, w, dy), D.backward_data_reference(dy, w, p)
+        got, ref = D.dw_emulate(op, p, rows, w, dy), D.backward_data_reference(dy, w, p)
     else:
-        got, ref = D.dw3_emulate(op, p, rows, x, dy), D.backward_filter_reference(x, dy, p)
+        got, ref = D.dw_emulate(op, p, rows, x, dy), D.backward_filter_reference(x, dy, p)
     assert not np.isnan(got).any(), "every output element is written"
     np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-12)
 
@@ -355,68 +355,80 @@ def test_dw3_emulated_warp_by_warp_equals_the_reference(p, rows, op):
 @pytest.mark.parametrize("problem, why", [
     (ConvProblem(2, 4, 8, 8, 4, 3, 3, pad=(1, 1), groups=4, layout="NHWC"), "NHWC"),
     (ConvProblem(2, 4, 8, 8, 8, 3, 3, pad=(1, 1), groups=4), "one filter per channel"),
-    (ConvProblem(2, 4, 8, 8, 4, 5, 5, pad=(2, 2), groups=4), "not 3x3"),
-    (ConvProblem(2, 4, 8, 8, 4, 3, 3, pad=(1, 1), stride=(2, 2), groups=4), "not 3x3, stride 1"),
-    (ConvProblem(2, 4, 8, 8, 4, 3, 3, pad=(0, 0), groups=4), "padding 1"),
+    (ConvProblem(2, 4, 8, 8, 4, 7, 7, pad=(3, 3), groups=4), "not 3x3 or 5x5"),
+    (ConvProblem(2, 4, 8, 8, 4, 3, 5, pad=(1, 2), groups=4), "not 3x3 or 5x5"),
+    (ConvProblem(2, 4, 8, 8, 4, 3, 3, pad=(1, 1), stride=(2, 2), groups=4), "at stride 1"),
+    (ConvProblem(2, 4, 8, 8, 4, 3, 3, pad=(0, 0), groups=4), "padding K / 2"),
+    (ConvProblem(2, 4, 8, 8, 4, 5, 5, pad=(1, 1), groups=4), "padding K / 2"),
     (ConvProblem(2, 1, 8, 8, 4, 3, 3, pad=(1, 1)), "one filter per channel"),
 ])
-def test_dw3_runs_only_the_stride_one_same_padded_depthwise_3x3(problem, why):
-    assert why in D.dw3_refusal("forward", problem)
-    assert why in D.dw3_refusal("backward_filter", problem)
-    dw = ConvProblem(2, 4, 8, 8, 4, 3, 3, pad=(1, 1), groups=4)
-    assert D.dw3_refusal("backward_filter", dw) is None
-    assert "float atomics" in D.dw3_refusal("backward_filter", ConvProblem(2, 4, 8, 8, 4, 3, 3, pad=(1, 1),
-                                                                           groups=4, dtype="float16"))
+def test_dw_runs_only_the_stride_one_same_padded_depthwise_3x3_and_5x5(problem, why):
+    assert why in D.dw_refusal("forward", problem)
+    assert why in D.dw_refusal("backward_filter", problem)
+    for k in D.DW_SIZES:
+        dw = ConvProblem(2, 4, 8, 8, 4, k, k, pad=(k // 2, k // 2), groups=4)
+        assert D.dw_refusal("backward_filter", dw) is None
+    assert "float atomics" in D.dw_refusal("backward_filter", ConvProblem(2, 4, 8, 8, 4, 3, 3, pad=(1, 1),
+                                                                          groups=4, dtype="float16"))
     with pytest.raises(InputError) as e:
-        D.dw3_launcher("forward", problem, 0)
+        D.dw_launcher("forward", problem, 0)
     assert e.value.field == "problem"
 
 
-def test_dw3_geometry_splits_planes_into_bands_and_segments():
+def test_dw_geometry_splits_planes_into_bands_and_segments():
     p = ConvProblem(3, 5, 112, 112, 5, 3, 3, pad=(1, 1), groups=5)
-    assert D.dw3_geometry(p, 0) == (112, 1, 1, 32, 15, 15)
-    assert D.dw3_geometry(p, 16) == (16, 7, 1, 32, 105, 105)
-    assert D.dw3_geometry(p.with_batch(1), 32)[:4] == (32, 4, 1, 32)
+    assert D.dw_geometry(p, 0) == (112, 1, 1, 32, 15, 15)
+    assert D.dw_geometry(p, 16) == (16, 7, 1, 32, 105, 105)
+    assert D.dw_geometry(p.with_batch(1), 32)[:4] == (32, 4, 1, 32)
     wide = ConvProblem(1, 2, 5, 300, 2, 3, 3, pad=(1, 1), groups=2)
-    assert D.dw3_geometry(wide, 4) == (4, 2, 3, 32, 12, 12)
+    assert D.dw_geometry(wide, 4) == (4, 2, 3, 32, 12, 12)
     # narrow planes: 14 columns take 4 lanes (16 columns), 8 planes a warp
     narrow = ConvProblem(3, 5, 14, 14, 5, 3, 3, pad=(1, 1), groups=5)
-    assert D.dw3_geometry(narrow, 0) == (14, 1, 1, 4, 15, 2)
-    assert [D.dw3_width(w) for w in (1, 7, 8, 9, 14, 28, 56, 112, 129)] == [2, 2, 2, 4, 4, 8, 16, 32, 32]
+    assert D.dw_geometry(narrow, 0) == (14, 1, 1, 4, 15, 2)
+    assert [D.dw_width(w) for w in (1, 7, 8, 9, 14, 28, 56, 112, 129)] == [2, 2, 2, 4, 4, 8, 16, 32, 32]
     with pytest.raises(InputError) as e:
-        D.dw3_geometry(p, 3)
+        D.dw_geometry(p, 3)
     assert e.value.field == "rows"
 
 
-def test_depthwise_3x3_layers_get_dw3_configurations_recorded_for_prepare():
-    from ucudnn.measure.sources.direct import DW3, DW3_CONFIGS
+@pytest.mark.parametrize("k", [3, 5])
+def test_depthwise_layers_get_their_size_s_configurations_recorded_for_prepare(k):
+    from ucudnn.measure.sources.direct import DW_ALGOS, DW_CONFIGS
 
-    p = ConvProblem(4, 8, 16, 16, 8, 3, 3, pad=(1, 1), groups=8)
-    for op in D.DW3_OPS:
+    p = ConvProblem(4, 8, 16, 16, 8, k, k, pad=(k // 2, k // 2), groups=8)
+    algo = DW_ALGOS[k]
+    for op in D.DW_OPS:
         assert DirectSource().refusal(op, p, "strict") is None
         ms, sk = DirectSource().measure(op, p, Operands(0, 0, 0), 0, BenchSettings("strict"))
-        # no GPU here: every configuration is a skipped row, the dw3 ones among them, each once
-        assert ms == [] and [s.algo for s in sk].count(DW3) == len(DW3_CONFIGS)
+        # no GPU here: every configuration is a skipped row, the depthwise ones among them, each once
+        assert ms == [] and [s.algo for s in sk].count(algo) == len(DW_CONFIGS[k])
+        assert not {s.algo for s in sk} & (set(DW_ALGOS.values()) - {algo})
     # backward filter's atomics are not bitwise reproducible: deterministic numerics do not measure them
     ms, sk = DirectSource().measure("backward_filter", p, Operands(0, 0, 0), 0, BenchSettings("strict-deterministic"))
-    assert DW3 not in [s.algo for s in sk]
-    ms, sk = DirectSource().measure("forward", ConvProblem(4, 8, 16, 16, 8, 3, 3, pad=(1, 1), groups=8,
+    assert algo not in [s.algo for s in sk]
+    ms, sk = DirectSource().measure("forward", ConvProblem(4, 8, 16, 16, 8, k, k, pad=(k // 2, k // 2), groups=8,
                                                            layout="NHWC"), Operands(0, 0, 0), 0,
                                     BenchSettings("strict"))
-    assert DW3 not in [s.algo for s in sk]
+    assert algo not in [s.algo for s in sk]
 
 
-def test_a_dw3_configuration_needs_its_band_rows():
-    from ucudnn.measure.sources.direct import DW3
+def test_a_depthwise_configuration_needs_its_band_rows_and_its_filter_size():
+    from ucudnn.measure.sources.direct import DW_ALGOS
 
     p = ConvProblem(2, 8, 16, 16, 8, 3, 3, pad=(1, 1), groups=8)
+    dw3 = DW_ALGOS[3]
     with pytest.raises(InputError) as e:
-        DirectSource().prepare("forward", p, Measurement(2, DW3, "FMA", 1.0, 0, "direct", None, {"direct": {}}))
+        DirectSource().prepare("forward", p, Measurement(2, dw3, "FMA", 1.0, 0, "direct", None, {"direct": {}}))
     assert e.value.field == "extra.direct.rows"
     with pytest.raises(InputError) as e:
-        DirectSource().prepare("forward", p, Measurement(2, DW3, "FMA", 1.0, 0, "direct", None,
+        DirectSource().prepare("forward", p, Measurement(2, dw3, "FMA", 1.0, 0, "direct", None,
                                                          {"direct": {"rows": 16, "minb": 3}}))
     assert e.value.field == "minb"
+    from ucudnn.errors import UcudnnError
+
+    with pytest.raises(UcudnnError, match="is not this problem's"):
+        DirectSource().prepare("forward", p, Measurement(2, DW_ALGOS[5], "FMA", 1.0, 0, "direct", None,
+                                                         {"direct": {"rows": 16, "minb": 1}}))
 
 
 # ---- the CUDA source ---------------------------------------------------------------------------------------------------

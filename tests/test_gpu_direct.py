@@ -303,43 +303,46 @@ def test_registry_finds_the_source():
     assert registry.get("direct").name == "direct"
 
 
-# ---- the depthwise 3x3 kernel (direct-dw3) -------------------------------------------------------------------------
-DW3_CASES = {
+# ---- the depthwise kernel (direct-dw3, direct-dw5) -----------------------------------------------------------------
+DW_CASES = {
     "mobilenet-like": (ConvProblem(5, 8, 28, 28, 8, 3, 3, pad=(1, 1), groups=8), [3, 2]),     # 16-byte rows
     "odd-width": (ConvProblem(7, 6, 13, 15, 6, 3, 3, pad=(1, 1), groups=6), [4, 3]),         # element loads
     "three-segments": (ConvProblem(3, 2, 9, 260, 2, 3, 3, pad=(1, 1), groups=2), [2, 1]),    # 128-column edges
     "one-row": (ConvProblem(4, 3, 1, 129, 3, 3, 3, pad=(1, 1), groups=3), [4]),
     "narrow-7x7": (ConvProblem(5, 13, 7, 7, 13, 3, 3, pad=(1, 1), groups=13), [3, 2]),     # 16 groups a warp, idle ones
     "narrow-14x12": (ConvProblem(3, 9, 14, 12, 9, 3, 3, pad=(1, 1), groups=9), [3]),       # 4 lanes a row, 16-byte
+    "5x5-efficientnet-like": (ConvProblem(5, 8, 28, 28, 8, 5, 5, pad=(2, 2), groups=8), [3, 2]),
+    "5x5-odd-width": (ConvProblem(4, 6, 11, 133, 6, 5, 5, pad=(2, 2), groups=6), [3, 1]),  # 2 segments, elements
+    "5x5-narrow-7x7": (ConvProblem(3, 13, 7, 7, 13, 5, 5, pad=(2, 2), groups=13), [3]),
 }
 
 
-def _dw3_plan(p: ConvProblem, op: str, sizes: list[int], rows: int, minb: int):
-    from ucudnn.measure.sources.direct import configure_dw3
+def _dw_plan(p: ConvProblem, op: str, sizes: list[int], rows: int, minb: int):
+    from ucudnn.measure.sources.direct import configure_dw
     from ucudnn.planning.plan import KernelPlan, MicroConfig
 
-    return KernelPlan(f"test/{op}", op, p, [MicroConfig.of(configure_dw3(op, p.with_batch(mb), rows, minb))
+    return KernelPlan(f"test/{op}", op, p, [MicroConfig.of(configure_dw(op, p.with_batch(mb), rows, minb))
                                             for mb in sizes])
 
 
 @pytest.mark.parametrize("op", ["forward", "backward_data", "backward_filter"])
-@pytest.mark.parametrize("rows, minb", [(4, 1), (16, 5), (0, 1), (0, 5)])
+@pytest.mark.parametrize("rows, minb", [(4, 1), (16, 5), (0, 1), (0, 5)])   # 5 also on 5x5: slow (spills), still right
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
-@pytest.mark.parametrize("name", sorted(DW3_CASES))
-def test_dw3_micro_batched_matches_cudnn_and_float64(name, dtype, rows, minb, op):
+@pytest.mark.parametrize("name", sorted(DW_CASES))
+def test_dw_micro_batched_matches_cudnn_and_float64(name, dtype, rows, minb, op):
     """Micro-batched through the executor (backward filter accumulating across micro-batches)."""
     import cupy as cp
 
     from ucudnn.execute.executor import Executor
 
-    base, sizes = DW3_CASES[name]
+    base, sizes = DW_CASES[name]
     p = _variant(base, dtype, "NCHW")
     x, w, dy = _tensors(p, seed=len(name) + rows)
     a, b = _operands(op, x, w, dy)
     if dtype == "float16" and (minb == 5 or op == "backward_filter"):
         pytest.skip("the launch bound variant and backward filter are float only")
     out = cp.full(p.operand_shapes(op)[2], cp.nan, dtype=p.dtype)
-    Executor(_dw3_plan(p, op, sizes, rows, minb if dtype == "float32" else 1))(a, b, out)
+    Executor(_dw_plan(p, op, sizes, rows, minb if dtype == "float32" else 1))(a, b, out)
     got = out.get()
     assert not np.isnan(got).any(), "every output element is written"
     # backward filter sums n * h * w products per tap in its own order: 10x the bound
@@ -350,13 +353,14 @@ def test_dw3_micro_batched_matches_cudnn_and_float64(name, dtype, rows, minb, op
 
 
 @pytest.mark.parametrize("op", ["forward", "backward_data", "backward_filter"])
-def test_dw3_alpha_beta_and_unaligned_rows(op):
+@pytest.mark.parametrize("name", ["mobilenet-like", "5x5-efficientnet-like"])
+def test_dw_alpha_beta_and_unaligned_rows(name, op):
     """out = alpha * conv + beta * out, and operands 4 bytes off 16-byte alignment take the element loads."""
     import cupy as cp
 
-    from ucudnn.kernels.direct import dw3_launcher
+    from ucudnn.kernels.direct import dw_launcher
 
-    p = DW3_CASES["mobilenet-like"][0]
+    p = DW_CASES[name][0]
     x, w, dy = _tensors(p, seed=31)
     a, b = _operands(op, x, w, dy)
     shape = p.operand_shapes(op)[2]
@@ -370,33 +374,34 @@ def test_dw3_alpha_beta_and_unaligned_rows(op):
         outbuf[shift:shift + old.size] = old.ravel()
         src_ptr = moved.data.ptr + 4 * shift
         ptrs = (a.data.ptr, src_ptr) if op == "backward_data" else (src_ptr, b.data.ptr)
-        dw3_launcher(op, p, 16)(*ptrs, outbuf.data.ptr + 4 * shift, 0.5, 2.0)
+        dw_launcher(op, p, 16)(*ptrs, outbuf.data.ptr + 4 * shift, 0.5, 2.0)
         got = outbuf[shift:shift + old.size].reshape(shape).get()
         expect = 0.5 * _reference(p, op, x, w, dy) + 2.0 * old.get()
         assert rel_err(got, expect) < tol, f"shift {shift}"
 
 
-def test_dw3_measured_rows_capture_and_replay():
-    """The source measures every dw3 configuration as a zero-workspace row beside the seed kernel's, and a plan of
-    them replays from a CUDA graph."""
+@pytest.mark.parametrize("name", ["mobilenet-like", "5x5-efficientnet-like"])
+def test_dw_measured_rows_capture_and_replay(name):
+    """The source measures every depthwise configuration of the layer's filter size as a zero-workspace row beside
+    the seed kernel's, and a plan of them replays from a CUDA graph."""
     import cupy as cp
 
     from ucudnn.execute.executor import Executor
     from ucudnn.measure.benchmarking import Buffers
     from ucudnn.measure.sources.base import BenchSettings
-    from ucudnn.measure.sources.direct import DW3, DW3_CONFIGS, DirectSource
+    from ucudnn.measure.sources.direct import DW_ALGOS, DW_CONFIGS, DirectSource
 
-    p = DW3_CASES["mobilenet-like"][0]
+    p = DW_CASES[name][0]
     buf = Buffers(p)
     for op in ("forward", "backward_data", "backward_filter"):
         ms, _ = DirectSource(tune=False).measure(op, p, buf.operands(op, p.n), 0, BenchSettings("strict", repeat=2))
-        dw3 = [m for m in ms if m.algo == DW3]
-        assert [(m.extra["direct"]["rows"], m.extra["direct"]["minb"]) for m in dw3] == list(DW3_CONFIGS)
-        assert all(m.workspace_bytes == 0 and m.time_ms > 0 for m in dw3)
-        assert all(m.extra["deterministic"] is (op != "backward_filter") for m in dw3)
+        dw = [m for m in ms if m.algo == DW_ALGOS[p.r]]
+        assert [(m.extra["direct"]["rows"], m.extra["direct"]["minb"]) for m in dw] == list(DW_CONFIGS[p.r])
+        assert all(m.workspace_bytes == 0 and m.time_ms > 0 for m in dw)
+        assert all(m.extra["deterministic"] is (op != "backward_filter") for m in dw)
         x, w, dy = _tensors(p, seed=33)
         a, b = _operands(op, x, w, dy)
-        ex = Executor(_dw3_plan(p, op, [3, 2], 0, 1), replay=True)
+        ex = Executor(_dw_plan(p, op, [3, 2], 0, 1), replay=True)
         out = cp.full(p.operand_shapes(op)[2], cp.nan, dtype=p.dtype)
         for _ in range(2):
             ex(a, b, out)

@@ -23,14 +23,15 @@ per loaded element.  Its backward filter splits the reduction over blocks that a
 (``extra["direct"]["splits"]``, recorded so ``prepare`` runs the measured launch): not deterministic when split, so
 ``-deterministic`` numerics measure it unsplit.
 
-Depthwise 3x3 (``direct-dw3``, ``direct_dw3`` in ``kernels/direct.cu``): the NCHW depthwise layer with one filter
-per channel, 3x3, stride 1, padding 1 (MobileNet's and EfficientNet's stride-1 depthwise layers) also gets configurations of a kernel made
-for it, all three ops: a warp walks a band of one plane's rows with a three-row window in registers, so x and y
-(dy) move once and nothing is staged (``DW3_CONFIGS``: band height and launch bound, recorded in
-``extra["direct"]``); backward filter adds each band's 9 sums to dw atomically (float32; not deterministic, so
-``-deterministic`` numerics do not measure it).  Why: such a layer is bound by memory bandwidth, the seed's
-single-channel block stages a tile for one filter's 9 taps and waits on it, and cuDNN's zero-workspace backward
-filter there is slow (H100, MobileNet's 112x112 layer at b256: 16 ms, 0.92 ms with 784 MiB).
+Depthwise 3x3 and 5x5 (``direct-dw3`` / ``direct-dw5``, ``direct_dw`` in ``kernels/direct.cu``): the NCHW
+depthwise layer with one filter per channel, stride 1, padding K / 2 (MobileNet's, EfficientNet's and MnasNet's
+stride-1 depthwise layers) also gets configurations of a kernel made for it, all three ops: a group of lanes walks
+a band of one plane's rows with a K-row window in registers, so x and y (dy) move once and nothing is staged
+(``DW_CONFIGS``: band height and launch bound per filter size, recorded in ``extra["direct"]``); backward filter
+adds each band's K*K sums to dw atomically (float32; not deterministic, so ``-deterministic`` numerics do not
+measure it).  Why: such a layer is bound by memory bandwidth, the seed's single-channel block stages a tile for one
+filter's taps and waits on it, and cuDNN's zero-workspace backward filter there is slow (H200, MobileNet's 112x112
+layer at b256: 15.7 ms; 0.72 ms with 784 MiB; this kernel 0.27 ms with none).
 
 Numerics: float32 runs FP32 FMA only (math type ``FMA``: allowed by every numerics mode, ``strict`` included);
 float16 data accumulates in float32 (``DEFAULT``, as cuDNN labels its FP32-accumulating configurations: allowed
@@ -52,10 +53,13 @@ MATH_TYPES = {"float32": "FMA", "float16": "DEFAULT"}
 
 #: the implicit-GEMM kernel's configurations (``kernels/igemm.py``)
 IGEMM = "direct-igemm"
-#: the depthwise 3x3 kernel's configurations (``kernels/direct.py``'s ``direct_dw3``): rows of a warp's band
-#: (0: the whole plane) and the launch bound (blocks an SM must hold), each measured as its own row
-DW3 = "direct-dw3"
-DW3_CONFIGS = ((8, 1), (0, 1), (4, 5))
+#: the depthwise kernel's configurations (``kernels/direct.py``'s ``direct_dw``) per filter size: rows of a lane
+#: group's band (0: the whole plane) and the launch bound (blocks an SM must hold), each measured as its own row.
+#: 3x3: the three whose worst row was closest to its best on seed 001's and MobileNet V2's stride-1 layers (H200,
+#: ``dw3_configs-b256.md``); 5x5: no launch bound (a 5-row window spills under one)
+DW_CONFIGS = {3: ((8, 1), (0, 1), (4, 5)), 5: ((8, 1), (0, 1), (4, 1))}
+#: the depthwise configurations' algorithm names, per filter size
+DW_ALGOS = {k: f"direct-dw{k}" for k in DW_CONFIGS}
 
 
 def algo_name(problem: ConvProblem) -> str:
@@ -81,10 +85,10 @@ class DirectSource(Prepared):
     def refusal(self, op: str, problem: ConvProblem, numerics: str | None = None) -> str | None:
         """Why this source records no configuration for ``op`` on ``problem`` (None: it measures one)."""
         from ucudnn.kernels import igemm
-        from ucudnn.kernels.direct import dw3_refusal, refusal
+        from ucudnn.kernels.direct import dw_refusal, refusal
 
         why, why_igemm = refusal(op, problem), igemm.refusal(op, problem)
-        if why and why_igemm and dw3_refusal(op, problem) is not None:
+        if why and why_igemm and dw_refusal(op, problem) is not None:
             return why if why == why_igemm else f"{why}; igemm: {why_igemm}"
         math = MATH_TYPES[problem.dtype]
         if numerics is not None and math not in num.allowed_math_types(numerics, problem.dtype):
@@ -94,7 +98,7 @@ class DirectSource(Prepared):
     def measure(self, op: str, problem: ConvProblem, ops: Operands, workspace: int,
                 settings: BenchSettings) -> tuple[list[Measurement], list[Skipped]]:
         from ucudnn.kernels import igemm
-        from ucudnn.kernels.direct import dw3_refusal, refusal
+        from ucudnn.kernels.direct import dw_refusal, refusal
 
         mb = problem.n
         why = self.refusal(op, problem, settings.numerics)
@@ -107,10 +111,11 @@ class DirectSource(Prepared):
         variants = []
         if refusal(op, problem) is None:
             variants.append((algo_name(problem), lambda: self.configure(op, problem, ops)))
-        if dw3_refusal(op, problem) is None and not (op == "backward_filter" and settings.numerics is not None
-                                                      and num.deterministic_only(settings.numerics)):
-            for rows, minb in DW3_CONFIGS:
-                variants.append((DW3, lambda rows=rows, minb=minb: configure_dw3(op, problem, rows, minb)))
+        if dw_refusal(op, problem) is None and not (op == "backward_filter" and settings.numerics is not None
+                                                     and num.deterministic_only(settings.numerics)):
+            for rows, minb in DW_CONFIGS[problem.r]:
+                variants.append((DW_ALGOS[problem.r],
+                                 lambda rows=rows, minb=minb: configure_dw(op, problem, rows, minb)))
         if igemm.refusal(op, problem) is None:
             for bn, ks in igemm.variants(op, problem):
                 variants.append((IGEMM, lambda bn=bn, ks=ks: self.configure_igemm(op, problem, settings.numerics,
@@ -167,8 +172,8 @@ class DirectSource(Prepared):
 
         if str(config.algo) == IGEMM:
             return _igemm_launch(op, problem, config)
-        if str(config.algo) == DW3:
-            return _dw3_launch(op, problem, config)
+        if str(config.algo) in DW_ALGOS.values():
+            return _dw_launch(op, problem, config)
         info = _info(config)
         kernel = _kernel(op, problem)
         if info.get("kernel", kernel) != kernel:
@@ -216,22 +221,24 @@ def _igemm_launch(op: str, problem: ConvProblem, config: Measurement) -> Launch:
     return launch
 
 
-def configure_dw3(op: str, problem: ConvProblem, rows: int, minb: int) -> Measurement:
-    """The depthwise 3x3 configuration (time 0) of ``op`` with ``rows`` per warp band and launch bound ``minb``
-    (backward filter sums by atomics: not deterministic)."""
-    return Measurement(problem.n, DW3, MATH_TYPES[problem.dtype], 0.0, 0, "direct", None,
-                       {"direct": {"kernel": "direct_dw3", "rows": rows, "minb": minb},
+def configure_dw(op: str, problem: ConvProblem, rows: int, minb: int) -> Measurement:
+    """The depthwise configuration (time 0) of ``op`` with ``rows`` per band and launch bound ``minb`` (backward
+    filter sums by atomics: not deterministic)."""
+    return Measurement(problem.n, DW_ALGOS[problem.r], MATH_TYPES[problem.dtype], 0.0, 0, "direct", None,
+                       {"direct": {"kernel": "direct_dw", "rows": rows, "minb": minb},
                         "deterministic": op != "backward_filter"})
 
 
-def _dw3_launch(op: str, problem: ConvProblem, config: Measurement) -> Launch:
-    """The recorded depthwise 3x3 configuration's launch."""
-    from ucudnn.kernels.direct import dw3_launcher
+def _dw_launch(op: str, problem: ConvProblem, config: Measurement) -> Launch:
+    """The recorded depthwise configuration's launch (its algorithm names the filter size it was made for)."""
+    from ucudnn.kernels.direct import dw_launcher
 
     info = config.extra.get("direct") or {}
     if "rows" not in info:
-        raise InputError("a direct-dw3 configuration needs extra.direct.rows", "extra.direct.rows")
-    run = dw3_launcher(op, problem, info["rows"], info.get("minb", 1))
+        raise InputError(f"a {config.algo} configuration needs extra.direct.rows", "extra.direct.rows")
+    if str(config.algo) != DW_ALGOS.get(problem.r):
+        raise UcudnnError(f"direct configuration {config.algo!r} is not this problem's ({problem.r}x{problem.s})")
+    run = dw_launcher(op, problem, info["rows"], info.get("minb", 1))
 
     def launch(ops: Operands, workspace: int, workspace_bytes: int, alpha: float, beta: float) -> None:
         run(ops.a, ops.b, ops.out, alpha, beta)

@@ -1,13 +1,14 @@
-"""Issue 17: the depthwise 3x3 kernel (``direct-dw3``) per configuration, on public stride-1 depthwise layers.
+"""Issue 17: the depthwise kernel (``direct-dw3`` / ``direct-dw5``) per configuration, on public stride-1 layers.
 
-For each layer (seed 001's ``dw-112-c32-3x3`` and MobileNet V2's stride-1 depthwise 3x3 layers, NCHW, ``--batch``)
-and op (forward, backward data, backward filter): every (band rows, launch bound) of ``kernels/direct.py``'s ``DW3_ROWS`` x
-``DW3_MINB`` timed (CUDA events, median of 3 samples of at least 0.5 ms), beside the seed's single-channel kernel
+For each layer (seed 001's ``dw-112-c32-3x3``, MobileNet V2's stride-1 depthwise 3x3 layers and EfficientNet-B0's
+stride-1 depthwise 5x5 layers, NCHW, ``--batch``) and op (forward, backward data, backward filter): every (band
+rows, launch bound) of ``kernels/direct.py``'s ``DW_ROWS`` x ``DW_MINB`` timed (CUDA events, median of 3 samples of at least 0.5 ms), beside the seed's single-channel kernel
 at its tuned tile (what ``direct-single`` runs; it has no backward filter), cuDNN's fastest with no workspace and with any (legacy + graph,
 re-timed), and the floor: x and y moved once at the device's copy bandwidth (measured here).  It shows which
-configurations the source should measure (``DW3_CONFIGS``) and how far the kernel is from the floor.
+configurations the source should measure (``DW_CONFIGS``) and how far the kernel is from the floor.  (The first
+runs, 3x3 only, were made under this script's earlier name, ``dw3_configs.py``: ``results/dw3_configs-b256.md``.)
 
-    python benchmarks/dw3_configs.py --batch 256
+    python benchmarks/dw_configs.py --batch 256
 """
 from __future__ import annotations
 
@@ -20,9 +21,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _report import md_header, provenance, write  # noqa: E402
 from direct_tiles import copy_bandwidth  # noqa: E402
 
-#: (name, h = w, channels): seed 001's depthwise layer and MobileNet V2's stride-1 depthwise 3x3 layers
-LAYERS = [("dw-112-c32-3x3", 112, 32), ("mbv2-56-c144", 56, 144), ("mbv2-28-c192", 28, 192),
-          ("mbv2-14-c384", 14, 384), ("mbv2-14-c576", 14, 576), ("mbv2-7-c960", 7, 960)]
+#: (name, h = w, channels, filter size): seed 001's depthwise layer, MobileNet V2's stride-1 depthwise 3x3 layers and
+#: EfficientNet-B0's stride-1 depthwise 5x5 layers
+LAYERS = [("dw-112-c32-3x3", 112, 32, 3), ("mbv2-56-c144", 56, 144, 3), ("mbv2-28-c192", 28, 192, 3),
+          ("mbv2-14-c384", 14, 384, 3), ("mbv2-14-c576", 14, 576, 3), ("mbv2-7-c960", 7, 960, 3),
+          ("effb0-28-c240-5x5", 28, 240, 5), ("effb0-14-c672-5x5", 14, 672, 5), ("effb0-7-c1152-5x5", 7, 1152, 5)]
 
 
 def cudnn_best(op: str, problem, ops) -> dict:
@@ -63,20 +66,20 @@ def main() -> None:
 
     bw = copy_bandwidth(cp)
     rows = []
-    for name, hw, c in LAYERS:
+    for name, hw, c, k in LAYERS:
         if args.only and name not in args.only.split(","):
             continue
-        p = ConvProblem(args.batch, c, hw, hw, c, 3, 3, pad=(1, 1), groups=c)
+        p = ConvProblem(args.batch, c, hw, hw, c, k, k, pad=(k // 2, k // 2), groups=c)
         buf = Buffers(p)
         floor_ms = 2 * p.n * p.c * p.h * p.w * 4 / bw * 1e3
-        for op in D.DW3_OPS:
+        for op in D.DW_OPS:
             t0 = time.time()
             ops = buf.operands(op, p.n)
             operands = (ops.a, ops.b, ops.out)
             times = {}
-            for r in D.DW3_ROWS:
-                for mb in D.DW3_MINB:
-                    launch = D.dw3_launcher(op, p, r, mb)
+            for r in D.DW_ROWS:
+                for mb in D.DW_MINB:
+                    launch = D.dw_launcher(op, p, r, mb)
                     times[(r, mb)] = time_ms(lambda: launch(*operands, 1.0, 0.0), repeat=3, warmup=1,
                                              min_sample_ms=0.5)
             tiling, how, seed_ms = None, None, None
@@ -100,18 +103,18 @@ def main() -> None:
                    "floor_ms": round(floor_ms, 4), "best_over_floor": round(best_ms / floor_ms, 2),
                    "wall_s": round(time.time() - t0, 1)}
             rows.append(row)
-            print(f"{name} {op}: dw3 best {row['best']} {best_ms:.4f} ms, seed single {seed_ms}, cuDNN 0-ws "
+            print(f"{name} {op}: dw best {row['best']} {best_ms:.4f} ms, seed single {seed_ms}, cuDNN 0-ws "
                   f"{row['cudnn_zero']} {row['cudnn_zero_ms']} -> {row['best_vs_cudnn_zero']}x, any "
                   f"{row['cudnn_any']} {row['cudnn_any_ms']}; floor {floor_ms:.4f}", flush=True)
         del buf
     doc = {"provenance": provenance(), "copy_bandwidth_gbs": round(bw / 1e9, 1), "rows": rows}
-    md = [md_header(f"Depthwise 3x3 kernel (direct-dw3) per configuration, NCHW float32 b{args.batch}",
+    md = [md_header(f"Depthwise kernel (direct-dw3, direct-dw5) per configuration, NCHW float32 b{args.batch}",
                     doc["provenance"]),
           f"Every (band rows, launch bound) timed (rows 0: the whole plane); copy bandwidth "
           f"{doc['copy_bandwidth_gbs']} GB/s (the floor: x and y moved once at that rate).  Bar (issue 17): direct "
           ">= 1.5x cuDNN's zero-workspace best.", "",
-          "| layer | op | dw3 best [rows, minb] | ms | seed single ms | cuDNN 0-ws | ms | dw3 vs 0-ws | cuDNN any | ms "
-          "| dw3 vs any | floor ms | dw3 / floor |",
+          "| layer | op | dw best [rows, minb] | ms | seed single ms | cuDNN 0-ws | ms | dw vs 0-ws | cuDNN any | ms "
+          "| dw vs any | floor ms | dw / floor |",
           "|---|---|---|---:|---:|---|---:|---:|---|---:|---:|---:|---:|"]
     for r in rows:
         md.append(f"| {r['layer']} | {r['op']} | {r['best']} | {r['best_ms']} | {r['seed_single_ms']} | "
@@ -119,7 +122,7 @@ def main() -> None:
                   f"{r['cudnn_any_ms']} | {r['best_vs_cudnn_any']} | {r['floor_ms']} | {r['best_over_floor']} |")
     md += ["", "Every configuration (ms), per layer and op:", ""]
     md += [f"- {r['layer']} {r['op']}: " + ", ".join(f"[{a}, {b}] {t}" for a, b, t in r["configs"]) for r in rows]
-    write(args.out, f"dw3_configs-b{args.batch}", doc, "\n".join(md) + "\n")
+    write(args.out, f"dw_configs-b{args.batch}", doc, "\n".join(md) + "\n")
 
 
 if __name__ == "__main__":
