@@ -586,10 +586,11 @@ __device__ __forceinline__ DwRow<K> dw_row(const T* __restrict__ plane, int row,
         r1 = (inrow && col + 4 < W) ? to_float(rp[col + 4]) : 0.f;
         if (HK == 2) r2 = (inrow && col + 5 < W) ? to_float(rp[col + 5]) : 0.f;
     }
+    r.v[HK - 1] = l1;
+    r.v[HK + 4] = r1;
     if (HK == 2) {
-        r.v[0] = l2; r.v[1] = l1; r.v[6] = r1; r.v[7] = r2;
-    } else {
-        r.v[0] = l1; r.v[4] = r1;
+        r.v[0] = l2;
+        r.v[HK + 5] = r2;
     }
     return r;
 }
