@@ -636,14 +636,12 @@ direct_dw(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y, i
     for (int i = 0; i < KK; ++i) f[i] = to_float(w[at.c * KK + (ROT ? KK - 1 - i : i)]);
     const bool stores = at.active && col < W;
     DwRow<K> win[K];   // rows p - HK .. p + HK while row p is computed
-    float4 raw;
+    float4 raw[K];     // the first K rows' loads, all issued before the first is used
 #pragma unroll
-    for (int i = 1; i < K; ++i) {
-        dw_load<T, VEC>(xp, p0 - HK - 1 + i, H, W, col, raw);
-        win[i] = dw_row<T, K>(xp, p0 - HK - 1 + i, H, W, col, sub, width, raw);
-    }
-    float4 pending;
-    dw_load<T, VEC>(xp, p0 + HK, H, W, col, pending);
+    for (int i = 0; i < K; ++i) dw_load<T, VEC>(xp, p0 - HK + i, H, W, col, raw[i]);
+#pragma unroll
+    for (int i = 0; i < K - 1; ++i) win[i + 1] = dw_row<T, K>(xp, p0 - HK + i, H, W, col, sub, width, raw[i]);
+    float4 pending = raw[K - 1];
     for (int p = p0; p < p0 + RW; ++p) {
         float4 next;
         dw_load<T, VEC>(xp, p + HK + 1, H, W, col, next);   // in flight while row p is computed
@@ -711,15 +709,13 @@ direct_dw_bwf(const T* __restrict__ x, const T* __restrict__ dy, T* __restrict__
 #pragma unroll
     for (int k = 0; k < KK; ++k) acc[k] = 0.f;
     DwRow<K> win[K];
-    float4 raw, g;
+    float4 raw[K], g;  // the first K rows of x and dy's first row, all issued before the first is used
 #pragma unroll
-    for (int i = 1; i < K; ++i) {
-        dw_load<T, VEC>(xp, p0 - HK - 1 + i, H, W, col, raw);
-        win[i] = dw_row<T, K>(xp, p0 - HK - 1 + i, H, W, col, sub, width, raw);
-    }
-    float4 pending;
-    dw_load<T, VEC>(xp, p0 + HK, H, W, col, pending);
+    for (int i = 0; i < K; ++i) dw_load<T, VEC>(xp, p0 - HK + i, H, W, col, raw[i]);
     dw_load<T, VEC>(dyp, p0, H, W, col, g);
+#pragma unroll
+    for (int i = 0; i < K - 1; ++i) win[i + 1] = dw_row<T, K>(xp, p0 - HK + i, H, W, col, sub, width, raw[i]);
+    float4 pending = raw[K - 1];
     for (int p = p0; p < p0 + RW; ++p) {
         float4 next, gnext;
         dw_load<T, VEC>(xp, p + HK + 1, H, W, col, next);   // in flight while row p is summed
