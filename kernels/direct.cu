@@ -1,6 +1,6 @@
 // Direct convolution without workspace (seed 001), for the direct algorithm source (issue 17).
 //
-// Three kernels, each templated on the element type T (float, or half_t with float32 accumulation), the layout
+// Three seed kernels, each templated on the element type T (float, or half_t with float32 accumulation), the layout
 // (NHWC false: x [N, C, H, W], w [K, C/G, R, S]; true: x [N, H, W, C], w [K, R, S, C/G]) and the tiling:
 //
 //   direct_fwd_single  one input channel per group (C/G == 1: grayscale or spectrogram first layers, depthwise):
@@ -19,6 +19,9 @@
 //                      same prefetching; dx pixel (h, w) sums dy[(h + PH - i) / SH, (w + PW - j) / SW] over the
 //                      taps (i, j) whose quotient is exact (i from (h + PH) % SH in steps of SH).  No atomics:
 //                      every dx element is written once by one thread, in a fixed order (deterministic).
+//
+// and, at the end of this file, the depthwise K x K (3 or 5) stride-1 NCHW layer's own kernels, all three ops
+// (direct_dw, direct_dw_bwf, direct_dw_scale): lane groups walk bands of a plane with a K-row register window.
 //
 // out = alpha * conv + beta * out; out is not read when beta == 0.  Threads: NT = 256 as TX columns x TY rows;
 // thread (tx, ty) owns column tx and rows ty + TY*rr (rr < RB) of the block's output tile (TY*RB x TX).
