@@ -1,7 +1,8 @@
 """Issue 17: the depthwise kernel (``direct-dw3`` / ``direct-dw5``) per configuration, on public stride-1 layers.
 
 For each layer (seed 001's ``dw-112-c32-3x3``, MobileNet V2's stride-1 depthwise 3x3 layers and EfficientNet-B0's
-stride-1 depthwise 5x5 layers, NCHW, ``--batch``) and op (forward, backward data, backward filter): every (band
+stride-1 depthwise 5x5 layers, NCHW, ``--batch``; their stride-2 layers for backward data) and op (forward,
+backward data, backward filter): every (band
 rows, launch bound) of ``kernels/direct.py``'s ``DW_ROWS`` x ``DW_MINB`` timed (CUDA events, median of 3 samples of at least 0.5 ms), beside the seed's single-channel kernel
 at its tuned tile (what ``direct-single`` runs; it has no backward filter), cuDNN's fastest with no workspace and with any (legacy + graph,
 re-timed), and the floor: x and y moved once at the device's copy bandwidth (measured here).  It shows which
@@ -21,11 +22,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _report import md_header, provenance, write  # noqa: E402
 from direct_tiles import copy_bandwidth  # noqa: E402
 
-#: (name, h = w, channels, filter size): seed 001's depthwise layer, MobileNet V2's stride-1 depthwise 3x3 layers and
-#: EfficientNet-B0's stride-1 depthwise 5x5 layers
-LAYERS = [("dw-112-c32-3x3", 112, 32, 3), ("mbv2-56-c144", 56, 144, 3), ("mbv2-28-c192", 28, 192, 3),
-          ("mbv2-14-c384", 14, 384, 3), ("mbv2-14-c576", 14, 576, 3), ("mbv2-7-c960", 7, 960, 3),
-          ("effb0-28-c240-5x5", 28, 240, 5), ("effb0-14-c672-5x5", 14, 672, 5), ("effb0-7-c1152-5x5", 7, 1152, 5)]
+#: (name, h = w, channels, filter size, stride): seed 001's depthwise layer, MobileNet V2's depthwise 3x3 layers and
+#: EfficientNet-B0's depthwise 5x5 layers (stride 2: backward data only)
+LAYERS = [("dw-112-c32-3x3", 112, 32, 3, 1), ("mbv2-56-c144", 56, 144, 3, 1), ("mbv2-28-c192", 28, 192, 3, 1),
+          ("mbv2-14-c384", 14, 384, 3, 1), ("mbv2-14-c576", 14, 576, 3, 1), ("mbv2-7-c960", 7, 960, 3, 1),
+          ("effb0-28-c240-5x5", 28, 240, 5, 1), ("effb0-14-c672-5x5", 14, 672, 5, 1),
+          ("effb0-7-c1152-5x5", 7, 1152, 5, 1),
+          ("mbv2-112s2-c96", 112, 96, 3, 2), ("mbv2-56s2-c144", 56, 144, 3, 2), ("mbv2-28s2-c192", 28, 192, 3, 2),
+          ("mbv2-14s2-c576", 14, 576, 3, 2), ("effb0-56s2-c144-5x5", 56, 144, 5, 2),
+          ("effb0-14s2-c672-5x5", 14, 672, 5, 2)]
 
 
 def cudnn_best(op: str, problem, ops) -> dict:
@@ -66,13 +71,15 @@ def main() -> None:
 
     bw = copy_bandwidth(cp)
     rows = []
-    for name, hw, c, k in LAYERS:
+    for name, hw, c, k, stride in LAYERS:
         if args.only and name not in args.only.split(","):
             continue
-        p = ConvProblem(args.batch, c, hw, hw, c, k, k, pad=(k // 2, k // 2), groups=c)
+        p = ConvProblem(args.batch, c, hw, hw, c, k, k, pad=(k // 2, k // 2), stride=(stride, stride), groups=c)
         buf = Buffers(p)
-        floor_ms = 2 * p.n * p.c * p.h * p.w * 4 / bw * 1e3
+        floor_ms = p.n * p.c * (p.h * p.w + p.p * p.q) * 4 / bw * 1e3    # x (dx) and y (dy) moved once
         for op in D.DW_OPS:
+            if D.dw_refusal(op, p):
+                continue
             t0 = time.time()
             ops = buf.operands(op, p.n)
             operands = (ops.a, ops.b, ops.out)

@@ -302,8 +302,8 @@ DW_OPS = ("forward", "backward_data", "backward_filter")
 
 def dw_refusal(op: str, problem: ConvProblem) -> str | None:
     """Why :data:`DW` does not run ``op`` on ``problem`` (None: it does): it is the depthwise K x K layer (K in
-    :data:`DW_SIZES`), stride 1, padding K / 2, one filter per channel, in NCHW, all three ops (backward filter in
-    float32 only: float atomics sum it)."""
+    :data:`DW_SIZES`), padding K / 2, one filter per channel, in NCHW: at stride 1 all three ops (backward filter
+    in float32 only: float atomics sum it), at stride 2 backward data (``direct_dw_s2_bwd``)."""
     p = problem
     if op not in DW_OPS:
         return f"unknown op {op!r}"
@@ -314,8 +314,10 @@ def dw_refusal(op: str, problem: ConvProblem) -> str | None:
         return f"backward filter sums by float atomics: {p.dtype} is not supported (float32)"
     if not (p.groups == p.c == p.k):
         return "not depthwise with one filter per channel"
-    if p.r != p.s or p.r not in DW_SIZES or p.stride != (1, 1) or p.pad != (p.r // 2, p.r // 2):
-        return "not 3x3 or 5x5 at stride 1 with padding K / 2"
+    if p.r != p.s or p.r not in DW_SIZES or p.stride not in ((1, 1), (2, 2)) or p.pad != (p.r // 2, p.r // 2):
+        return "not 3x3 or 5x5 at stride 1 or 2 with padding K / 2"
+    if p.stride == (2, 2) and op != "backward_data":
+        return "stride 2: backward data only (cuDNN is near the copy floor on the forward)"
     if p.layout != "NCHW":
         return "NHWC (the single-channel kernel runs it)"
     return None
@@ -329,12 +331,14 @@ def dw_width(w: int) -> int:
 
 def dw_geometry(problem: ConvProblem, rows: int) -> tuple[int, int, int, int, int, int]:
     """(rows per band, bands per plane, segments per row, lanes per group, work items, warps) of a launch at
-    ``problem.n``: a work item is one (plane, band, segment), 32 / lanes of them a warp."""
+    ``problem.n``: a work item is one (plane, band, segment), 32 / lanes of them a warp; at stride 2 (backward data)
+    the rows are dx row pairs."""
     if rows not in DW_ROWS:
         raise InputError(f"must be one of {DW_ROWS}, got {rows!r}", "rows")
-    rw = problem.h if rows == 0 else min(rows, problem.h)
+    units = -(-problem.h // 2) if problem.stride == (2, 2) else problem.h   # stride 2: dx row pairs
+    rw = units if rows == 0 else min(rows, units)
     width = dw_width(problem.w)
-    bands, segs = -(-problem.h // rw), -(-problem.w // (4 * width))
+    bands, segs = -(-units // rw), -(-problem.w // (4 * width))
     items = problem.n * problem.c * bands * segs
     return rw, bands, segs, width, items, -(-items // (32 // width))
 
@@ -356,6 +360,8 @@ def dw_launcher(op: str, problem: ConvProblem, rows: int, minb: int = 1) -> Laun
 
     def kernel_of(vec: bool) -> Any:
         v = "true" if vec else "false"
+        if p.stride == (2, 2):
+            return _compile.get_kernel(SOURCE, f"{DW}_s2_bwd<{_CTYPE[p.dtype]},{p.r},{v},{minb}>")
         if op == "backward_filter":
             return _compile.get_kernel(SOURCE, f"{DW}_bwf<float,{p.r},{v},{minb}>")
         return _compile.get_kernel(SOURCE, f"{DW}<{_CTYPE[p.dtype]},{p.r},{rot},{v},{minb}>")
@@ -364,6 +370,15 @@ def dw_launcher(op: str, problem: ConvProblem, rows: int, minb: int = 1) -> Laun
     vector = kernel_of(True) if vec_ok else None
     ints = tuple(np.int32(v) for v in (p.c, p.h, p.w, rw, bands, segs, width)) + (np.int64(items),)
     grid = (-(-warps // DW_WARPS), 1, 1)
+
+    if p.stride == (2, 2):      # backward data: w, dy, dx; 16-byte dx rows
+        ints2 = tuple(np.int32(v) for v in (p.c, p.h, p.w, p.p, p.q, rw, bands, segs, width)) + (np.int64(items),)
+
+        def launch_s2(a: int, b: int, out: int, alpha: float, beta: float) -> None:
+            kernel = vector if vector is not None and not out % 16 else scalar
+            kernel(grid, (NT,), (a, b, out) + ints2 + (np.float32(alpha), np.float32(beta)))
+
+        return launch_s2
 
     if op == "backward_filter":
         scale = _compile.get_kernel(SOURCE, f"{DW}_scale<float>")
@@ -393,6 +408,8 @@ def dw_emulate(op: str, problem: ConvProblem, rows: int, a: np.ndarray, b: np.nd
     rotated for backward data, backward filter's sums per group -- in float64 (NCHW).  The CPU tests compare it with
     the references."""
     p = problem
+    if p.stride == (2, 2):
+        return _dw_s2_emulate(p, rows, a, b)
     k, hk = p.r, p.r // 2
     rw, bands, segs, width, items, warps = dw_geometry(p, rows)
     groups = 32 // width
@@ -463,6 +480,69 @@ def dw_emulate(op: str, problem: ConvProblem, rows: int, a: np.ndarray, b: np.nd
             if bwf:                    # the group's sums (shuffles), added by its first lane
                 sums[c] += part.sum(axis=0)
     return sums.reshape(p.c, 1, k, k) if bwf else out
+
+
+def _dw_s2_emulate(problem: ConvProblem, rows: int, w: np.ndarray, dy: np.ndarray) -> np.ndarray:
+    """Stride-2 backward data as ``direct_dw_s2_bwd`` computes it: per work item a band of dx row pairs, a window of
+    K/2 + 1 dy rows x K/2 + 2 dy columns a lane (its own 2, the next lane's first, for 5x5 the previous lane's last;
+    the group's edge lanes read the plane or the padding), the taps met by parity."""
+    p = problem
+    k, hk = p.r, p.r // 2
+    rw, bands, segs, width, items, warps = dw_geometry(p, rows)
+    groups = 32 // width
+    taps = np.asarray(w, np.float64).reshape(p.c, k, k)
+    dyv = np.asarray(dy, np.float64)
+    out = np.full((p.n, p.c, p.h, p.w), np.nan)
+    sub = np.arange(width)
+
+    def window(plane: np.ndarray, r: int, u: np.ndarray) -> np.ndarray:
+        """[lanes][hk + 2]: dy columns u - (hk - 1) .. u + 2 of row r."""
+        inrow = 0 <= r < p.p
+        raw = np.zeros((width, 2))
+        if inrow:
+            for j in range(2):
+                ok = u + j < p.q
+                raw[ok, j] = plane[r, u[ok] + j]
+        nxt = np.zeros(width)
+        nxt[:-1] = raw[1:, 0]
+        nxt[-1] = plane[r, u[-1] + 2] if inrow and u[-1] + 2 < p.q else 0.0
+        if hk == 1:
+            return np.stack([raw[:, 0], raw[:, 1], nxt], axis=1)
+        prv = np.zeros(width)
+        prv[1:] = raw[:-1, 1]
+        prv[0] = plane[r, u[0] - 1] if inrow and u[0] >= 1 and u[0] - 1 < p.q else 0.0
+        return np.stack([prv, raw[:, 0], raw[:, 1], nxt], axis=1)
+
+    for warp in range(warps):
+        for g in range(groups):
+            item = warp * groups + g
+            if item >= items:
+                continue
+            seg, rest = item % segs, item // segs
+            band, plane_i = rest % bands, rest // bands
+            n, c = divmod(plane_i, p.c)
+            w0 = seg * 4 * width + sub * 4
+            u = w0 // 2
+            for m in range(band * rw, band * rw + rw):
+                win = [window(dyv[n, c], m - hk + 1 + kk, u) for kk in range(hk + 1)]
+                for a in range(2):
+                    h = 2 * m + a
+                    if h >= p.h:
+                        continue
+                    o = np.zeros((width, 4))
+                    for j in range(4):
+                        for i in range(k):
+                            if (a + hk - i) % 2:
+                                continue
+                            ro = (a + hk - i) // 2 + hk - 1
+                            for t in range(k):
+                                if (j + hk - t) % 2:
+                                    continue
+                                o[:, j] += taps[c, i, t] * win[ro][:, (j + hk - t) // 2 + hk - 1]
+                    for j in range(4):
+                        ok = w0 + j < p.w
+                        out[n, c, h, w0[ok] + j] = o[ok, j]
+    return out
 
 
 # ---- tuning ------------------------------------------------------------------------------------------------------
