@@ -1,13 +1,13 @@
-"""Issue 17: the depthwise kernel (``direct-dw3`` / ``direct-dw5``) per configuration, on public stride-1 layers.
+"""Issue 17: the depthwise kernel (``direct-dw3`` / ``direct-dw5``) per configuration, on public depthwise layers.
 
-For each layer (seed 001's ``dw-112-c32-3x3``, MobileNet V2's stride-1 depthwise 3x3 layers and EfficientNet-B0's
-stride-1 depthwise 5x5 layers, NCHW, ``--batch``; their stride-2 layers for backward data) and op (forward,
-backward data, backward filter): every (band
-rows, launch bound) of ``kernels/direct.py``'s ``DW_ROWS`` x ``DW_MINB`` timed (CUDA events, median of 3 samples of at least 0.5 ms), beside the seed's single-channel kernel
-at its tuned tile (what ``direct-single`` runs; it has no backward filter), cuDNN's fastest with no workspace and with any (legacy + graph,
-re-timed), and the floor: x and y moved once at the device's copy bandwidth (measured here).  It shows which
-configurations the source should measure (``DW_CONFIGS``) and how far the kernel is from the floor.  (The first
-runs, 3x3 only, were made under this script's earlier name, ``dw3_configs.py``: ``results/dw3_configs-b256.md``.)
+For each layer (seed 001's ``dw-112-c32-3x3``, MobileNet V2's depthwise 3x3 layers and EfficientNet-B0's depthwise
+5x5 layers, NCHW, ``--batch``; stride 1 for all three ops, stride 2 for backward data) and op: every (band rows,
+launch bound) of ``kernels/direct.py``'s ``DW_ROWS`` x ``DW_MINB`` timed (CUDA events, median of 3 samples of at
+least 0.5 ms), beside the seed's single-channel kernel at its tuned tile (what ``direct-single`` runs; it has no
+backward filter), cuDNN's fastest with no workspace and with any (legacy + graph, re-timed), and the floor: x (dx)
+and y (dy) moved once at the device's copy bandwidth (measured here).  It shows which configurations the source
+should measure (``DW_CONFIGS``) and how far the kernel is from the floor.  (The first runs, 3x3 stride 1 only, were
+made under this script's earlier name, ``dw3_configs.py``: ``results/dw3_configs-b256.md``.)
 
     python benchmarks/dw_configs.py --batch 256
 """

@@ -410,7 +410,7 @@ def test_dw_measured_rows_capture_and_replay(name):
         assert all(m.extra["deterministic"] is (op != "backward_filter") for m in dw)
         x, w, dy = _tensors(p, seed=33)
         a, b = _operands(op, x, w, dy)
-        ex = Executor(_dw_plan(p, op, [3, 2], 0, 1), replay=True)
+        ex = Executor(_dw_plan(p, op, DW_CASES[name][1], 0, 1), replay=True)
         out = cp.full(p.operand_shapes(op)[2], cp.nan, dtype=p.dtype)
         for _ in range(2):
             ex(a, b, out)
