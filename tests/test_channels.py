@@ -120,6 +120,8 @@ def test_steps_cover_every_sample_and_channel_exactly_once(n, data):
     ([(10, 32), (10, 16)], "cover 48 of k=64"),
     ([(10, 32), (5, 32), (5, 16)], "16 channels inside a slice of 32"),
     ([(10, 32), (10, 64)], "past k=64"),
+    ([(10, None), (2, None)], r"sum past the mini-batch n=10 \(steps 0-0 already cover it\)"),
+    ([(6, None), (4, None), (3, None)], r"sum past the mini-batch n=10 \(steps 0-1"),
 ])
 def test_plans_that_do_not_cover_the_rectangle_are_refused_naming_the_field(configs, match):
     cfgs = [MicroConfig(mb, 0, "FMA", 1.0, 0, channels=c) for mb, c in configs]

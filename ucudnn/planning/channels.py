@@ -108,6 +108,9 @@ def steps(configs: Sequence[C], n: int, k: int, field: str = "micro_batches") ->
         c = getattr(cfg, "channels", None)
         c = k if c is None else c
         if n0 == 0:
+            if k0 == k and getattr(cfg, "channels", None) is None:    # no slices: one batch too many
+                raise InputError(f"micro-batches sum past the mini-batch n={n} (steps 0-{i - 1} already cover "
+                                 f"it)", field)
             kc = c
             if k0 + kc > k:
                 raise InputError(f"channel slices sum past k={k} at step {i}", field)
