@@ -623,6 +623,29 @@ __device__ __forceinline__ bool dw_item(int C, int bands, int segs, int width, i
     return true;
 }
 
+// A lane's 4 outputs at columns col .. col + 3 of a row (those < W): out = alpha * o + beta * out (out not read when
+// beta == 0), one 16-byte store where rows are 16-byte aligned (VEC).
+template <typename T, bool VEC>
+__device__ __forceinline__ void dw_store(T* __restrict__ out, const float (&o)[4], int col, int W, float alpha,
+                                         float beta) {
+    if (VEC) {
+        float4 v = make_float4(alpha * o[0], alpha * o[1], alpha * o[2], alpha * o[3]);
+        if (beta != 0.f) {
+            const float4 old = *reinterpret_cast<const float4*>(out);
+            v.x += beta * old.x; v.y += beta * old.y; v.z += beta * old.z; v.w += beta * old.w;
+        }
+        *reinterpret_cast<float4*>(out) = v;
+        return;
+    }
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+        if (col + j < W) {
+            float v = alpha * o[j];
+            if (beta != 0.f) v += beta * to_float(out[j]);
+            out[j] = from_float<T>(v);
+        }
+}
+
 template <typename T, int K, bool ROT, bool VEC, int MINB>
 __global__ void __launch_bounds__(DIRECT_NT, MINB)   // MINB blocks an SM at least: registers against loads in flight
 direct_dw(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y, int C, int H, int W, int RW,
@@ -661,25 +684,7 @@ direct_dw(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y, i
                 for (int t = 0; t < K; ++t) s = fmaf(f[i * K + t], win[i].v[j + t], s);
             o[j] = s;
         }
-        if (stores && p < H) {
-            T* const out = yp + (long long)p * W + col;
-            if (VEC) {
-                float4 v = make_float4(alpha * o[0], alpha * o[1], alpha * o[2], alpha * o[3]);
-                if (beta != 0.f) {
-                    const float4 old = *reinterpret_cast<const float4*>(out);
-                    v.x += beta * old.x; v.y += beta * old.y; v.z += beta * old.z; v.w += beta * old.w;
-                }
-                *reinterpret_cast<float4*>(out) = v;
-            } else {
-#pragma unroll
-                for (int j = 0; j < 4; ++j)
-                    if (col + j < W) {
-                        float v = alpha * o[j];
-                        if (beta != 0.f) v += beta * to_float(out[j]);
-                        out[j] = from_float<T>(v);
-                    }
-            }
-        }
+        if (stores && p < H) dw_store<T, VEC>(yp + (long long)p * W + col, o, col, W, alpha, beta);
         pending = next;
     }
 }
@@ -823,25 +828,7 @@ direct_dw_s2_bwd(const T* __restrict__ w, const T* __restrict__ dy, T* __restric
                 }
                 o[j] = s;
             }
-            if (stores && h < H) {
-                T* const out = dxp + (long long)h * W + w0;
-                if (VEC) {
-                    float4 v = make_float4(alpha * o[0], alpha * o[1], alpha * o[2], alpha * o[3]);
-                    if (beta != 0.f) {
-                        const float4 old = *reinterpret_cast<const float4*>(out);
-                        v.x += beta * old.x; v.y += beta * old.y; v.z += beta * old.z; v.w += beta * old.w;
-                    }
-                    *reinterpret_cast<float4*>(out) = v;
-                } else {
-#pragma unroll
-                    for (int j = 0; j < 4; ++j)
-                        if (w0 + j < W) {
-                            float v = alpha * o[j];
-                            if (beta != 0.f) v += beta * to_float(out[j]);
-                            out[j] = from_float<T>(v);
-                        }
-                }
-            }
+            if (stores && h < H) dw_store<T, VEC>(dxp + (long long)h * W + w0, o, w0, W, alpha, beta);
         }
         pending = next;
     }

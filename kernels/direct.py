@@ -400,6 +400,28 @@ def dw_launcher(op: str, problem: ConvProblem, rows: int, minb: int = 1) -> Laun
     return launch
 
 
+def _dw_items(problem: ConvProblem, rows: int):
+    """The kernels' work items in launch order, idle groups left out: (n, c, first band unit, units, first column of
+    each lane) -- a band's units are rows (stride 1) or dx row pairs (stride 2)."""
+    rw, bands, segs, width, items, warps = dw_geometry(problem, rows)
+    lanes = np.arange(width)
+    for item in range(items):
+        seg, rest = item % segs, item // segs
+        band, plane = rest % bands, rest // bands
+        n, c = divmod(plane, problem.c)
+        yield n, c, band * rw, rw, seg * 4 * width + lanes * 4
+
+
+def _lane_values(plane: np.ndarray, row: int, cols: np.ndarray, count: int) -> np.ndarray:
+    """[lanes][count]: what each lane loads of ``row`` from its first column on (zeros outside the plane)."""
+    out = np.zeros((len(cols), count))
+    if 0 <= row < plane.shape[0]:
+        for j in range(count):
+            ok = cols + j < plane.shape[1]
+            out[ok, j] = plane[row, cols[ok] + j]
+    return out
+
+
 def dw_emulate(op: str, problem: ConvProblem, rows: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``op``'s output computed the way :data:`DW` does -- warps of 32 / lanes groups, each group's work item
     (plane, band, segment) from its index (idle groups past the last item store nothing), each lane's 4 columns,
@@ -411,8 +433,6 @@ def dw_emulate(op: str, problem: ConvProblem, rows: int, a: np.ndarray, b: np.nd
     if p.stride == (2, 2):
         return _dw_s2_emulate(p, rows, a, b)
     k, hk = p.r, p.r // 2
-    rw, bands, segs, width, items, warps = dw_geometry(p, rows)
-    groups = 32 // width
     bwf = op == "backward_filter"
     x, w = (a, b) if op != "backward_data" else (b, a)
     x = np.asarray(x, np.float64)
@@ -423,17 +443,12 @@ def dw_emulate(op: str, problem: ConvProblem, rows: int, a: np.ndarray, b: np.nd
         if op == "backward_data":
             taps = taps[:, ::-1]
     out = np.full((p.n, p.c, p.h, p.w), np.nan)
-    sub = np.arange(width)
 
     def window(plane: np.ndarray, row: int, col: np.ndarray) -> np.ndarray:
         """[lanes][4 + 2 * hk]: columns col - hk .. col + 3 + hk of ``row`` as the group assembles them."""
         inrow = 0 <= row < p.h
-        raw = np.zeros((width, 4))
-        if inrow:
-            for j in range(4):
-                ok = col + j < p.w
-                raw[ok, j] = plane[row, col[ok] + j]
-        v = np.zeros((width, 4 + 2 * hk))
+        raw = _lane_values(plane, row, col, 4)
+        v = np.zeros((len(col), 4 + 2 * hk))
         v[:, hk:hk + 4] = raw
         for d in range(1, hk + 1):    # column col - d: the previous lane's 4 - d; col + 3 + d: the next lane's d - 1
             v[1:, hk - d] = raw[:-1, 4 - d]
@@ -443,42 +458,29 @@ def dw_emulate(op: str, problem: ConvProblem, rows: int, a: np.ndarray, b: np.nd
             v[-1, hk + 3 + d] = plane[row, c1] if inrow and c1 < p.w else 0.0
         return v
 
-    for warp in range(warps):
-        for g in range(groups):
-            item = warp * groups + g
-            if item >= items:          # an idle group: stores nothing
+    for n, c, p0, rw, col in _dw_items(p, rows):     # idle groups store nothing: not listed
+        plane = x[n, c]
+        part = np.zeros((len(col), k * k))
+        for row in range(p0, p0 + rw):
+            if row >= p.h:             # every group walks rw rows; past the plane it stores nothing
                 continue
-            seg, rest = item % segs, item // segs
-            band, plane_i = rest % bands, rest // bands
-            n, c = divmod(plane_i, p.c)
-            plane = x[n, c]
-            col = seg * 4 * width + sub * 4
-            p0 = band * rw
-            part = np.zeros((width, k * k))
-            for row in range(p0, p0 + rw):
-                if row >= p.h:         # every group walks rw rows; past the plane it stores nothing
-                    continue
-                win = [window(plane, row - hk + i, col) for i in range(k)]
-                if bwf:                # k * k sums a lane: dy's 4 columns against the window
-                    d = np.zeros((width, 4))
-                    for j in range(4):
-                        ok = col + j < p.w
-                        d[ok, j] = dy[n, c, row, col[ok] + j]
-                    for i in range(k):
-                        for t in range(k):
-                            part[:, k * i + t] += (d * win[i][:, t:t + 4]).sum(axis=1)
-                    continue
-                f = taps[c]
-                o = np.zeros((width, 4))
-                for j in range(4):
-                    for i in range(k):
-                        for t in range(k):
-                            o[:, j] += f[k * i + t] * win[i][:, j + t]
-                for j in range(4):
-                    ok = col + j < p.w
-                    out[n, c, row, col[ok] + j] = o[ok, j]
-            if bwf:                    # the group's sums (shuffles), added by its first lane
-                sums[c] += part.sum(axis=0)
+            win = [window(plane, row - hk + i, col) for i in range(k)]
+            if bwf:                    # k * k sums a lane: dy's 4 columns against the window
+                d = _lane_values(dy[n, c], row, col, 4)
+                for i in range(k):
+                    for t in range(k):
+                        part[:, k * i + t] += (d * win[i][:, t:t + 4]).sum(axis=1)
+                continue
+            o = np.zeros((len(col), 4))
+            for j in range(4):
+                for i in range(k):
+                    for t in range(k):
+                        o[:, j] += taps[c][k * i + t] * win[i][:, j + t]
+            for j in range(4):
+                ok = col + j < p.w
+                out[n, c, row, col[ok] + j] = o[ok, j]
+        if bwf:                        # the group's sums (shuffles), added by its first lane
+            sums[c] += part.sum(axis=0)
     return sums.reshape(p.c, 1, k, k) if bwf else out
 
 
@@ -488,60 +490,45 @@ def _dw_s2_emulate(problem: ConvProblem, rows: int, w: np.ndarray, dy: np.ndarra
     the group's edge lanes read the plane or the padding), the taps met by parity."""
     p = problem
     k, hk = p.r, p.r // 2
-    rw, bands, segs, width, items, warps = dw_geometry(p, rows)
-    groups = 32 // width
     taps = np.asarray(w, np.float64).reshape(p.c, k, k)
     dyv = np.asarray(dy, np.float64)
     out = np.full((p.n, p.c, p.h, p.w), np.nan)
-    sub = np.arange(width)
 
     def window(plane: np.ndarray, r: int, u: np.ndarray) -> np.ndarray:
         """[lanes][hk + 2]: dy columns u - (hk - 1) .. u + 2 of row r."""
         inrow = 0 <= r < p.p
-        raw = np.zeros((width, 2))
-        if inrow:
-            for j in range(2):
-                ok = u + j < p.q
-                raw[ok, j] = plane[r, u[ok] + j]
-        nxt = np.zeros(width)
+        raw = _lane_values(plane, r, u, 2)
+        nxt = np.zeros(len(u))
         nxt[:-1] = raw[1:, 0]
         nxt[-1] = plane[r, u[-1] + 2] if inrow and u[-1] + 2 < p.q else 0.0
         if hk == 1:
             return np.stack([raw[:, 0], raw[:, 1], nxt], axis=1)
-        prv = np.zeros(width)
+        prv = np.zeros(len(u))
         prv[1:] = raw[:-1, 1]
         prv[0] = plane[r, u[0] - 1] if inrow and u[0] >= 1 and u[0] - 1 < p.q else 0.0
         return np.stack([prv, raw[:, 0], raw[:, 1], nxt], axis=1)
 
-    for warp in range(warps):
-        for g in range(groups):
-            item = warp * groups + g
-            if item >= items:
-                continue
-            seg, rest = item % segs, item // segs
-            band, plane_i = rest % bands, rest // bands
-            n, c = divmod(plane_i, p.c)
-            w0 = seg * 4 * width + sub * 4
-            u = w0 // 2
-            for m in range(band * rw, band * rw + rw):
-                win = [window(dyv[n, c], m - hk + 1 + kk, u) for kk in range(hk + 1)]
-                for a in range(2):
-                    h = 2 * m + a
-                    if h >= p.h:
-                        continue
-                    o = np.zeros((width, 4))
-                    for j in range(4):
-                        for i in range(k):
-                            if (a + hk - i) % 2:
+    for n, c, m0, rw, w0 in _dw_items(p, rows):       # bands of dx row pairs
+        u = w0 // 2
+        for m in range(m0, m0 + rw):
+            win = [window(dyv[n, c], m - hk + 1 + kk, u) for kk in range(hk + 1)]
+            for a in range(2):
+                h = 2 * m + a
+                if h >= p.h:
+                    continue
+                o = np.zeros((len(w0), 4))
+                for j in range(4):
+                    for i in range(k):
+                        if (a + hk - i) % 2:
+                            continue
+                        ro = (a + hk - i) // 2 + hk - 1
+                        for t in range(k):
+                            if (j + hk - t) % 2:
                                 continue
-                            ro = (a + hk - i) // 2 + hk - 1
-                            for t in range(k):
-                                if (j + hk - t) % 2:
-                                    continue
-                                o[:, j] += taps[c, i, t] * win[ro][:, (j + hk - t) // 2 + hk - 1]
-                    for j in range(4):
-                        ok = w0 + j < p.w
-                        out[n, c, h, w0[ok] + j] = o[ok, j]
+                            o[:, j] += taps[c, i, t] * win[ro][:, (j + hk - t) // 2 + hk - 1]
+                for j in range(4):
+                    ok = w0 + j < p.w
+                    out[n, c, h, w0[ok] + j] = o[ok, j]
     return out
 
 
