@@ -302,8 +302,9 @@ DW_OPS = ("forward", "backward_data", "backward_filter")
 
 def dw_refusal(op: str, problem: ConvProblem) -> str | None:
     """Why :data:`DW` does not run ``op`` on ``problem`` (None: it does): it is the depthwise K x K layer (K in
-    :data:`DW_SIZES`), padding K / 2, one filter per channel, in NCHW: at stride 1 all three ops (backward filter
-    in float32 only: float atomics sum it), at stride 2 backward data (``direct_dw_s2_bwd``)."""
+    :data:`DW_SIZES`), padding K / 2, one filter per channel, in NCHW: at stride 1 all three ops, at stride 2
+    backward data (``direct_dw_s2_bwd``) and backward filter (``direct_dw_s2_bwf``); backward filter in float32
+    only (float atomics sum it)."""
     p = problem
     if op not in DW_OPS:
         return f"unknown op {op!r}"
@@ -316,8 +317,8 @@ def dw_refusal(op: str, problem: ConvProblem) -> str | None:
         return "not depthwise with one filter per channel"
     if p.r != p.s or p.r not in DW_SIZES or p.stride not in ((1, 1), (2, 2)) or p.pad != (p.r // 2, p.r // 2):
         return "not 3x3 or 5x5 at stride 1 or 2 with padding K / 2"
-    if p.stride == (2, 2) and op != "backward_data":
-        return "stride 2: backward data only (cuDNN is near the copy floor on the forward)"
+    if p.stride == (2, 2) and op == "forward":
+        return "stride 2: backward data and filter only (cuDNN is near the copy floor on the forward)"
     if p.layout != "NCHW":
         return "NHWC (the single-channel kernel runs it)"
     return None
@@ -329,16 +330,21 @@ def dw_width(w: int) -> int:
     return min(32, _pow2_at_least(max(2, -(-w // 4))))
 
 
-def dw_geometry(problem: ConvProblem, rows: int) -> tuple[int, int, int, int, int, int]:
-    """(rows per band, bands per plane, segments per row, lanes per group, work items, warps) of a launch at
-    ``problem.n``: a work item is one (plane, band, segment), 32 / lanes of them a warp; at stride 2 (backward data)
-    the rows are dx row pairs."""
+def dw_geometry(problem: ConvProblem, rows: int, op: str = "forward") -> tuple[int, int, int, int, int, int]:
+    """(rows per band, bands per plane, segments per row, lanes per group, work items, warps) of a launch of ``op``
+    at ``problem.n``: a work item is one (plane, band, segment), 32 / lanes of them a warp.  Rows and columns are
+    the plane's at stride 1; at stride 2 dx row pairs and dx columns (backward data), dy rows and columns (backward
+    filter)."""
     if rows not in DW_ROWS:
         raise InputError(f"must be one of {DW_ROWS}, got {rows!r}", "rows")
-    units = -(-problem.h // 2) if problem.stride == (2, 2) else problem.h   # stride 2: dx row pairs
+    p = problem
+    if p.stride == (2, 2):
+        units, cols = ((-(-p.h // 2), p.w) if op == "backward_data" else (p.p, p.q))
+    else:
+        units, cols = p.h, p.w
     rw = units if rows == 0 else min(rows, units)
-    width = dw_width(problem.w)
-    bands, segs = -(-units // rw), -(-problem.w // (4 * width))
+    width = dw_width(cols)
+    bands, segs = -(-units // rw), -(-cols // (4 * width))
     items = problem.n * problem.c * bands * segs
     return rw, bands, segs, width, items, -(-items // (32 // width))
 
@@ -354,14 +360,15 @@ def dw_launcher(op: str, problem: ConvProblem, rows: int, minb: int = 1) -> Laun
     if minb not in DW_MINB:
         raise InputError(f"must be one of {DW_MINB}, got {minb!r}", "minb")
     p = problem
-    rw, bands, segs, width, items, warps = dw_geometry(p, rows)
+    rw, bands, segs, width, items, warps = dw_geometry(p, rows, op)
     rot = "true" if op == "backward_data" else "false"
     vec_ok = p.dtype == "float32" and p.w % 4 == 0
 
     def kernel_of(vec: bool) -> Any:
         v = "true" if vec else "false"
         if p.stride == (2, 2):
-            return _compile.get_kernel(SOURCE, f"{DW}_s2_bwd<{_CTYPE[p.dtype]},{p.r},{v},{minb}>")
+            name = "bwf" if op == "backward_filter" else "bwd"
+            return _compile.get_kernel(SOURCE, f"{DW}_s2_{name}<{_CTYPE[p.dtype]},{p.r},{v},{minb}>")
         if op == "backward_filter":
             return _compile.get_kernel(SOURCE, f"{DW}_bwf<float,{p.r},{v},{minb}>")
         return _compile.get_kernel(SOURCE, f"{DW}<{_CTYPE[p.dtype]},{p.r},{rot},{v},{minb}>")
@@ -371,7 +378,7 @@ def dw_launcher(op: str, problem: ConvProblem, rows: int, minb: int = 1) -> Laun
     ints = tuple(np.int32(v) for v in (p.c, p.h, p.w, rw, bands, segs, width)) + (np.int64(items),)
     grid = (-(-warps // DW_WARPS), 1, 1)
 
-    if p.stride == (2, 2):      # backward data: w, dy, dx; 16-byte dx rows
+    if p.stride == (2, 2) and op == "backward_data":      # w, dy, dx; 16-byte dx rows
         ints2 = tuple(np.int32(v) for v in (p.c, p.h, p.w, p.p, p.q, rw, bands, segs, width)) + (np.int64(items),)
 
         def launch_s2(a: int, b: int, out: int, alpha: float, beta: float) -> None:
@@ -384,6 +391,8 @@ def dw_launcher(op: str, problem: ConvProblem, rows: int, minb: int = 1) -> Laun
         scale = _compile.get_kernel(SOURCE, f"{DW}_scale<float>")
         taps = np.int32(p.c * p.r * p.s)
         scale_grid = (-(-p.c * p.r * p.s // NT), 1, 1)
+        if p.stride == (2, 2):      # x, dy, dw; 16-byte x rows
+            ints = tuple(np.int32(v) for v in (p.c, p.h, p.w, p.p, p.q, rw, bands, segs, width)) + (np.int64(items),)
 
         def launch_bwf(a: int, b: int, out: int, alpha: float, beta: float) -> None:
             kernel = vector if vector is not None and not (a | b) % 16 else scalar
@@ -400,10 +409,10 @@ def dw_launcher(op: str, problem: ConvProblem, rows: int, minb: int = 1) -> Laun
     return launch
 
 
-def _dw_items(problem: ConvProblem, rows: int):
+def _dw_items(problem: ConvProblem, rows: int, op: str = "forward"):
     """The kernels' work items in launch order, idle groups left out: (n, c, first band unit, units, first column of
-    each lane) -- a band's units are rows (stride 1) or dx row pairs (stride 2)."""
-    rw, bands, segs, width, items, warps = dw_geometry(problem, rows)
+    each lane) -- a band's units and the columns as :func:`dw_geometry` has them for ``op``."""
+    rw, bands, segs, width, items, warps = dw_geometry(problem, rows, op)
     lanes = np.arange(width)
     for item in range(items):
         seg, rest = item % segs, item // segs
@@ -431,7 +440,7 @@ def dw_emulate(op: str, problem: ConvProblem, rows: int, a: np.ndarray, b: np.nd
     the references."""
     p = problem
     if p.stride == (2, 2):
-        return _dw_s2_emulate(p, rows, a, b)
+        return _dw_s2_bwf_emulate(p, rows, a, b) if op == "backward_filter" else _dw_s2_emulate(p, rows, a, b)
     k, hk = p.r, p.r // 2
     bwf = op == "backward_filter"
     x, w = (a, b) if op != "backward_data" else (b, a)
@@ -508,7 +517,7 @@ def _dw_s2_emulate(problem: ConvProblem, rows: int, w: np.ndarray, dy: np.ndarra
         prv[0] = plane[r, u[0] - 1] if inrow and u[0] >= 1 and u[0] - 1 < p.q else 0.0
         return np.stack([prv, raw[:, 0], raw[:, 1], nxt], axis=1)
 
-    for n, c, m0, rw, w0 in _dw_items(p, rows):       # bands of dx row pairs
+    for n, c, m0, rw, w0 in _dw_items(p, rows, "backward_data"):       # bands of dx row pairs
         u = w0 // 2
         for m in range(m0, m0 + rw):
             win = [window(dyv[n, c], m - hk + 1 + kk, u) for kk in range(hk + 1)]
@@ -530,6 +539,44 @@ def _dw_s2_emulate(problem: ConvProblem, rows: int, w: np.ndarray, dy: np.ndarra
                     ok = w0 + j < p.w
                     out[n, c, h, w0[ok] + j] = o[ok, j]
     return out
+
+
+def _dw_s2_bwf_emulate(problem: ConvProblem, rows: int, x: np.ndarray, dy: np.ndarray) -> np.ndarray:
+    """Stride-2 backward filter as ``direct_dw_s2_bwf`` sums it: per work item a band of dy rows, 4 dy columns a
+    lane, each meeting a window of K x rows by 8 + 2 * (K/2) - 1 x columns (its own 8 from 2q0, the K/2 before them
+    from the previous lane, for 5x5 the one after from the next; the group's edge lanes read the plane or the
+    padding), the group's sums added per channel."""
+    p = problem
+    k, hk = p.r, p.r // 2
+    xv, dyv = np.asarray(x, np.float64), np.asarray(dy, np.float64)
+    sums = np.zeros((p.c, k * k))
+
+    def window(plane: np.ndarray, r: int, c0: np.ndarray) -> np.ndarray:
+        """[lanes][7 + 2 * hk]: x columns c0 - hk .. c0 + 6 + hk of row r."""
+        inrow = 0 <= r < p.h
+        own = _lane_values(plane, r, c0, 8)
+        v = np.zeros((len(c0), 7 + 2 * hk))
+        v[:, hk:hk + 8] = own
+        for d in range(1, hk + 1):   # column c0 - d: the previous lane's 8 - d
+            v[1:, hk - d] = own[:-1, 8 - d]
+            v[0, hk - d] = plane[r, c0[0] - d] if inrow and c0[0] - d >= 0 and c0[0] - d < p.w else 0.0
+        if hk == 2:                  # column c0 + 8: the next lane's first
+            v[:-1, hk + 8] = own[1:, 0]
+            v[-1, hk + 8] = plane[r, c0[-1] + 8] if inrow and c0[-1] + 8 < p.w else 0.0
+        return v
+
+    for n, c, p0, rw, q0 in _dw_items(p, rows, "backward_filter"):
+        part = np.zeros((len(q0), k * k))
+        for r in range(p0, p0 + rw):
+            if r >= p.p:
+                continue
+            win = [window(xv[n, c], 2 * r - hk + i, 2 * q0) for i in range(k)]
+            d = _lane_values(dyv[n, c], r, q0, 4)
+            for i in range(k):
+                for t in range(k):
+                    part[:, k * i + t] += sum(d[:, j] * win[i][:, 2 * j + t] for j in range(4))
+        sums[c] += part.sum(axis=0)
+    return sums.reshape(p.c, 1, k, k)
 
 
 # ---- tuning ------------------------------------------------------------------------------------------------------

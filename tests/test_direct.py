@@ -352,16 +352,20 @@ def test_dw_emulated_group_by_group_equals_the_reference(p, rows, op):
     np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-12)
 
 
-@settings(max_examples=40, deadline=None)
-@given(depthwise(), st.sampled_from(D.DW_ROWS))
-def test_dw_stride_two_backward_data_emulated_equals_the_reference(p1, rows):
-    """Stride 2 (backward data): bands of dx row pairs, each lane's dy window from its own 2 columns and its
-    neighbours', the taps met by parity, cover dx exactly once and sum the transposed convolution."""
+@settings(max_examples=60, deadline=None)
+@given(depthwise(), st.sampled_from(D.DW_ROWS), st.sampled_from(["backward_data", "backward_filter"]))
+def test_dw_stride_two_emulated_equals_the_reference(p1, rows, op):
+    """Stride 2.  Backward data: bands of dx row pairs, each lane's dy window from its own 2 columns and its
+    neighbours', the taps met by parity, cover dx exactly once and sum the transposed convolution.  Backward filter:
+    bands of dy rows, each lane's 8 x columns and its neighbours' meeting its 4 dy columns, summed per channel."""
     p = ConvProblem(p1.n, p1.c, p1.h, p1.w, p1.k, p1.r, p1.s, pad=p1.pad, stride=(2, 2), groups=p1.groups)
-    _, w, dy = _operands(p, seed=p.h * 5 + p.w)
-    got = D.dw_emulate("backward_data", p, rows, w, dy)
-    assert not np.isnan(got).any(), "every dx element is written"
-    np.testing.assert_allclose(got, D.backward_data_reference(dy, w, p), rtol=1e-12, atol=1e-12)
+    x, w, dy = _operands(p, seed=p.h * 5 + p.w)
+    if op == "backward_data":
+        got, ref = D.dw_emulate(op, p, rows, w, dy), D.backward_data_reference(dy, w, p)
+    else:
+        got, ref = D.dw_emulate(op, p, rows, x, dy), D.backward_filter_reference(x, dy, p)
+    assert not np.isnan(got).any(), "every output element is written"
+    np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("problem, why", [
@@ -369,7 +373,7 @@ def test_dw_stride_two_backward_data_emulated_equals_the_reference(p1, rows):
     (ConvProblem(2, 4, 8, 8, 8, 3, 3, pad=(1, 1), groups=4), "one filter per channel"),
     (ConvProblem(2, 4, 8, 8, 4, 7, 7, pad=(3, 3), groups=4), "not 3x3 or 5x5"),
     (ConvProblem(2, 4, 8, 8, 4, 3, 5, pad=(1, 2), groups=4), "not 3x3 or 5x5"),
-    (ConvProblem(2, 4, 8, 8, 4, 3, 3, pad=(1, 1), stride=(2, 2), groups=4), "stride 2: backward data only"),
+    (ConvProblem(2, 4, 8, 8, 4, 3, 3, pad=(1, 1), stride=(2, 2), groups=4), "stride 2: backward data and filter"),
     (ConvProblem(2, 4, 8, 8, 4, 3, 3, pad=(1, 1), stride=(3, 3), groups=4), "at stride 1 or 2"),
     (ConvProblem(2, 4, 8, 8, 4, 3, 3, pad=(0, 0), groups=4), "padding K / 2"),
     (ConvProblem(2, 4, 8, 8, 4, 5, 5, pad=(1, 1), groups=4), "padding K / 2"),
@@ -377,10 +381,11 @@ def test_dw_stride_two_backward_data_emulated_equals_the_reference(p1, rows):
 ])
 def test_dw_runs_only_the_same_padded_depthwise_3x3_and_5x5(problem, why):
     assert why in D.dw_refusal("forward", problem)
-    assert why in D.dw_refusal("backward_filter", problem)
-    for k in D.DW_SIZES:     # stride 2: backward data
-        assert D.dw_refusal("backward_data", ConvProblem(2, 4, 9, 9, 4, k, k, pad=(k // 2, k // 2), stride=(2, 2),
-                                                         groups=4)) is None
+    if problem.stride != (2, 2):
+        assert why in D.dw_refusal("backward_filter", problem)
+    for k in D.DW_SIZES:     # stride 2: backward data and backward filter
+        s2 = ConvProblem(2, 4, 9, 9, 4, k, k, pad=(k // 2, k // 2), stride=(2, 2), groups=4)
+        assert D.dw_refusal("backward_data", s2) is None and D.dw_refusal("backward_filter", s2) is None
     for k in D.DW_SIZES:
         dw = ConvProblem(2, 4, 8, 8, 4, k, k, pad=(k // 2, k // 2), groups=4)
         assert D.dw_refusal("backward_filter", dw) is None
@@ -401,9 +406,11 @@ def test_dw_geometry_splits_planes_into_bands_and_segments():
     # narrow planes: 14 columns take 4 lanes (16 columns), 8 planes a warp
     narrow = ConvProblem(3, 5, 14, 14, 5, 3, 3, pad=(1, 1), groups=5)
     assert D.dw_geometry(narrow, 0) == (14, 1, 1, 4, 15, 2)
-    # stride 2 (backward data): bands of dx row pairs
+    # stride 2: backward data in bands of dx row pairs over dx columns, backward filter over dy rows and columns
     s2 = ConvProblem(3, 5, 113, 112, 5, 3, 3, pad=(1, 1), stride=(2, 2), groups=5)
-    assert D.dw_geometry(s2, 0)[:3] == (57, 1, 1) and D.dw_geometry(s2, 16)[:3] == (16, 4, 1)
+    assert D.dw_geometry(s2, 0, "backward_data")[:4] == (57, 1, 1, 32)
+    assert D.dw_geometry(s2, 16, "backward_data")[:3] == (16, 4, 1)
+    assert D.dw_geometry(s2, 0, "backward_filter")[:4] == (57, 1, 1, 16)     # dy: 57 x 56
     assert [D.dw_width(w) for w in (1, 7, 8, 9, 14, 28, 56, 112, 129)] == [2, 2, 2, 4, 4, 8, 16, 32, 32]
     with pytest.raises(InputError) as e:
         D.dw_geometry(p, 3)

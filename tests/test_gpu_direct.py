@@ -314,7 +314,7 @@ DW_CASES = {
     "5x5-efficientnet-like": (ConvProblem(5, 8, 28, 28, 8, 5, 5, pad=(2, 2), groups=8), [3, 2]),
     "5x5-odd-width": (ConvProblem(4, 6, 11, 133, 6, 5, 5, pad=(2, 2), groups=6), [3, 1]),  # 2 segments, elements
     "5x5-narrow-7x7": (ConvProblem(3, 13, 7, 7, 13, 5, 5, pad=(2, 2), groups=13), [3]),
-    # stride 2: backward data only
+    # stride 2: backward data and backward filter
     "s2-mobilenet-like": (ConvProblem(5, 8, 28, 28, 8, 3, 3, pad=(1, 1), stride=(2, 2), groups=8), [3, 2]),
     "s2-odd": (ConvProblem(4, 6, 15, 133, 6, 3, 3, pad=(1, 1), stride=(2, 2), groups=6), [3, 1]),
     "s2-5x5": (ConvProblem(3, 7, 14, 14, 7, 5, 5, pad=(2, 2), stride=(2, 2), groups=7), [2, 1]),
@@ -341,8 +341,8 @@ def test_dw_micro_batched_matches_cudnn_and_float64(name, dtype, rows, minb, op)
     from ucudnn.execute.executor import Executor
 
     base, sizes = DW_CASES[name]
-    if base.stride == (2, 2) and op != "backward_data":
-        pytest.skip("stride 2: backward data only")
+    if base.stride == (2, 2) and op == "forward":
+        pytest.skip("stride 2: backward data and filter only")
     p = _variant(base, dtype, "NCHW")
     x, w, dy = _tensors(p, seed=len(name) + rows)
     a, b = _operands(op, x, w, dy)
@@ -368,8 +368,8 @@ def test_dw_alpha_beta_and_unaligned_rows(name, op):
     from ucudnn.kernels.direct import dw_launcher
 
     p = DW_CASES[name][0]
-    if p.stride == (2, 2) and op != "backward_data":
-        pytest.skip("stride 2: backward data only")
+    if p.stride == (2, 2) and op == "forward":
+        pytest.skip("stride 2: backward data and filter only")
     x, w, dy = _tensors(p, seed=31)
     a, b = _operands(op, x, w, dy)
     shape = p.operand_shapes(op)[2]
@@ -402,7 +402,8 @@ def test_dw_measured_rows_capture_and_replay(name):
 
     p = DW_CASES[name][0]
     buf = Buffers(p)
-    for op in ("backward_data",) if p.stride == (2, 2) else ("forward", "backward_data", "backward_filter"):
+    for op in ("backward_data", "backward_filter") if p.stride == (2, 2) else ("forward", "backward_data",
+                                                                               "backward_filter"):
         ms, _ = DirectSource(tune=False).measure(op, p, buf.operands(op, p.n), 0, BenchSettings("strict", repeat=2))
         dw = [m for m in ms if m.algo == DW_ALGOS[p.r]]
         assert [(m.extra["direct"]["rows"], m.extra["direct"]["minb"]) for m in dw] == list(DW_CONFIGS[p.r])
