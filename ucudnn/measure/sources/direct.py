@@ -23,10 +23,11 @@ per loaded element.  Its backward filter splits the reduction over blocks that a
 (``extra["direct"]["splits"]``, recorded so ``prepare`` runs the measured launch): not deterministic when split, so
 ``-deterministic`` numerics measure it unsplit.
 
-Depthwise 3x3 and 5x5 (``direct-dw3`` / ``direct-dw5``, ``direct_dw`` in ``kernels/direct.cu``): the NCHW
-depthwise layer with one filter per channel, stride 1, padding K / 2 (MobileNet's, EfficientNet's and MnasNet's
-stride-1 depthwise layers) also gets configurations of a kernel made for it, all three ops: a group of lanes walks
-a band of one plane's rows with a K-row window in registers, so x and y (dy) move once and nothing is staged
+Depthwise 3x3 and 5x5 (``direct-dw3`` / ``direct-dw5``, ``direct_dw*`` in ``kernels/direct.cu``): the NCHW
+depthwise layer with one filter per channel, padding K / 2 (MobileNet's, EfficientNet's and MnasNet's depthwise
+layers) also gets configurations of kernels made for it -- at stride 1 all three ops, at stride 2 backward data and
+backward filter: a group of lanes walks a band of one plane's rows with a window in registers, so x and y (dy) move
+once and nothing is staged
 (``DW_CONFIGS``: band height and launch bound per filter size, recorded in ``extra["direct"]``); backward filter
 adds each band's K*K sums to dw atomically (float32; not deterministic, so ``-deterministic`` numerics do not
 measure it).  Why: such a layer is bound by memory bandwidth, the seed's single-channel block stages a tile for one
