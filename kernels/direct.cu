@@ -702,6 +702,19 @@ __global__ void __launch_bounds__(DIRECT_NT) direct_dw_scale(T* __restrict__ dw,
     if (i < count) dw[i] = from_float<T>(beta == 0.f ? 0.f : beta * to_float(dw[i]));
 }
 
+// A backward-filter group's end: its lanes' KK sums added up by shuffles within the group of `width` lanes, then
+// alpha times them added to the channel's taps `dw` by the group's first lane (`adds`), atomically.
+template <int KK>
+__device__ __forceinline__ void dw_add_sums(float (&acc)[KK], float* __restrict__ dw, int width, bool adds,
+                                            float alpha) {
+#pragma unroll
+    for (int k = 0; k < KK; ++k)
+        for (int off = width / 2; off > 0; off /= 2) acc[k] += __shfl_xor_sync(0xffffffffu, acc[k], off, width);
+    if (adds)
+#pragma unroll
+        for (int k = 0; k < KK; ++k) atomicAdd(dw + k, alpha * acc[k]);
+}
+
 template <typename T, int K, bool VEC, int MINB>
 __global__ void __launch_bounds__(DIRECT_NT, MINB)
 direct_dw_bwf(const T* __restrict__ x, const T* __restrict__ dy, T* __restrict__ dw, int C, int H, int W, int RW,
@@ -743,12 +756,7 @@ direct_dw_bwf(const T* __restrict__ x, const T* __restrict__ dy, T* __restrict__
         pending = next;
         g = gnext;
     }
-#pragma unroll
-    for (int k = 0; k < KK; ++k)
-        for (int off = width / 2; off > 0; off /= 2) acc[k] += __shfl_xor_sync(0xffffffffu, acc[k], off, width);
-    if (at.active && sub == 0)
-#pragma unroll
-        for (int k = 0; k < KK; ++k) atomicAdd(reinterpret_cast<float*>(dw) + at.c * KK + k, alpha * acc[k]);
+    dw_add_sums(acc, reinterpret_cast<float*>(dw) + at.c * KK, width, at.active && sub == 0, alpha);
 }
 
 // Backward data of the depthwise K x K layer at stride 2 (padding K / 2), gather form, no atomics: dx[h][w] sums
@@ -917,12 +925,7 @@ direct_dw_s2_bwf(const T* __restrict__ x, const T* __restrict__ dy, T* __restric
         row(2 * p + 2 + HK - 1, nlo[0], nhi[0], win[K - 2]);
         row(2 * p + 2 + HK, nlo[1], nhi[1], win[K - 1]);
     }
-#pragma unroll
-    for (int k = 0; k < KK; ++k)
-        for (int off = width / 2; off > 0; off /= 2) acc[k] += __shfl_xor_sync(0xffffffffu, acc[k], off, width);
-    if (at.active && sub == 0)
-#pragma unroll
-        for (int k = 0; k < KK; ++k) atomicAdd(reinterpret_cast<float*>(dw) + at.c * KK + k, alpha * acc[k]);
+    dw_add_sums(acc, reinterpret_cast<float*>(dw) + at.c * KK, width, at.active && sub == 0, alpha);
 }
 
 #ifdef UCUDNN_NVCC_CHECK

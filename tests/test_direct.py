@@ -336,11 +336,8 @@ def depthwise(draw):
                        c, k, k, pad=(k // 2, k // 2), groups=c)
 
 
-@settings(max_examples=80, deadline=None)
-@given(depthwise(), st.sampled_from(D.DW_ROWS), st.sampled_from(D.DW_OPS))
-def test_dw_emulated_group_by_group_equals_the_reference(p, rows, op):
-    """Bands, segments, lane groups and the shuffled neighbour columns cover the plane exactly once and compute the
-    convolution (backward data through the rotated taps; backward filter as the groups' summed products)."""
+def _dw_emulation_matches(p: ConvProblem, rows: int, op: str) -> None:
+    """The depthwise kernels' emulation of ``op`` equals the float64 reference, every output element written."""
     x, w, dy = _operands(p, seed=p.h * 7 + p.w)
     if op == "forward":
         got, ref = D.dw_emulate(op, p, rows, x, w), D.forward_reference(x, w, p)
@@ -352,20 +349,22 @@ def test_dw_emulated_group_by_group_equals_the_reference(p, rows, op):
     np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-12)
 
 
+@settings(max_examples=80, deadline=None)
+@given(depthwise(), st.sampled_from(D.DW_ROWS), st.sampled_from(D.DW_OPS))
+def test_dw_emulated_group_by_group_equals_the_reference(p, rows, op):
+    """Bands, segments, lane groups and the shuffled neighbour columns cover the plane exactly once and compute the
+    convolution (backward data through the rotated taps; backward filter as the groups' summed products)."""
+    _dw_emulation_matches(p, rows, op)
+
+
 @settings(max_examples=60, deadline=None)
 @given(depthwise(), st.sampled_from(D.DW_ROWS), st.sampled_from(["backward_data", "backward_filter"]))
 def test_dw_stride_two_emulated_equals_the_reference(p1, rows, op):
     """Stride 2.  Backward data: bands of dx row pairs, each lane's dy window from its own 2 columns and its
     neighbours', the taps met by parity, cover dx exactly once and sum the transposed convolution.  Backward filter:
     bands of dy rows, each lane's 8 x columns and its neighbours' meeting its 4 dy columns, summed per channel."""
-    p = ConvProblem(p1.n, p1.c, p1.h, p1.w, p1.k, p1.r, p1.s, pad=p1.pad, stride=(2, 2), groups=p1.groups)
-    x, w, dy = _operands(p, seed=p.h * 5 + p.w)
-    if op == "backward_data":
-        got, ref = D.dw_emulate(op, p, rows, w, dy), D.backward_data_reference(dy, w, p)
-    else:
-        got, ref = D.dw_emulate(op, p, rows, x, dy), D.backward_filter_reference(x, dy, p)
-    assert not np.isnan(got).any(), "every output element is written"
-    np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-12)
+    _dw_emulation_matches(ConvProblem(p1.n, p1.c, p1.h, p1.w, p1.k, p1.r, p1.s, pad=p1.pad, stride=(2, 2),
+                                      groups=p1.groups), rows, op)
 
 
 @pytest.mark.parametrize("problem, why", [
