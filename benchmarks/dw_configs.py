@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _report import md_header, provenance, write  # noqa: E402
-from direct_tiles import copy_bandwidth  # noqa: E402
+from direct_tiles import copy_bandwidth, cudnn_best  # noqa: E402
 
 #: (name, h = w, channels, filter size, stride): seed 001's depthwise layer, MobileNet V2's depthwise 3x3 layers and
 #: EfficientNet-B0's depthwise 5x5 layers (stride 2: backward data only)
@@ -31,27 +31,6 @@ LAYERS = [("dw-112-c32-3x3", 112, 32, 3, 1), ("mbv2-56-c144", 56, 144, 3, 1), ("
           ("mbv2-112s2-c96", 112, 96, 3, 2), ("mbv2-56s2-c144", 56, 144, 3, 2), ("mbv2-28s2-c192", 28, 192, 3, 2),
           ("mbv2-14s2-c576", 14, 576, 3, 2), ("effb0-56s2-c144-5x5", 56, 144, 5, 2),
           ("effb0-14s2-c672-5x5", 14, 672, 5, 2)]
-
-
-def cudnn_best(op: str, problem, ops) -> dict:
-    """cuDNN's fastest (legacy + graph, re-timed) with no workspace and with any: {"zero": (algo, ms), "any": ...}."""
-    from ucudnn.measure.sources.base import BenchSettings
-    from ucudnn.measure.sources.registry import get
-
-    out = {"zero": ("-", float("inf")), "any": ("-", float("inf"))}
-    import cupy as cp
-
-    ws = cp.cuda.alloc(1 << 30)
-    settings = BenchSettings("strict", max_workspace=1 << 30)
-    for name in ("legacy", "graph"):
-        ms, _ = get(name).measure(op, problem, ops, ws.ptr, settings)
-        for m in ms:
-            label = f"{name}:{m.algo}"
-            if m.time_ms < out["any"][1]:
-                out["any"] = (f"{label} ({m.workspace_bytes / 2**20:.0f} MiB)", m.time_ms)
-            if m.workspace_bytes == 0 and m.time_ms < out["zero"][1]:
-                out["zero"] = (label, m.time_ms)
-    return out
 
 
 def main() -> None:
@@ -94,7 +73,7 @@ def main() -> None:
                 tiling, how = D.tuned_tiling(op, p, operands)
                 seed = D.launcher(op, p, tiling, D.uses_async(op, p, _compile.compute_capability()))
                 seed_ms = time_ms(lambda: seed(*operands, 1.0, 0.0), repeat=3, warmup=1, min_sample_ms=0.5)
-            cu = cudnn_best(op, p, ops)
+            cu = cudnn_best(op, p, ops, 1 << 30)
             ranked = sorted(times.items(), key=lambda kv: kv[1])
             (br, bm), best_ms = ranked[0]
             row = {"layer": name, "op": op, "problem": p.describe(),

@@ -375,24 +375,21 @@ def dw_launcher(op: str, problem: ConvProblem, rows: int, minb: int = 1) -> Laun
 
     scalar = kernel_of(False)
     vector = kernel_of(True) if vec_ok else None
-    ints = tuple(np.int32(v) for v in (p.c, p.h, p.w, rw, bands, segs, width)) + (np.int64(items),)
+    planes = (p.c, p.h, p.w) + ((p.p, p.q) if p.stride == (2, 2) else ())    # the stride-2 kernels take dy's too
+    ints = tuple(np.int32(v) for v in planes + (rw, bands, segs, width)) + (np.int64(items),)
     grid = (-(-warps // DW_WARPS), 1, 1)
 
     if p.stride == (2, 2) and op == "backward_data":      # w, dy, dx; 16-byte dx rows
-        ints2 = tuple(np.int32(v) for v in (p.c, p.h, p.w, p.p, p.q, rw, bands, segs, width)) + (np.int64(items),)
-
         def launch_s2(a: int, b: int, out: int, alpha: float, beta: float) -> None:
             kernel = vector if vector is not None and not out % 16 else scalar
-            kernel(grid, (NT,), (a, b, out) + ints2 + (np.float32(alpha), np.float32(beta)))
+            kernel(grid, (NT,), (a, b, out) + ints + (np.float32(alpha), np.float32(beta)))
 
         return launch_s2
 
-    if op == "backward_filter":
+    if op == "backward_filter":     # x, dy, dw; 16-byte x rows
         scale = _compile.get_kernel(SOURCE, f"{DW}_scale<float>")
         taps = np.int32(p.c * p.r * p.s)
         scale_grid = (-(-p.c * p.r * p.s // NT), 1, 1)
-        if p.stride == (2, 2):      # x, dy, dw; 16-byte x rows
-            ints = tuple(np.int32(v) for v in (p.c, p.h, p.w, p.p, p.q, rw, bands, segs, width)) + (np.int64(items),)
 
         def launch_bwf(a: int, b: int, out: int, alpha: float, beta: float) -> None:
             kernel = vector if vector is not None and not (a | b) % 16 else scalar

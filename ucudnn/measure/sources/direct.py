@@ -181,12 +181,18 @@ class DirectSource(Prepared):
             raise UcudnnError(f"direct configuration runs {info.get('kernel')}, {op} on this problem needs {kernel}")
         if str(config.algo) != algo_name(problem):
             raise UcudnnError(f"direct configuration {config.algo!r} is not this problem's ({algo_name(problem)})")
-        run = launcher(op, problem, Tiling.from_list(info.get("tiling")), bool(info.get("async", False)))
+        tiling = Tiling.from_list(info.get("tiling"))
+        return _no_workspace(launcher(op, problem, tiling, bool(info.get("async", False))))
 
-        def launch(ops: Operands, workspace: int, workspace_bytes: int, alpha: float, beta: float) -> None:
-            run(ops.a, ops.b, ops.out, alpha, beta)
 
-        return launch
+def _no_workspace(run: Any) -> Launch:
+    """A kernel launcher's ``run(a, b, out, alpha, beta)`` as the source's :data:`~.base.Launch`: the direct
+    kernels take no workspace, so the workspace arguments are ignored."""
+
+    def launch(ops: Operands, workspace: int, workspace_bytes: int, alpha: float, beta: float) -> None:
+        run(ops.a, ops.b, ops.out, alpha, beta)
+
+    return launch
 
 
 def _kernel(op: str, problem: ConvProblem) -> str:
@@ -214,12 +220,7 @@ def _igemm_launch(op: str, problem: ConvProblem, config: Measurement) -> Launch:
     bn, ks = info.get("bn", igemm.BN), info.get("ks", 1)     # tables before the tile choice: the wide tile
     igemm.check_splits(splits, "extra.direct.")
     igemm.check_tile(bn, ks, "extra.direct.")
-    run = igemm.launcher(op, problem, splits, bn, ks)
-
-    def launch(ops: Operands, workspace: int, workspace_bytes: int, alpha: float, beta: float) -> None:
-        run(ops.a, ops.b, ops.out, alpha, beta)
-
-    return launch
+    return _no_workspace(igemm.launcher(op, problem, splits, bn, ks))
 
 
 def configure_dw(op: str, problem: ConvProblem, rows: int, minb: int) -> Measurement:
@@ -239,9 +240,4 @@ def _dw_launch(op: str, problem: ConvProblem, config: Measurement) -> Launch:
         raise InputError(f"a {config.algo} configuration needs extra.direct.rows", "extra.direct.rows")
     if str(config.algo) != DW_ALGOS.get(problem.r):
         raise UcudnnError(f"direct configuration {config.algo!r} is not this problem's ({problem.r}x{problem.s})")
-    run = dw_launcher(op, problem, info["rows"], info.get("minb", 1))
-
-    def launch(ops: Operands, workspace: int, workspace_bytes: int, alpha: float, beta: float) -> None:
-        run(ops.a, ops.b, ops.out, alpha, beta)
-
-    return launch
+    return _no_workspace(dw_launcher(op, problem, info["rows"], info.get("minb", 1)))
