@@ -11,7 +11,10 @@ workspace comes from torch's allocator, so it is counted).
 Modes: ``fp32`` (strict: TF32 off, as the issue's H100 numbers), ``default``
 (PyTorch's defaults: TF32 allowed in cuDNN convolutions), ``amp`` (autocast
 float16, channels_last).  PyTorch runs with ``cudnn.benchmark = True``.
-Implementations: ``torch``, ``ucudnn-64``, ``ucudnn-256`` (MiB per kernel) and ``ucudnn-256-replay`` (``convert(replay=True)``).
+Implementations: ``torch``, ``ucudnn-64``, ``ucudnn-256`` (MiB per kernel), ``ucudnn-256-replay`` (``convert(replay=True)``)
+and ``ucudnn-256-py`` (ucudnn-256 on the Python launch path, ``UCUDNN_TORCH_FASTPATH=0``: the others take the
+compiled one, loaded before the first step; records say which ran, ``launch_path``, and how many launches each
+side made, ``launches_compiled`` / ``launches_python``).
 
 Caps are percentages of PyTorch's own uncapped peak for that model and mode
 (``max_memory_reserved``: what the cap limits; at 100% of its allocated peak
@@ -56,7 +59,11 @@ from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
 OUT = RESULTS / "torch_train.jsonl"
-IMPLS = {"torch": None, "ucudnn-64": "64MiB", "ucudnn-256": "256MiB", "ucudnn-256-replay": "256MiB"}
+IMPLS = {"torch": None, "ucudnn-64": "64MiB", "ucudnn-256": "256MiB", "ucudnn-256-replay": "256MiB",
+         "ucudnn-256-py": "256MiB"}
+#: implementations that run ucudnn.torch's Python launch path (UCUDNN_TORCH_FASTPATH=0); the others take the
+#: compiled one (``ucudnn/torch/csrc/launch.cpp``) where it builds, loaded before the first step
+PYTHON_PATH = {"ucudnn-256-py"}
 MODES = ("fp32", "default", "amp")
 
 
@@ -81,8 +88,14 @@ def worker(a: argparse.Namespace) -> dict:
     if IMPLS[a.impl]:
         import ucudnn.torch
 
+        from ucudnn.torch import fastpath
+
         ucudnn.torch.convert(model, workspace_limit=IMPLS[a.impl], sources=a.sources,
                              replay=a.impl.endswith("-replay"))
+        t0 = time.perf_counter()
+        fastpath.start(wait=True)       # built once per machine (cached), loaded per process: not a step's cost
+        rec["launch_path"] = "compiled" if fastpath.state() == "ready" else "python"
+        rec["launch_path_load_s"] = round(time.perf_counter() - t0, 3)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     x = torch.randn(a.batch, 3, 224, 224, device=dev).to(memory_format=fmt)
     t = torch.randint(0, 1000, (a.batch,), device=dev)
@@ -110,6 +123,9 @@ def worker(a: argparse.Namespace) -> dict:
         end.record()
         torch.cuda.synchronize()
         ms = start.elapsed_time(end) / a.steps
+        if rec.get("launch_path") == "compiled":   # launches from C++ / handed to Python, over all steps
+            counts = list(torch.ops.ucudnn_c.stats())
+            rec["launches_compiled"], rec["launches_python"] = sum(counts[:3]), sum(counts[3:])
         rec.update(status="ok", step_ms=ms, images_per_s=a.batch * 1000.0 / ms,
                    peak_allocated=torch.cuda.max_memory_allocated(), peak_reserved=torch.cuda.max_memory_reserved())
     except torch.cuda.OutOfMemoryError as e:
@@ -135,9 +151,10 @@ def run_one(model: str, batch: int, mode: str, impl: str, args: argparse.Namespa
         cmd += ["--cap-pct", str(cap_pct), "--cap-bytes", str(cap_bytes)]
     if args.sources is not None:
         cmd += ["--sources", args.sources]
+    env = {**os.environ, "UCUDNN_TORCH_FASTPATH": "0"} if impl in PYTHON_PATH else None
     t0 = time.perf_counter()
     try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, env=env)
         lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
         rec = json.loads(lines[-1]) if lines else {"status": "error", "error": (p.stderr or "")[-400:]}
     except subprocess.TimeoutExpired:

@@ -18,6 +18,15 @@ LIMIT = "1MiB"   # small: most of these plans are micro-batched
 
 
 @pytest.fixture(autouse=True)
+def python_path(monkeypatch):
+    """This file specifies the Python launch path (its tests watch ``runtime.launch``); the compiled one has
+    ``test_gpu_torch_fastpath.py``, held to the same results."""
+    from ucudnn.torch import fastpath
+
+    monkeypatch.setattr(fastpath, "ready", lambda: False)
+
+
+@pytest.fixture(autouse=True)
 def strict_fp32():
     tf32 = torch.backends.cudnn.allow_tf32
     torch.backends.cudnn.allow_tf32 = False

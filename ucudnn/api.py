@@ -50,6 +50,10 @@ _executors: dict[tuple, Executor] = {}
 _store: Store | None = None
 _store_failed = False
 _plans: dict[str, KernelPlan] = {}  # the lookup's in-process layer (plan key id -> plan)
+#: bumped whenever an executor already handed out is replaced (heuristic mode's background benchmark ends, a
+#: caller installs plans): launch paths that keep what they derived from an executor (ucudnn.torch's compiled
+#: one) compare it per call, one integer, instead of looking the executor up again
+generation = 0
 log = logging.getLogger("ucudnn")
 
 
@@ -123,6 +127,12 @@ def _executor(problem: ConvProblem, op: str, workspace_limit: Any, batch_policy:
             ex = _executors[mem_key] = Executor(_plan_from_store_or_bench(problem, op, limit, bp, nm, names),
                                                 replay=bool(replay))
     return ex
+
+
+def plans_changed() -> None:
+    """Say that executors handed out may have been replaced (:data:`generation`)."""
+    global generation
+    generation += 1
 
 
 class _Deferred(Exception):
@@ -225,6 +235,7 @@ class _Background:
                     for mem_key, old in list(_executors.items()):
                         if mem_key[:-1] == key:
                             _executors[mem_key] = Executor(plan, replay=old.replay)
+                    plans_changed()
             except Exception as e:  # noqa: BLE001 - the heuristic plan keeps running
                 log.warning("ucudnn: background benchmark of %s %s failed; cuDNN's heuristic plan stays: %s",
                             op, problem.describe(), e)

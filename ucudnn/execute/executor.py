@@ -34,7 +34,7 @@ from ..binding import cudnn
 from ..binding.gpu import capture, cupy, cupy_dtype, descriptors, handle
 from ..errors import InputError, UcudnnError, summary
 from ..measure.sources import registry
-from ..measure.sources.base import Launch, Operands, direct_of
+from ..measure.sources.base import Launch, Operands, direct_of, native_of
 from ..planning.channels import steps as channel_steps
 from ..planning.plan import KernelPlan, Plan
 from ..problem import ROLES
@@ -102,6 +102,9 @@ class Executor:
         #: no shortcut (``launch`` runs those)
         self.direct = direct_of(only.launch) if (only is not None and not replay and not any(only.shifts)
                                                  and not only.accumulate) else None
+        #: the same one-step plan described as data (:class:`~ucudnn.measure.sources.base.Native`) for a compiled
+        #: launch path (ucudnn.torch's), None where ``direct`` is None or its source describes none
+        self.native = native_of(only.launch) if self.direct is not None else None
         self._own: Any = None          # the workspace allocated when the caller passes none
         self._graphs: OrderedDict[tuple, Any] = OrderedDict()
         self.replay_failures: list[str] = []

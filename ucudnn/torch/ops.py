@@ -87,6 +87,21 @@ def _layer(x: Tensor, w: Tensor, stride, padding, dilation, groups, layout, work
     return hit
 
 
+def torch_result(op: str, layer: Layer, a: Tensor, b: Tensor, out: Tensor) -> Tensor:
+    """``op(a, b)`` by torch's own convolution, operands in cuDNN's order (forward x, w; backward data w, dy;
+    backward filter x, dy), ``out`` giving the result's shape: what runs when ucudnn cannot."""
+    if op == "forward":
+        r = torch.ops.aten.convolution(a, b, None, layer.stride, layer.padding, layer.dilation, False, [0, 0],
+                                       layer.groups)
+    elif op == "backward_data":     # convolution_backward reads only the input's shape for dx
+        r = torch.ops.aten.convolution_backward(b, out, a, None, layer.stride, layer.padding, layer.dilation, False,
+                                                [0, 0], layer.groups, [True, False, False])[0]
+    else:                           # ... and only the weight's shape for dw
+        r = torch.ops.aten.convolution_backward(b, a, out, None, layer.stride, layer.padding, layer.dilation, False,
+                                                [0, 0], layer.groups, [False, True, False])[1]
+    return r.contiguous(memory_format=layer.fmt)
+
+
 def _run(op: str, layer: Layer, a: Tensor, b: Tensor, out: Tensor, numerics: str) -> bool:
     """Run ``op`` by ucudnn into ``out``; False (reason logged once) when torch must do it instead."""
     if not runtime.runs_here(a):   # modules send other devices to torch before this; direct callers may not
@@ -106,8 +121,7 @@ def _forward(layer: Layer, x: Tensor, weight: Tensor, numerics: str) -> Tensor:
     y = _empty(layer.y_shape, x, layer.layout)
     if _run("forward", layer, x, w, y, numerics):
         return y
-    return torch.ops.aten.convolution(x, w, None, layer.stride, layer.padding, layer.dilation, False, [0, 0],
-                                      layer.groups).contiguous(memory_format=fmt)
+    return torch_result("forward", layer, x, w, y)
 
 
 def forward_impl(x: Tensor, weight: Tensor, stride, padding, dilation, groups, layout, numerics, workspace_limit,
@@ -133,17 +147,11 @@ def _backward(which: str, layer: Layer, grad_y: Tensor, x: Tensor, weight: Tenso
     dy = grad_y.contiguous(memory_format=fmt)
     xc = x.contiguous(memory_format=fmt)
     w = weight.contiguous(memory_format=fmt)
-    if index:
-        out = _empty(w.shape, dy, layer.layout)
-        ran = _run(op, layer, xc, dy, out, numerics)
-    else:
-        out = _empty(xc.shape, dy, layer.layout)
-        ran = _run(op, layer, w, dy, out, numerics)
-    if ran:
+    a = xc if index else w
+    out = _empty(w.shape if index else xc.shape, dy, layer.layout)
+    if _run(op, layer, a, dy, out, numerics):
         return out
-    mask = [i == index for i in range(3)]
-    return torch.ops.aten.convolution_backward(dy, xc, w, None, layer.stride, layer.padding, layer.dilation, False,
-                                               [0, 0], layer.groups, mask)[index].contiguous(memory_format=fmt)
+    return torch_result(op, layer, a, dy, out)
 
 
 def backward_impl(which: str, grad_y: Tensor, x: Tensor, weight: Tensor, stride, padding, dilation, groups, layout,

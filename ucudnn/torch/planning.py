@@ -225,6 +225,7 @@ def _plan_wd(kernels: list[Traced], device: int, total: int) -> tuple[Plan, Any]
         off, size = ne.segments[kp.name]
         runtime.installed[(device, kp.problem, kp.op)] = runtime.Installed(ne.executors[kp.name],
                                                                            ne.arena.ptr + off, size, ne)
+    api.plans_changed()
     return wd, table
 
 

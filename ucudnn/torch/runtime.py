@@ -321,6 +321,9 @@ def forget_prepared() -> None:
     """Drop every prepared call (the next launch of each kernel prepares it again through the lookup chain)."""
     _by_id.clear()
     _calls.clear()
+    from .. import api
+
+    api.plans_changed()
 
 
 def _ready(op: str, problem: ConvProblem, settings: Settings, numerics: str, device: int,

@@ -19,7 +19,7 @@ import math
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Protocol
+from typing import Any, Callable, Iterable, Protocol
 
 from ...errors import CaptureError, summary
 from ...planning.table import Measurement, Skipped
@@ -589,6 +589,36 @@ Direct = Callable[[int, int, int, int, int, int], bool]
 def direct_of(launch: Launch) -> Direct | None:
     """``launch``'s :data:`Direct` shortcut, or None when its source has none."""
     return getattr(launch, "direct", None)
+
+
+@dataclass(frozen=True)
+class Native:
+    """A launcher's one-step call described as data, set as its ``native`` attribute beside :data:`Direct` by the
+    sources whose calls a compiled launch path can make itself (ucudnn.torch's ``csrc/launch.cpp``): out = op(a, b)
+    with alpha 1 and beta 0 through cuDNN's C API, no Python in between.
+
+    ``kind`` "legacy": ``descriptors`` (a, b, out, convolution: the source's own cuDNN descriptors, owned by
+    ``keep``, which must outlive every launch made from them) and ``algo``.  ``kind`` "graph": the engine
+    configuration (``engine_id``, ``knobs``: cudnnBackendKnobType_t number -> choice) of ``problem``, rebuilt
+    there through the backend API, and the engine's own workspace (``engine_bytes``).
+
+    Why data and not another closure: the point is to leave Python; a compiled path can hold numbers, not
+    frames."""
+
+    kind: str
+    op: str
+    problem: ConvProblem
+    descriptors: tuple[int, ...] = ()
+    algo: int = 0
+    engine_id: int = -1
+    knobs: tuple[tuple[int, int], ...] = ()
+    engine_bytes: int = 0
+    keep: Any = None
+
+
+def native_of(launch: Launch) -> Native | None:
+    """``launch``'s :class:`Native` description, or None when its source has none."""
+    return getattr(launch, "native", None)
 
 
 def measured_or_skipped(name: str, mb: int, refusal: Callable[[], str | None],

@@ -107,7 +107,7 @@ from ... import numerics as num
 from ...errors import CudnnError, InputError, UcudnnError
 from ...planning.table import Measurement, Skipped
 from ...problem import ROLES, ConvProblem
-from .base import BenchSettings, Launch, Operands, Prepared, Pruner, dominated, time_config, timed_beta
+from .base import BenchSettings, Launch, Native, Operands, Prepared, Pruner, dominated, time_config, timed_beta
 
 #: Heuristic modes asked for, in this order (their lists are concatenated; duplicates are measured once).
 HEUR_MODES: tuple[str, ...] = ("A", "B", "FALLBACK")
@@ -989,6 +989,8 @@ class GraphSource(Prepared):
                 self._run_staged(op, problem, plan, nbytes, ops, workspace, workspace_bytes, alpha, beta)
 
         launch.direct = _direct(built, device, ident)  # type: ignore[attr-defined]
+        launch.native = Native(  # type: ignore[attr-defined]
+            "graph", op, problem, engine_id=ident.engine_id, knobs=ident.knobs, engine_bytes=built.engine_bytes)
         return launch
 
     def _run_staged(self, op: str, problem: ConvProblem, built: _Built, nbytes: tuple[int, int, int],

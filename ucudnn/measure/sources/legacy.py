@@ -34,7 +34,7 @@ from ...binding.gpu import current_device, descriptors, handle, handle_on
 from ...errors import CaptureError, CudnnError
 from ...planning.table import Measurement, Skipped
 from ...problem import ConvProblem
-from .base import BenchSettings, Launch, Operands, Prepared, Pruner, identity, time_config, timed_beta
+from .base import BenchSettings, Launch, Native, Operands, Prepared, Pruner, identity, time_config, timed_beta
 from .overlap import OVERLAP
 
 
@@ -122,6 +122,7 @@ class LegacySource(Prepared):
             call(handle(), op, alpha, a, ops.a, b, ops.b, d.conv, algo, workspace, workspace_bytes, beta, out, ops.out)
 
         launch.direct = _direct(op, d, a, b, out, algo)  # type: ignore[attr-defined]
+        launch.native = Native("legacy", op, problem, (a, b, out, d.conv), algo, keep=d)  # type: ignore[attr-defined]
         return launch
 
 

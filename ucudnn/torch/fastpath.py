@@ -1,0 +1,228 @@
+"""The compiled launch path: converted layers' convolutions with no Python between torch and cuDNN.
+
+Why: on small kernels the host's work per launch decides a training step's time.  The Python path
+(:mod:`.ops` and :mod:`.runtime`: an autograd Function, the operands' checks, the prepared call's lookup, the
+frontend's pybind execute) took a converted ResNet-50 b128 AMP step 107 py-spy samples against PyTorch's 74
+(``benchmarks/results/torch_host_spy-*``): 0.48-0.82x PyTorch's images/s on H100 / H200 hosts, on the same
+cuDNN engines.  ``csrc/launch.cpp`` does per call what ``nn.Conv2d``'s own C++ path does: one operator
+(``torch.ops.ucudnn_c.conv2d``) casts for autocast, records a C++ autograd node, takes outputs and workspace
+from torch's caching allocator and calls cuDNN on torch's current stream.
+
+What runs there: the one-step plans of the legacy and graph sources (:class:`~ucudnn.measure.sources.base.Native`:
+the legacy source's descriptors and algorithm, or the graph source's engine configuration, rebuilt in C++ from
+its global index and knobs).  Every other op (plans of several micro-batches, ucudnn's own kernels, installed WD
+plans, a launch cuDNN refuses, a workspace torch cannot allocate) comes back here through
+``ucudnn_c::py_launch`` and runs the Python path, fallbacks to torch included: which path ran never changes a
+result, only its host time.
+
+Building: the first converted forward starts a background build of ``csrc/launch.cpp`` with
+``torch.utils.cpp_extension.load`` (a C++ compiler and ninja needed; no CUDA or cuDNN headers: it uses cuDNN's
+C ABI through the library ucudnn's binding loaded); calls run the Python path until it is loaded.  Without a
+compiler, or with ``UCUDNN_TORCH_FASTPATH=0``, everything runs the Python path (logged once).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from . import ops, runtime
+
+log = logging.getLogger("ucudnn.torch")
+
+SOURCE = Path(__file__).with_name("csrc") / "launch.cpp"
+#: the ops' numbers in launch.cpp (operands in cuDNN's order: forward x, w -> y; backward data w, dy -> dx;
+#: backward filter x, dy -> dw)
+OPS = ("forward", "backward_data", "backward_filter")
+_CUDNN_DTYPES = {"float32": 0, "float16": 2, "bfloat16": 9}     # cudnnDataType_t
+
+_lock = threading.Lock()
+_state = "new"                  # "new" -> "building" -> "ready" | "off"
+_lib: Any = None                # the torch.library registration of py_launch (kept alive)
+_thread: threading.Thread | None = None
+#: Python's side of each compiled layer: its ops.Layer and numerics (py_launch runs those)
+_py_layers: list[tuple[ops.Layer, str]] = []
+#: what the compiled launches refer to (the legacy source's descriptors): kept for the process, as the
+#: launches are (an autograd node may run one long after its layer's entry was replaced)
+_keep: list[Any] = []
+
+
+def disabled_by_environment() -> bool:
+    return os.environ.get("UCUDNN_TORCH_FASTPATH", "1").strip().lower() in ("0", "false", "off", "no")
+
+
+def ready() -> bool:
+    """Whether the compiled path is loaded (starts its build in the background the first time; False until then)."""
+    if _state == "ready":
+        return True
+    if _state == "new":
+        start()
+    return False
+
+
+def start(wait: bool = False) -> bool:
+    """Build and load the compiled path (in a background thread; ``wait``: until it is done); True once loaded.
+
+    A benchmark or a job that wants every call on the compiled path from its first step calls
+    ``start(wait=True)`` first (the build takes tens of seconds once; later processes load the cached build)."""
+    global _state, _thread
+    with _lock:
+        if _state == "new":
+            if disabled_by_environment():
+                _state = "off"
+            else:
+                _state = "building"
+                _thread = threading.Thread(target=_build, name="ucudnn-fastpath-build", daemon=True)
+                _thread.start()
+    if wait and _thread is not None:
+        _thread.join()
+    return _state == "ready"
+
+
+def state() -> str:
+    """"ready" (loaded), "building", "off" (disabled or unavailable: the Python path runs) or "new" (not asked yet)."""
+    return _state
+
+
+def _build() -> None:
+    global _state, _lib, _api, _conv2d
+    try:
+        from torch.utils import cpp_extension
+
+        from ..binding import cudnn
+
+        cudnn.load()
+        cpp_extension.load(name="ucudnn_torch_launch", sources=[str(SOURCE)], extra_cflags=["-O2"],
+                           extra_ldflags=["-ldl"], is_python_module=False, verbose=False)
+        torch.ops.ucudnn_c.init(cudnn.library_path())
+        lib = torch.library.Library("ucudnn_c", "IMPL")
+        lib.impl("py_launch", _py_launch, "CUDA")
+        from .. import api
+
+        _lib, _api, _conv2d = lib, api, torch.ops.ucudnn_c.conv2d.default._op
+        _state = "ready"
+    except Exception as e:  # noqa: BLE001 - any failure leaves the Python path, which always works
+        _state = "off"
+        log.warning("ucudnn: the compiled launch path is not available, converted layers run the Python path: %s",
+                    str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__)
+
+
+# --- per call ------------------------------------------------------------------------------------------------
+def forward(m: Any, x: torch.Tensor) -> torch.Tensor | None:
+    """``m``'s convolution of ``x`` (bias included) through the compiled path, or None: the caller runs the Python
+    path (a call the compiled path does not take: another dtype, a module the Python path refuses, a build not
+    ready).  The entry a call finds is keyed by everything that picks its plan (shapes, strides, dtypes, torch's
+    numerics switches, whether gradients are wanted, the layer's environment defaults) and holds the lookup
+    chain's generation it was made at (``ucudnn.api.generation``): a replaced plan makes a new entry."""
+    w = m.weight
+    if torch.is_autocast_enabled("cuda"):
+        cast = torch.get_autocast_dtype("cuda")
+        dt = cast
+    else:
+        cast, dt = None, x.dtype
+    grad = torch.is_grad_enabled() and (x.requires_grad or w.requires_grad)
+    key = (_FAST, x.shape, x.stride(), x.dtype, w.stride(), w.dtype, dt, runtime.numerics_for(dt), grad,
+           runtime._defaults_env(m))
+    hit = m._ucudnn_layers.get(key)
+    if hit is None or hit[0] != _api.generation:
+        hit = _entry(m, x, w, dt, key, grad)
+        if hit is None:
+            return None
+    return _conv2d(x, w, m.bias, hit[1], cast)
+
+
+class _Fast:
+    """The key prefix of compiled entries in a module's layer dict (never equal to a Python-path key)."""
+
+
+_FAST = _Fast()
+_api: Any = None        # ucudnn.api, once the build is loaded (its generation is read per call)
+_conv2d: Any = None     # torch.ops.ucudnn_c.conv2d's overload, called without the op packet's Python frames
+
+
+def _entry(m: Any, x: torch.Tensor, w: torch.Tensor, dt: torch.dtype, key: tuple, grad: bool
+           ) -> tuple[int, int] | None:
+    """Make (generation, compiled layer id) for this call, or None (the Python path takes it)."""
+    from .. import api
+
+    if x.dtype not in runtime.DTYPES or w.dtype not in runtime.DTYPES:
+        return None     # autocast leaves float64 alone where the Python path casts it: that path takes them
+    generation = api.generation
+    reason, xc, wc, _ = m._operands(x)
+    if reason is not None or xc.dtype != dt:
+        return None
+    layout = runtime.layout_of(xc, wc)
+    layer = ops._layer(xc, wc, m.stride, m._padding(), m.dilation, m.groups, layout, m.workspace_limit,
+                       m.batch_policy, m.sources, m.replay)
+    numerics = runtime.numerics_for(dt)
+    device = xc.get_device()
+    wanted = OPS if grad else OPS[:1]
+    ids = [-1, -1, -1]
+    for i, op in enumerate(wanted):
+        ids[i] = _launch_id(op, layer, numerics, device)
+    with _lock:
+        _py_layers.append((layer, numerics))
+        py_id = len(_py_layers) - 1
+    cid = int(torch.ops.ucudnn_c.add_layer(ids, list(layer.y_shape), layout == "NHWC", py_id))
+    layers = m._ucudnn_layers
+    if len(layers) >= 64:
+        layers.clear()
+    hit = layers[key] = (generation, cid)
+    return hit
+
+
+def _launch_id(op: str, layer: ops.Layer, numerics: str, device: int) -> int:
+    """The compiled launch of ``op`` for this layer, or -1 (Python's): a one-step plan of a source that describes
+    its call (:class:`~ucudnn.measure.sources.base.Native`), prepared through the lookup chain as the Python
+    path prepares it (so both run the same plan).  A plan that cannot be made here (no plan fits, a benchmark
+    failure) is -1 too: the Python path meets the same failure and says why, once."""
+    if not runtime._shared:
+        runtime.share_torch_memory()
+    cp = runtime._cp
+    try:
+        with cp.cuda.Device(device), runtime.cupy_stream(device):
+            call = runtime.prepared(op, layer.problem, layer.settings, numerics, device)
+    except runtime.FALLBACK_ERRORS:
+        return -1
+    native = getattr(call.executor, "native", None)
+    if native is None or call.installed is not None or call.direct is None:
+        return -1
+    number = OPS.index(op)
+    workspace = int(call.ws_bytes)
+    try:
+        if native.kind == "legacy":
+            a, b, out, conv = native.descriptors
+            lid = torch.ops.ucudnn_c.legacy_launch(number, int(a), int(b), int(out), int(conv), int(native.algo),
+                                                   workspace)
+        elif native.kind == "graph":
+            from ..measure.sources.graph import ROLES, tensor_layout
+
+            p = native.problem
+            lay = tensor_layout(p)
+            (ad, as_), (bd, bs), (od, os_) = (lay[r] for r in ROLES[op])
+            knobs = list(native.knobs)
+            lid = torch.ops.ucudnn_c.backend_launch(
+                number, _CUDNN_DTYPES[p.dtype], ad, as_, bd, bs, od, os_, list(p.pad), list(p.stride),
+                list(p.dilation), int(native.engine_id), [k for k, _ in knobs], [v for _, v in knobs],
+                max(workspace, int(native.engine_bytes)), device)
+        else:
+            return -1
+    except RuntimeError as e:
+        runtime.log_once(("fastpath", layer.problem, op, native.kind),
+                         f"{op} {layer.problem.describe()} runs the Python path: {str(e).splitlines()[0]}")
+        return -1
+    _keep.append((native.keep, call))
+    return int(lid)
+
+
+def _py_launch(op: int, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, py_layer: int) -> None:
+    """``ucudnn_c::py_launch``: op ``op`` of compiled layer ``py_layer`` by the Python path, into ``out``."""
+    layer, numerics = _py_layers[py_layer]
+    name = OPS[op]
+    if ops._run(name, layer, a, b, out, numerics):
+        return
+    out.copy_(ops.torch_result(name, layer, a, b, out))
