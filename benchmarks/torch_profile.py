@@ -49,7 +49,10 @@ def build(model_name: str, batch: int, mode: str, limit: str | None, sources: st
     if limit:
         import ucudnn.torch
 
+        from ucudnn.torch import fastpath
+
         ucudnn.torch.convert(model, workspace_limit=limit, sources=sources, replay=replay)
+        fastpath.start(wait=True)   # the compiled launch path from the first step (UCUDNN_TORCH_FASTPATH=0: Python's)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     x = torch.randn(batch, 3, 224, 224, device="cuda").to(memory_format=fmt)
     t = torch.randint(0, 1000, (batch,), device="cuda")

@@ -125,8 +125,9 @@ def forward(m: Any, x: torch.Tensor) -> torch.Tensor | None:
     else:
         cast, dt = None, x.dtype
     grad = torch.is_grad_enabled() and (x.requires_grad or w.requires_grad)
-    key = (_FAST, x.shape, x.stride(), x.dtype, w.stride(), w.dtype, dt, runtime.numerics_for(dt), grad,
-           runtime._defaults_env(m))
+    # torch's numerics switches read raw (runtime.numerics_for derives the numerics from them when an entry is made)
+    key = (_FAST, x.shape, x.stride(), x.dtype, w.stride(), w.dtype, dt, _allow_tf32(), _deterministic(),
+           _deterministic_algorithms(), grad, runtime._defaults_env(m))
     hit = m._ucudnn_layers.get(key)
     if hit is None or hit[0] != _api.generation:
         hit = _entry(m, x, w, dt, key, grad)
@@ -140,6 +141,9 @@ class _Fast:
 
 
 _FAST = _Fast()
+_allow_tf32 = torch._C._get_cudnn_allow_tf32
+_deterministic = torch._C._get_cudnn_deterministic
+_deterministic_algorithms = torch._C._get_deterministic_algorithms
 _api: Any = None        # ucudnn.api, once the build is loaded (its generation is read per call)
 _conv2d: Any = None     # torch.ops.ucudnn_c.conv2d's overload, called without the op packet's Python frames
 
