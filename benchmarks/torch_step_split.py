@@ -22,40 +22,23 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
 IMPLS = ("torch", "ucudnn-256", "ucudnn-256-py")
 
 
 def worker(a: argparse.Namespace) -> dict:
     import torch
-    import torchvision
 
-    torch.backends.cudnn.benchmark = True
-    torch.backends.cudnn.allow_tf32 = a.mode != "fp32"
-    dev = torch.device("cuda")
-    torch.manual_seed(0)
-    fmt = torch.channels_last if a.mode == "amp" else torch.contiguous_format
-    model = getattr(torchvision.models, a.model)(num_classes=1000).to(dev).to(memory_format=fmt)
+    from torch_profile import build   # the model, data and step torch_profile / torch_host_spy time
+
+    step = build(a.model, a.batch, a.mode, None if a.impl == "torch" else "256MiB", a.sources)
     rec: dict = {"model": a.model, "batch": a.batch, "mode": a.mode, "impl": a.impl,
                  "device": torch.cuda.get_device_name(), "torch": torch.__version__,
                  "cudnn": torch.backends.cudnn.version()}
     if a.impl != "torch":
-        import ucudnn.torch
         from ucudnn.torch import fastpath
 
-        ucudnn.torch.convert(model, workspace_limit="256MiB", sources=a.sources)
-        fastpath.start(wait=True)
         rec["launch_path"] = "compiled" if fastpath.state() == "ready" else "python"
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    x = torch.randn(a.batch, 3, 224, 224, device=dev).to(memory_format=fmt)
-    t = torch.randint(0, 1000, (a.batch,), device=dev)
-
-    def step():
-        with torch.autocast("cuda", dtype=torch.float16, enabled=a.mode == "amp"):
-            loss = torch.nn.functional.cross_entropy(model(x), t)
-        opt.zero_grad(set_to_none=False)
-        loss.backward()
-        opt.step()
-
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):

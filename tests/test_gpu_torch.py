@@ -13,6 +13,7 @@ pytestmark = [pytest.mark.gpu,
 
 import ucudnn.torch as ut  # noqa: E402
 from ucudnn.torch import runtime  # noqa: E402
+from _torch_gpu import CASES, check_captured_training_step, cnn, grads, train  # noqa: E402
 
 LIMIT = "1MiB"   # small: most of these plans are micro-batched
 
@@ -34,18 +35,6 @@ def strict_fp32():
     torch.backends.cudnn.allow_tf32 = tf32
 
 
-CASES = {
-    "bias-odd-batch": (dict(in_channels=3, out_channels=16, kernel_size=3, padding=1), (7, 3, 20, 20)),
-    "no-bias-stride2": (dict(in_channels=8, out_channels=16, kernel_size=3, stride=2, bias=False), (9, 8, 17, 17)),
-    "same-non-square": (dict(in_channels=4, out_channels=8, kernel_size=(3, 5), padding="same"), (5, 4, 16, 12)),
-    "dilation": (dict(in_channels=6, out_channels=6, kernel_size=3, dilation=2, padding=2), (6, 6, 15, 15)),
-    "groups": (dict(in_channels=8, out_channels=16, kernel_size=3, groups=4, padding=1), (4, 8, 12, 12)),
-    "depthwise": (dict(in_channels=16, out_channels=16, kernel_size=3, groups=16, padding=1), (11, 16, 14, 14)),
-    "c1-stride4": (dict(in_channels=1, out_channels=8, kernel_size=(11, 7), stride=4), (3, 1, 40, 36)),
-    "valid-5x5": (dict(in_channels=32, out_channels=32, kernel_size=5), (13, 32, 24, 24)),
-}
-
-
 def _pair(case, channels_last=False, dtype=torch.float32):
     kw, shape = CASES[case]
     torch.manual_seed(0)
@@ -58,22 +47,13 @@ def _pair(case, channels_last=False, dtype=torch.float32):
     return plain, ours, x
 
 
-def _grads(model, x):
-    x = x.detach().clone().requires_grad_()
-    y = model(x)
-    torch.manual_seed(3)                      # the same upstream gradient for every model compared
-    g = torch.randn(y.shape, device=y.device).to(y.dtype)
-    y.backward(g)
-    return y.detach(), x.grad, [p.grad for p in model.parameters()]
-
-
 @pytest.mark.parametrize("channels_last", [False, True], ids=["NCHW", "NHWC"])
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_outputs_and_gradients_equal_a_float64_reference(case, channels_last):
     plain, ours, x = _pair(case, channels_last)
     ref = copy.deepcopy(plain).double()
-    y, dx, dws = _grads(ours, x)
-    ry, rdx, rdws = _grads(ref, x.double())
+    y, dx, dws = grads(ours, x)
+    ry, rdx, rdws = grads(ref, x.double())
     assert y.is_contiguous(memory_format=torch.channels_last if channels_last else torch.contiguous_format)
     for got, want in [(y, ry), (dx, rdx), *zip(dws, rdws)]:
         torch.testing.assert_close(got.double(), want, rtol=2e-4, atol=2e-4)
@@ -87,8 +67,8 @@ def test_autocast_runs_the_half_precision_plans_like_nn_conv2d(dtype):
     runtime.launch = lambda op, problem, *a, **k: seen.append(problem.dtype) or real(op, problem, *a, **k)
     try:
         with torch.autocast("cuda", dtype=dtype):
-            y, dx, dws = _grads(ours, x)
-            ry, rdx, rdws = _grads(plain, x)
+            y, dx, dws = grads(ours, x)
+            ry, rdx, rdws = grads(plain, x)
     finally:
         runtime.launch = real
     assert y.dtype == ry.dtype == dtype and set(seen) == {str(dtype).split(".")[1]}
@@ -112,38 +92,15 @@ def test_no_input_gradient_is_computed_when_autograd_needs_none(monkeypatch):
     assert ops == ["forward", "backward_data"]
 
 
-def _cnn():
-    torch.manual_seed(0)
-    return nn.Sequential(nn.Conv2d(3, 16, 5, padding=2), nn.ReLU(), nn.Conv2d(16, 32, 3, stride=2, padding=1),
-                         nn.BatchNorm2d(32), nn.ReLU(), nn.Conv2d(32, 32, 3, padding=1, groups=4), nn.ReLU(),
-                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, 10)).cuda()
-
-
-def _train(model, steps=20):
-    torch.manual_seed(1)
-    data = [(torch.randn(33, 3, 24, 24, device="cuda"), torch.randint(0, 10, (33,), device="cuda"))
-            for _ in range(4)]
-    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    losses = []
-    for i in range(steps):
-        x, t = data[i % 4]
-        loss = nn.functional.cross_entropy(model(x), t)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    return losses
-
-
 def test_twenty_training_steps_follow_nn_conv2ds_loss_curve():
-    plain = _train(_cnn())
-    ours = _train(ut.convert(_cnn(), workspace_limit=LIMIT))
+    plain = train(cnn())
+    ours = train(ut.convert(cnn(), workspace_limit=LIMIT))
     assert ours[-1] < ours[0]                                  # it learns
     torch.testing.assert_close(torch.tensor(ours), torch.tensor(plain), rtol=2e-3, atol=2e-3)
 
 
 def test_a_compiled_model_equals_eager():
-    model = ut.convert(_cnn(), workspace_limit=LIMIT)
+    model = ut.convert(cnn(), workspace_limit=LIMIT)
     x = torch.randn(17, 3, 24, 24, device="cuda")
     eager = model(x)
     compiled = torch.compile(model, fullgraph=True)
@@ -151,37 +108,7 @@ def test_a_compiled_model_equals_eager():
 
 
 def test_a_cuda_graph_captured_training_step_replays_correctly():
-    model = ut.convert(_cnn(), workspace_limit=LIMIT)
-    reference = copy.deepcopy(model)
-    opt = torch.optim.SGD(model.parameters(), lr=0.05)
-    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.05)
-    static_x = torch.randn(16, 3, 24, 24, device="cuda")
-    static_t = torch.randint(0, 10, (16,), device="cuda")
-
-    def step(m, o, x, t):
-        o.zero_grad(set_to_none=False)
-        loss = nn.functional.cross_entropy(m(x), t)
-        loss.backward()
-        o.step()
-        return loss
-
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):        # warm-up finds the plans (benchmarking cannot be captured)
-        for _ in range(3):
-            step(model, opt, static_x, static_t)
-            step(reference, ref_opt, static_x, static_t)
-    torch.cuda.current_stream().wait_stream(s)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        static_loss = step(model, opt, static_x, static_t)
-    for i in range(3):
-        static_x.copy_(torch.randn(16, 3, 24, 24, device="cuda"))
-        graph.replay()
-        want = step(reference, ref_opt, static_x, static_t)
-        torch.testing.assert_close(static_loss, want, rtol=1e-4, atol=1e-4)
-    for p, q in zip(model.parameters(), reference.parameters()):
-        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-4)
+    check_captured_training_step(ut.convert(cnn(), workspace_limit=LIMIT))
 
 
 WORKSPACE_CANDIDATES = [((16, 64, 16, 16), (64, 64, 5, 5)), ((32, 128, 14, 14), (128, 128, 3, 3)),
@@ -216,7 +143,7 @@ def test_the_workspace_comes_from_torchs_allocator_and_shows_in_its_peak():
 
 @pytest.mark.parametrize("policy", ["wr", "wd"])
 def test_plan_up_front_covers_every_kernel_and_runs_the_model_unchanged(policy):
-    model = ut.convert(_cnn(), workspace_limit=LIMIT)
+    model = ut.convert(cnn(), workspace_limit=LIMIT)
     reference = copy.deepcopy(model)
     x = torch.randn(8, 3, 24, 24, device="cuda")
     p = ut.plan(model, x, policy, total_workspace="4MiB" if policy == "wd" else None)
@@ -225,8 +152,8 @@ def test_plan_up_front_covers_every_kernel_and_runs_the_model_unchanged(policy):
     if policy == "wd":
         assert p.workspace_bytes <= 4 << 20
     runtime.installed.clear() if policy == "wr" else None
-    y, dx, dws = _grads(model, x)
-    ry, rdx, rdws = _grads(ut.revert(reference), x)
+    y, dx, dws = grads(model, x)
+    ry, rdx, rdws = grads(ut.revert(reference), x)
     runtime.installed.clear()
     for got, want in [(y, ry), (dx, rdx), *zip(dws, rdws)]:
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)

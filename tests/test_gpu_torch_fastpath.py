@@ -14,6 +14,7 @@ pytestmark = [pytest.mark.gpu,
 
 import ucudnn.torch as ut  # noqa: E402
 from ucudnn.torch import fastpath  # noqa: E402
+from _torch_gpu import CASES, check_captured_training_step, cnn, grads, train  # noqa: E402
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -36,27 +37,6 @@ def stats():
     return s[:3], s[3:]
 
 
-CASES = {
-    "bias-odd-batch": (dict(in_channels=3, out_channels=16, kernel_size=3, padding=1), (7, 3, 20, 20)),
-    "no-bias-stride2": (dict(in_channels=8, out_channels=16, kernel_size=3, stride=2, bias=False), (9, 8, 17, 17)),
-    "same-non-square": (dict(in_channels=4, out_channels=8, kernel_size=(3, 5), padding="same"), (5, 4, 16, 12)),
-    "dilation": (dict(in_channels=6, out_channels=6, kernel_size=3, dilation=2, padding=2), (6, 6, 15, 15)),
-    "groups": (dict(in_channels=8, out_channels=16, kernel_size=3, groups=4, padding=1), (4, 8, 12, 12)),
-    "depthwise": (dict(in_channels=16, out_channels=16, kernel_size=3, groups=16, padding=1), (11, 16, 14, 14)),
-    "c1-stride4": (dict(in_channels=1, out_channels=8, kernel_size=(11, 7), stride=4), (3, 1, 40, 36)),
-    "valid-5x5": (dict(in_channels=32, out_channels=32, kernel_size=5), (13, 32, 24, 24)),
-}
-
-
-def _grads(model, x):
-    x = x.detach().clone().requires_grad_()
-    y = model(x)
-    torch.manual_seed(3)
-    g = torch.randn(y.shape, device=y.device).to(y.dtype)
-    y.backward(g)
-    return y.detach(), x.grad, [p.grad for p in model.parameters()]
-
-
 @pytest.mark.parametrize("sources", ["legacy", "graph", "legacy,graph,fold"])
 @pytest.mark.parametrize("limit", ["256MiB", "1MiB"], ids=["one-step", "micro-batched"])
 @pytest.mark.parametrize("channels_last", [False, True], ids=["NCHW", "NHWC"])
@@ -70,9 +50,9 @@ def test_outputs_and_gradients_equal_a_float64_reference(case, channels_last, li
     fmt = torch.channels_last if channels_last else torch.contiguous_format
     x, plain, ours = x.to(memory_format=fmt), plain.to(memory_format=fmt), ours.to(memory_format=fmt)
     native0, python0 = stats()
-    y, dx, dws = _grads(ours, x)
+    y, dx, dws = grads(ours, x)
     native1, python1 = stats()
-    ry, rdx, rdws = _grads(copy.deepcopy(plain).double(), x.double())
+    ry, rdx, rdws = grads(copy.deepcopy(plain).double(), x.double())
     assert y.is_contiguous(memory_format=fmt)
     for got, want in [(y, ry), (dx, rdx), *zip(dws, rdws)]:
         torch.testing.assert_close(got.double(), want, rtol=2e-4, atol=2e-4)
@@ -101,8 +81,8 @@ def test_autocast_casts_in_cpp_like_nn_conv2d(dtype):
     ours = ut.convert(copy.deepcopy(plain), workspace_limit="256MiB")
     x = torch.randn(9, 32, 20, 20, device="cuda").to(memory_format=torch.channels_last)
     with torch.autocast("cuda", dtype=dtype):
-        y, dx, dws = _grads(ours, x)
-        ry, rdx, rdws = _grads(plain, x)
+        y, dx, dws = grads(ours, x)
+        ry, rdx, rdws = grads(plain, x)
     assert y.dtype == ry.dtype == dtype and dx.dtype == rdx.dtype == torch.float32
     tol = 2e-2 if dtype == torch.float16 else 6e-2
     for got, want in [(y, ry), (dx, rdx), *zip(dws, rdws)]:
@@ -124,67 +104,16 @@ def test_only_the_gradients_autograd_needs_are_computed():
     assert [a - b + c - d for a, b, c, d in zip(n2, n1, p2, p1)] == [1, 0, 0]
 
 
-def _cnn():
-    torch.manual_seed(0)
-    return nn.Sequential(nn.Conv2d(3, 16, 5, padding=2), nn.ReLU(), nn.Conv2d(16, 32, 3, stride=2, padding=1),
-                         nn.BatchNorm2d(32), nn.ReLU(), nn.Conv2d(32, 32, 3, padding=1, groups=4), nn.ReLU(),
-                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, 10)).cuda()
-
-
-def _train(model, steps=20):
-    torch.manual_seed(1)
-    data = [(torch.randn(33, 3, 24, 24, device="cuda"), torch.randint(0, 10, (33,), device="cuda"))
-            for _ in range(4)]
-    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    losses = []
-    for i in range(steps):
-        x, t = data[i % 4]
-        loss = nn.functional.cross_entropy(model(x), t)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    return losses
-
-
 @pytest.mark.parametrize("limit", ["256MiB", "1MiB"])
 def test_twenty_training_steps_follow_nn_conv2ds_loss_curve(limit):
-    plain = _train(_cnn())
-    ours = _train(ut.convert(_cnn(), workspace_limit=limit))
+    plain = train(cnn())
+    ours = train(ut.convert(cnn(), workspace_limit=limit))
     assert ours[-1] < ours[0]
     torch.testing.assert_close(torch.tensor(ours), torch.tensor(plain), rtol=2e-3, atol=2e-3)
 
 
 def test_a_cuda_graph_captured_training_step_replays_correctly():
-    model = ut.convert(_cnn(), workspace_limit="256MiB")
-    reference = copy.deepcopy(model)
-    opt = torch.optim.SGD(model.parameters(), lr=0.05)
-    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.05)
-    static_x = torch.randn(16, 3, 24, 24, device="cuda")
-    static_t = torch.randint(0, 10, (16,), device="cuda")
-
-    def step(m, o, x, t):
-        o.zero_grad(set_to_none=False)
-        loss = nn.functional.cross_entropy(m(x), t)
-        loss.backward()
-        o.step()
-        return loss
-
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            step(model, opt, static_x, static_t)
-            step(reference, ref_opt, static_x, static_t)
-    torch.cuda.current_stream().wait_stream(s)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        static_loss = step(model, opt, static_x, static_t)
-    for _ in range(3):
-        static_x.copy_(torch.randn(16, 3, 24, 24, device="cuda"))
-        graph.replay()
-        want = step(reference, ref_opt, static_x, static_t)
-        torch.testing.assert_close(static_loss, want, rtol=1e-4, atol=1e-4)
+    check_captured_training_step(ut.convert(cnn(), workspace_limit="256MiB"))
 
 
 def test_a_replaced_plan_makes_a_new_entry():

@@ -1,0 +1,93 @@
+"""What the GPU tests of ucudnn.torch share (``test_gpu_torch.py``: the Python launch path;
+``test_gpu_torch_fastpath.py``: the compiled one, held to the same results): layer cases, a small CNN, its
+training loop, and a CUDA-graph-captured training step checked against eager steps.
+
+Imported only by tests that have already checked torch is installed.
+"""
+from __future__ import annotations
+
+import copy
+
+import torch
+from torch import nn
+
+#: name -> (nn.Conv2d arguments, input shape): odd batches, C = 1, non-square filters, strides, groups
+CASES = {
+    "bias-odd-batch": (dict(in_channels=3, out_channels=16, kernel_size=3, padding=1), (7, 3, 20, 20)),
+    "no-bias-stride2": (dict(in_channels=8, out_channels=16, kernel_size=3, stride=2, bias=False), (9, 8, 17, 17)),
+    "same-non-square": (dict(in_channels=4, out_channels=8, kernel_size=(3, 5), padding="same"), (5, 4, 16, 12)),
+    "dilation": (dict(in_channels=6, out_channels=6, kernel_size=3, dilation=2, padding=2), (6, 6, 15, 15)),
+    "groups": (dict(in_channels=8, out_channels=16, kernel_size=3, groups=4, padding=1), (4, 8, 12, 12)),
+    "depthwise": (dict(in_channels=16, out_channels=16, kernel_size=3, groups=16, padding=1), (11, 16, 14, 14)),
+    "c1-stride4": (dict(in_channels=1, out_channels=8, kernel_size=(11, 7), stride=4), (3, 1, 40, 36)),
+    "valid-5x5": (dict(in_channels=32, out_channels=32, kernel_size=5), (13, 32, 24, 24)),
+}
+
+
+def grads(model, x):
+    """(y, dx, parameter gradients) of ``model`` at ``x`` under one fixed upstream gradient."""
+    x = x.detach().clone().requires_grad_()
+    y = model(x)
+    torch.manual_seed(3)                      # the same upstream gradient for every model compared
+    g = torch.randn(y.shape, device=y.device).to(y.dtype)
+    y.backward(g)
+    return y.detach(), x.grad, [p.grad for p in model.parameters()]
+
+
+def cnn():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(3, 16, 5, padding=2), nn.ReLU(), nn.Conv2d(16, 32, 3, stride=2, padding=1),
+                         nn.BatchNorm2d(32), nn.ReLU(), nn.Conv2d(32, 32, 3, padding=1, groups=4), nn.ReLU(),
+                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, 10)).cuda()
+
+
+def train(model, steps=20):
+    """The losses of ``steps`` SGD steps over four fixed batches of 33."""
+    torch.manual_seed(1)
+    data = [(torch.randn(33, 3, 24, 24, device="cuda"), torch.randint(0, 10, (33,), device="cuda"))
+            for _ in range(4)]
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    losses = []
+    for i in range(steps):
+        x, t = data[i % 4]
+        loss = nn.functional.cross_entropy(model(x), t)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+def check_captured_training_step(model):
+    """Capture one SGD step of ``model`` in a CUDA graph and check three replays (new data each) against eager
+    steps of a copy: losses and final parameters."""
+    reference = copy.deepcopy(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.05)
+    static_x = torch.randn(16, 3, 24, 24, device="cuda")
+    static_t = torch.randint(0, 10, (16,), device="cuda")
+
+    def step(m, o, x, t):
+        o.zero_grad(set_to_none=False)
+        loss = nn.functional.cross_entropy(m(x), t)
+        loss.backward()
+        o.step()
+        return loss
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):        # warm-up finds the plans (benchmarking cannot be captured)
+        for _ in range(3):
+            step(model, opt, static_x, static_t)
+            step(reference, ref_opt, static_x, static_t)
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_loss = step(model, opt, static_x, static_t)
+    for _ in range(3):
+        static_x.copy_(torch.randn(16, 3, 24, 24, device="cuda"))
+        graph.replay()
+        want = step(reference, ref_opt, static_x, static_t)
+        torch.testing.assert_close(static_loss, want, rtol=1e-4, atol=1e-4)
+    for p, q in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-4)
