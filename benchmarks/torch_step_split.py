@@ -60,7 +60,15 @@ def worker(a: argparse.Namespace) -> dict:
         torch.cuda.synchronize()
         return start.elapsed_time(end) / a.steps, host
 
+    import gc
+
+    mem0, gc0 = torch.cuda.memory_stats(), [g["collections"] for g in gc.get_stats()]
     rec["eager_ms"], rec["eager_host_ms"] = timed(step)
+    mem1, gc1 = torch.cuda.memory_stats(), [g["collections"] for g in gc.get_stats()]
+    # what could stall the host between launches: the allocator going to the driver, Python's collector
+    rec["during_eager"] = {**{k: mem1.get(k, 0) - mem0.get(k, 0) for k in
+                              ("num_device_alloc", "num_device_free", "num_alloc_retries", "num_sync_all_streams")},
+                           "gc_collections": [b - a for a, b in zip(gc0, gc1)]}
     if a.impl == "ucudnn-256" and rec.get("launch_path") == "compiled":
         from ucudnn.torch import fastpath
 
