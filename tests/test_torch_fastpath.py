@@ -48,3 +48,107 @@ def test_cpu_calls_run_torch_without_asking_for_the_build(monkeypatch):
     x = torch.randn(2, 3, 8, 8)
     torch.testing.assert_close(ours(x), conv(x))
     assert asked == []
+
+
+# --- what Python hands the compiled path (fake extension: no build, no GPU) -----------------------------------
+class _FakeC:
+    """Records the registration calls ``register`` makes, as the C++ ops would receive them."""
+
+    def __init__(self, fail: bool = False):
+        self.calls, self.fail = [], fail
+
+    def legacy_launch(self, *args):
+        self.calls.append(("legacy", args))
+        return 7
+
+    def backend_launch(self, *args):
+        if self.fail:
+            raise RuntimeError("ucudnn: cudnnBackendFinalize(execution plan): CUDNN_STATUS_NOT_SUPPORTED\nmore")
+        self.calls.append(("backend", args))
+        return 9
+
+
+class _Executor:
+    def __init__(self, native):
+        self.native = native
+
+
+class _Call:
+    def __init__(self, native, ws=4096, installed=None, direct=True):
+        self.executor, self.ws_bytes, self.installed = _Executor(native), ws, installed
+        self.direct = (lambda *a: True) if direct else None
+
+
+def _problem(layout="NHWC", dtype="float16", n=3):
+    from ucudnn.problem import ConvProblem
+
+    # 3 x 8 x 9 x 7 input, 12 filters of 8 x 3 x 5, pads (1, 2), stride (2, 1): non-square everything
+    return ConvProblem(n, 8, 9, 7, 12, 3, 5, (1, 2), (2, 1), (1, 1), 1, dtype, layout)
+
+
+@pytest.mark.parametrize("op", ["forward", "backward_data", "backward_filter"])
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_a_graph_plan_is_handed_over_as_its_engine_and_the_operands_in_the_ops_roles(monkeypatch, op, layout):
+    from ucudnn.measure.sources.base import Native
+    from ucudnn.measure.sources.graph import tensor_layout
+    from ucudnn.problem import ROLES
+
+    fake = _FakeC()
+    monkeypatch.setattr(fastpath, "_c", fake)
+    monkeypatch.setattr(fastpath, "_keep", [])
+    p = _problem(layout)
+    native = Native("graph", op, p, engine_id=28, knobs=((2, 3), (13, 1)), engine_bytes=8192)
+    assert fastpath.register(op, _Call(native, ws=4096), p, 0) == 9
+    (kind, args), = fake.calls
+    lay = tensor_layout(p)
+    a, b, o = (lay[r] for r in ROLES[op])
+    assert kind == "backend"
+    assert args == (fastpath.OPS.index(op), 2, a[0], a[1], b[0], b[1], o[0], o[1], [1, 2], [2, 1], [1, 1], 28,
+                    [2, 13], [3, 1], 8192, 0)   # float16 = cudnnDataType_t 2; the engine's own workspace wins
+    # the operand roles are cuDNN's: backward data reads w and dy into dx, backward filter x and dy into dw
+    assert [r for r in ROLES[op]] == {"forward": ["x", "w", "y"], "backward_data": ["w", "y", "x"],
+                                      "backward_filter": ["x", "y", "w"]}[op]
+
+
+def test_a_legacy_plan_is_handed_over_as_its_descriptors_and_kept_alive(monkeypatch):
+    from ucudnn.measure.sources.base import Native
+
+    fake = _FakeC()
+    keep = object()
+    monkeypatch.setattr(fastpath, "_c", fake)
+    monkeypatch.setattr(fastpath, "_keep", [])
+    p = _problem("NCHW", "float32")
+    native = Native("legacy", "backward_filter", p, (11, 12, 13, 14), algo=5, keep=keep)
+    call = _Call(native, ws=1 << 20)
+    assert fastpath.register("backward_filter", call, p, 0) == 7
+    assert fake.calls == [("legacy", (2, 11, 12, 13, 14, 5, 1 << 20))]
+    assert fastpath._keep == [(keep, call)]          # the descriptors' owner lives as long as the launch
+
+
+@pytest.mark.parametrize("why", ["no description", "installed plan", "no one-step shortcut"])
+def test_what_the_compiled_path_does_not_run_stays_with_python(monkeypatch, why):
+    from ucudnn.measure.sources.base import Native
+
+    fake = _FakeC()
+    monkeypatch.setattr(fastpath, "_c", fake)
+    p = _problem()
+    native = None if why == "no description" else Native("graph", "forward", p, engine_id=1)
+    call = _Call(native, installed=object() if why == "installed plan" else None,
+                 direct=why != "no one-step shortcut")
+    assert fastpath.register("forward", call, p, 0) == -1
+    assert fake.calls == []
+
+
+def test_a_configuration_cudnn_refuses_to_rebuild_stays_with_python_and_says_why_once(monkeypatch, caplog):
+    from ucudnn.measure.sources.base import Native
+    from ucudnn.torch import runtime
+
+    monkeypatch.setattr(fastpath, "_c", _FakeC(fail=True))
+    monkeypatch.setattr(runtime, "_logged", set())
+    p = _problem()
+    call = _Call(Native("graph", "forward", p, engine_id=3))
+    with caplog.at_level("WARNING", logger="ucudnn.torch"):
+        assert fastpath.register("forward", call, p, 0) == -1
+        assert fastpath.register("forward", call, p, 0) == -1
+    said = [r.getMessage() for r in caplog.records if "runs the Python path" in r.getMessage()]
+    assert len(said) == 1 and "CUDNN_STATUS_NOT_SUPPORTED" in said[0] and "more" not in said[0]

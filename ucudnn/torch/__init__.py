@@ -10,6 +10,9 @@ imports torch).  The convolutions are ``torch.library`` custom operators
 implementations, so ``torch.compile`` does not graph-break on them and CUDA
 graph capture works; they run on the tensors' own memory, on torch's current
 stream, with their workspace from torch's caching allocator (:mod:`.runtime`).
+Run eagerly, a converted layer's call is one C++ operator where the compiled launch path has been built
+(:mod:`.fastpath`, ``csrc/launch.cpp``: autocast, the autograd node and the one-step legacy / graph launches with
+no Python in between; everything else comes back to the Python path).
 For inference, :class:`Inference` runs a model's whole forward pass (eval mode) as one ucudnn inference plan:
 fused blocks, per-layer layouts, replayed as a CUDA graph (:mod:`.inference`, issue 19).
 """

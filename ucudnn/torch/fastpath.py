@@ -89,7 +89,7 @@ def state() -> str:
 
 
 def _build() -> None:
-    global _state, _lib, _api, _conv2d
+    global _state, _lib, _api, _c, _conv2d
     try:
         from torch.utils import cpp_extension
 
@@ -98,12 +98,13 @@ def _build() -> None:
         cudnn.load()
         cpp_extension.load(name="ucudnn_torch_launch", sources=[str(SOURCE)], extra_cflags=["-O2"],
                            extra_ldflags=["-ldl"], is_python_module=False, verbose=False)
-        torch.ops.ucudnn_c.init(cudnn.library_path())
+        c = torch.ops.ucudnn_c
+        c.init(cudnn.library_path())
         lib = torch.library.Library("ucudnn_c", "IMPL")
         lib.impl("py_launch", _py_launch, "CUDA")
         from .. import api
 
-        _lib, _api, _conv2d = lib, api, torch.ops.ucudnn_c.conv2d.default._op
+        _lib, _api, _c, _conv2d = lib, api, c, c.conv2d.default._op
         _state = "ready"
     except Exception as e:  # noqa: BLE001 - any failure leaves the Python path, which always works
         _state = "off"
@@ -145,6 +146,7 @@ _allow_tf32 = torch._C._get_cudnn_allow_tf32
 _deterministic = torch._C._get_cudnn_deterministic
 _deterministic_algorithms = torch._C._get_deterministic_algorithms
 _api: Any = None        # ucudnn.api, once the build is loaded (its generation is read per call)
+_c: Any = None          # torch.ops.ucudnn_c, once loaded (the registration ops)
 _conv2d: Any = None     # torch.ops.ucudnn_c.conv2d's overload, called without the op packet's Python frames
 
 
@@ -171,7 +173,7 @@ def _entry(m: Any, x: torch.Tensor, w: torch.Tensor, dt: torch.dtype, key: tuple
     with _lock:
         _py_layers.append((layer, numerics))
         py_id = len(_py_layers) - 1
-    cid = int(torch.ops.ucudnn_c.add_layer(ids, list(layer.y_shape), layout == "NHWC", py_id))
+    cid = int(_c.add_layer(ids, list(layer.y_shape), layout == "NHWC", py_id))
     layers = m._ucudnn_layers
     if len(layers) >= 64:
         layers.clear()
@@ -192,6 +194,16 @@ def _launch_id(op: str, layer: ops.Layer, numerics: str, device: int) -> int:
             call = runtime.prepared(op, layer.problem, layer.settings, numerics, device)
     except runtime.FALLBACK_ERRORS:
         return -1
+    return register(op, call, layer.problem, device)
+
+
+def register(op: str, call: Any, problem: Any, device: int) -> int:
+    """The compiled launch made from a prepared call (:class:`ucudnn.torch.runtime._Call`) of ``op``, or -1: its
+    executor's :class:`~ucudnn.measure.sources.base.Native` description in the C++ registry (legacy: the source's
+    descriptors and algorithm; graph: the engine configuration with the operands' dims and strides in ``op``'s
+    roles), the workspace the call would take from torch's allocator.  -1 for what the compiled path does not run:
+    no description (plans of several steps, other sources), an installed plan (its workspace is an arena
+    segment), or a configuration cuDNN refuses to rebuild (said once)."""
     native = getattr(call.executor, "native", None)
     if native is None or call.installed is not None or call.direct is None:
         return -1
@@ -200,24 +212,24 @@ def _launch_id(op: str, layer: ops.Layer, numerics: str, device: int) -> int:
     try:
         if native.kind == "legacy":
             a, b, out, conv = native.descriptors
-            lid = torch.ops.ucudnn_c.legacy_launch(number, int(a), int(b), int(out), int(conv), int(native.algo),
-                                                   workspace)
+            lid = _c.legacy_launch(number, int(a), int(b), int(out), int(conv), int(native.algo), workspace)
         elif native.kind == "graph":
-            from ..measure.sources.graph import ROLES, tensor_layout
+            from ..measure.sources.graph import tensor_layout
+            from ..problem import ROLES
 
             p = native.problem
             lay = tensor_layout(p)
             (ad, as_), (bd, bs), (od, os_) = (lay[r] for r in ROLES[op])
             knobs = list(native.knobs)
-            lid = torch.ops.ucudnn_c.backend_launch(
+            lid = _c.backend_launch(
                 number, _CUDNN_DTYPES[p.dtype], ad, as_, bd, bs, od, os_, list(p.pad), list(p.stride),
                 list(p.dilation), int(native.engine_id), [k for k, _ in knobs], [v for _, v in knobs],
                 max(workspace, int(native.engine_bytes)), device)
         else:
             return -1
     except RuntimeError as e:
-        runtime.log_once(("fastpath", layer.problem, op, native.kind),
-                         f"{op} {layer.problem.describe()} runs the Python path: {str(e).splitlines()[0]}")
+        runtime.log_once(("fastpath", problem, op, native.kind),
+                         f"{op} {problem.describe()} runs the Python path: {str(e).splitlines()[0]}")
         return -1
     _keep.append((native.keep, call))
     return int(lid)
