@@ -3,9 +3,9 @@
 # Installs the wheels carried in .whl/ (made here with the device README's `pip download` line: sqlalchemy,
 # alembic, mako, jsonschema(+specifications), referencing, rpds-py, platformdirs, pulp, highspy, greenlet,
 # nvidia-cudnn-frontend 1.23; pulp 4.2's import chain: orloge, cpsat-logutils, pydantic, pydantic-core,
-# annotated-types, typing-inspection, typing-extensions) into /tmp/site, and makes the checkout importable as installed: ucudnn.server and
-# ucudnn.kernels are links beside the package (what pyproject's package-dir does for an install), so
-# `python3 -m pytest` and the benchmarks import this tree's code.
+# annotated-types, typing-inspection, typing-extensions) into /tmp/site, and makes the checkout importable as
+# installed: ucudnn.server and ucudnn.kernels are links beside the package (what pyproject's package-dir does for an
+# install), so `python3 -m pytest` and the benchmarks import this tree's code.
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     || return 1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 PYTEST_DISABLE_PLUGIN_AUTOLOAD=1
