@@ -12,7 +12,7 @@ Modes: ``fp32`` (strict: TF32 off, as the issue's H100 numbers), ``default``
 (PyTorch's defaults: TF32 allowed in cuDNN convolutions), ``amp`` (autocast
 float16, channels_last).  PyTorch runs with ``cudnn.benchmark = True``.
 Implementations: ``torch``, ``ucudnn-64``, ``ucudnn-256`` (MiB per kernel), ``ucudnn-256-replay`` (``convert(replay=True)``)
-and ``ucudnn-256-py`` (ucudnn-256 on the Python launch path, ``UCUDNN_TORCH_FASTPATH=0``: the others take the
+and ``ucudnn-64-py`` / ``ucudnn-256-py`` (on the Python launch path, ``UCUDNN_TORCH_FASTPATH=0``: the others take the
 compiled one, loaded before the first step; records say which ran, ``launch_path``, and how many launches each
 side made, ``launches_compiled`` / ``launches_python``).
 
@@ -60,10 +60,10 @@ from pathlib import Path
 RESULTS = Path(__file__).resolve().parent / "results"
 OUT = RESULTS / "torch_train.jsonl"
 IMPLS = {"torch": None, "ucudnn-64": "64MiB", "ucudnn-256": "256MiB", "ucudnn-256-replay": "256MiB",
-         "ucudnn-256-py": "256MiB"}
+         "ucudnn-64-py": "64MiB", "ucudnn-256-py": "256MiB"}
 #: implementations that run ucudnn.torch's Python launch path (UCUDNN_TORCH_FASTPATH=0); the others take the
 #: compiled one (``ucudnn/torch/csrc/launch.cpp``) where it builds, loaded before the first step
-PYTHON_PATH = {"ucudnn-256-py"}
+PYTHON_PATH = {"ucudnn-64-py", "ucudnn-256-py"}
 MODES = ("fp32", "default", "amp")
 
 

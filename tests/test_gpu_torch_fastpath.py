@@ -74,6 +74,26 @@ def test_one_step_legacy_and_graph_plans_launch_from_cpp():
         assert python1 == python0, sources
 
 
+def test_micro_batched_legacy_plans_launch_from_cpp_step_by_step():
+    """Under 1 MiB a 64-channel 3x3 layer's plans split the batch: every op still launches from C++ (legacy steps,
+    backward filter accumulating with beta 1), and the results are nn.Conv2d's."""
+    torch.manual_seed(0)
+    plain = nn.Conv2d(64, 64, 3, padding=1).cuda()
+    ours = ut.convert(copy.deepcopy(plain), workspace_limit="1MiB", sources="legacy")
+    x = torch.randn(37, 64, 28, 28, device="cuda")
+    grads(ours, x)                           # prepares (may benchmark)
+    entry = next(v for k, v in ours._ucudnn_layers.items() if isinstance(k, tuple) and k[:1] == (fastpath._FAST,))
+    steps = [len(call.executor.steps) for _, call in fastpath._keep[-3:]]
+    n0, p0 = stats()
+    y, dx, dws = grads(ours, x)
+    n1, p1 = stats()
+    assert entry and max(steps) > 1, steps   # some op's plan is micro-batched
+    assert [a - b for a, b in zip(n1, n0)] == [1, 1, 1] and p1 == p0
+    ry, rdx, rdws = grads(copy.deepcopy(plain).double(), x.double())
+    for got, want in [(y, ry), (dx, rdx), *zip(dws, rdws)]:
+        torch.testing.assert_close(got.double(), want, rtol=2e-4, atol=2e-4)
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_autocast_casts_in_cpp_like_nn_conv2d(dtype):
     torch.manual_seed(0)

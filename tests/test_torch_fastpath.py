@@ -55,28 +55,37 @@ class _FakeC:
     """Records the registration calls ``register`` makes, as the C++ ops would receive them."""
 
     def __init__(self, fail: bool = False):
-        self.calls, self.fail = [], fail
+        self.calls, self.fail, self.next = [], fail, 7
+
+    def _id(self):
+        self.next += 1
+        return self.next - 1
 
     def legacy_launch(self, *args):
         self.calls.append(("legacy", args))
-        return 7
+        return self._id()
 
     def backend_launch(self, *args):
         if self.fail:
             raise RuntimeError("ucudnn: cudnnBackendFinalize(execution plan): CUDNN_STATUS_NOT_SUPPORTED\nmore")
         self.calls.append(("backend", args))
-        return 9
+        return self._id()
+
+    def add_program(self, *args):
+        self.calls.append(("program", args))
+        return 100
 
 
 class _Executor:
-    def __init__(self, native):
-        self.native = native
+    def __init__(self, steps):
+        self.native_steps = steps
 
 
 class _Call:
-    def __init__(self, native, ws=4096, installed=None, direct=True):
-        self.executor, self.ws_bytes, self.installed = _Executor(native), ws, installed
-        self.direct = (lambda *a: True) if direct else None
+    """A prepared call as register reads it: its executor's described steps, workspace, installed plan."""
+
+    def __init__(self, steps, ws=4096, installed=None):
+        self.executor, self.ws_bytes, self.installed = _Executor(steps), ws, installed
 
 
 def _problem(layout="NHWC", dtype="float16", n=3):
@@ -98,43 +107,47 @@ def test_a_graph_plan_is_handed_over_as_its_engine_and_the_operands_in_the_ops_r
     monkeypatch.setattr(fastpath, "_keep", [])
     p = _problem(layout)
     native = Native("graph", op, p, engine_id=28, knobs=((2, 3), (13, 1)), engine_bytes=8192)
-    assert fastpath.register(op, _Call(native, ws=4096), p, 0) == 9
-    (kind, args), = fake.calls
+    assert fastpath.register(op, _Call([(native, (0, 0, 0), False)], ws=4096), p, 0) == 100
+    (kind, args), program = fake.calls
     lay = tensor_layout(p)
     a, b, o = (lay[r] for r in ROLES[op])
     assert kind == "backend"
     assert args == (fastpath.OPS.index(op), 2, a[0], a[1], b[0], b[1], o[0], o[1], [1, 2], [2, 1], [1, 1], 28,
                     [2, 13], [3, 1], 8192, 0)   # float16 = cudnnDataType_t 2; the engine's own workspace wins
+    assert program == ("program", ([7], [0, 0, 0], [0], 4096))
     # the operand roles are cuDNN's: backward data reads w and dy into dx, backward filter x and dy into dw
     assert [r for r in ROLES[op]] == {"forward": ["x", "w", "y"], "backward_data": ["w", "y", "x"],
                                       "backward_filter": ["x", "y", "w"]}[op]
 
 
-def test_a_legacy_plan_is_handed_over_as_its_descriptors_and_kept_alive(monkeypatch):
+def test_a_micro_batched_legacy_plan_is_one_program_of_its_steps_and_keeps_their_descriptors(monkeypatch):
     from ucudnn.measure.sources.base import Native
 
     fake = _FakeC()
-    keep = object()
+    keeps = [object(), object()]
     monkeypatch.setattr(fastpath, "_c", fake)
     monkeypatch.setattr(fastpath, "_keep", [])
     p = _problem("NCHW", "float32")
-    native = Native("legacy", "backward_filter", p, (11, 12, 13, 14), algo=5, keep=keep)
-    call = _Call(native, ws=1 << 20)
-    assert fastpath.register("backward_filter", call, p, 0) == 7
-    assert fake.calls == [("legacy", (2, 11, 12, 13, 14, 5, 1 << 20))]
-    assert fastpath._keep == [(keep, call)]          # the descriptors' owner lives as long as the launch
+    big, tail = p.with_batch(2), p.with_batch(1)
+    steps = [(Native("legacy", "backward_filter", big, (11, 12, 13, 14), algo=5, keep=keeps[0]), (0, 0, 0), False),
+             (Native("legacy", "backward_filter", tail, (21, 22, 23, 24), algo=1, keep=keeps[1]),
+              (2 * 8 * 9 * 7 * 4, 2 * 12 * 5 * 7 * 4, 0), True)]     # the second micro-batch adds into dw
+    call = _Call(steps, ws=1 << 20)
+    assert fastpath.register("backward_filter", call, p, 0) == 100
+    assert fake.calls == [("legacy", (2, 11, 12, 13, 14, 5, 1 << 20)), ("legacy", (2, 21, 22, 23, 24, 1, 1 << 20)),
+                          ("program", ([7, 8], [0, 0, 0, 4032, 3360, 0], [0, 1], 1 << 20))]
+    assert fastpath._keep == [(keeps, call)]          # the descriptors' owners live as long as the launches
 
 
-@pytest.mark.parametrize("why", ["no description", "installed plan", "no one-step shortcut"])
+@pytest.mark.parametrize("why", ["no description", "installed plan"])
 def test_what_the_compiled_path_does_not_run_stays_with_python(monkeypatch, why):
     from ucudnn.measure.sources.base import Native
 
     fake = _FakeC()
     monkeypatch.setattr(fastpath, "_c", fake)
     p = _problem()
-    native = None if why == "no description" else Native("graph", "forward", p, engine_id=1)
-    call = _Call(native, installed=object() if why == "installed plan" else None,
-                 direct=why != "no one-step shortcut")
+    steps = None if why == "no description" else [(Native("graph", "forward", p, engine_id=1), (0, 0, 0), False)]
+    call = _Call(steps, installed=object() if why == "installed plan" else None)
     assert fastpath.register("forward", call, p, 0) == -1
     assert fake.calls == []
 
@@ -146,7 +159,7 @@ def test_a_configuration_cudnn_refuses_to_rebuild_stays_with_python_and_says_why
     monkeypatch.setattr(fastpath, "_c", _FakeC(fail=True))
     monkeypatch.setattr(runtime, "_logged", set())
     p = _problem()
-    call = _Call(Native("graph", "forward", p, engine_id=3))
+    call = _Call([(Native("graph", "forward", p, engine_id=3), (0, 0, 0), False)])
     with caplog.at_level("WARNING", logger="ucudnn.torch"):
         assert fastpath.register("forward", call, p, 0) == -1
         assert fastpath.register("forward", call, p, 0) == -1

@@ -34,7 +34,7 @@ from ..binding import cudnn
 from ..binding.gpu import capture, cupy, cupy_dtype, descriptors, handle
 from ..errors import InputError, UcudnnError, summary
 from ..measure.sources import registry
-from ..measure.sources.base import Launch, Operands, direct_of, native_of
+from ..measure.sources.base import Launch, Native, Operands, direct_of, native_of
 from ..planning.channels import steps as channel_steps
 from ..planning.plan import KernelPlan, Plan
 from ..problem import ROLES
@@ -102,12 +102,23 @@ class Executor:
         #: no shortcut (``launch`` runs those)
         self.direct = direct_of(only.launch) if (only is not None and not replay and not any(only.shifts)
                                                  and not only.accumulate) else None
-        #: the same one-step plan described as data (:class:`~ucudnn.measure.sources.base.Native`) for a compiled
-        #: launch path (ucudnn.torch's), None where ``direct`` is None or its source describes none
-        self.native = native_of(only.launch) if self.direct is not None else None
+        #: every step described as data for a compiled launch path (ucudnn.torch's): (its source's
+        #: :class:`~ucudnn.measure.sources.base.Native`, byte shifts of (a, b, out), whether it accumulates), None
+        #: for replayed plans and where a step has no description or accumulates through a graph engine (the
+        #: graph source adds into its output through a scratch buffer, which a description does not say)
+        self.native_steps = self._native_steps() if not replay else None
         self._own: Any = None          # the workspace allocated when the caller passes none
         self._graphs: OrderedDict[tuple, Any] = OrderedDict()
         self.replay_failures: list[str] = []
+
+    def _native_steps(self) -> list[tuple[Native, tuple[int, int, int], bool]] | None:
+        steps = []
+        for s in self.steps:
+            native = native_of(s.launch)
+            if native is None or (s.accumulate and native.kind != "legacy"):
+                return None
+            steps.append((native, tuple(s.shifts), bool(s.accumulate)))
+        return steps
 
     def __call__(self, a: Any, b: Any, out: Any, *, alpha: float = 1.0, beta: float = 0.0,
                  workspace: Any = None, workspace_bytes: int | None = None) -> Any:

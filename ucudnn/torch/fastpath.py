@@ -8,10 +8,12 @@ cuDNN engines.  ``csrc/launch.cpp`` does per call what ``nn.Conv2d``'s own C++ p
 (``torch.ops.ucudnn_c.conv2d``) casts for autocast, records a C++ autograd node, takes outputs and workspace
 from torch's caching allocator and calls cuDNN on torch's current stream.
 
-What runs there: the one-step plans of the legacy and graph sources (:class:`~ucudnn.measure.sources.base.Native`:
-the legacy source's descriptors and algorithm, or the graph source's engine configuration, rebuilt in C++ from
-its global index and knobs).  Every other op (plans of several micro-batches, ucudnn's own kernels, installed WD
-plans, a launch cuDNN refuses, a workspace torch cannot allocate) comes back here through
+What runs there: plans whose steps all come from the legacy and graph sources, micro-batched or not
+(:class:`~ucudnn.measure.sources.base.Native`: the legacy source's descriptors and algorithm, or the graph
+source's engine configuration, rebuilt in C++ from its global index and knobs; each step on its micro-batch's
+shifted pointers).  Every other op (ucudnn's own kernels, wrapped sources, graph engines that would accumulate,
+installed WD plans, misaligned micro-batches of graph steps, a launch cuDNN refuses, a workspace torch cannot
+allocate) comes back here through
 ``ucudnn_c::py_launch`` and runs the Python path, fallbacks to torch included: which path ran never changes a
 result, only its host time.
 
@@ -182,10 +184,9 @@ def _entry(m: Any, x: torch.Tensor, w: torch.Tensor, dt: torch.dtype, key: tuple
 
 
 def _launch_id(op: str, layer: ops.Layer, numerics: str, device: int) -> int:
-    """The compiled launch of ``op`` for this layer, or -1 (Python's): a one-step plan of a source that describes
-    its call (:class:`~ucudnn.measure.sources.base.Native`), prepared through the lookup chain as the Python
-    path prepares it (so both run the same plan).  A plan that cannot be made here (no plan fits, a benchmark
-    failure) is -1 too: the Python path meets the same failure and says why, once."""
+    """The compiled program of ``op`` for this layer, or -1 (Python's): the plan prepared through the lookup chain
+    as the Python path prepares it (so both run the same plan), then :func:`register`.  A plan that cannot be made
+    here (no plan fits, a benchmark failure) is -1 too: the Python path meets the same failure and says why, once."""
     if not runtime._shared:
         runtime.share_torch_memory()
     cp = runtime._cp
@@ -198,41 +199,54 @@ def _launch_id(op: str, layer: ops.Layer, numerics: str, device: int) -> int:
 
 
 def register(op: str, call: Any, problem: Any, device: int) -> int:
-    """The compiled launch made from a prepared call (:class:`ucudnn.torch.runtime._Call`) of ``op``, or -1: its
-    executor's :class:`~ucudnn.measure.sources.base.Native` description in the C++ registry (legacy: the source's
-    descriptors and algorithm; graph: the engine configuration with the operands' dims and strides in ``op``'s
-    roles), the workspace the call would take from torch's allocator.  -1 for what the compiled path does not run:
-    no description (plans of several steps, other sources), an installed plan (its workspace is an arena
-    segment), or a configuration cuDNN refuses to rebuild (said once)."""
-    native = getattr(call.executor, "native", None)
-    if native is None or call.installed is not None or call.direct is None:
+    """The compiled program made from a prepared call (:class:`ucudnn.torch.runtime._Call`) of ``op``, or -1.
+
+    Each step of the call's plan (the executor's ``native_steps``: its source's
+    :class:`~ucudnn.measure.sources.base.Native` description, the byte shifts of its micro-batch / channel slice,
+    whether it accumulates) becomes a launch in the C++ registry (legacy: the source's descriptors and
+    algorithm; graph: the engine configuration with the operands' dims and strides in ``op``'s roles), and the
+    steps one program with the workspace the call takes from torch's allocator.  -1 for what the compiled path does
+    not run: a step with no description (ucudnn's own kernels, wrapped sources, a graph engine that would
+    accumulate), an installed plan (its workspace is an arena segment), or a configuration cuDNN refuses to
+    rebuild (said once)."""
+    steps = getattr(call.executor, "native_steps", None)
+    if not steps or call.installed is not None:
         return -1
     number = OPS.index(op)
     workspace = int(call.ws_bytes)
+    ids: list[int] = []
+    shifts: list[int] = []
     try:
-        if native.kind == "legacy":
-            a, b, out, conv = native.descriptors
-            lid = _c.legacy_launch(number, int(a), int(b), int(out), int(conv), int(native.algo), workspace)
-        elif native.kind == "graph":
-            from ..measure.sources.graph import tensor_layout
-            from ..problem import ROLES
-
-            p = native.problem
-            lay = tensor_layout(p)
-            (ad, as_), (bd, bs), (od, os_) = (lay[r] for r in ROLES[op])
-            knobs = list(native.knobs)
-            lid = _c.backend_launch(
-                number, _CUDNN_DTYPES[p.dtype], ad, as_, bd, bs, od, os_, list(p.pad), list(p.stride),
-                list(p.dilation), int(native.engine_id), [k for k, _ in knobs], [v for _, v in knobs],
-                max(workspace, int(native.engine_bytes)), device)
-        else:
-            return -1
-    except RuntimeError as e:
-        runtime.log_once(("fastpath", problem, op, native.kind),
+        for native, shift, _ in steps:
+            ids.append(_launch(number, op, native, workspace, device))
+            shifts += [int(v) for v in shift]
+        pid = int(_c.add_program(ids, shifts, [int(acc) for _, _, acc in steps], workspace))
+    except (RuntimeError, ValueError) as e:
+        kinds = ",".join(sorted({n.kind for n, _, _ in steps}))
+        runtime.log_once(("fastpath", problem, op, kinds),
                          f"{op} {problem.describe()} runs the Python path: {str(e).splitlines()[0]}")
         return -1
-    _keep.append((native.keep, call))
-    return int(lid)
+    _keep.append(([n.keep for n, _, _ in steps], call))
+    return pid
+
+
+def _launch(number: int, op: str, native: Any, workspace: int, device: int) -> int:
+    """One step's launch in the C++ registry (raises RuntimeError where the extension refuses it)."""
+    if native.kind == "legacy":
+        a, b, out, conv = native.descriptors
+        return int(_c.legacy_launch(number, int(a), int(b), int(out), int(conv), int(native.algo), workspace))
+    if native.kind != "graph":
+        raise ValueError(f"no compiled launch for {native.kind!r} configurations")
+    from ..measure.sources.graph import tensor_layout
+    from ..problem import ROLES
+
+    p = native.problem
+    lay = tensor_layout(p)
+    (ad, as_), (bd, bs), (od, os_) = (lay[r] for r in ROLES[op])
+    knobs = list(native.knobs)
+    return int(_c.backend_launch(number, _CUDNN_DTYPES[p.dtype], ad, as_, bd, bs, od, os_, list(p.pad),
+                                 list(p.stride), list(p.dilation), int(native.engine_id), [k for k, _ in knobs],
+                                 [v for _, v in knobs], max(workspace, int(native.engine_bytes)), device))
 
 
 def _py_launch(op: int, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, py_layer: int) -> None:

@@ -593,9 +593,9 @@ def direct_of(launch: Launch) -> Direct | None:
 
 @dataclass(frozen=True)
 class Native:
-    """A launcher's one-step call described as data, set as its ``native`` attribute beside :data:`Direct` by the
-    sources whose calls a compiled launch path can make itself (ucudnn.torch's ``csrc/launch.cpp``): out = op(a, b)
-    with alpha 1 and beta 0 through cuDNN's C API, no Python in between.
+    """A launcher's call described as data, set as its ``native`` attribute beside :data:`Direct` by the sources
+    whose calls a compiled launch path can make itself (ucudnn.torch's ``csrc/launch.cpp``): out = op(a, b) with
+    alpha 1 and beta 0 (legacy: or 1, for a step that accumulates) through cuDNN's C API, no Python in between.
 
     ``kind`` "legacy": ``descriptors`` (a, b, out, convolution: the source's own cuDNN descriptors, owned by
     ``keep``, which must outlive every launch made from them) and ``algo``.  ``kind`` "graph": the engine

@@ -8,12 +8,13 @@
 // PyTorch's images/s.  Here one op, ``ucudnn_c::conv2d``, does what ``nn.Conv2d``'s C++ path does: autocast's
 // casts, an autograd node (C++), outputs and workspace from torch's caching allocator, torch's current stream.
 //
-// What it runs: the one-step plans of the legacy source (cudnnConvolution* with the source's own descriptors)
-// and of the graph source (the engine configuration the plan names, rebuilt here through cuDNN's backend API
-// from its global index and knobs: the same execution plan the frontend builds).  Everything else (plans of
-// several micro-batches, ucudnn's own kernels, a launch cuDNN refuses, a workspace torch cannot allocate) goes
-// back to Python through ``ucudnn_c::py_launch``, whose implementation is the Python path: results never
-// depend on which path ran.
+// What it runs: plans (one step or micro-batched) whose steps come from the legacy source (cudnnConvolution*
+// with the source's own descriptors, beta 1 where a step accumulates) and the graph source (the engine
+// configuration a step names, rebuilt here through cuDNN's backend API from its global index and knobs: the same
+// execution plan the frontend builds).  Everything else (ucudnn's own kernels, a graph step that would
+// accumulate, misaligned graph operands, a launch cuDNN refuses, a workspace torch cannot allocate) goes back to
+// Python through ``ucudnn_c::py_launch``, whose implementation is the Python path: results never depend on which
+// path ran.
 //
 // cuDNN is reached through the library ucudnn's binding loaded (its path from Python; dlopen returns the same
 // instance, so the legacy descriptors Python made are valid here), and only its C ABI: no cuDNN or CUDA headers,
@@ -139,7 +140,7 @@ void* current_stream(c10::DeviceIndex device) {
 struct Launch {
   int64_t op = 0;
   bool backend = false;
-  int64_t workspace = 0;   // bytes the launch takes from torch's allocator
+  int64_t workspace = 0;   // bytes this configuration needs (its program allocates the most of its steps')
   // legacy: the source's descriptors (Python keeps them alive) and algorithm
   Desc a = nullptr, b = nullptr, out = nullptr, conv = nullptr;
   int algo = 0;
@@ -153,8 +154,23 @@ struct Launch {
 // valid for every autograd node that refers to them
 std::vector<std::unique_ptr<Launch>> launches;
 
+// A plan's steps as the executor runs them: each a launch on the operands shifted to its micro-batch (and channel
+// slice), accumulating into what earlier steps wrote (beta = 1: legacy launches only) or not.
+struct Step {
+  const Launch* launch = nullptr;
+  std::array<int64_t, 3> shifts{0, 0, 0};
+  bool accumulate = false;
+};
+
+struct Program {
+  std::vector<Step> steps;
+  int64_t workspace = 0;   // bytes taken from torch's allocator once per call, for every step
+  bool aligned = false;    // some step is a backend plan, whose tensors are declared 16-byte aligned
+};
+std::vector<std::unique_ptr<Program>> programs;
+
 struct Layer {
-  Launch* launch[3] = {nullptr, nullptr, nullptr};   // nullptr: that op runs through Python (py_launch)
+  Program* program[3] = {nullptr, nullptr, nullptr};  // nullptr: that op runs through Python (py_launch)
   std::vector<int64_t> y_shape;
   at::MemoryFormat format = at::MemoryFormat::Contiguous;
   int64_t py_layer = 0;                               // Python's key for py_launch
@@ -167,43 +183,59 @@ Layer& layer_at(int64_t id) {
   return *layers[id];
 }
 
-// Runs ``l`` on the tensors' memory; false when cuDNN refuses (the caller falls back to Python, which logs why).
-bool run_native(const Launch& l, const Tensor& a, const Tensor& b, const Tensor& out) {
+// One launch of ``l`` on raw pointers; cuDNN's status.
+Status launch_one(const Launch& l, Handle h, void* pa, void* pb, void* po, void* ws_ptr, int64_t ws_bytes,
+                  bool accumulate) {
   static const float one = 1.0f, zero = 0.0f;
+  if (!l.backend) {
+    return cudnn.legacy[l.op](h, &one, l.a, pa, l.b, pb, l.conv, l.algo, ws_ptr, static_cast<size_t>(ws_bytes),
+                              accumulate ? &one : &zero, l.out, po);
+  }
+  Desc pack = nullptr;
+  Status s = cudnn.be_create(D_VARIANT_PACK, &pack);
+  if (s != 0) return s;
+  void* ptrs[3] = {pa, pb, po};
+  s = cudnn.be_set(pack, A_VARIANT_PACK_UNIQUE_IDS, T_INT64, 3, l.uids.data());
+  if (s == 0) s = cudnn.be_set(pack, A_VARIANT_PACK_DATA_POINTERS, T_VOID_PTR, 3, ptrs);
+  if (s == 0) s = cudnn.be_set(pack, A_VARIANT_PACK_WORKSPACE, T_VOID_PTR, 1, &ws_ptr);
+  if (s == 0) s = cudnn.be_finalize(pack);
+  if (s == 0) s = cudnn.be_execute(h, l.plan, pack);
+  cudnn.be_destroy(pack);
+  return s;
+}
+
+// Runs program ``P`` on the tensors' memory; false when it cannot here (operands a backend step would see
+// misaligned: checked before anything runs) or cuDNN refuses a step.  The caller then runs the whole op through
+// Python, which rewrites every element a partial run may have written (each op's first write to an element has
+// beta = 0), so a refusal mid-way loses nothing.
+bool run_native(const Program& P, const Tensor& a, const Tensor& b, const Tensor& out) {
   const c10::DeviceIndex device = out.device().index();
+  char* pa = static_cast<char*>(a.data_ptr());
+  char* pb = static_cast<char*>(b.data_ptr());
+  char* po = static_cast<char*>(out.data_ptr());
+  if (P.aligned) {
+    for (const Step& s : P.steps) {
+      if (s.launch->backend &&
+          (reinterpret_cast<uintptr_t>(pa + s.shifts[0]) | reinterpret_cast<uintptr_t>(pb + s.shifts[1]) |
+           reinterpret_cast<uintptr_t>(po + s.shifts[2])) % s.launch->alignment) {
+        return false;   // Python stages misaligned micro-batches through aligned buffers
+      }
+    }
+  }
   Tensor ws;
   void* ws_ptr = nullptr;
-  if (l.workspace > 0) {
-    ws = at::empty({l.workspace}, out.options().dtype(at::kByte).memory_format(at::MemoryFormat::Contiguous));
+  if (P.workspace > 0) {
+    ws = at::empty({P.workspace}, out.options().dtype(at::kByte).memory_format(at::MemoryFormat::Contiguous));
     ws_ptr = ws.data_ptr();
   }
-  void* stream = current_stream(device);
-  Handle h = handle_for(device, stream);
-  void* pa = a.data_ptr();
-  void* pb = b.data_ptr();
-  void* po = out.data_ptr();
-  Status s;
-  if (!l.backend) {
-    s = cudnn.legacy[l.op](h, &one, l.a, pa, l.b, pb, l.conv, l.algo, ws_ptr, static_cast<size_t>(l.workspace),
-                           &zero, l.out, po);
-  } else {
-    if ((reinterpret_cast<uintptr_t>(pa) | reinterpret_cast<uintptr_t>(pb) | reinterpret_cast<uintptr_t>(po)) %
-        l.alignment) {
-      return false;   // the plan declares aligned tensors: Python stages misaligned ones
-    }
-    Desc pack = nullptr;
-    s = cudnn.be_create(D_VARIANT_PACK, &pack);
-    if (s == 0) {
-      void* ptrs[3] = {pa, pb, po};
-      s = cudnn.be_set(pack, A_VARIANT_PACK_UNIQUE_IDS, T_INT64, 3, l.uids.data());
-      if (s == 0) s = cudnn.be_set(pack, A_VARIANT_PACK_DATA_POINTERS, T_VOID_PTR, 3, ptrs);
-      if (s == 0) s = cudnn.be_set(pack, A_VARIANT_PACK_WORKSPACE, T_VOID_PTR, 1, &ws_ptr);
-      if (s == 0) s = cudnn.be_finalize(pack);
-      if (s == 0) s = cudnn.be_execute(h, l.plan, pack);
-      cudnn.be_destroy(pack);
+  Handle h = handle_for(device, current_stream(device));
+  for (const Step& s : P.steps) {
+    if (launch_one(*s.launch, h, pa + s.shifts[0], pb + s.shifts[1], po + s.shifts[2], ws_ptr, P.workspace,
+                   s.accumulate) != 0) {
+      return false;
     }
   }
-  return s == 0;
+  return true;
 }
 
 // Python's implementation of an op this file does not run (or cuDNN refused): the whole Python path for it.
@@ -218,10 +250,10 @@ void py_launch(int64_t op, const Tensor& a, const Tensor& b, const Tensor& out, 
 std::array<std::atomic<int64_t>, 6> counts{};
 
 void run(const Layer& L, int64_t op, const Tensor& a, const Tensor& b, const Tensor& out) {
-  const Launch* l = L.launch[op];
-  if (l != nullptr) {
+  const Program* p = L.program[op];
+  if (p != nullptr) {
     try {
-      if (run_native(*l, a, b, out)) {
+      if (run_native(*p, a, b, out)) {
         counts[op].fetch_add(1, std::memory_order_relaxed);
         return;
       }
@@ -470,15 +502,42 @@ int64_t backend_launch(int64_t op, int64_t data_type, c10::IntArrayRef a_dims, c
   return add_launch(std::move(l));
 }
 
-int64_t add_layer(c10::IntArrayRef launch_ids, c10::IntArrayRef y_shape, bool channels_last, int64_t py_layer) {
-  TORCH_CHECK(launch_ids.size() == 3, "ucudnn: one launch id per op (-1: Python's)");
+// The steps of one op's plan, in order (launch ids, three byte shifts per step, accumulate flags) and the
+// workspace a call takes for all of them.
+int64_t add_program(c10::IntArrayRef launch_ids, c10::IntArrayRef shifts, c10::IntArrayRef accumulate,
+                    int64_t workspace) {
+  const size_t n = launch_ids.size();
+  TORCH_CHECK(n > 0 && shifts.size() == 3 * n && accumulate.size() == n,
+              "ucudnn: a program needs its steps' launches, 3 shifts and an accumulate flag per step");
+  auto P = std::make_unique<Program>();
+  P->workspace = workspace;
+  std::lock_guard<std::mutex> lock(registry_mutex);
+  int64_t op = -1;
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t id = launch_ids[i];
+    TORCH_CHECK(id >= 0 && id < static_cast<int64_t>(launches.size()), "ucudnn: unknown launch ", id);
+    const Launch* l = launches[id].get();
+    TORCH_CHECK(op < 0 || l->op == op, "ucudnn: the steps of one program run one op");
+    op = l->op;
+    TORCH_CHECK(!(accumulate[i] && l->backend), "ucudnn: a backend plan cannot accumulate (built with beta 0)");
+    TORCH_CHECK(l->workspace <= workspace, "ucudnn: step ", i, " needs ", l->workspace, " bytes of workspace, the "
+                "program gives ", workspace);
+    P->steps.push_back({l, {shifts[3 * i], shifts[3 * i + 1], shifts[3 * i + 2]}, accumulate[i] != 0});
+    P->aligned = P->aligned || l->backend;
+  }
+  programs.push_back(std::move(P));
+  return static_cast<int64_t>(programs.size()) - 1;
+}
+
+int64_t add_layer(c10::IntArrayRef program_ids, c10::IntArrayRef y_shape, bool channels_last, int64_t py_layer) {
+  TORCH_CHECK(program_ids.size() == 3, "ucudnn: one program id per op (-1: Python's)");
   auto L = std::make_unique<Layer>();
   std::lock_guard<std::mutex> lock(registry_mutex);
   for (int i = 0; i < 3; ++i) {
-    const int64_t id = launch_ids[i];
-    TORCH_CHECK(id >= -1 && id < static_cast<int64_t>(launches.size()), "ucudnn: unknown launch ", id);
-    TORCH_CHECK(id < 0 || launches[id]->op == i, "ucudnn: launch ", id, " is not op ", i);
-    L->launch[i] = id < 0 ? nullptr : launches[id].get();
+    const int64_t id = program_ids[i];
+    TORCH_CHECK(id >= -1 && id < static_cast<int64_t>(programs.size()), "ucudnn: unknown program ", id);
+    TORCH_CHECK(id < 0 || programs[id]->steps.front().launch->op == i, "ucudnn: program ", id, " is not op ", i);
+    L->program[i] = id < 0 ? nullptr : programs[id].get();
   }
   L->y_shape = y_shape.vec();
   L->format = channels_last ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
@@ -498,7 +557,8 @@ TORCH_LIBRARY(ucudnn_c, m) {
         "int[] o_dims, int[] o_strides, int[] pad, int[] stride, int[] dilation, int engine, int[] knob_types, "
         "int[] knob_values, int workspace, int device) -> int",
         TORCH_FN(backend_launch));
-  m.def("add_layer(int[] launches, int[] y_shape, bool channels_last, int py_layer) -> int", TORCH_FN(add_layer));
+  m.def("add_program(int[] launches, int[] shifts, int[] accumulate, int workspace) -> int", TORCH_FN(add_program));
+  m.def("add_layer(int[] programs, int[] y_shape, bool channels_last, int py_layer) -> int", TORCH_FN(add_layer));
   m.def("stats() -> int[]", TORCH_FN(stats));
   // implemented in Python (ucudnn.torch.fastpath): the Python path for one op of one layer, into ``out``
   m.def("py_launch(int op, Tensor a, Tensor b, Tensor out, int py_layer) -> ()");
