@@ -74,24 +74,35 @@ def test_one_step_legacy_and_graph_plans_launch_from_cpp():
         assert python1 == python0, sources
 
 
-def test_micro_batched_legacy_plans_launch_from_cpp_step_by_step():
-    """Under 1 MiB a 64-channel 3x3 layer's plans split the batch: every op still launches from C++ (legacy steps,
-    backward filter accumulating with beta 1), and the results are nn.Conv2d's."""
+def test_micro_batched_legacy_plans_launch_from_cpp_step_by_step(monkeypatch):
+    """A plan of two micro-batches (20 + 17 samples, legacy algorithm 0 each: backward filter's second step adds
+    into dw with beta 1) launches every op from C++, step by step, and gives nn.Conv2d's results."""
+    from ucudnn import api
+    from ucudnn.planning.plan import KernelPlan, MicroConfig
+    from ucudnn.torch import runtime
+
+    def two_steps(problem, op, *args, **kwargs):
+        return KernelPlan("two-steps", op, problem, [MicroConfig(20, 0, "FMA", 1.0, 0, "legacy"),
+                                                     MicroConfig(17, 0, "FMA", 1.0, 0, "legacy")])
+
+    monkeypatch.setattr(api, "_plan_from_store_or_bench", two_steps)
+    monkeypatch.setattr(api, "_executors", {})
+    runtime.forget_prepared()
     torch.manual_seed(0)
-    plain = nn.Conv2d(64, 64, 3, padding=1).cuda()
+    plain = nn.Conv2d(16, 24, 3, padding=1).cuda()
     ours = ut.convert(copy.deepcopy(plain), workspace_limit="1MiB", sources="legacy")
-    x = torch.randn(37, 64, 28, 28, device="cuda")
-    grads(ours, x)                           # prepares (may benchmark)
-    entry = next(v for k, v in ours._ucudnn_layers.items() if isinstance(k, tuple) and k[:1] == (fastpath._FAST,))
-    steps = [len(call.executor.steps) for _, call in fastpath._keep[-3:]]
+    x = torch.randn(37, 16, 14, 14, device="cuda")
+    grads(ours, x)                           # prepares
+    assert [len(call.executor.steps) for _, call in fastpath._keep[-3:]] == [2, 2, 2]
+    ours.zero_grad()                         # the measured call's parameter gradients alone
     n0, p0 = stats()
     y, dx, dws = grads(ours, x)
     n1, p1 = stats()
-    assert entry and max(steps) > 1, steps   # some op's plan is micro-batched
     assert [a - b for a, b in zip(n1, n0)] == [1, 1, 1] and p1 == p0
     ry, rdx, rdws = grads(copy.deepcopy(plain).double(), x.double())
     for got, want in [(y, ry), (dx, rdx), *zip(dws, rdws)]:
         torch.testing.assert_close(got.double(), want, rtol=2e-4, atol=2e-4)
+    runtime.forget_prepared()
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
