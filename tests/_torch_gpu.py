@@ -1,6 +1,6 @@
 """What the GPU tests of ucudnn.torch share (``test_gpu_torch.py``: the Python launch path;
-``test_gpu_torch_fastpath.py``: the compiled one, held to the same results): layer cases, a small CNN, its
-training loop, and a CUDA-graph-captured training step checked against eager steps.
+``test_gpu_torch_fastpath.py``: the compiled one, held to the same results): strict FP32, layer cases, a small
+CNN, its training loop, and a CUDA-graph-captured training step checked against eager steps.
 
 Imported only by tests that have already checked torch is installed.
 """
@@ -8,8 +8,19 @@ from __future__ import annotations
 
 import copy
 
+import pytest
 import torch
 from torch import nn
+
+
+@pytest.fixture(autouse=True)
+def strict_fp32():
+    """FP32 plans in strict numerics (TF32 off), as the float64 comparisons need; torch's switch restored after.
+    Autouse in every test module that imports it."""
+    tf32 = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = False
+    yield
+    torch.backends.cudnn.allow_tf32 = tf32
 
 #: name -> (nn.Conv2d arguments, input shape): odd batches, C = 1, non-square filters, strides, groups
 CASES = {

@@ -13,7 +13,7 @@ pytestmark = [pytest.mark.gpu,
 
 import ucudnn.torch as ut  # noqa: E402
 from ucudnn.torch import runtime  # noqa: E402
-from _torch_gpu import CASES, check_captured_training_step, cnn, grads, train  # noqa: E402
+from _torch_gpu import CASES, check_captured_training_step, cnn, grads, strict_fp32, train  # noqa: E402,F401
 
 LIMIT = "1MiB"   # small: most of these plans are micro-batched
 
@@ -25,14 +25,6 @@ def python_path(monkeypatch):
     from ucudnn.torch import fastpath
 
     monkeypatch.setattr(fastpath, "ready", lambda: False)
-
-
-@pytest.fixture(autouse=True)
-def strict_fp32():
-    tf32 = torch.backends.cudnn.allow_tf32
-    torch.backends.cudnn.allow_tf32 = False
-    yield
-    torch.backends.cudnn.allow_tf32 = tf32
 
 
 def _pair(case, channels_last=False, dtype=torch.float32):

@@ -14,21 +14,13 @@ pytestmark = [pytest.mark.gpu,
 
 import ucudnn.torch as ut  # noqa: E402
 from ucudnn.torch import fastpath  # noqa: E402
-from _torch_gpu import CASES, check_captured_training_step, cnn, grads, train  # noqa: E402
+from _torch_gpu import CASES, check_captured_training_step, cnn, grads, strict_fp32, train  # noqa: E402,F401
 
 
 @pytest.fixture(scope="module", autouse=True)
 def compiled():
     if not fastpath.start(wait=True):
         pytest.skip(f"the compiled launch path did not build here (state {fastpath.state()})")
-
-
-@pytest.fixture(autouse=True)
-def strict_fp32():
-    tf32 = torch.backends.cudnn.allow_tf32
-    torch.backends.cudnn.allow_tf32 = False
-    yield
-    torch.backends.cudnn.allow_tf32 = tf32
 
 
 def stats():

@@ -165,3 +165,25 @@ def test_a_configuration_cudnn_refuses_to_rebuild_stays_with_python_and_says_why
         assert fastpath.register("forward", call, p, 0) == -1
     said = [r.getMessage() for r in caplog.records if "runs the Python path" in r.getMessage()]
     assert len(said) == 1 and "CUDNN_STATUS_NOT_SUPPORTED" in said[0] and "more" not in said[0]
+
+
+def test_an_unchanged_prepared_call_reuses_its_program_and_a_new_one_gets_its_own(monkeypatch):
+    """Entries are remade at every plan change anywhere (``api.generation``); calls that did not change keep their
+    compiled programs, refusals included, so nothing is rebuilt for them."""
+    from ucudnn.measure.sources.base import Native
+
+    fake = _FakeC()
+    monkeypatch.setattr(fastpath, "_c", fake)
+    monkeypatch.setattr(fastpath, "_keep", [])
+    monkeypatch.setattr(fastpath, "_programs", {})
+    p = _problem()
+    call = _Call([(Native("graph", "forward", p, engine_id=4), (0, 0, 0), False)])
+    assert fastpath.register("forward", call, p, 0) == 100
+    assert fastpath.register("forward", call, p, 0) == 100
+    assert [k for k, _ in fake.calls] == ["backend", "program"]          # built once
+    replaced = _Call([(Native("graph", "forward", p, engine_id=5), (0, 0, 0), False)])
+    assert fastpath.register("forward", replaced, p, 0) == 100
+    assert [k for k, _ in fake.calls] == ["backend", "program"] * 2      # a new plan is built
+    none = _Call(None)
+    assert fastpath.register("forward", none, p, 0) == -1
+    assert fastpath._programs[id(none)] == (none, -1)

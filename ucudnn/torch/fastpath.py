@@ -51,6 +51,10 @@ _py_layers: list[tuple[ops.Layer, str]] = []
 #: what the compiled launches refer to (the legacy source's descriptors): kept for the process, as the
 #: launches are (an autograd node may run one long after its layer's entry was replaced)
 _keep: list[Any] = []
+#: id(prepared call) -> (the call, its program id or -1): entries remade after a plan change elsewhere (every
+#: entry of every layer is, at each ``api.generation``) reuse the programs of calls that did not change, so
+#: heuristic mode's background benchmarks, which replace plans one kernel at a time, rebuild only what changed
+_programs: dict[int, tuple[Any, int]] = {}
 
 
 def disabled_by_environment() -> bool:
@@ -134,8 +138,8 @@ def forward(m: Any, x: torch.Tensor) -> torch.Tensor | None:
     hit = m._ucudnn_layers.get(key)
     if hit is None or hit[0] != _api.generation:
         hit = _entry(m, x, w, dt, key, grad)
-        if hit is None:
-            return None
+    if hit[1] is None:
+        return None
     return _conv2d(x, w, m.bias, hit[1], cast)
 
 
@@ -153,33 +157,39 @@ _conv2d: Any = None     # torch.ops.ucudnn_c.conv2d's overload, called without t
 
 
 def _entry(m: Any, x: torch.Tensor, w: torch.Tensor, dt: torch.dtype, key: tuple, grad: bool
-           ) -> tuple[int, int] | None:
-    """Make (generation, compiled layer id) for this call, or None (the Python path takes it)."""
+           ) -> tuple[int, int | None]:
+    """Make and keep (generation, compiled layer id) for this call's key; the id None where the Python path
+    takes every call of it (another dtype, a module the Python path refuses), so such calls are not examined
+    again until a plan changes."""
     from .. import api
 
-    if x.dtype not in runtime.DTYPES or w.dtype not in runtime.DTYPES:
-        return None     # autocast leaves float64 alone where the Python path casts it: that path takes them
     generation = api.generation
+    layers = m._ucudnn_layers
+    if len(layers) >= 64:
+        layers.clear()
+    hit: tuple[int, int | None] = (generation, None)
+    layers[key] = hit
+    if x.dtype not in runtime.DTYPES or w.dtype not in runtime.DTYPES:
+        return hit      # autocast leaves float64 alone where the Python path casts it: that path takes them
     reason, xc, wc, _ = m._operands(x)
     if reason is not None or xc.dtype != dt:
-        return None
+        return hit
     layout = runtime.layout_of(xc, wc)
     layer = ops._layer(xc, wc, m.stride, m._padding(), m.dilation, m.groups, layout, m.workspace_limit,
                        m.batch_policy, m.sources, m.replay)
     numerics = runtime.numerics_for(dt)
     device = xc.get_device()
-    wanted = OPS if grad else OPS[:1]
-    ids = [-1, -1, -1]
-    for i, op in enumerate(wanted):
-        ids[i] = _launch_id(op, layer, numerics, device)
-    with _lock:
-        _py_layers.append((layer, numerics))
-        py_id = len(_py_layers) - 1
-    cid = int(_c.add_layer(ids, list(layer.y_shape), layout == "NHWC", py_id))
-    layers = m._ucudnn_layers
-    if len(layers) >= 64:
-        layers.clear()
-    hit = layers[key] = (generation, cid)
+    try:
+        ids = [-1, -1, -1]
+        for i, op in enumerate(OPS if grad else OPS[:1]):
+            ids[i] = _launch_id(op, layer, numerics, device)
+        with _lock:
+            _py_layers.append((layer, numerics))
+            py_id = len(_py_layers) - 1
+        hit = layers[key] = (generation, int(_c.add_layer(ids, list(layer.y_shape), layout == "NHWC", py_id)))
+    except Exception as e:  # noqa: BLE001 - the Python path takes the call and meets (and reports) what failed here
+        runtime.log_once(("fastpath", layer.problem), f"{layer.problem.describe()} runs the Python path: "
+                         f"{str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}")
     return hit
 
 
@@ -209,6 +219,15 @@ def register(op: str, call: Any, problem: Any, device: int) -> int:
     not run: a step with no description (ucudnn's own kernels, wrapped sources, a graph engine that would
     accumulate), an installed plan (its workspace is an arena segment), or a configuration cuDNN refuses to
     rebuild (said once)."""
+    hit = _programs.get(id(call))
+    if hit is not None and hit[0] is call:
+        return hit[1]       # the same prepared call: its program (or refusal) again, nothing rebuilt
+    pid = _register(op, call, problem, device)
+    _programs[id(call)] = (call, pid)
+    return pid
+
+
+def _register(op: str, call: Any, problem: Any, device: int) -> int:
     steps = getattr(call.executor, "native_steps", None)
     if not steps or call.installed is not None:
         return -1
