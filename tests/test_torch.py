@@ -460,3 +460,18 @@ def test_a_converted_module_compiles_in_one_graph_with_the_custom_op_on_its_firs
         torch._dynamo.reset()
     assert len(graphs) == 1
     assert sum("ucudnn.conv2d" in str(n.target) for n in graphs[0].graph.nodes) == 2
+
+
+def test_a_module_remembers_a_bounded_number_of_call_keys():
+    """``ops.remember``: the per-module memo of both launch paths holds at most LAYERS_PER_MODULE keys (a new key in
+    a full memo starts it over); a key already there is replaced in place."""
+    from ucudnn.torch import ops
+
+    layers: dict = {}
+    for i in range(ops.LAYERS_PER_MODULE):
+        assert ops.remember(layers, i, str(i)) == str(i)
+    assert len(layers) == ops.LAYERS_PER_MODULE
+    ops.remember(layers, 0, "again")                  # present: replaced, nothing dropped
+    assert len(layers) == ops.LAYERS_PER_MODULE and layers[0] == "again"
+    ops.remember(layers, "new", 1)                    # new key, memo full: starts over
+    assert layers == {"new": 1}

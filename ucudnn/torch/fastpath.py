@@ -32,6 +32,7 @@ from typing import Any
 
 import torch
 
+from ..errors import summary
 from . import ops, runtime
 
 log = logging.getLogger("ucudnn.torch")
@@ -115,7 +116,7 @@ def _build() -> None:
     except Exception as e:  # noqa: BLE001 - any failure leaves the Python path, which always works
         _state = "off"
         log.warning("ucudnn: the compiled launch path is not available, converted layers run the Python path: %s",
-                    str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__)
+                    summary(e))
 
 
 # --- per call ------------------------------------------------------------------------------------------------
@@ -161,14 +162,9 @@ def _entry(m: Any, x: torch.Tensor, w: torch.Tensor, dt: torch.dtype, key: tuple
     """Make and keep (generation, compiled layer id) for this call's key; the id None where the Python path
     takes every call of it (another dtype, a module the Python path refuses), so such calls are not examined
     again until a plan changes."""
-    from .. import api
-
-    generation = api.generation
+    generation = _api.generation
     layers = m._ucudnn_layers
-    if len(layers) >= 64:
-        layers.clear()
-    hit: tuple[int, int | None] = (generation, None)
-    layers[key] = hit
+    hit: tuple[int, int | None] = ops.remember(layers, key, (generation, None))
     if x.dtype not in runtime.DTYPES or w.dtype not in runtime.DTYPES:
         return hit      # autocast leaves float64 alone where the Python path casts it: that path takes them
     reason, xc, wc, _ = m._operands(x)
@@ -186,10 +182,10 @@ def _entry(m: Any, x: torch.Tensor, w: torch.Tensor, dt: torch.dtype, key: tuple
         with _lock:
             _py_layers.append((layer, numerics))
             py_id = len(_py_layers) - 1
-        hit = layers[key] = (generation, int(_c.add_layer(ids, list(layer.y_shape), layout == "NHWC", py_id)))
+        cid = int(_c.add_layer(ids, list(layer.y_shape), layout == "NHWC", py_id))
+        hit = ops.remember(layers, key, (generation, cid))
     except Exception as e:  # noqa: BLE001 - the Python path takes the call and meets (and reports) what failed here
-        runtime.log_once(("fastpath", layer.problem), f"{layer.problem.describe()} runs the Python path: "
-                         f"{str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}")
+        runtime.log_once(("fastpath", layer.problem), f"{layer.problem.describe()} runs the Python path: {summary(e)}")
     return hit
 
 
@@ -243,7 +239,7 @@ def _register(op: str, call: Any, problem: Any, device: int) -> int:
     except (RuntimeError, ValueError) as e:
         kinds = ",".join(sorted({n.kind for n, _, _ in steps}))
         runtime.log_once(("fastpath", problem, op, kinds),
-                         f"{op} {problem.describe()} runs the Python path: {str(e).splitlines()[0]}")
+                         f"{op} {problem.describe()} runs the Python path: {summary(e)}")
         return -1
     _keep.append(([n.keep for n, _, _ in steps], call))
     return pid

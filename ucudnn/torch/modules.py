@@ -45,10 +45,6 @@ def _configure(m: nn.Conv2d, workspace_limit: Any, batch_policy: Any, sources: A
     m._ucudnn_layers = {}
 
 
-#: (x's shape, dtype, layout and the layer's own attributes) -> its ops.Layer: a module's calls find theirs in
-#: one lookup (bounded: a model fed ever new shapes starts over)
-_LAYERS_PER_MODULE = 64
-
 
 class Conv2d(nn.Conv2d):
     """``torch.nn.Conv2d`` whose convolutions run as ucudnn plans under a per-layer workspace limit.
@@ -124,13 +120,11 @@ class Conv2d(nn.Conv2d):
         layout = runtime.layout_of(x, w)
         key = (x.shape, x.dtype, layout, self.stride, self.padding, self.dilation, self.groups, self.workspace_limit,
                self.batch_policy, self.sources, self.replay)
-        layers = self._ucudnn_layers
-        layer = layers.get(key)
+        layer = self._ucudnn_layers.get(key)     # (x's shape, dtype, layout, the layer's attributes) -> its Layer
         if layer is None:
-            if len(layers) >= _LAYERS_PER_MODULE:
-                layers.clear()
-            layer = layers[key] = ops._layer(x, w, self.stride, self._padding(), self.dilation, self.groups, layout,
-                                             self.workspace_limit, self.batch_policy, self.sources, self.replay)
+            layer = ops.remember(self._ucudnn_layers, key, ops._layer(
+                x, w, self.stride, self._padding(), self.dilation, self.groups, layout, self.workspace_limit,
+                self.batch_policy, self.sources, self.replay))
         y = ops.conv2d_layer(x, w, layer, runtime.numerics_for(x.dtype))
         return y if b is None else y + b.view(1, -1, 1, 1)
 

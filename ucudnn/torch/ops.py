@@ -72,6 +72,19 @@ class Layer:
 _layers: dict[tuple, Layer] = {}
 
 
+#: how many calls a converted module remembers by key (its ``_ucudnn_layers``: the Python path's Layer per call
+#: key, the compiled path's entries): bounded, so a model fed ever new shapes starts over
+LAYERS_PER_MODULE = 64
+
+
+def remember(layers: dict, key: Any, value: Any) -> Any:
+    """``layers[key] = value`` within :data:`LAYERS_PER_MODULE` (a new key in a full dict starts it over)."""
+    if key not in layers and len(layers) >= LAYERS_PER_MODULE:
+        layers.clear()
+    layers[key] = value
+    return value
+
+
 def _layer(x: Tensor, w: Tensor, stride, padding, dilation, groups, layout, workspace_limit, batch_policy, sources,
            replay) -> Layer:
     key = (tuple(x.shape), tuple(w.shape), tuple(stride), tuple(padding), tuple(dilation), groups, x.dtype, layout,
