@@ -20,14 +20,14 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import statistics
 import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from _report import md_header, provenance, write  # noqa: E402
 
 
 def measure(rounds: int, calls: int) -> dict:
@@ -107,21 +107,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--calls", type=int, default=300)
     ap.add_argument("--out", type=Path, default=HERE / "results" / "torch_call_overhead.json")
     a = ap.parse_args(argv)
-    import torch
-
     rows = measure(a.rounds, a.calls)
-    doc = {"provenance": {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                          "command": " ".join(["torch_call_overhead.py",
-                                               *(argv if argv is not None else sys.argv[1:])]),
-                          "device": torch.cuda.get_device_name(), "torch": torch.__version__,
-                          "cudnn": torch.backends.cudnn.version()},
-           "host_us_per_call": rows}
-    a.out.write_text(json.dumps(doc, indent=1) + "\n")
+    prov = provenance()
+    doc = {"provenance": prov, "host_us_per_call": rows}
     names = list(rows["fp32 forward"])
-    md = ["# Host microseconds per convolution call: nn.Conv2d vs ucudnn.torch (issue 15)", "",
-          f"Device {doc['provenance']['device']}, torch {doc['provenance']['torch']}, cuDNN "
-          f"{doc['provenance']['cudnn']}; {doc['provenance']['date']}; `{doc['provenance']['command']}`.  One "
-          "16 -> 16 3x3 layer on a 2 x 16 x 8 x 8 input (GPU work of microseconds), called in a loop without "
+    md = [md_header("Host microseconds per convolution call: nn.Conv2d vs ucudnn.torch (issue 15)", prov),
+          "One 16 -> 16 3x3 layer on a 2 x 16 x 8 x 8 input (GPU work of microseconds), called in a loop without "
           "synchronising: wall time per call = host time.  Medians of the rounds, implementations interleaved.", "",
           "| mode, call | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
     for key, v in rows.items():
@@ -130,8 +121,7 @@ def main(argv: list[str] | None = None) -> int:
                       + " |" * (len(names) - 1))
             continue
         md.append(f"| {key} | " + " | ".join(f"{v[n]:.1f}" for n in names) + " |")
-    a.out.with_suffix(".md").write_text("\n".join(md) + "\n")
-    print("\n".join(md))
+    write(a.out.parent, a.out.stem, doc, "\n".join(md))
     return 0
 
 

@@ -18,11 +18,11 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from datetime import datetime, timezone
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+from _report import md_header, provenance, write  # noqa: E402
 IMPLS = ("torch", "ucudnn-256", "ucudnn-256-py")
 
 
@@ -122,21 +122,17 @@ def main(argv: list[str] | None = None) -> int:
         rows = [r for r in records if r.get("impl") == impl and "eager_ms" in r]
         summary[impl] = {k: round(statistics.median(r[k] for r in rows if k in r), 3)
                          for k in ("eager_ms", "eager_host_ms", "replayed_ms") if any(k in r for r in rows)}
-    doc = {"provenance": {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                          "command": " ".join(["torch_step_split.py", *(argv or sys.argv[1:])])},
-           "summary": summary, "records": records}
-    a.out.write_text(json.dumps(doc, indent=1) + "\n")
-    md = [f"# Eager vs replayed training step: {a.model} b{a.batch} {a.mode} (issue 15)", "",
-          f"Device {records[0].get('device')}, torch {records[0].get('torch')}, cuDNN {records[0].get('cudnn')}; "
-          f"{doc['provenance']['date']}; `{doc['provenance']['command']}`.  Medians of {a.repeat} fresh processes "
-          "per implementation, interleaved.  eager = CUDA-event ms per step; host = wall ms per step until the "
-          "last launch is queued; replayed = the same step captured in a CUDA graph (GPU work alone).", "",
+    prov = provenance()
+    doc = {"provenance": prov, "summary": summary, "records": records}
+    md = [md_header(f"Eager vs replayed training step: {a.model} b{a.batch} {a.mode} (issue 15)", prov),
+          f"Workers: torch {records[0].get('torch')}, cuDNN {records[0].get('cudnn')}.  Medians of {a.repeat} fresh "
+          "processes per implementation, interleaved.  eager = CUDA-event ms per step; host = wall ms per step "
+          "until the last launch is queued; replayed = the same step captured in a CUDA graph (GPU work alone).", "",
           "| impl | eager ms | host ms | replayed ms | eager - replayed |", "|---|---:|---:|---:|---:|"]
     for impl, s in summary.items():
         e, h, rp = s.get("eager_ms"), s.get("eager_host_ms"), s.get("replayed_ms")
         md.append(f"| {impl} | {e} | {h} | {rp} | {'-' if e is None or rp is None else round(e - rp, 3)} |")
-    a.out.with_suffix(".md").write_text("\n".join(md) + "\n")
-    print("\n".join(md))
+    write(a.out.parent, a.out.stem, doc, "\n".join(md))
     return 0
 
 
