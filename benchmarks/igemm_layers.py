@@ -62,14 +62,15 @@ def main() -> None:
             ops = buf.operands(op, p.n)
             beta = 1.0 if op == "backward_filter" else 0.0
             times = {}
-            for bn, ks in igemm.variants(op, p):       # every tile the direct source measures
-                run = igemm.launcher(op, p, bn=bn, ks=ks)
-                times[(bn, ks)] = time_ms(lambda: run(ops.a, ops.b, ops.out, 1.0, beta), repeat=5, warmup=2,
-                                          min_sample_ms=2.0)
-            (bn, ks), t = min(times.items(), key=lambda kv: kv[1])
+            for bn, ks, sc in igemm.variants(op, p):   # every tile and form the direct source measures
+                run = igemm.launcher(op, p, bn=bn, ks=ks, scatter=sc)
+                times[(bn, ks, sc)] = time_ms(lambda: run(ops.a, ops.b, ops.out, 1.0, beta), repeat=5, warmup=2,
+                                              min_sample_ms=2.0)
+            (bn, ks, sc), t = min(times.items(), key=lambda kv: kv[1])
             row["igemm"] = {"ms": round(t, 4), "tflops": round(p.flops() / t / 1e9, 2), "bn": bn, "ks": ks,
-                            "splits": igemm.Gemm.of(op, p, bn, ks).split(igemm.sm_count())[0],
-                            "tiles_ms": {f"{b}x{k}": round(v, 4) for (b, k), v in times.items()}}
+                            "scatter": sc, "splits": igemm.Gemm.of(op, p, bn, ks, sc).split(igemm.sm_count())[0],
+                            "tiles_ms": {f"{b}x{k}{'-scatter' if c else ''}": round(v, 4)
+                                         for (b, k, c), v in times.items()}}
             del buf
         for col in ("zero", "fit"):
             m = best.get((p, op), {}).get(col)
@@ -105,7 +106,7 @@ def markdown(prov: dict, doc: dict) -> str:
     def cell(v):
         if v is None:
             return "-"
-        tile = f", tile {v['bn']}x{v['ks']}" if "bn" in v else ""
+        tile = f", tile {v['bn']}x{v['ks']}{' scatter' if v.get('scatter') else ''}" if "bn" in v else ""
         return v.get("refused") or f"{v['ms']} ({v['tflops']}{tile})"
 
     for r in doc["rows"]:

@@ -19,6 +19,15 @@
 // four consecutive rows / columns of one kk (NHWC channels: backward filter's dy and x, backward data's w).
 // Backward filter with gridDim.z > 1 splits the reduction and adds with atomicAdd into dw, which igemm_scale has
 // multiplied by beta first (not deterministic).
+//
+// Backward data has a second form, scatter (OP = IG_BWD_SCATTER): M = (n,p,q) of dy, NC = (c,r,s), kk = k, so
+// C = dy w is the lowered dx (col2im's columns) and each element is added atomically into dx at its tap's pixel,
+// after igemm_scale(beta).  Why: the gather form's rows are dx pixels and its reduction walks every (k,r,s), most of
+// which no dy pixel reaches at stride > 1 (AlexNet conv1, 11x11 stride 4: 1/16 of the taps), and its columns are
+// dx's C channels (3 for a first layer: a 64-wide tile nearly idle).  Not deterministic.
+//
+// The epilogue stores float4 where four rows (LM: lanes along rows, NCHW y / dx, a plane's pixels) or four columns
+// (NHWC y / dx, packed dw) are four consecutive floats (vec_out, from the launcher); else one float at a time.
 #include "common.cuh"
 
 #define IG_BM 128
@@ -27,7 +36,7 @@
 #define IG_NT 256
 #define IG_LD 132   // shared row length: 128 + 4, so the along-kk stores of two threads of one row use other banks
 
-enum : int { IG_FWD = 0, IG_BWD_DATA = 1, IG_BWD_FILTER = 2 };
+enum : int { IG_FWD = 0, IG_BWD_DATA = 1, IG_BWD_FILTER = 2, IG_BWD_SCATTER = 3 };
 
 struct IgConv {
     int N, C, H, W, K, P, Q, R, S, ph, pw, sh, sw, dh, dw;
@@ -54,6 +63,19 @@ template <bool CIN> __device__ __forceinline__ void ig_next(int CH, int R, int S
         if (++ch == CH) { ch = 0; if (++s == S) { s = 0; ++r; } }
     } else {
         if (++s == S) { s = 0; if (++r == R) { r = 0; ++ch; } }
+    }
+}
+
+// (ch, r, s) of idx + IG_BK from those of idx, in the order ig_split<CIN> decodes (a pixel index (n, p, q) is the
+// tap-innermost order with CH, R, S = N, P, Q): a carry chain instead of the two divisions a decode costs, per
+// tile load (ncu, H200, AlexNet conv2 backward data: half of the kernel's instructions were not FMAs)
+template <bool CIN> __device__ __forceinline__ void ig_advance(int CH, int R, int S, int& ch, int& r, int& s) {
+    if constexpr (CIN) {
+        ch += 8;
+        while (ch >= CH) { ch -= CH; if (++s == S) { s = 0; ++r; } }
+    } else {
+        s += 8;
+        while (s >= S) { s -= S; if (++r == R) { r = 0; ++ch; } }
     }
 }
 
@@ -97,9 +119,12 @@ struct IgLoader {
     bool b_ok[4];
     int a_row, a_k0, b_col, b_k0;   // this thread's first row / column and kk offset within a tile
     bool b_on;                      // this thread loads B
+    // the reduction index of this thread's next A and B loads and its decoded (u, v, z): each load() moves them
+    // IG_BK on (the kernel loads its stages in order, IG_BK apart; see load())
+    int a_kk, a_u, a_v, a_z, b_kk, b_u, b_v, b_z;
 
     __device__ __forceinline__ IgLoader(const IgConv& conv, const float* a, const float* b, int m0, int n0, int M_,
-                                        int NC_, int KR_)
+                                        int NC_, int KR_, int k_begin)
         : g(conv), a_ptr(a), b_ptr(b), M(M_), NC(NC_), KR(KR_) {
         const int tid = threadIdx.x;
         if constexpr (A_K) { a_row = tid >> 1; a_k0 = (tid & 1) * 4; }
@@ -108,6 +133,10 @@ struct IgLoader {
         else if constexpr (VB) { b_col = (tid & (BN_ / 4 - 1)) * 4; b_k0 = tid / (BN_ / 4); }
         else { b_col = tid & 31; b_k0 = tid >> 5; }
         b_on = BC > 1 || (b_col < BN_ && b_k0 < IG_BK);
+        a_kk = k_begin + a_k0;
+        b_kk = k_begin + b_k0;
+        split_kk(a_kk < KR ? a_kk : 0, a_u, a_v, a_z);   // past KR: never loaded, any coordinates do
+        split_kk(b_kk < KR ? b_kk : 0, b_u, b_v, b_z);
         constexpr int AR = (A_K || VA) ? 1 : 4;
 #pragma unroll
         for (int i = 0; i < AR; ++i) {
@@ -126,6 +155,11 @@ struct IgLoader {
                 a_base[i] = n * g.ys[0];
                 a_h[i] = h + g.ph;
                 a_w[i] = w + g.pw;
+            } else if constexpr (OP == IG_BWD_SCATTER) { // m = (n, p, q): dy's pixel
+                int n, p, q;
+                ig_pixel(mm, g.P, g.Q, n, p, q);
+                a_base[i] = n * g.ys[0] + p * g.ys[2] + q * g.ys[3];
+                a_h[i] = a_w[i] = 0;
             } else {                                  // m = k
                 a_base[i] = mm * g.ys[1];
                 a_h[i] = a_w[i] = 0;
@@ -141,6 +175,9 @@ struct IgLoader {
                 b_h[j] = b_w[j] = 0;
             } else if constexpr (OP == IG_BWD_DATA) { // col = c
                 b_base[j] = cc * g.ws[1];
+                b_h[j] = b_w[j] = 0;
+            } else if constexpr (OP == IG_BWD_SCATTER) { // col = (c, r, s): packed, so w[k] + col
+                b_base[j] = cc;
                 b_h[j] = b_w[j] = 0;
             } else {                                  // col = (c, r, s): the tap's offset into the input window
                 int c, r, s;
@@ -162,6 +199,8 @@ struct IgLoader {
             const int p = ig_back(a_h[i] - v * g.dh, g.sh, g.P), q = ig_back(a_w[i] - z * g.dw, g.sw, g.Q);
             if (!a_ok[i] || p < 0 || q < 0) return 0.f;
             return __ldg(a_ptr + a_base[i] + u * g.ys[1] + p * g.ys[2] + q * g.ys[3]);
+        } else if constexpr (OP == IG_BWD_SCATTER) {
+            return a_ok[i] ? __ldg(a_ptr + a_base[i] + u * g.ys[1]) : 0.f;
         } else {
             if (!a_ok[i]) return 0.f;
             return __ldg(a_ptr + a_base[i] + u * g.ys[0] + v * g.ys[2] + z * g.ys[3]);
@@ -175,6 +214,8 @@ struct IgLoader {
             return __ldg(b_ptr + b_base[j] + u * g.ws[1] + v * g.ws[2] + z * g.ws[3]);
         } else if constexpr (OP == IG_BWD_DATA) {
             return __ldg(b_ptr + b_base[j] + u * g.ws[0] + v * g.ws[2] + z * g.ws[3]);
+        } else if constexpr (OP == IG_BWD_SCATTER) {
+            return __ldg(b_ptr + b_base[j] + u * g.ws[0]);
         } else {
             const int h = v * g.sh + b_h[j], w = z * g.sw + b_w[j];
             if ((unsigned)h >= (unsigned)g.H || (unsigned)w >= (unsigned)g.W) return 0.f;
@@ -186,20 +227,46 @@ struct IgLoader {
     __device__ __forceinline__ void split_kk(int kk, int& u, int& v, int& z) const {
         if constexpr (OP == IG_FWD) ig_split<CIN>(kk, g.C, g.R, g.S, u, v, z);
         else if constexpr (OP == IG_BWD_DATA) ig_split<CIN>(kk, g.K, g.R, g.S, u, v, z);
+        else if constexpr (OP == IG_BWD_SCATTER) { u = kk; v = z = 0; }
         else ig_pixel(kk, g.P, g.Q, u, v, z);
+    }
+
+    __device__ __forceinline__ void advance_kk(int& kk, int& u, int& v, int& z) const {
+        kk += IG_BK;
+        if constexpr (OP == IG_FWD) ig_advance<CIN>(g.C, g.R, g.S, u, v, z);
+        else if constexpr (OP == IG_BWD_DATA) ig_advance<CIN>(g.K, g.R, g.S, u, v, z);
+        else if constexpr (OP == IG_BWD_SCATTER) u += IG_BK;
+        else ig_advance<false>(g.N, g.P, g.Q, u, v, z);
     }
 
     __device__ __forceinline__ void next_kk(int& u, int& v, int& z) const {
         if constexpr (OP == IG_FWD) ig_next<CIN>(g.C, g.R, g.S, u, v, z);
         else if constexpr (OP == IG_BWD_DATA) ig_next<CIN>(g.K, g.R, g.S, u, v, z);
+        else if constexpr (OP == IG_BWD_SCATTER) ++u;
         else { if (++z == g.Q) { z = 0; if (++v == g.P) { v = 0; ++u; } } }
     }
 
-    __device__ __forceinline__ void load(int kb, float (&ra)[4], float (&rb)[4]) const {
+    // the next stage's A and B elements of this thread (stage kb: kk from kb + a_k0 / kb + b_k0)
+    // Forward decodes each stage's kk afresh (two divisions): carried coordinates cost it more in registers than
+    // they save (H200, AlexNet conv2 NHWC 5.95 vs 6.39 ms; C = 1 layers likewise); backward data and filter carry
+    // them (conv2 backward data 9.87 vs 10.47 ms, backward filter 7.66 vs 8.26).
+    __device__ __forceinline__ void load(float (&ra)[4], float (&rb)[4]) {
+        constexpr bool carry = OP != IG_FWD;
+        if constexpr (!carry) split_kk(a_kk < KR ? a_kk : 0, a_u, a_v, a_z);
+        load_a(ra);
+        if constexpr (carry) advance_kk(a_kk, a_u, a_v, a_z);
+        else a_kk += IG_BK;
+        if (!b_on) return;
+        if constexpr (!carry) split_kk(b_kk < KR ? b_kk : 0, b_u, b_v, b_z);
+        load_b(rb);
+        if constexpr (carry) advance_kk(b_kk, b_u, b_v, b_z);
+        else b_kk += IG_BK;
+    }
+
+    __device__ __forceinline__ void load_a(float (&ra)[4]) const {
         if constexpr (A_K) {                       // one row, kk = kb + a_k0 + 0..3
-            const int kk = kb + a_k0;
-            int u, v, z;
-            split_kk(kk < KR ? kk : 0, u, v, z);
+            const int kk = a_kk;
+            int u = a_u, v = a_v, z = a_z;
             if constexpr (VA) {                    // four channels of one tap, contiguous and aligned
                 float4 f = make_float4(0.f, 0.f, 0.f, 0.f);
                 if (kk < KR) {
@@ -208,6 +275,8 @@ struct IgLoader {
                         if (a_ok[0] && (unsigned)h < (unsigned)g.H && (unsigned)w < (unsigned)g.W)
                             f = __ldg(reinterpret_cast<const float4*>(a_ptr + a_base[0] + u * g.xs[1] + h * g.xs[2] +
                                                                      w * g.xs[3]));
+                    } else if constexpr (OP == IG_BWD_SCATTER) {
+                        if (a_ok[0]) f = __ldg(reinterpret_cast<const float4*>(a_ptr + a_base[0] + u * g.ys[1]));
                     } else {
                         const int p = ig_back(a_h[0] - v * g.dh, g.sh, g.P), q = ig_back(a_w[0] - z * g.dw, g.sw, g.Q);
                         if (a_ok[0] && p >= 0 && q >= 0)
@@ -224,31 +293,26 @@ struct IgLoader {
                 }
             }
         } else if constexpr (VA) {                 // backward filter, NHWC: dy[n][p][q][k..k+3] of one kk
-            const int kk = kb + a_k0;
             float4 f = make_float4(0.f, 0.f, 0.f, 0.f);
-            if (kk < KR && a_ok[0]) {
-                int u, v, z;
-                split_kk(kk, u, v, z);
-                f = __ldg(reinterpret_cast<const float4*>(a_ptr + a_base[0] + u * g.ys[0] + v * g.ys[2] + z * g.ys[3]));
-            }
+            if (a_kk < KR && a_ok[0])
+                f = __ldg(reinterpret_cast<const float4*>(a_ptr + a_base[0] + a_u * g.ys[0] + a_v * g.ys[2] +
+                                                         a_z * g.ys[3]));
             ra[0] = f.x; ra[1] = f.y; ra[2] = f.z; ra[3] = f.w;
         } else {                                   // four rows 32 apart, one kk = kb + a_k0
-            const int kk = kb + a_k0;
-            int u, v, z;
-            split_kk(kk < KR ? kk : 0, u, v, z);
 #pragma unroll
-            for (int i = 0; i < 4; ++i) ra[i] = kk < KR ? a_at(i, u, v, z) : 0.f;
+            for (int i = 0; i < 4; ++i) ra[i] = a_kk < KR ? a_at(i, a_u, a_v, a_z) : 0.f;
         }
-        if (!b_on) return;
+    }
+
+    __device__ __forceinline__ void load_b(float (&rb)[4]) const {
         if constexpr (B_K) {                       // one column, kk = kb + b_k0 + 0..3
-            const int kk = kb + b_k0;
+            const int kk = b_kk;
             if constexpr (VB) {                    // forward's packed filter: w[k][kk..kk+3], aligned
                 float4 f = make_float4(0.f, 0.f, 0.f, 0.f);
                 if (b_ok[0] && kk < KR) f = __ldg(reinterpret_cast<const float4*>(b_ptr + b_base[0] + kk));
                 rb[0] = f.x; rb[1] = f.y; rb[2] = f.z; rb[3] = f.w;
             } else {
-                int u, v, z;
-                split_kk(kk < KR ? kk : 0, u, v, z);
+                int u = b_u, v = b_v, z = b_z;
 #pragma unroll
                 for (int t = 0; t < 4; ++t) {
                     rb[t] = kk + t < KR ? b_at(0, u, v, z) : 0.f;
@@ -256,14 +320,14 @@ struct IgLoader {
                 }
             }
         } else if constexpr (VB) {                 // four channels of one kk: backward data's w, filter's x
-            const int kk = kb + b_k0;
             float4 f = make_float4(0.f, 0.f, 0.f, 0.f);
-            if (kk < KR && b_ok[0]) {
-                int u, v, z;
-                split_kk(kk, u, v, z);
+            if (b_kk < KR && b_ok[0]) {
+                const int u = b_u, v = b_v, z = b_z;
                 if constexpr (OP == IG_BWD_DATA) {
                     f = __ldg(reinterpret_cast<const float4*>(b_ptr + b_base[0] + u * g.ws[0] + v * g.ws[2] +
                                                              z * g.ws[3]));
+                } else if constexpr (OP == IG_BWD_SCATTER) {
+                    f = __ldg(reinterpret_cast<const float4*>(b_ptr + b_base[0] + u * g.ws[0]));
                 } else {
                     const int h = v * g.sh + b_h[0], w = z * g.sw + b_w[0];
                     if ((unsigned)h < (unsigned)g.H && (unsigned)w < (unsigned)g.W)
@@ -273,11 +337,8 @@ struct IgLoader {
             }
             rb[0] = f.x; rb[1] = f.y; rb[2] = f.z; rb[3] = f.w;
         } else {                                   // four columns 32 apart, one kk = kb + b_k0
-            const int kk = kb + b_k0;
-            int u, v, z;
-            split_kk(kk < KR ? kk : 0, u, v, z);
 #pragma unroll
-            for (int j = 0; j < BC; ++j) rb[j] = kk < KR ? b_at(j, u, v, z) : 0.f;
+            for (int j = 0; j < BC; ++j) rb[j] = b_kk < KR ? b_at(j, b_u, b_v, b_z) : 0.f;
         }
     }
 
@@ -330,20 +391,47 @@ __device__ __forceinline__ long long ig_out_col(const IgConv& g, int col) {
     }
 }
 
+// How the epilogue may store (the launcher's vec_out, checked per launch: strides, plane sizes, alignment):
+// IG_VEC_ROWS: four consecutive rows of C from a 4-aligned row are four consecutive, 16-byte aligned floats (NCHW
+// y or dx: the rows are one plane's pixels; lanes run along rows, LM); IG_VEC_COLS: the same for four columns
+// (NHWC y or dx, and dw).  A warp then writes 16-byte pieces of two 256-byte runs, where scalar stores 16 bytes
+// apart touched four times the sectors (AlexNet-sized y: the store traffic, not the FMAs, bounded short reductions).
+enum : int { IG_VEC_NONE = 0, IG_VEC_ROWS = 1, IG_VEC_COLS = 2 };
+
+// dst[0..n) = alpha * (v0, v1, v2, v3) + beta * dst: one float4 when all four are in range, else one by one
+__device__ __forceinline__ void ig_store4(float* dst, float v0, float v1, float v2, float v3, int n, float alpha,
+                                          float beta) {
+    float4 v = make_float4(alpha * v0, alpha * v1, alpha * v2, alpha * v3);
+    if (n >= 4) {
+        if (beta != 0.f) {
+            const float4 o = *reinterpret_cast<const float4*>(dst);
+            v.x = fmaf(beta, o.x, v.x); v.y = fmaf(beta, o.y, v.y); v.z = fmaf(beta, o.z, v.z);
+            v.w = fmaf(beta, o.w, v.w);
+        }
+        *reinterpret_cast<float4*>(dst) = v;
+        return;
+    }
+    const float vs[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int t = 0; t < 4; ++t)
+        if (t < n) dst[t] = beta == 0.f ? vs[t] : fmaf(beta, dst[t], vs[t]);
+}
+
 // out = alpha * A B + beta * out over this block's 128 x BN_ tile and its kk range (blockIdx.z's share of
 // kk_per_split); a split backward filter adds alpha * A B atomically instead.  BN_ = 64 for narrow GEMMs (64
 // output channels: a 128-wide tile would leave half its columns idle), each thread then 8 x 4 outputs.  KS stages
 // of IG_BK reduction elements per shared-memory buffer: one barrier per KS * 8 steps.
-template <int OP, bool A_K, bool B_K, bool CIN, bool VA, bool VB, int BN_, int KS>
+template <int OP, bool A_K, bool B_K, bool CIN, bool VA, bool VB, int BN_, int KS, bool LM>
 __global__ void __launch_bounds__(IG_NT, 2)
 igemm_conv(const float* __restrict__ a, const float* __restrict__ b, float* __restrict__ out, int N, int C, int H,
            int W, int K, int P, int Q, int R, int S, int ph, int pw, int sh, int sw, int dh, int dw, long long xs0,
            long long xs1, long long xs2, long long xs3, long long ws0, long long ws1, long long ws2, long long ws3,
            long long ys0, long long ys1, long long ys2, long long ys3, int M, int NC, int KR, int kk_per_split,
-           float alpha, float beta) {
+           float alpha, float beta, int vec_out) {
     static_assert(!VA || (A_K ? OP != IG_BWD_FILTER : OP == IG_BWD_FILTER), "A's float4 loads: see the header");
     static_assert(!VB || (B_K ? OP == IG_FWD : OP != IG_FWD), "B's float4 loads: see the header");
     static_assert(BN_ == 128 || BN_ == 64, "tile widths: 128 or 64");
+    static_assert(!LM || OP == IG_FWD || OP == IG_BWD_DATA, "lanes run along rows only where rows are contiguous");
     constexpr int TN = BN_ / 16;       // a thread's columns: tx * 4 + 0..3 (and + 64 for the 128-wide tile)
     constexpr int SK = KS * IG_BK;     // reduction elements per buffer
     const IgConv g{N, C, H, W, K, P, Q, R, S, ph, pw, sh, sw, dh, dw, {xs0, xs1, xs2, xs3}, {ws0, ws1, ws2, ws3},
@@ -353,8 +441,9 @@ igemm_conv(const float* __restrict__ a, const float* __restrict__ b, float* __re
     const int m0 = blockIdx.x * IG_BM, n0 = blockIdx.y * BN_;
     const int k_begin = blockIdx.z * kk_per_split;
     const int k_end = min(KR, k_begin + kk_per_split);
-    const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
-    IgLoader<OP, A_K, B_K, CIN, VA, VB, BN_> ld(g, a, b, m0, n0, M, NC, k_end);
+    // a thread's rows ty * 4 + 0..3 (+ 64) and columns tx * 4 + 0..3 (+ 64); LM puts a warp's 16 low lanes on rows
+    const int tx = LM ? threadIdx.x >> 4 : threadIdx.x & 15, ty = LM ? threadIdx.x & 15 : threadIdx.x >> 4;
+    IgLoader<OP, A_K, B_K, CIN, VA, VB, BN_> ld(g, a, b, m0, n0, M, NC, k_end, k_begin);
 
     float acc[8][TN];
 #pragma unroll
@@ -365,7 +454,7 @@ igemm_conv(const float* __restrict__ a, const float* __restrict__ b, float* __re
     float ra[KS][4], rb[KS][4];
 #pragma unroll
     for (int t = 0; t < KS; ++t) {
-        ld.load(k_begin + t * IG_BK, ra[t], rb[t]);
+        ld.load(ra[t], rb[t]);
         ld.store(As[0] + t * IG_BK, Bs[0] + t * IG_BK, ra[t], rb[t]);
     }
     __syncthreads();
@@ -374,24 +463,34 @@ igemm_conv(const float* __restrict__ a, const float* __restrict__ b, float* __re
         const bool more = kb + SK < k_end;
         if (more) {
 #pragma unroll
-            for (int t = 0; t < KS; ++t) ld.load(kb + SK + t * IG_BK, ra[t], rb[t]);
+            for (int t = 0; t < KS; ++t) ld.load(ra[t], rb[t]);
         }
+        // one reduction step from shared memory (a macro, not a function: the buffers stay in the shared space)
+#define IG_STEP(kk)                                                                                                 \
+        {                                                                                                           \
+            const float4 a0 = *reinterpret_cast<const float4*>(&As[buf][kk][ty * 4]);                               \
+            const float4 a1 = *reinterpret_cast<const float4*>(&As[buf][kk][ty * 4 + 64]);                          \
+            const float4 b0 = *reinterpret_cast<const float4*>(&Bs[buf][kk][tx * 4]);                               \
+            const float av[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};                                   \
+            float bv[8] = {b0.x, b0.y, b0.z, b0.w, 0.f, 0.f, 0.f, 0.f};                                             \
+            if constexpr (TN == 8) {                                                                                \
+                const float4 b1 = *reinterpret_cast<const float4*>(&Bs[buf][kk][tx * 4 + 64]);                      \
+                bv[4] = b1.x; bv[5] = b1.y; bv[6] = b1.z; bv[7] = b1.w;                                             \
+            }                                                                                                       \
+            _Pragma("unroll") for (int i = 0; i < 8; ++i)                                                           \
+            _Pragma("unroll") for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);               \
+        }
+        if (k_end - kb >= SK) {
 #pragma unroll
-        for (int kk = 0; kk < SK; ++kk) {
-            const float4 a0 = *reinterpret_cast<const float4*>(&As[buf][kk][ty * 4]);
-            const float4 a1 = *reinterpret_cast<const float4*>(&As[buf][kk][ty * 4 + 64]);
-            const float4 b0 = *reinterpret_cast<const float4*>(&Bs[buf][kk][tx * 4]);
-            const float av[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
-            float bv[8] = {b0.x, b0.y, b0.z, b0.w, 0.f, 0.f, 0.f, 0.f};
-            if constexpr (TN == 8) {
-                const float4 b1 = *reinterpret_cast<const float4*>(&Bs[buf][kk][tx * 4 + 64]);
-                bv[4] = b1.x; bv[5] = b1.y; bv[6] = b1.z; bv[7] = b1.w;
+            for (int kk = 0; kk < SK; ++kk) IG_STEP(kk)
+        } else {   // the reduction's last, partial buffer: its filled steps only (C*R*S = 25 fills 25 of 32)
+#pragma unroll
+            for (int kk = 0; kk < SK; ++kk) {
+                if (kk >= k_end - kb) break;
+                IG_STEP(kk)
             }
-#pragma unroll
-            for (int i = 0; i < 8; ++i)
-#pragma unroll
-                for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
         }
+#undef IG_STEP
         if (more) {
 #pragma unroll
             for (int t = 0; t < KS; ++t) ld.store(As[buf ^ 1] + t * IG_BK, Bs[buf ^ 1] + t * IG_BK, ra[t], rb[t]);
@@ -400,20 +499,89 @@ igemm_conv(const float* __restrict__ a, const float* __restrict__ b, float* __re
         buf ^= 1;
     }
 
-    const bool split = gridDim.z > 1;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-        const int m = m0 + ty * 4 + (i & 3) + (i >> 2) * 64;
-        if (m >= M) continue;
-        const long long row = ig_out_row<OP, CIN>(g, m);
+    if constexpr (OP == IG_BWD_SCATTER) {   // C[(n, p, q)][(c, r, s)] adds into dx[n, c, p*sh - ph + r*dh, ...]
+        int coff[TN], ch[TN], cw[TN];
 #pragma unroll
         for (int j = 0; j < TN; ++j) {
             const int col = n0 + tx * 4 + (j & 3) + (j >> 2) * 64;
-            if (col >= NC) continue;
-            float* dst = out + row + ig_out_col<OP, CIN>(g, col);
-            const float v = alpha * acc[i][j];
-            if (split) atomicAdd(dst, v);
-            else *dst = beta == 0.f ? v : fmaf(beta, *dst, v);
+            int c, r, s;
+            ig_split<CIN>(col < NC ? col : 0, g.C, g.R, g.S, c, r, s);
+            coff[j] = col < NC ? c : -1;
+            ch[j] = r * g.dh - g.ph;
+            cw[j] = s * g.dw - g.pw;
+        }
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            const int m = m0 + ty * 4 + (i & 3) + (i >> 2) * 64;
+            if (m >= M) continue;
+            int n, p, q;
+            ig_pixel(m, g.P, g.Q, n, p, q);
+            float* base = out + n * g.xs[0];
+#pragma unroll
+            for (int j = 0; j < TN; ++j) {
+                const int h = p * g.sh + ch[j], w = q * g.sw + cw[j];
+                if (coff[j] >= 0 && (unsigned)h < (unsigned)g.H && (unsigned)w < (unsigned)g.W)
+                    atomicAdd(base + coff[j] * g.xs[1] + h * g.xs[2] + w * g.xs[3], alpha * acc[i][j]);
+            }
+        }
+        return;
+    }
+    if (gridDim.z > 1) {               // a split backward filter adds its partial sums
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            const int m = m0 + ty * 4 + (i & 3) + (i >> 2) * 64;
+            if (m >= M) continue;
+            const long long row = ig_out_row<OP, CIN>(g, m);
+#pragma unroll
+            for (int j = 0; j < TN; ++j) {
+                const int col = n0 + tx * 4 + (j & 3) + (j >> 2) * 64;
+                if (col < NC) atomicAdd(out + row + ig_out_col<OP, CIN>(g, col), alpha * acc[i][j]);
+            }
+        }
+        return;
+    }
+    if (LM && vec_out == IG_VEC_ROWS) {            // four consecutive rows are four consecutive floats (NCHW y, dx)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int m = m0 + ty * 4 + h * 64;
+            if (m >= M) continue;
+            const long long row = ig_out_row<OP, CIN>(g, m);
+#pragma unroll
+            for (int j = 0; j < TN; ++j) {
+                const int col = n0 + tx * 4 + (j & 3) + (j >> 2) * 64;
+                if (col >= NC) continue;
+                ig_store4(out + row + ig_out_col<OP, CIN>(g, col), acc[h * 4][j], acc[h * 4 + 1][j],
+                          acc[h * 4 + 2][j], acc[h * 4 + 3][j], min(4, M - m), alpha, beta);
+            }
+        }
+    } else if (!LM && vec_out == IG_VEC_COLS) {    // four consecutive columns are four consecutive floats
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            const int m = m0 + ty * 4 + (i & 3) + (i >> 2) * 64;
+            if (m >= M) continue;
+            float* row = out + ig_out_row<OP, CIN>(g, m);
+#pragma unroll
+            for (int q = 0; q < TN / 4; ++q) {
+                const int col = n0 + tx * 4 + q * 64;
+                if (col >= NC) continue;
+                ig_store4(row + ig_out_col<OP, CIN>(g, col), acc[i][q * 4], acc[i][q * 4 + 1], acc[i][q * 4 + 2],
+                          acc[i][q * 4 + 3], min(4, NC - col), alpha, beta);
+            }
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            const int m = m0 + ty * 4 + (i & 3) + (i >> 2) * 64;
+            if (m >= M) continue;
+            const long long row = ig_out_row<OP, CIN>(g, m);
+#pragma unroll
+            for (int j = 0; j < TN; ++j) {
+                const int col = n0 + tx * 4 + (j & 3) + (j >> 2) * 64;
+                if (col >= NC) continue;
+                float* dst = out + row + ig_out_col<OP, CIN>(g, col);
+                const float v = alpha * acc[i][j];
+                *dst = beta == 0.f ? v : fmaf(beta, *dst, v);
+            }
         }
     }
 }
@@ -428,41 +596,45 @@ __global__ void igemm_scale(float* __restrict__ out, long long count, float beta
 #ifdef UCUDNN_NVCC_CHECK
 #define IGEMM_ARGS const float*, const float*, float*, int, int, int, int, int, int, int, int, int, int, int, int, \
     int, int, int, long long, long long, long long, long long, long long, long long, long long, long long, long long, \
-    long long, long long, long long, int, int, int, int, float, float
-template __global__ void igemm_conv<IG_FWD, true, true, true, true, true, 128, 1>(IGEMM_ARGS);
-template __global__ void igemm_conv<IG_FWD, true, true, true, true, true, 128, 2>(IGEMM_ARGS);
-template __global__ void igemm_conv<IG_FWD, true, true, true, true, true, 64, 1>(IGEMM_ARGS);
-template __global__ void igemm_conv<IG_FWD, true, true, true, true, true, 64, 2>(IGEMM_ARGS);
-template __global__ void igemm_conv<IG_FWD, false, true, false, false, true, 128, 1>(IGEMM_ARGS);
-template __global__ void igemm_conv<IG_FWD, false, true, false, false, true, 128, 2>(IGEMM_ARGS);
-template __global__ void igemm_conv<IG_FWD, false, true, false, false, true, 64, 1>(IGEMM_ARGS);
-template __global__ void igemm_conv<IG_FWD, false, true, false, false, true, 64, 2>(IGEMM_ARGS);
-template __global__ void igemm_conv<IG_FWD, true, true, true, false, false, 128, 1>(IGEMM_ARGS);
-template __global__ void igemm_conv<IG_FWD, true, true, true, false, false, 128, 2>(IGEMM_ARGS);
-template __global__ void igemm_conv<IG_FWD, true, true, true, false, false, 64, 1>(IGEMM_ARGS);
-template __global__ void igemm_conv<IG_FWD, true, true, true, false, false, 64, 2>(IGEMM_ARGS);
-template __global__ void igemm_conv<IG_BWD_DATA, true, false, true, true, false, 128, 1>(IGEMM_ARGS);
-template __global__ void igemm_conv<IG_BWD_DATA, true, false, true, true, false, 128, 2>(IGEMM_ARGS);
-template __global__ void igemm_conv<IG_BWD_DATA, true, false, true, true, false, 64, 1>(IGEMM_ARGS);
-template __global__ void igemm_conv<IG_BWD_DATA, true, false, true, true, false, 64, 2>(IGEMM_ARGS);
-template __global__ void igemm_conv<IG_BWD_DATA, false, true, false, false, false, 128, 1>(IGEMM_ARGS);
-template __global__ void igemm_conv<IG_BWD_DATA, false, true, false, false, false, 128, 2>(IGEMM_ARGS);
-template __global__ void igemm_conv<IG_BWD_DATA, false, true, false, false, false, 64, 1>(IGEMM_ARGS);
-template __global__ void igemm_conv<IG_BWD_DATA, false, true, false, false, false, 64, 2>(IGEMM_ARGS);
-template __global__ void igemm_conv<IG_BWD_FILTER, false, false, true, false, false, 128, 1>(IGEMM_ARGS);
-template __global__ void igemm_conv<IG_BWD_FILTER, false, false, true, false, false, 128, 2>(IGEMM_ARGS);
-template __global__ void igemm_conv<IG_BWD_FILTER, false, false, true, false, false, 64, 1>(IGEMM_ARGS);
-template __global__ void igemm_conv<IG_BWD_FILTER, false, false, true, false, false, 64, 2>(IGEMM_ARGS);
-template __global__ void igemm_conv<IG_BWD_FILTER, false, false, true, true, true, 128, 1>(IGEMM_ARGS);
-template __global__ void igemm_conv<IG_BWD_FILTER, false, false, true, true, true, 128, 2>(IGEMM_ARGS);
-template __global__ void igemm_conv<IG_BWD_FILTER, false, false, true, true, true, 64, 1>(IGEMM_ARGS);
-template __global__ void igemm_conv<IG_BWD_FILTER, false, false, true, true, true, 64, 2>(IGEMM_ARGS);
-template __global__ void igemm_conv<IG_BWD_DATA, true, false, true, true, true, 128, 1>(IGEMM_ARGS);
-template __global__ void igemm_conv<IG_BWD_DATA, true, false, true, true, true, 128, 2>(IGEMM_ARGS);
-template __global__ void igemm_conv<IG_BWD_DATA, true, false, true, true, true, 64, 1>(IGEMM_ARGS);
-template __global__ void igemm_conv<IG_BWD_DATA, true, false, true, true, true, 64, 2>(IGEMM_ARGS);
-template __global__ void igemm_conv<IG_BWD_FILTER, true, true, false, false, false, 128, 1>(IGEMM_ARGS);
-template __global__ void igemm_conv<IG_BWD_FILTER, true, true, false, false, false, 128, 2>(IGEMM_ARGS);
-template __global__ void igemm_conv<IG_BWD_FILTER, true, true, false, false, false, 64, 1>(IGEMM_ARGS);
-template __global__ void igemm_conv<IG_BWD_FILTER, true, true, false, false, false, 64, 2>(IGEMM_ARGS);
+    long long, long long, long long, int, int, int, int, float, float, int
+template __global__ void igemm_conv<IG_FWD, true, true, true, true, true, 128, 1, false>(IGEMM_ARGS);
+template __global__ void igemm_conv<IG_FWD, true, true, true, true, true, 128, 2, false>(IGEMM_ARGS);
+template __global__ void igemm_conv<IG_FWD, true, true, true, true, true, 64, 1, false>(IGEMM_ARGS);
+template __global__ void igemm_conv<IG_FWD, true, true, true, true, true, 64, 2, false>(IGEMM_ARGS);
+template __global__ void igemm_conv<IG_FWD, false, true, false, false, true, 128, 1, true>(IGEMM_ARGS);
+template __global__ void igemm_conv<IG_FWD, false, true, false, false, true, 128, 2, true>(IGEMM_ARGS);
+template __global__ void igemm_conv<IG_FWD, false, true, false, false, true, 64, 1, true>(IGEMM_ARGS);
+template __global__ void igemm_conv<IG_FWD, false, true, false, false, true, 64, 2, true>(IGEMM_ARGS);
+template __global__ void igemm_conv<IG_FWD, true, true, true, false, false, 128, 1, false>(IGEMM_ARGS);
+template __global__ void igemm_conv<IG_FWD, true, true, true, false, false, 128, 2, false>(IGEMM_ARGS);
+template __global__ void igemm_conv<IG_FWD, true, true, true, false, false, 64, 1, false>(IGEMM_ARGS);
+template __global__ void igemm_conv<IG_FWD, true, true, true, false, false, 64, 2, false>(IGEMM_ARGS);
+template __global__ void igemm_conv<IG_BWD_DATA, true, false, true, true, false, 128, 1, false>(IGEMM_ARGS);
+template __global__ void igemm_conv<IG_BWD_DATA, true, false, true, true, false, 128, 2, false>(IGEMM_ARGS);
+template __global__ void igemm_conv<IG_BWD_DATA, true, false, true, true, false, 64, 1, false>(IGEMM_ARGS);
+template __global__ void igemm_conv<IG_BWD_DATA, true, false, true, true, false, 64, 2, false>(IGEMM_ARGS);
+template __global__ void igemm_conv<IG_BWD_DATA, false, true, false, false, false, 128, 1, true>(IGEMM_ARGS);
+template __global__ void igemm_conv<IG_BWD_DATA, false, true, false, false, false, 128, 2, true>(IGEMM_ARGS);
+template __global__ void igemm_conv<IG_BWD_DATA, false, true, false, false, false, 64, 1, true>(IGEMM_ARGS);
+template __global__ void igemm_conv<IG_BWD_DATA, false, true, false, false, false, 64, 2, true>(IGEMM_ARGS);
+template __global__ void igemm_conv<IG_BWD_FILTER, false, false, true, false, false, 128, 1, false>(IGEMM_ARGS);
+template __global__ void igemm_conv<IG_BWD_FILTER, false, false, true, false, false, 128, 2, false>(IGEMM_ARGS);
+template __global__ void igemm_conv<IG_BWD_FILTER, false, false, true, false, false, 64, 1, false>(IGEMM_ARGS);
+template __global__ void igemm_conv<IG_BWD_FILTER, false, false, true, false, false, 64, 2, false>(IGEMM_ARGS);
+template __global__ void igemm_conv<IG_BWD_FILTER, false, false, true, true, true, 128, 1, false>(IGEMM_ARGS);
+template __global__ void igemm_conv<IG_BWD_FILTER, false, false, true, true, true, 128, 2, false>(IGEMM_ARGS);
+template __global__ void igemm_conv<IG_BWD_FILTER, false, false, true, true, true, 64, 1, false>(IGEMM_ARGS);
+template __global__ void igemm_conv<IG_BWD_FILTER, false, false, true, true, true, 64, 2, false>(IGEMM_ARGS);
+template __global__ void igemm_conv<IG_BWD_DATA, true, false, true, true, true, 128, 1, false>(IGEMM_ARGS);
+template __global__ void igemm_conv<IG_BWD_DATA, true, false, true, true, true, 128, 2, false>(IGEMM_ARGS);
+template __global__ void igemm_conv<IG_BWD_DATA, true, false, true, true, true, 64, 1, false>(IGEMM_ARGS);
+template __global__ void igemm_conv<IG_BWD_DATA, true, false, true, true, true, 64, 2, false>(IGEMM_ARGS);
+template __global__ void igemm_conv<IG_BWD_FILTER, true, true, false, false, false, 128, 1, false>(IGEMM_ARGS);
+template __global__ void igemm_conv<IG_BWD_SCATTER, true, false, true, true, true, 128, 1, false>(IGEMM_ARGS);
+template __global__ void igemm_conv<IG_BWD_SCATTER, true, false, true, false, false, 128, 2, false>(IGEMM_ARGS);
+template __global__ void igemm_conv<IG_BWD_SCATTER, false, false, false, false, false, 128, 1, false>(IGEMM_ARGS);
+template __global__ void igemm_conv<IG_BWD_SCATTER, false, false, false, false, true, 64, 1, false>(IGEMM_ARGS);
+template __global__ void igemm_conv<IG_BWD_FILTER, true, true, false, false, false, 128, 2, false>(IGEMM_ARGS);
+template __global__ void igemm_conv<IG_BWD_FILTER, true, true, false, false, false, 64, 1, false>(IGEMM_ARGS);
+template __global__ void igemm_conv<IG_BWD_FILTER, true, true, false, false, false, 64, 2, false>(IGEMM_ARGS);
 #endif

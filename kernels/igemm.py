@@ -47,6 +47,7 @@ STAGES = (1, 2)
 NT = 256               # threads per block
 OPS = ("forward", "backward_data", "backward_filter")
 _OP_CODE = {"forward": 0, "backward_data": 1, "backward_filter": 2}
+SCATTER_CODE = 3       # IG_BWD_SCATTER
 #: a split of backward filter's reduction reduces at least this many elements (32 stages)
 MIN_SPLIT = 256
 #: blocks a split backward filter aims for per multiprocessor (two resident, two waves)
@@ -90,12 +91,17 @@ class Gemm:
     y_strides: tuple[int, int, int, int]
     bn: int = BN       # the block tile's width (columns of C)
     ks: int = 1        # stages of BK per shared-memory buffer
+    lm: bool = False   # a warp's lanes run along C's rows (NCHW y and dx: rows are a plane's pixels)
+    scatter: bool = False  # backward data as dy w added into dx (see the module doc)
 
     @classmethod
-    def of(cls, op: str, problem: ConvProblem, bn: int | None = None, ks: int = 1) -> "Gemm":
+    def of(cls, op: str, problem: ConvProblem, bn: int | None = None, ks: int = 1,
+           scatter: bool = False) -> "Gemm":
         """``op`` of ``problem`` as a GEMM; ``bn`` the tile width (None: :func:`tile_width` of its columns),
-        ``ks`` the stages per buffer."""
+        ``ks`` the stages per buffer; ``scatter``: backward data's scatter form."""
         check_tile(BN if bn is None else bn, ks)
+        if scatter and op != "backward_data":
+            raise InputError(f"only backward data has a scatter form, not {op}", "scatter")
         why = refusal(op, problem)
         if why:
             raise InputError(f"igemm cannot run {op} of {problem.describe()}: {why}", "problem")
@@ -109,6 +115,11 @@ class Gemm:
             a_k, b_k = nhwc, True
             vec_a = nhwc and p.c % 4 == 0
             vec_b = kr % 4 == 0            # w[k][kk] is packed in the reduction's own order
+        elif op == "backward_data" and scatter:
+            m, nc, kr = p.n * p.p * p.q, p.c * p.r * p.s, p.k
+            a_k, b_k = nhwc, False
+            vec_a = nhwc and p.k % 4 == 0 and all(v % 4 == 0 for v in (ys[0], ys[2], ys[3]))  # dy[n][p][q][k..k+3]
+            vec_b = nc % 4 == 0            # w[k][col..col+3]: the packed filter's row
         elif op == "backward_data":
             m, nc, kr = p.n * p.h * p.w, p.c, p.k * p.r * p.s
             a_k, b_k = nhwc, not nhwc
@@ -119,12 +130,14 @@ class Gemm:
             a_k, b_k = not nhwc, not nhwc
             vec_a = nhwc and p.k % 4 == 0 and all(v % 4 == 0 for v in (ys[0], ys[2], ys[3]))  # dy[..][k..k+3]
             vec_b = nhwc and p.c % 4 == 0  # x[n][h][w][c..c+3] of one tap
-        return cls(op, m, nc, kr, a_k, b_k, nhwc, vec_a, vec_b, xs, ws, ys, tile_width(nc) if bn is None else bn, ks)
+        lm = not nhwc and op != "backward_filter" and not scatter
+        return cls(op, m, nc, kr, a_k, b_k, nhwc, vec_a, vec_b, xs, ws, ys, tile_width(nc) if bn is None else bn, ks,
+                   lm, scatter)
 
     def name_expr(self, vec_a: bool, vec_b: bool) -> str:
         b = lambda v: "true" if v else "false"  # noqa: E731
-        return (f"igemm_conv<{_OP_CODE[self.op]},{b(self.a_k)},{b(self.b_k)},{b(self.cin)},{b(vec_a)},"
-                f"{b(vec_b)},{self.bn},{self.ks}>")
+        return (f"igemm_conv<{SCATTER_CODE if self.scatter else _OP_CODE[self.op]},{b(self.a_k)},{b(self.b_k)},{b(self.cin)},{b(vec_a)},"
+                f"{b(vec_b)},{self.bn},{self.ks},{b(self.lm)}>")
 
     def grid(self, splits: int = 1) -> tuple[int, int, int]:
         return (-(-self.m // BM), -(-self.nc // self.bn), splits)
@@ -169,21 +182,52 @@ def tile_width(nc: int) -> int:
     return NARROW if -(-nc // NARROW) * NARROW < -(-nc // BN) * BN else BN
 
 
-def variants(op: str, problem: ConvProblem) -> list[tuple[int, int]]:
-    """The (tile width, stages per buffer) the ``direct`` source measures for ``op`` of ``problem``: the wide
-    tile with one and two stages, and the narrow tile (one stage: with two, ptxas spills at two blocks per SM)
-    where :func:`tile_width` picks it.  Which is fastest depends on the shape and the device: measured, not
-    guessed."""
-    nc = Gemm.of(op, problem).nc
-    out = [(BN, 1), (BN, 2)]
-    if tile_width(nc) == NARROW:
-        out.append((NARROW, 1))
+def variants(op: str, problem: ConvProblem, deterministic: bool = False) -> list[tuple[int, int, bool]]:
+    """The (tile width, stages per buffer, scatter) the ``direct`` source measures for ``op`` of ``problem``: the
+    wide tile with one and two stages, and the narrow tile (one stage: with two, ptxas spills at two blocks per SM)
+    where :func:`tile_width` picks it; for backward data with a stride over 1 or fewer than 64 input channels, the
+    scatter form's tiles too (its atomics make it non-deterministic: not where ``deterministic``).  Which is fastest
+    depends on the shape and the device: measured, not guessed."""
+    forms = [False]
+    if op == "backward_data" and not deterministic and (problem.stride != (1, 1) or problem.c < NARROW):
+        forms.append(True)
+    out = []
+    for scatter in forms:
+        nc = Gemm.of(op, problem, scatter=scatter).nc
+        out += [(BN, 1, scatter), (BN, 2, scatter)]
+        if tile_width(nc) == NARROW:
+            out.append((NARROW, 1, scatter))
     return out
 
 
 def vector_ok(g: Gemm, ptr_a: int, ptr_b: int) -> tuple[bool, bool]:
     """Whether this launch may use float4 loads for A and B (16-byte aligned operands)."""
     return g.vec_a and ptr_a % 16 == 0, g.vec_b and ptr_b % 16 == 0
+
+
+#: the epilogue's store forms (``IG_VEC_*`` in igemm.cu): one float per store, or float4 over four rows / columns
+VEC_NONE, VEC_ROWS, VEC_COLS = 0, 1, 2
+
+
+def out_vector(g: Gemm, problem: ConvProblem, ptr_out: int) -> int:
+    """How this launch's epilogue may store C (``VEC_*``): float4 over four consecutive rows where the lanes run
+    along rows (``lm``) and every 4-aligned quad of rows is four consecutive floats (a packed plane whose pixel count
+    is a multiple of 4, channel and sample strides multiples of 4), or over four consecutive columns where columns
+    are unit-stride (NHWC y and dx, the packed dw) and every other stride is a multiple of 4; the output pointer
+    16-byte aligned (micro-batch offsets and channel slices move it).  Else one float per store."""
+    if ptr_out % 16:
+        return VEC_NONE
+    p = problem
+    if g.scatter:
+        return VEC_NONE                     # atomic adds, one float each
+    if g.op == "backward_filter":
+        return VEC_COLS if g.w_strides[0] % 4 == 0 else VEC_NONE
+    st, (a, b) = (g.y_strides, (p.p, p.q)) if g.op == "forward" else (g.x_strides, (p.h, p.w))
+    if g.lm:
+        ok = st[3] == 1 and st[2] == b and (a * b) % 4 == 0 and st[0] % 4 == 0 and st[1] % 4 == 0
+        return VEC_ROWS if ok else VEC_NONE
+    ok = st[1] == 1 and all(v % 4 == 0 for v in (st[0], st[2], st[3]))
+    return VEC_COLS if ok else VEC_NONE
 
 
 def _operand_roles(op: str) -> tuple[int, int]:
@@ -201,13 +245,13 @@ def sm_count() -> int:
 
 
 def launcher(op: str, problem: ConvProblem, splits: int | None = None, bn: int | None = None,
-             ks: int = 1) -> Launcher:
+             ks: int = 1, scatter: bool = False) -> Launcher:
     """``launch(a, b, out, alpha, beta)`` on raw pointers in cuDNN's operand order (forward: x, w, y; backward data:
     w, dy, dx; backward filter: x, dy, dw), on CuPy's current stream: out = alpha * op(a, b) + beta * out.
     ``splits``: backward filter's blocks along the reduction (None: :meth:`Gemm.split` for this device).  Every
     kernel a launch may pick is compiled here, so launching compiles and allocates nothing and never synchronises
-    (CUDA-graph capturable).  ``bn``, ``ks``: the tile (see :meth:`Gemm.of`)."""
-    g = Gemm.of(op, problem, bn, ks)
+    (CUDA-graph capturable).  ``bn``, ``ks``, ``scatter``: the tile and form (see :meth:`Gemm.of`)."""
+    g = Gemm.of(op, problem, bn, ks, scatter)
     p = problem
     splits, per = g.split(sm_count()) if splits is None else g.split_into(splits)
     grid = g.grid(splits)
@@ -217,7 +261,7 @@ def launcher(op: str, problem: ConvProblem, splits: int | None = None, bn: int |
     for va in {False, g.vec_a}:
         for vb in {False, g.vec_b}:
             kernels[(va, vb)] = _compile.get_kernel(SOURCE, g.name_expr(va, vb))
-    scale = _compile.get_kernel(SOURCE, "igemm_scale") if splits > 1 else None
+    scale = _compile.get_kernel(SOURCE, "igemm_scale") if splits > 1 or scatter else None
     i32, i64 = np.int32, np.int64
     dh, dw = p.dilation
     args = tuple(i32(v) for v in (p.n, p.c, p.h, p.w, p.k, p.p, p.q, p.r, p.s, p.pad[0], p.pad[1], p.stride[0],
@@ -225,7 +269,8 @@ def launcher(op: str, problem: ConvProblem, splits: int | None = None, bn: int |
     args += tuple(i64(v) for v in g.x_strides + g.w_strides + g.y_strides)
     args += (i32(g.m), i32(g.nc), i32(g.kr), i32(per))
     ia, ib = _operand_roles(op)
-    count = p.k * p.c * p.r * p.s
+    count = p.n * p.c * p.h * p.w if scatter else p.k * p.c * p.r * p.s    # what the atomics add into
+    store = out_vector(g, p, 0)         # the shape's store form; an unaligned output pointer takes single floats
     scale_grid = (min(-(-count // NT), 4096),)
 
     def launch(a: int, b: int, out: int, alpha: float, beta: float) -> None:
@@ -235,7 +280,8 @@ def launcher(op: str, problem: ConvProblem, splits: int | None = None, bn: int |
         if scale is not None:
             scale(scale_grid, (NT,), (out, i64(count), np.float32(beta)))
             beta = 1.0
-        kern(grid, (NT,), (pa, pb, out) + args + (np.float32(alpha), np.float32(beta)))
+        vec = store if out % 16 == 0 else VEC_NONE
+        kern(grid, (NT,), (pa, pb, out) + args + (np.float32(alpha), np.float32(beta), i32(vec)))
 
     return launch
 
@@ -255,13 +301,32 @@ def _pixel(idx: np.ndarray, a: int, b: int) -> tuple[np.ndarray, np.ndarray, np.
     return t // a, t % a, idx - t * b
 
 
+def out_offsets(g: Gemm, problem: ConvProblem) -> tuple[np.ndarray, np.ndarray]:
+    """Element offsets of C's rows and columns in the output (``ig_out_row`` / ``ig_out_col``): C[m][col] is at
+    ``rows[m] + cols[col]``."""
+    p = problem
+    if g.op == "forward":
+        n, a, b = _pixel(np.arange(g.m), p.p, p.q)
+        st = g.y_strides
+    elif g.op == "backward_data":
+        n, a, b = _pixel(np.arange(g.m), p.h, p.w)
+        st = g.x_strides
+    else:
+        c, r, s = _split(np.arange(g.nc), p.c, p.r, p.s, g.cin)
+        ws = g.w_strides
+        return np.arange(g.m) * ws[0], c * ws[1] + r * ws[2] + s * ws[3]
+    return n * st[0] + a * st[2] + b * st[3], np.arange(g.nc) * st[1]
+
+
 def emulate(op: str, problem: ConvProblem, a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None,
-            alpha: float = 1.0, beta: float = 0.0) -> np.ndarray:
+            alpha: float = 1.0, beta: float = 0.0, scatter: bool = False) -> np.ndarray:
     """One launch on the CPU as the kernel computes it: A and B gathered element by element through the same index
     decoding and strides (flat operands in the problem's layout), C = A B in float64, written through the
     kernel's output addressing.  ``a``, ``b`` in cuDNN's operand order; returns ``out`` (float64, flat)."""
-    g = Gemm.of(op, problem)
+    g = Gemm.of(op, problem, scatter=scatter)
     p = problem
+    if scatter:
+        return _emulate_scatter(g, p, a, b, out, alpha, beta)
     dh, dwl = p.dilation
     (ph, pw), (sh, sw) = p.pad, p.stride
     ia, ib = _operand_roles(op)
@@ -280,9 +345,6 @@ def emulate(op: str, problem: ConvProblem, a: np.ndarray, b: np.ndarray, out: np
         A = np.where(ok, A_src[np.where(ok, n * xs[0] + c * xs[1] + h * xs[2] + w * xs[3], 0)], 0.0)
         c2, r2, s2 = _split(kkc, p.c, p.r, p.s, g.cin)
         B = B_src[col * ws[0] + c2 * ws[1] + r2 * ws[2] + s2 * ws[3]]
-        n_o, p_o, q_o = _pixel(np.arange(g.m), p.p, p.q)
-        rows = n_o * ys[0] + p_o * ys[2] + q_o * ys[3]
-        cols = np.arange(g.nc) * ys[1]
     elif op == "backward_data":
         n, hh, ww = _pixel(m, p.h, p.w)
         k, r, s = _split(kk, p.k, p.r, p.s, g.cin)
@@ -292,9 +354,6 @@ def emulate(op: str, problem: ConvProblem, a: np.ndarray, b: np.ndarray, out: np
                      0.0)
         k2, r2, s2 = _split(kkc, p.k, p.r, p.s, g.cin)
         B = B_src[k2 * ws[0] + col * ws[1] + r2 * ws[2] + s2 * ws[3]]
-        n_o, h_o, w_o = _pixel(np.arange(g.m), p.h, p.w)
-        rows = n_o * xs[0] + h_o * xs[2] + w_o * xs[3]
-        cols = np.arange(g.nc) * xs[1]
     else:
         n, pp, qq = _pixel(kk, p.p, p.q)
         A = A_src[m * ys[1] + n * ys[0] + pp * ys[2] + qq * ys[3]]
@@ -303,16 +362,36 @@ def emulate(op: str, problem: ConvProblem, a: np.ndarray, b: np.ndarray, out: np
         h, w = p2 * sh + r * dh - ph, q2 * sw + s * dwl - pw
         ok = (h >= 0) & (h < p.h) & (w >= 0) & (w < p.w)
         B = np.where(ok, B_src[np.where(ok, c * xs[1] + n2 * xs[0] + h * xs[2] + w * xs[3], 0)], 0.0)
-        rows = np.arange(g.m) * ws[0]
-        c_o, r_o, s_o = _split(np.arange(g.nc), p.c, p.r, p.s, g.cin)
-        cols = c_o * ws[1] + r_o * ws[2] + s_o * ws[3]
     C = A @ B
+    rows, cols = out_offsets(g, p)
     size = int(np.prod(problem.shape({"forward": "y", "backward_data": "x", "backward_filter": "w"}[op])))
     if op == "forward" and p.k_total is not None:
         size = 1 + sum((d - 1) * st for d, st in zip((p.n, p.k, p.p, p.q), ys))
     result = np.zeros(size) if out is None else np.asarray(out, np.float64).ravel().copy()
     idx = rows[:, None] + cols[None, :]
     result[idx] = alpha * C + (beta * result[idx] if beta else 0.0)
+    return result
+
+
+def _emulate_scatter(g: Gemm, p: ConvProblem, w: np.ndarray, dy: np.ndarray, out: np.ndarray | None, alpha: float,
+                     beta: float) -> np.ndarray:
+    """Backward data's scatter form as the kernel computes it: C[(n,p,q)][(c,r,s)] = sum_k dy w (dy's rows through
+    y's strides, w's packed rows), then each element added into dx at its tap's pixel, after dx *= beta."""
+    xs, ws, ys = g.x_strides, g.w_strides, g.y_strides
+    dy_src, w_src = np.asarray(dy, np.float64).ravel(), np.asarray(w, np.float64).ravel()
+    n, pp, qq = _pixel(np.arange(g.m)[:, None], p.p, p.q)
+    k = np.arange(g.kr)[None, :]
+    A = dy_src[n * ys[0] + k * ys[1] + pp * ys[2] + qq * ys[3]]
+    B = w_src[np.arange(g.kr)[:, None] * ws[0] + np.arange(g.nc)[None, :]]
+    C = A @ B
+    c, r, s = _split(np.arange(g.nc)[None, :], p.c, p.r, p.s, g.cin)
+    h = pp * p.stride[0] - p.pad[0] + r * p.dilation[0]
+    w_ = qq * p.stride[1] - p.pad[1] + s * p.dilation[1]
+    ok = (h >= 0) & (h < p.h) & (w_ >= 0) & (w_ < p.w)
+    size = p.n * p.c * p.h * p.w
+    result = np.zeros(size) if out is None else beta * np.asarray(out, np.float64).ravel()
+    idx = n * xs[0] + c * xs[1] + h * xs[2] + w_ * xs[3]
+    np.add.at(result, idx[ok], alpha * C[ok])
     return result
 
 
@@ -351,5 +430,6 @@ def reference(op: str, problem: ConvProblem, a: np.ndarray, b: np.ndarray) -> np
     return _layout(dw, p.layout)
 
 
-__all__ = ["BK", "BM", "BN", "Gemm", "NARROW", "NT", "OPS", "STAGES", "check_splits", "check_tile", "emulate",
-           "launcher", "packed_strides", "reference", "refusal", "tile_width", "variants", "vector_ok"]
+__all__ = ["BK", "BM", "BN", "Gemm", "NARROW", "NT", "OPS", "STAGES", "VEC_COLS", "VEC_NONE", "VEC_ROWS", "check_splits",
+           "check_tile", "emulate", "launcher", "out_vector", "packed_strides", "reference", "refusal", "tile_width",
+           "variants", "vector_ok"]

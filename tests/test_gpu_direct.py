@@ -265,7 +265,8 @@ def test_fold_and_relayout_wrap_the_direct_source(via, name, op):
 def test_benchmark_table_and_wr_plan_run_direct_rows():
     """benchmark() with sources legacy + direct, the table through its JSON Schema, WR at a zero workspace limit,
     executed: whichever source the plan picks, the result is the convolution.  A float32 layer gets the seed
-    kernel's row (forward, backward data) and one implicit-GEMM row per tile (every op)."""
+    kernel's row (forward, backward data) and one implicit-GEMM row per tile (every op; backward data of this C = 1
+    layer also in the scatter form)."""
     import cupy as cp
 
     import ucudnn
@@ -283,7 +284,8 @@ def test_benchmark_table_and_wr_plan_run_direct_rows():
     for kb in table.kernels:
         direct = [m for m in kb.measurements if m.source == "direct"]
         seed = [(m.workspace_bytes, m.math_type) for m in direct if m.algo != IGEMM]
-        tiles = [(m.extra["direct"]["bn"], m.extra["direct"]["ks"]) for m in direct if m.algo == IGEMM]
+        tiles = [(m.extra["direct"]["bn"], m.extra["direct"]["ks"], m.extra["direct"].get("scatter", False))
+                 for m in direct if m.algo == IGEMM]
         assert seed == ([] if kb.op == "backward_filter" else [(0, "FMA")])
         assert tiles == variants(kb.op, p) and all(m.workspace_bytes == 0 for m in direct)
     plan = ucudnn.plan(table, "wr", workspace_limit=0, batch_policy="undivided")

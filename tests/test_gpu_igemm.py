@@ -52,13 +52,13 @@ def _operands(op: str, x, w, dy):
 
 
 def _plan(p: ConvProblem, op: str, sizes: list[int], numerics: str = "strict", bn: int | None = None,
-          ks: int = 1):
+          ks: int = 1, scatter: bool = False):
     from ucudnn.measure.sources.direct import DirectSource
     from ucudnn.planning.plan import KernelPlan, MicroConfig
 
     src = DirectSource(tune=False)
     return KernelPlan(f"test/{op}", op, p, [MicroConfig.of(src.configure_igemm(op, p.with_batch(mb), numerics,
-                                                                               bn, ks))
+                                                                               bn, ks, scatter))
                                             for mb in sizes])
 
 
@@ -117,6 +117,48 @@ def test_every_tile_computes_the_same_convolution(name, layout, op, tile):
     got = out.get()
     assert not np.isnan(got).any(), "every output element is written"
     assert rel_err(got, _reference(p, op, a, b)) < TOL_REF
+
+
+@pytest.mark.parametrize("tile", [(128, 1), (128, 2), (64, 1)])
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_backward_datas_scatter_form_matches_float64_micro_batched_with_alpha_and_beta(name, layout, tile):
+    """The scatter form (dy w added atomically into dx) on every case and tile, micro-batched unevenly, blending
+    0.5 * dx' + 2 * dx into an output that holds data."""
+    import cupy as cp
+
+    from ucudnn.execute.executor import Executor
+
+    base, sizes = CASES[name]
+    p = _in(base, layout)
+    x, w, dy = _tensors(p, seed=len(name) + 11)
+    plan = _plan(p, "backward_data", sizes, bn=tile[0], ks=tile[1], scatter=True)
+    assert all(c.extra["direct"]["scatter"] and not c.extra["deterministic"] for c in plan.configs)
+    old = cp.random.default_rng(5).standard_normal(x.shape, dtype="float32")
+    out = old.copy()
+    Executor(plan)(w, dy, out, alpha=0.5, beta=2.0)
+    want = 0.5 * _reference(p, "backward_data", w, dy) + 2.0 * old.get().astype(np.float64)
+    assert rel_err(out.get(), want) < TOL_REF
+
+
+def test_the_scatter_form_is_refused_under_deterministic_numerics_and_replays_captured():
+    import cupy as cp
+
+    from ucudnn.errors import InputError
+    from ucudnn.execute.executor import Executor
+
+    p = _in(CASES["c3-11x11-stride4"][0], "NHWC")
+    with pytest.raises(InputError) as e:
+        _plan(p, "backward_data", [p.n], "strict-deterministic", scatter=True)
+    assert e.value.field == "scatter"
+    x, w, dy = _tensors(p, seed=3)
+    out = cp.zeros(x.shape, dtype="float32")
+    ex = Executor(_plan(p, "backward_data", [3, 2], scatter=True), replay=True)
+    ex(w, dy, out)
+    dy[...] = cp.random.default_rng(23).standard_normal(dy.shape, dtype="float32")
+    ex(w, dy, out)
+    assert ex.replay_failures == [] and len(ex._graphs) == 1
+    assert rel_err(out.get(), _reference(p, "backward_data", w, dy)) < TOL_REF
 
 
 @pytest.mark.parametrize("op", ["forward", "backward_data", "backward_filter"])
@@ -246,7 +288,8 @@ def test_the_source_measures_an_igemm_row_per_op(op):
     ms, sk = DirectSource(tune=False).measure(op, p, Operands(a.data.ptr, b.data.ptr, out.data.ptr), 0,
                                               BenchSettings("strict"))
     rows = [m for m in ms if m.algo == IGEMM]
-    assert [(m.extra["direct"]["bn"], m.extra["direct"]["ks"]) for m in rows] == variants(op, p)
+    assert [(m.extra["direct"]["bn"], m.extra["direct"]["ks"], m.extra["direct"].get("scatter", False))
+            for m in rows] == variants(op, p)
     assert all(m.time_ms > 0 and m.workspace_bytes == 0 and m.math_type == "FMA" and m.source == "direct"
                for m in rows)
     assert not [s for s in sk if s.algo == IGEMM]

@@ -80,6 +80,32 @@ def test_the_kernels_index_math_computes_each_op(p, op):
     np.testing.assert_allclose(got, G.reference(op, p, a, b).ravel(), rtol=1e-10, atol=1e-10)
 
 
+@SETTINGS
+@given(p=problems(), beta=st.sampled_from([0.0, 1.0, -0.5]))
+def test_backward_datas_scatter_form_adds_each_taps_product_into_its_pixel(p, beta):
+    w, dy = operands("backward_data", p)
+    old = np.random.default_rng(2).standard_normal(p.n * p.c * p.h * p.w)
+    got = G.emulate("backward_data", p, w, dy, old, alpha=0.5, beta=beta, scatter=True)
+    want = 0.5 * G.reference("backward_data", p, w, dy).ravel() + beta * old
+    np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10)
+
+
+def test_the_scatter_form_is_dy_times_the_packed_filter_and_measured_where_strides_skip_taps():
+    conv1 = ConvProblem(256, 3, 224, 224, 64, 11, 11, pad=(2, 2), stride=(4, 4), layout="NHWC")
+    g = G.Gemm.of("backward_data", conv1, scatter=True)
+    assert (g.m, g.nc, g.kr) == (256 * 55 * 55, 3 * 121, 64) and g.a_k and g.vec_a and not g.vec_b
+    assert g.name_expr(True, False).startswith(f"igemm_conv<{G.SCATTER_CODE},") and not g.lm
+    assert G.out_vector(g, conv1, 0) == G.VEC_NONE                 # atomics, one float each
+    assert G.Gemm.of("backward_data", conv1).nc == 3              # the gather form: 3 of 64 columns busy
+    assert [sc for _, _, sc in G.variants("backward_data", conv1)] == [False] * 3 + [True] * 2
+    assert not any(sc for _, _, sc in G.variants("backward_data", conv1, deterministic=True))
+    wide = ConvProblem(8, 64, 13, 13, 128, 3, 3, pad=(1, 1))
+    assert not any(sc for _, _, sc in G.variants("backward_data", wide))  # stride 1, 64 channels: gather only
+    with pytest.raises(InputError, match="only backward data") as e:
+        G.Gemm.of("forward", wide, scatter=True)
+    assert e.value.field == "scatter"
+
+
 @pytest.mark.parametrize("op", G.OPS)
 def test_alpha_and_beta_blend_with_the_output(op):
     p = ConvProblem(3, 4, 5, 5, 8, 3, 3, pad=(1, 1), layout="NHWC")
@@ -104,6 +130,37 @@ def test_a_channel_slice_writes_only_its_channels_of_the_wider_y(layout):
     y_got = y_got if layout == "NCHW" else y_got.transpose(0, 3, 1, 2)
     np.testing.assert_allclose(y_got[:, :3], y[:, :3], rtol=1e-10, atol=1e-10)
     assert not y_got[:, 3:].any()
+
+
+@given(p=problems(), op=st.sampled_from(G.OPS), slice_k=st.booleans(), k_total=st.integers(0, 9))
+@SETTINGS
+def test_float4_stores_are_claimed_only_where_four_rows_or_columns_are_four_aligned_floats(p, op, slice_k, k_total):
+    if slice_k and op == "forward":
+        p = p.with_channels(p.k, p.k + k_total)
+    g = G.Gemm.of(op, p)
+    rows, cols = G.out_offsets(g, p)
+    form = G.out_vector(g, p, 0)
+    assert G.out_vector(g, p, 4) == G.VEC_NONE            # an unaligned output pointer stores single floats
+    assert form != G.VEC_ROWS or g.lm                      # lanes run along rows where rows are stored as float4
+    quads = {G.VEC_ROWS: (rows, cols), G.VEC_COLS: (cols, rows)}.get(form)
+    if quads is None:
+        return
+    along, other = quads
+    assert (other % 4 == 0).all()
+    for first in range(0, len(along), 4):                 # every 4-aligned quad: 16-byte aligned, consecutive
+        q = along[first:first + 4]
+        assert q[0] % 4 == 0 and (q == q[0] + np.arange(len(q))).all()
+
+
+def test_nchw_outputs_store_along_rows_and_nhwc_and_dw_along_columns():
+    c1 = ConvProblem(256, 1, 28, 28, 512, 5, 5, pad=(2, 2))
+    assert G.out_vector(G.Gemm.of("forward", c1), c1, 0) == G.VEC_ROWS
+    odd = ConvProblem(3, 1, 27, 27, 16, 5, 5, pad=(2, 2))                  # 729 pixels a plane
+    assert G.out_vector(G.Gemm.of("forward", odd), odd, 0) == G.VEC_NONE
+    nhwc = ConvProblem(8, 64, 27, 27, 192, 5, 5, pad=(2, 2), layout="NHWC")
+    for op in G.OPS:
+        assert G.out_vector(G.Gemm.of(op, nhwc), nhwc, 0) == G.VEC_COLS
+    assert G.Gemm.of("forward", c1).name_expr(False, False).endswith(",true>")
 
 
 def test_loads_run_along_contiguous_memory_and_vectors_need_four_aligned_channels():
@@ -177,11 +234,12 @@ def test_the_narrow_tile_is_picked_exactly_where_it_saves_half_a_wide_tile(nc):
 def test_the_source_measures_both_stage_counts_and_the_narrow_tile_where_it_fits(k, widths):
     p = ConvProblem(8, 64, 13, 13, k, 3, 3, pad=(1, 1), layout="NHWC")
     v = G.variants("forward", p)
-    assert [bn for bn, _ in v] == widths and [ks for _, ks in v][:2] == [1, 2]
+    assert [bn for bn, _, _ in v] == widths and [ks for _, ks, _ in v][:2] == [1, 2]
+    assert not any(scatter for _, _, scatter in v)
     assert G.Gemm.of("forward", p).bn == widths[-1]             # the default tile is tile_width's
     g = G.Gemm.of("forward", p, 64, 2)
     assert (g.bn, g.ks) == (64, 2) and g.grid()[1] == -(-k // 64)
-    assert g.name_expr(True, True).endswith(",64,2>")
+    assert g.name_expr(True, True).endswith(",64,2,false>")
 
 
 @pytest.mark.parametrize("bn, ks, field", [(96, 1, "bn"), (128, 3, "ks"), (64, 0, "ks")])

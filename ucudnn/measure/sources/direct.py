@@ -15,7 +15,9 @@ measured launch whatever the tuning cache holds later.
 
 Implicit GEMM (``direct-igemm``, ``kernels/igemm.cu``): every float32 layer without groups also gets
 configurations of the FP32 implicit-GEMM kernel, one per tile (``kernels.igemm.variants``: 128 x 128 with one or
-two stages per buffer, 128 x 64 for narrow GEMMs; ``extra["direct"]["bn"]`` / ``["ks"]``), for all three ops: each
+two stages per buffer, 128 x 64 for narrow GEMMs; ``extra["direct"]["bn"]`` / ``["ks"]``; backward data at
+strides over 1 or with few channels also in its scatter form, ``["scatter"]``: atomic, not deterministic), for all
+three ops: each
 op one GEMM over the micro-batch, its lowered operand gathered in the tile loads, so still no workspace.  Why
 beside the seed's kernels: within 8 MiB cuDNN runs AlexNet b256's FP32 layers at 11-20 TFLOPS, and the seed's
 multi-channel kernel (stride-fixed blocks) below that; a 128 x 128 GEMM tile gives the FMA units ten times more work
@@ -118,9 +120,10 @@ class DirectSource(Prepared):
                 variants.append((DW_ALGOS[problem.r],
                                  lambda rows=rows, minb=minb: configure_dw(op, problem, rows, minb)))
         if igemm.refusal(op, problem) is None:
-            for bn, ks in igemm.variants(op, problem):
-                variants.append((IGEMM, lambda bn=bn, ks=ks: self.configure_igemm(op, problem, settings.numerics,
-                                                                                  bn, ks)))
+            deterministic = settings.numerics is not None and num.deterministic_only(settings.numerics)
+            for bn, ks, scatter in igemm.variants(op, problem, deterministic):
+                variants.append((IGEMM, lambda bn=bn, ks=ks, sc=scatter: self.configure_igemm(
+                    op, problem, settings.numerics, bn, ks, sc)))
         # the seed kernel first: where the implicit GEMM is hopeless beside it (AlexNet conv1's backward data, C = 3
         # at stride 4: 1.4 s a call at n = 256 on an H100, most of each 128-column tile idle), one sample is kept
         pruner = Pruner(settings, trust_long=False)
@@ -154,18 +157,24 @@ class DirectSource(Prepared):
                            {"direct": info, "deterministic": True})
 
     def configure_igemm(self, op: str, problem: ConvProblem, numerics: str | None = None, bn: int | None = None,
-                        ks: int = 1) -> Measurement:
+                        ks: int = 1, scatter: bool = False) -> Measurement:
         """The implicit-GEMM configuration of ``op`` on ``problem`` for the current device with the tile ``bn``
-        x ``ks`` (:func:`kernels.igemm.variants`): backward filter's split of the reduction (one block per
-        output tile under ``-deterministic`` numerics).  The tile is recorded, so ``prepare`` runs the measured
+        x ``ks`` and form (:func:`kernels.igemm.variants`): backward filter's split of the reduction (one block
+        per output tile under ``-deterministic`` numerics), backward data's scatter form (atomic adds: refused
+        under ``-deterministic`` numerics).  The tile and form are recorded, so ``prepare`` runs the measured
         launch whatever :func:`kernels.igemm.tile_width` picks later."""
         from ucudnn.kernels import igemm
 
-        g = igemm.Gemm.of(op, problem, bn, ks)
-        splits = 1 if numerics is not None and num.deterministic_only(numerics) else g.split(igemm.sm_count())[0]
+        deterministic = numerics is not None and num.deterministic_only(numerics)
+        if scatter and deterministic:
+            raise InputError(f"igemm's scatter form adds atomically: not under {numerics} numerics", "scatter")
+        g = igemm.Gemm.of(op, problem, bn, ks, scatter)
+        splits = 1 if deterministic else g.split(igemm.sm_count())[0]
+        info = {"kernel": "igemm_conv", "splits": splits, "bn": g.bn, "ks": g.ks}
+        if scatter:
+            info["scatter"] = True
         return Measurement(problem.n, IGEMM, MATH_TYPES[problem.dtype], 0.0, 0, self.name, None,
-                           {"direct": {"kernel": "igemm_conv", "splits": splits, "bn": g.bn, "ks": g.ks},
-                            "deterministic": splits == 1})
+                           {"direct": info, "deterministic": splits == 1 and not scatter})
 
     # -- running -----------------------------------------------------------------------------
     def prepare(self, op: str, problem: ConvProblem, config: Measurement) -> Launch:
@@ -218,9 +227,12 @@ def _igemm_launch(op: str, problem: ConvProblem, config: Measurement) -> Launch:
     info = config.extra.get("direct") or {}
     splits = info.get("splits", 1)
     bn, ks = info.get("bn", igemm.BN), info.get("ks", 1)     # tables before the tile choice: the wide tile
+    scatter = info.get("scatter", False)
     igemm.check_splits(splits, "extra.direct.")
     igemm.check_tile(bn, ks, "extra.direct.")
-    return _no_workspace(igemm.launcher(op, problem, splits, bn, ks))
+    if not isinstance(scatter, bool):
+        raise InputError(f"scatter must be true or false, got {scatter!r}", "extra.direct.scatter")
+    return _no_workspace(igemm.launcher(op, problem, splits, bn, ks, scatter))
 
 
 def configure_dw(op: str, problem: ConvProblem, rows: int, minb: int) -> Measurement:
