@@ -586,7 +586,7 @@ igemm_conv(const float* __restrict__ a, const float* __restrict__ b, float* __re
     }
 }
 
-// out *= beta (0: cleared), before a split backward filter adds its partial sums; dw is packed (count elements)
+// out *= beta (0: cleared), before a split backward filter or the scatter form adds into it (packed: count elements)
 __global__ void igemm_scale(float* __restrict__ out, long long count, float beta) {
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < count;
          i += (long long)gridDim.x * blockDim.x)

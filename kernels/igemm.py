@@ -12,12 +12,23 @@ op                 M (rows)     NC (cols)   kk (reduced)  A, B -> C
 forward            (n, p, q)    k           (c, r, s)     x gathered, w -> y
 backward data      (n, h, w)    c           (k, r, s)     dy gathered, w -> dx
 backward filter    k            (c, r, s)   (n, p, q)     dy, x gathered -> dw
+backward data,     (n, p, q)    (c, r, s)   k             dy, w -> added into dx
+scatter form
 =================  ===========  ==========  ===========  =====================
 
 Backward data gathers: dx[n, c, h, w] takes dy[n, k, p, q] where ``h + pad - r * dil = p * stride`` (no rotated
 filter, any stride). Backward filter splits its long reduction across blocks (``grid.z``) that add into dw
 atomically, after ``igemm_scale`` multiplied dw by beta; the order of those additions varies from run to run,
-so its rows are recorded as not deterministic. Forward and backward data are deterministic.
+so its rows are recorded as not deterministic. Forward and gathered backward data are deterministic.
+
+Backward data's scatter form (``scatter=True``) computes dy times the packed filter, col2im's columns, and adds
+each product into dx at its tap's pixel (atomically, after ``igemm_scale``; not deterministic).  Why: at stride s
+the gather's reduction walks every (k, r, s) of which only 1 / s^2 reach a dy pixel, and its columns are dx's
+channels, three for a first layer (AlexNet conv1, 11x11 stride 4: 913 ms gathered, 2.48 ms scattered on an H200).
+:func:`variants` offers it for strides over 1 and fewer than 64 channels.
+
+The epilogue stores float4 (:func:`out_vector`) where four consecutive rows (NCHW y and dx: a warp's lanes then run
+along rows, ``lm``) or columns (NHWC y and dx, dw) are four consecutive floats.
 
 The launch picks, per layout, which way each thread's loads run (``a_k`` / ``b_k``: along the reduction or along
 the rows / columns) so that a warp's loads are contiguous, the order of (c, r, s) (``cin``: channel innermost for
