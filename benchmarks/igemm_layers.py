@@ -1,5 +1,6 @@
 """Issue 17: the implicit-GEMM kernel (``direct-igemm``) per kernel of a network, whole micro-batch, no workspace,
-every tile the source measures (``igemm.variants``: width x stages per buffer) and the fastest of them,
+every tile and form the source measures (``igemm.variants``: width x stages per buffer, and backward data's
+scatter form where it is offered) and the fastest of them,
 against cuDNN's fastest configuration that needs no workspace and its fastest within ``--limit`` (legacy + graph,
 benchmarked alone, no pruning), side by side in one run.  Reports ms and TFLOPS (2 * MACs / time) of each.
 
@@ -96,7 +97,7 @@ def markdown(prov: dict, doc: dict) -> str:
     lines = [md_header(f"Implicit-GEMM kernel per kernel: {doc['network']} b{doc['batch']} float32 {doc['layout']} "
                        "strict", prov), "",
              "Whole batch, one call each. igemm: no workspace, the fastest of the tiles the source measures "
-             "(width x stages per buffer). " + (f"cuDNN (legacy + graph, FMA only): its fastest with no workspace and "
+             "(width x stages per buffer; 'scatter': backward data's scatter form). " + (f"cuDNN (legacy + graph, FMA only): its fastest with no workspace and "
                                                 f"its fastest within {lim} MiB, at the whole batch. "
                                                 if doc.get("cudnn", True) else "cuDNN: not measured (--no-cudnn). ")
              + f"Totals (ms): {doc['totals_ms']}.", "",
