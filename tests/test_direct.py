@@ -309,6 +309,38 @@ def test_an_igemm_configuration_names_a_tile_the_kernel_is_built_for(tile, field
     assert e.value.field == field
 
 
+@pytest.mark.parametrize("op, info, field", [
+    ("backward_data", {"scatter": "yes"}, "extra.direct.scatter"),     # not a boolean
+    ("forward", {"scatter": True}, "scatter"),                        # only backward data has the form
+])
+def test_an_igemm_configuration_names_a_form_the_op_has(op, info, field):
+    from ucudnn.measure.sources.direct import IGEMM
+
+    p = ConvProblem(2, 4, 8, 8, 4, 3, 3, stride=(2, 2))
+    bad = Measurement(2, IGEMM, "FMA", 1.0, 0, "direct", None, {"direct": {"splits": 1, **info}})
+    with pytest.raises(InputError) as e:
+        DirectSource().prepare(op, p, bad)
+    assert e.value.field == field
+
+
+def test_deterministic_numerics_never_measure_or_configure_the_atomic_scatter_form():
+    from ucudnn.kernels import igemm
+    from ucudnn.measure.sources.base import BenchSettings, Operands
+    from ucudnn.measure.sources.direct import IGEMM
+
+    p = ConvProblem(4, 3, 17, 17, 8, 5, 5, pad=(2, 2), stride=(2, 2))
+    src = DirectSource(tune=False)
+    rows = {}
+    for numerics in ("strict", "strict-deterministic"):
+        _, sk = src.measure("backward_data", p, Operands(0, 0, 0), 0, BenchSettings(numerics))
+        rows[numerics] = [s for s in sk if s.algo == IGEMM]      # no GPU here: one skipped row per variant
+    assert len(rows["strict"]) == len(igemm.variants("backward_data", p)) == 5
+    assert len(rows["strict-deterministic"]) == len(igemm.variants("backward_data", p, deterministic=True)) == 3
+    with pytest.raises(InputError) as e:
+        src.configure_igemm("backward_data", p, "strict-deterministic", scatter=True)
+    assert e.value.field == "scatter"
+
+
 def test_prepare_refuses_a_configuration_without_its_tiling():
     p = ConvProblem(2, 1, 8, 8, 4, 3, 3)
     with pytest.raises(InputError) as e:
