@@ -71,10 +71,10 @@ template <bool CIN> __device__ __forceinline__ void ig_next(int CH, int R, int S
 // tile load (ncu, H200, AlexNet conv2 backward data: half of the kernel's instructions were not FMAs)
 template <bool CIN> __device__ __forceinline__ void ig_advance(int CH, int R, int S, int& ch, int& r, int& s) {
     if constexpr (CIN) {
-        ch += 8;
+        ch += IG_BK;
         while (ch >= CH) { ch -= CH; if (++s == S) { s = 0; ++r; } }
     } else {
-        s += 8;
+        s += IG_BK;
         while (s >= S) { s -= S; if (++r == R) { r = 0; ++ch; } }
     }
 }
@@ -120,7 +120,11 @@ struct IgLoader {
     int a_row, a_k0, b_col, b_k0;   // this thread's first row / column and kk offset within a tile
     bool b_on;                      // this thread loads B
     // the reduction index of this thread's next A and B loads and its decoded (u, v, z): each load() moves them
-    // IG_BK on (the kernel loads its stages in order, IG_BK apart; see load())
+    // IG_BK on (the kernel loads its stages in order, IG_BK apart).  Forward decodes each stage's index afresh (two
+    // divisions): carried coordinates cost it more in registers than they save (H200, AlexNet conv2 NHWC 5.95 vs
+    // 6.39 ms; C = 1 layers likewise); backward data and filter carry them (conv2 backward data 9.87 vs 10.47 ms,
+    // backward filter 7.66 vs 8.26).
+    static constexpr bool CARRY = OP != IG_FWD;
     int a_kk, a_u, a_v, a_z, b_kk, b_u, b_v, b_z;
 
     __device__ __forceinline__ IgLoader(const IgConv& conv, const float* a, const float* b, int m0, int n0, int M_,
@@ -135,8 +139,10 @@ struct IgLoader {
         b_on = BC > 1 || (b_col < BN_ && b_k0 < IG_BK);
         a_kk = k_begin + a_k0;
         b_kk = k_begin + b_k0;
-        split_kk(a_kk < KR ? a_kk : 0, a_u, a_v, a_z);   // past KR: never loaded, any coordinates do
-        split_kk(b_kk < KR ? b_kk : 0, b_u, b_v, b_z);
+        if constexpr (CARRY) {
+            split_kk(a_kk < KR ? a_kk : 0, a_u, a_v, a_z);   // past KR: never loaded, any coordinates do
+            split_kk(b_kk < KR ? b_kk : 0, b_u, b_v, b_z);
+        }
         constexpr int AR = (A_K || VA) ? 1 : 4;
 #pragma unroll
         for (int i = 0; i < AR; ++i) {
@@ -246,25 +252,21 @@ struct IgLoader {
         else { if (++z == g.Q) { z = 0; if (++v == g.P) { v = 0; ++u; } } }
     }
 
-    // the next stage's A and B elements of this thread (stage kb: kk from kb + a_k0 / kb + b_k0)
-    // Forward decodes each stage's kk afresh (two divisions): carried coordinates cost it more in registers than
-    // they save (H200, AlexNet conv2 NHWC 5.95 vs 6.39 ms; C = 1 layers likewise); backward data and filter carry
-    // them (conv2 backward data 9.87 vs 10.47 ms, backward filter 7.66 vs 8.26).
+    // this thread's elements of the next stage (kk from a_kk / b_kk), then the indices moved to the stage after
     __device__ __forceinline__ void load(float (&ra)[4], float (&rb)[4]) {
-        constexpr bool carry = OP != IG_FWD;
-        if constexpr (!carry) split_kk(a_kk < KR ? a_kk : 0, a_u, a_v, a_z);
+        if constexpr (!CARRY) split_kk(a_kk < KR ? a_kk : 0, a_u, a_v, a_z);
         load_a(ra);
-        if constexpr (carry) advance_kk(a_kk, a_u, a_v, a_z);
+        if constexpr (CARRY) advance_kk(a_kk, a_u, a_v, a_z);
         else a_kk += IG_BK;
         if (!b_on) return;
-        if constexpr (!carry) split_kk(b_kk < KR ? b_kk : 0, b_u, b_v, b_z);
+        if constexpr (!CARRY) split_kk(b_kk < KR ? b_kk : 0, b_u, b_v, b_z);
         load_b(rb);
-        if constexpr (carry) advance_kk(b_kk, b_u, b_v, b_z);
+        if constexpr (CARRY) advance_kk(b_kk, b_u, b_v, b_z);
         else b_kk += IG_BK;
     }
 
     __device__ __forceinline__ void load_a(float (&ra)[4]) const {
-        if constexpr (A_K) {                       // one row, kk = kb + a_k0 + 0..3
+        if constexpr (A_K) {                       // one row, kk = a_kk + 0..3
             const int kk = a_kk;
             int u = a_u, v = a_v, z = a_z;
             if constexpr (VA) {                    // four channels of one tap, contiguous and aligned
@@ -298,14 +300,14 @@ struct IgLoader {
                 f = __ldg(reinterpret_cast<const float4*>(a_ptr + a_base[0] + a_u * g.ys[0] + a_v * g.ys[2] +
                                                          a_z * g.ys[3]));
             ra[0] = f.x; ra[1] = f.y; ra[2] = f.z; ra[3] = f.w;
-        } else {                                   // four rows 32 apart, one kk = kb + a_k0
+        } else {                                   // four rows 32 apart, one kk = a_kk
 #pragma unroll
             for (int i = 0; i < 4; ++i) ra[i] = a_kk < KR ? a_at(i, a_u, a_v, a_z) : 0.f;
         }
     }
 
     __device__ __forceinline__ void load_b(float (&rb)[4]) const {
-        if constexpr (B_K) {                       // one column, kk = kb + b_k0 + 0..3
+        if constexpr (B_K) {                       // one column, kk = b_kk + 0..3
             const int kk = b_kk;
             if constexpr (VB) {                    // forward's packed filter: w[k][kk..kk+3], aligned
                 float4 f = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -336,7 +338,7 @@ struct IgLoader {
                 }
             }
             rb[0] = f.x; rb[1] = f.y; rb[2] = f.z; rb[3] = f.w;
-        } else {                                   // four columns 32 apart, one kk = kb + b_k0
+        } else {                                   // four columns 32 apart, one kk = b_kk
 #pragma unroll
             for (int j = 0; j < BC; ++j) rb[j] = b_kk < KR ? b_at(j, b_u, b_v, b_z) : 0.f;
         }

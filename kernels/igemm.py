@@ -147,8 +147,9 @@ class Gemm:
 
     def name_expr(self, vec_a: bool, vec_b: bool) -> str:
         b = lambda v: "true" if v else "false"  # noqa: E731
-        return (f"igemm_conv<{SCATTER_CODE if self.scatter else _OP_CODE[self.op]},{b(self.a_k)},{b(self.b_k)},{b(self.cin)},{b(vec_a)},"
-                f"{b(vec_b)},{self.bn},{self.ks},{b(self.lm)}>")
+        op = SCATTER_CODE if self.scatter else _OP_CODE[self.op]
+        return (f"igemm_conv<{op},{b(self.a_k)},{b(self.b_k)},{b(self.cin)},{b(vec_a)},{b(vec_b)},{self.bn},{self.ks},"
+                f"{b(self.lm)}>")
 
     def grid(self, splits: int = 1) -> tuple[int, int, int]:
         return (-(-self.m // BM), -(-self.nc // self.bn), splits)
@@ -226,11 +227,9 @@ def out_vector(g: Gemm, problem: ConvProblem, ptr_out: int) -> int:
     is a multiple of 4, channel and sample strides multiples of 4), or over four consecutive columns where columns
     are unit-stride (NHWC y and dx, the packed dw) and every other stride is a multiple of 4; the output pointer
     16-byte aligned (micro-batch offsets and channel slices move it).  Else one float per store."""
-    if ptr_out % 16:
+    if ptr_out % 16 or g.scatter:          # the scatter form adds atomically, one float each
         return VEC_NONE
     p = problem
-    if g.scatter:
-        return VEC_NONE                     # atomic adds, one float each
     if g.op == "backward_filter":
         return VEC_COLS if g.w_strides[0] % 4 == 0 else VEC_NONE
     st, (a, b) = (g.y_strides, (p.p, p.q)) if g.op == "forward" else (g.x_strides, (p.h, p.w))
@@ -441,6 +440,6 @@ def reference(op: str, problem: ConvProblem, a: np.ndarray, b: np.ndarray) -> np
     return _layout(dw, p.layout)
 
 
-__all__ = ["BK", "BM", "BN", "Gemm", "NARROW", "NT", "OPS", "STAGES", "VEC_COLS", "VEC_NONE", "VEC_ROWS", "check_splits",
-           "check_tile", "emulate", "launcher", "out_vector", "packed_strides", "reference", "refusal", "tile_width",
-           "variants", "vector_ok"]
+__all__ = ["BK", "BM", "BN", "NARROW", "NT", "OPS", "STAGES", "VEC_COLS", "VEC_NONE", "VEC_ROWS", "Gemm",
+           "check_splits", "check_tile", "emulate", "launcher", "out_vector", "packed_strides", "reference", "refusal",
+           "tile_width", "variants", "vector_ok"]

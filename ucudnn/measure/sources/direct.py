@@ -17,8 +17,8 @@ Implicit GEMM (``direct-igemm``, ``kernels/igemm.cu``): every float32 layer with
 configurations of the FP32 implicit-GEMM kernel, one per tile (``kernels.igemm.variants``: 128 x 128 with one or
 two stages per buffer, 128 x 64 for narrow GEMMs; ``extra["direct"]["bn"]`` / ``["ks"]``; backward data at
 strides over 1 or with few channels also in its scatter form, ``["scatter"]``: atomic, not deterministic), for all
-three ops: each
-op one GEMM over the micro-batch, its lowered operand gathered in the tile loads, so still no workspace.  Why
+three ops: each op one GEMM over the micro-batch, its lowered operand gathered in the tile loads, so still no
+workspace.  Why
 beside the seed's kernels: within 8 MiB cuDNN runs AlexNet b256's FP32 layers at 11-20 TFLOPS, and the seed's
 multi-channel kernel (stride-fixed blocks) below that; a 128 x 128 GEMM tile gives the FMA units ten times more work
 per loaded element.  Its backward filter splits the reduction over blocks that add atomically
@@ -112,15 +112,16 @@ class DirectSource(Prepared):
         measured: list[Measurement] = []
         skipped: list[Skipped] = []
         variants = []
+        # the atomic configurations (depthwise backward filter, igemm's scatter form) are not measured for
+        # -deterministic numerics
+        deterministic = settings.numerics is not None and num.deterministic_only(settings.numerics)
         if refusal(op, problem) is None:
             variants.append((algo_name(problem), lambda: self.configure(op, problem, ops)))
-        if dw_refusal(op, problem) is None and not (op == "backward_filter" and settings.numerics is not None
-                                                     and num.deterministic_only(settings.numerics)):
+        if dw_refusal(op, problem) is None and not (op == "backward_filter" and deterministic):
             for rows, minb in DW_CONFIGS[problem.r]:
                 variants.append((DW_ALGOS[problem.r],
                                  lambda rows=rows, minb=minb: configure_dw(op, problem, rows, minb)))
         if igemm.refusal(op, problem) is None:
-            deterministic = settings.numerics is not None and num.deterministic_only(settings.numerics)
             for bn, ks, scatter in igemm.variants(op, problem, deterministic):
                 variants.append((IGEMM, lambda bn=bn, ks=ks, sc=scatter: self.configure_igemm(
                     op, problem, settings.numerics, bn, ks, sc)))
