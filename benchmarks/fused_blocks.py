@@ -36,6 +36,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _capture import warm_up  # noqa: E402
 from _report import md_header, provenance, write  # noqa: E402
 
 
@@ -84,13 +85,7 @@ def graph_ms(fn, inner: int, reps: int, warmup: int = 3) -> float:
     events (the kernels' own time, launch gaps removed)."""
     import torch
 
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(warmup):
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
+    warm_up(fn, warmup)
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
         for _ in range(inner):

@@ -18,6 +18,7 @@ from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _capture import warm_up  # noqa: E402
 from _report import provenance  # noqa: E402
 
 
@@ -26,13 +27,7 @@ def kernels(fn, replays: int = 5) -> dict:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
+    warm_up(fn, 3)
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
         fn()

@@ -22,6 +22,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+from _capture import warm_up  # noqa: E402
 from _report import md_header, provenance, write  # noqa: E402
 IMPLS = ("torch", "ucudnn-256", "ucudnn-256-py")
 
@@ -39,13 +40,7 @@ def worker(a: argparse.Namespace) -> dict:
         from ucudnn.torch import fastpath
 
         rec["launch_path"] = "compiled" if fastpath.state() == "ready" else "python"
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            step()
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
+    warm_up(step, 3)
 
     def timed(fn) -> float:
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
