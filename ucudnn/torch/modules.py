@@ -45,7 +45,6 @@ def _configure(m: nn.Conv2d, workspace_limit: Any, batch_policy: Any, sources: A
     m._ucudnn_layers = {}
 
 
-
 class Conv2d(nn.Conv2d):
     """``torch.nn.Conv2d`` whose convolutions run as ucudnn plans under a per-layer workspace limit.
 
