@@ -134,7 +134,7 @@ struct IgLoader {
         if constexpr (A_K) { a_row = tid >> 1; a_k0 = (tid & 1) * 4; }
         else { a_row = VA ? (tid & 31) * 4 : tid & 31; a_k0 = tid >> 5; }
         if constexpr (B_K) { b_col = tid >> 1; b_k0 = (tid & 1) * 4; }
-        else if constexpr (VB) { b_col = (tid & (BN_ / 4 - 1)) * 4; b_k0 = tid / (BN_ / 4); }
+        else if constexpr (VB) { b_col = (tid % (BN_ / 4)) * 4; b_k0 = tid / (BN_ / 4); }
         else { b_col = tid & 31; b_k0 = tid >> 5; }
         b_on = BC > 1 || (b_col < BN_ && b_k0 < IG_BK);
         a_kk = k_begin + a_k0;
@@ -419,9 +419,16 @@ __device__ __forceinline__ void ig_store4(float* dst, float v0, float v1, float 
         if (t < n) dst[t] = beta == 0.f ? vs[t] : fmaf(beta, dst[t], vs[t]);
 }
 
+// Column j (< TN) of a thread's block within the tile: tx * 4 + 0..3, then the tile's columns from 64: tx * 4 + 0..3
+// (TN = 8, 128 wide) or tx * 2 + 0..1 (TN = 6, 96 wide: a 96-channel backward data filled 3/4 of a 128-wide tile)
+template <int TN> __device__ __forceinline__ int ig_col(int tx, int j) {
+    if (j < 4) return tx * 4 + j;
+    return 64 + (TN == 8 ? tx * 4 : tx * 2) + (j - 4);
+}
+
 // out = alpha * A B + beta * out over this block's 128 x BN_ tile and its kk range (blockIdx.z's share of
-// kk_per_split); a split backward filter adds alpha * A B atomically instead.  BN_ = 64 for narrow GEMMs (64
-// output channels: a 128-wide tile would leave half its columns idle), each thread then 8 x 4 outputs.  KS stages
+// kk_per_split); a split backward filter adds alpha * A B atomically instead.  BN_ = 64 or 96 for GEMMs whose
+// columns a 128-wide tile would leave partly idle (64 or 96 channels), each thread then 8 x 4 or 8 x 6 outputs.  KS stages
 // of IG_BK reduction elements per shared-memory buffer: one barrier per KS * 8 steps.
 template <int OP, bool A_K, bool B_K, bool CIN, bool VA, bool VB, int BN_, int KS, bool LM>
 __global__ void __launch_bounds__(IG_NT, 2)
@@ -432,9 +439,9 @@ igemm_conv(const float* __restrict__ a, const float* __restrict__ b, float* __re
            float alpha, float beta, int vec_out) {
     static_assert(!VA || (A_K ? OP != IG_BWD_FILTER : OP == IG_BWD_FILTER), "A's float4 loads: see the header");
     static_assert(!VB || (B_K ? OP == IG_FWD : OP != IG_FWD), "B's float4 loads: see the header");
-    static_assert(BN_ == 128 || BN_ == 64, "tile widths: 128 or 64");
+    static_assert(BN_ == 128 || BN_ == 96 || BN_ == 64, "tile widths: 128, 96 or 64");
     static_assert(!LM || OP == IG_FWD || OP == IG_BWD_DATA, "lanes run along rows only where rows are contiguous");
-    constexpr int TN = BN_ / 16;       // a thread's columns: tx * 4 + 0..3 (and + 64 for the 128-wide tile)
+    constexpr int TN = BN_ / 16;       // a thread's columns: ig_col<TN>(tx, j), j < TN
     constexpr int SK = KS * IG_BK;     // reduction elements per buffer
     const IgConv g{N, C, H, W, K, P, Q, R, S, ph, pw, sh, sw, dh, dw, {xs0, xs1, xs2, xs3}, {ws0, ws1, ws2, ws3},
                    {ys0, ys1, ys2, ys3}};
@@ -443,7 +450,7 @@ igemm_conv(const float* __restrict__ a, const float* __restrict__ b, float* __re
     const int m0 = blockIdx.x * IG_BM, n0 = blockIdx.y * BN_;
     const int k_begin = blockIdx.z * kk_per_split;
     const int k_end = min(KR, k_begin + kk_per_split);
-    // a thread's rows ty * 4 + 0..3 (+ 64) and columns tx * 4 + 0..3 (+ 64); LM puts a warp's 16 low lanes on rows
+    // a thread's rows ty * 4 + 0..3 (+ 64) and columns ig_col<TN>(tx, j); LM puts a warp's 16 low lanes on rows
     const int tx = LM ? threadIdx.x >> 4 : threadIdx.x & 15, ty = LM ? threadIdx.x & 15 : threadIdx.x >> 4;
     IgLoader<OP, A_K, B_K, CIN, VA, VB, BN_> ld(g, a, b, m0, n0, M, NC, k_end, k_begin);
 
@@ -478,6 +485,9 @@ igemm_conv(const float* __restrict__ a, const float* __restrict__ b, float* __re
             if constexpr (TN == 8) {                                                                                \
                 const float4 b1 = *reinterpret_cast<const float4*>(&Bs[buf][kk][tx * 4 + 64]);                      \
                 bv[4] = b1.x; bv[5] = b1.y; bv[6] = b1.z; bv[7] = b1.w;                                             \
+            } else if constexpr (TN == 6) {                                                                         \
+                const float2 b1 = *reinterpret_cast<const float2*>(&Bs[buf][kk][tx * 2 + 64]);                      \
+                bv[4] = b1.x; bv[5] = b1.y;                                                                         \
             }                                                                                                       \
             _Pragma("unroll") for (int i = 0; i < 8; ++i)                                                           \
             _Pragma("unroll") for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);               \
@@ -505,7 +515,7 @@ igemm_conv(const float* __restrict__ a, const float* __restrict__ b, float* __re
         int coff[TN], ch[TN], cw[TN];
 #pragma unroll
         for (int j = 0; j < TN; ++j) {
-            const int col = n0 + tx * 4 + (j & 3) + (j >> 2) * 64;
+            const int col = n0 + ig_col<TN>(tx, j);
             int c, r, s;
             ig_split<CIN>(col < NC ? col : 0, g.C, g.R, g.S, c, r, s);
             coff[j] = col < NC ? c : -1;
@@ -536,7 +546,7 @@ igemm_conv(const float* __restrict__ a, const float* __restrict__ b, float* __re
             const long long row = ig_out_row<OP, CIN>(g, m);
 #pragma unroll
             for (int j = 0; j < TN; ++j) {
-                const int col = n0 + tx * 4 + (j & 3) + (j >> 2) * 64;
+                const int col = n0 + ig_col<TN>(tx, j);
                 if (col < NC) atomicAdd(out + row + ig_out_col<OP, CIN>(g, col), alpha * acc[i][j]);
             }
         }
@@ -550,7 +560,7 @@ igemm_conv(const float* __restrict__ a, const float* __restrict__ b, float* __re
             const long long row = ig_out_row<OP, CIN>(g, m);
 #pragma unroll
             for (int j = 0; j < TN; ++j) {
-                const int col = n0 + tx * 4 + (j & 3) + (j >> 2) * 64;
+                const int col = n0 + ig_col<TN>(tx, j);
                 if (col >= NC) continue;
                 ig_store4(out + row + ig_out_col<OP, CIN>(g, col), acc[h * 4][j], acc[h * 4 + 1][j],
                           acc[h * 4 + 2][j], acc[h * 4 + 3][j], min(4, M - m), alpha, beta);
@@ -569,6 +579,12 @@ igemm_conv(const float* __restrict__ a, const float* __restrict__ b, float* __re
                 ig_store4(row + ig_out_col<OP, CIN>(g, col), acc[i][q * 4], acc[i][q * 4 + 1], acc[i][q * 4 + 2],
                           acc[i][q * 4 + 3], min(4, NC - col), alpha, beta);
             }
+            if constexpr (TN == 6) {           // the 96-wide tile's last two columns: one at a time
+                const int col = n0 + ig_col<TN>(tx, 4);
+                if (col < NC)
+                    ig_store4(row + ig_out_col<OP, CIN>(g, col), acc[i][4], acc[i][5], 0.f, 0.f, min(2, NC - col),
+                              alpha, beta);
+            }
         }
     } else {
 #pragma unroll
@@ -578,7 +594,7 @@ igemm_conv(const float* __restrict__ a, const float* __restrict__ b, float* __re
             const long long row = ig_out_row<OP, CIN>(g, m);
 #pragma unroll
             for (int j = 0; j < TN; ++j) {
-                const int col = n0 + tx * 4 + (j & 3) + (j >> 2) * 64;
+                const int col = n0 + ig_col<TN>(tx, j);
                 if (col >= NC) continue;
                 float* dst = out + row + ig_out_col<OP, CIN>(g, col);
                 const float v = alpha * acc[i][j];
@@ -630,6 +646,11 @@ template __global__ void igemm_conv<IG_BWD_FILTER, false, false, true, true, tru
 template __global__ void igemm_conv<IG_BWD_DATA, true, false, true, true, true, 128, 1, false>(IGEMM_ARGS);
 template __global__ void igemm_conv<IG_BWD_DATA, true, false, true, true, true, 128, 2, false>(IGEMM_ARGS);
 template __global__ void igemm_conv<IG_BWD_DATA, true, false, true, true, true, 64, 1, false>(IGEMM_ARGS);
+template __global__ void igemm_conv<IG_BWD_DATA, true, false, true, true, true, 96, 1, false>(IGEMM_ARGS);
+template __global__ void igemm_conv<IG_BWD_DATA, false, true, false, false, false, 96, 1, true>(IGEMM_ARGS);
+template __global__ void igemm_conv<IG_FWD, true, true, true, true, true, 96, 1, false>(IGEMM_ARGS);
+template __global__ void igemm_conv<IG_BWD_FILTER, false, false, true, true, true, 96, 1, false>(IGEMM_ARGS);
+template __global__ void igemm_conv<IG_BWD_SCATTER, true, false, true, false, false, 96, 1, false>(IGEMM_ARGS);
 template __global__ void igemm_conv<IG_BWD_DATA, true, false, true, true, true, 64, 2, false>(IGEMM_ARGS);
 template __global__ void igemm_conv<IG_BWD_FILTER, true, true, false, false, false, 128, 1, false>(IGEMM_ARGS);
 template __global__ void igemm_conv<IG_BWD_SCATTER, true, false, true, true, true, 128, 1, false>(IGEMM_ARGS);

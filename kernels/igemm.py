@@ -52,6 +52,8 @@ from .reference import conv2d_nchw
 SOURCE = "igemm.cu"
 BM = BN = 128          # the block's tile of C (BN: the wide tile; narrow GEMMs may take NARROW)
 NARROW = 64            # the narrow tile's width: 64 output columns (each thread 8 x 4 outputs)
+MID = 96               # the middle tile's width: 96 output columns (each thread 8 x 6 outputs)
+WIDTHS = (BN, MID, NARROW)
 BK = 8                 # reduction elements per shared-memory stage
 #: stages per shared-memory buffer the kernel is built for (one barrier per ks * BK reduction steps)
 STAGES = (1, 2)
@@ -175,8 +177,8 @@ class Gemm:
 def check_tile(bn: Any, ks: Any, where: str = "") -> None:
     """Refuse a tile the kernel is not built for (``where``: the fields' prefix, e.g. a table row's
     ``extra.direct.``)."""
-    if bn not in (BN, NARROW) or isinstance(bn, bool):
-        raise InputError(f"bn must be {BN} or {NARROW}, got {bn!r}", f"{where}bn")
+    if bn not in WIDTHS or isinstance(bn, bool):
+        raise InputError(f"bn must be one of {WIDTHS}, got {bn!r}", f"{where}bn")
     if ks not in STAGES or isinstance(ks, bool):
         raise InputError(f"ks must be one of {STAGES}, got {ks!r}", f"{where}ks")
 
@@ -188,16 +190,16 @@ def check_splits(splits: Any, where: str = "") -> None:
 
 
 def tile_width(nc: int) -> int:
-    """The tile width for ``nc`` columns: the narrow tile where it saves a half-empty wide one (64 output
-    channels: the wide tile leaves half its columns idle; 192: three narrow tiles against two wide ones, a quarter
-    idle), else the wide one, whose threads do twice the FMAs per shared-memory load."""
-    return NARROW if -(-nc // NARROW) * NARROW < -(-nc // BN) * BN else BN
+    """The tile width for ``nc`` columns: the one that leaves the fewest columns idle (64 output channels: the
+    narrow tile; 96 or 192: the middle one, where the wide tile leaves a quarter or a third idle), the wider on a
+    tie, whose threads do more FMAs per shared-memory load."""
+    return min(WIDTHS, key=lambda bn: (-(-nc // bn) * bn - nc, -bn))
 
 
 def variants(op: str, problem: ConvProblem, deterministic: bool = False) -> list[tuple[int, int, bool]]:
     """The (tile width, stages per buffer, scatter) the ``direct`` source measures for ``op`` of ``problem``: the
-    wide tile with one and two stages, and the narrow tile (one stage: with two, ptxas spills at two blocks per SM)
-    where :func:`tile_width` picks it; for backward data with a stride over 1 or fewer than 64 input channels, the
+    wide tile with one and two stages, and the narrower tile :func:`tile_width` picks where it picks one (one stage:
+    with two, ptxas spills at two blocks per SM); for backward data with a stride over 1 or fewer than 64 input channels, the
     scatter form's tiles too (its atomics make it non-deterministic: not where ``deterministic``).  Which is fastest
     depends on the shape and the device: measured, not guessed."""
     forms = [False]
@@ -207,8 +209,8 @@ def variants(op: str, problem: ConvProblem, deterministic: bool = False) -> list
     for scatter in forms:
         nc = Gemm.of(op, problem, scatter=scatter).nc
         out += [(BN, 1, scatter), (BN, 2, scatter)]
-        if tile_width(nc) == NARROW:
-            out.append((NARROW, 1, scatter))
+        if tile_width(nc) != BN:
+            out.append((tile_width(nc), 1, scatter))
     return out
 
 
@@ -440,6 +442,6 @@ def reference(op: str, problem: ConvProblem, a: np.ndarray, b: np.ndarray) -> np
     return _layout(dw, p.layout)
 
 
-__all__ = ["BK", "BM", "BN", "NARROW", "NT", "OPS", "STAGES", "VEC_COLS", "VEC_NONE", "VEC_ROWS", "Gemm",
-           "check_splits", "check_tile", "emulate", "launcher", "out_vector", "packed_strides", "reference", "refusal",
-           "tile_width", "variants", "vector_ok"]
+__all__ = ["BK", "BM", "BN", "MID", "NARROW", "NT", "OPS", "STAGES", "VEC_COLS", "VEC_NONE", "VEC_ROWS", "WIDTHS",
+           "Gemm", "check_splits", "check_tile", "emulate", "launcher", "out_vector", "packed_strides", "reference",
+           "refusal", "tile_width", "variants", "vector_ok"]

@@ -25,6 +25,7 @@ CASES = {
     "multi-1x1-stride2": (ConvProblem(9, 32, 9, 9, 40, 1, 1, stride=(2, 2)), [8, 1]),
     "dilated-3x2": (ConvProblem(4, 12, 15, 14, 20, 3, 2, pad=(2, 1), dilation=(2, 2)), [3, 1]),
     "wide-k": (ConvProblem(2, 8, 7, 7, 260, 3, 3, pad=(1, 1)), [2]),
+    "c96-k100-5x5": (ConvProblem(3, 96, 11, 9, 100, 5, 5, pad=(2, 2)), [2, 1]),
 }
 LAYOUTS = ["NCHW", "NHWC"]
 TOL_REF = 2e-6      # relative 2-norm error against float64: FP32 FMA sums
@@ -95,13 +96,13 @@ def test_micro_batched_igemm_matches_float64_and_cudnn(name, layout, op):
     assert rel_err(got, ref.get()) < TOL_CUDNN
 
 
-@pytest.mark.parametrize("tile", [(128, 2), (64, 1), (64, 2)], ids=lambda t: f"bn{t[0]}-ks{t[1]}")
+@pytest.mark.parametrize("tile", [(128, 2), (96, 1), (96, 2), (64, 1), (64, 2)], ids=lambda t: f"bn{t[0]}-ks{t[1]}")
 @pytest.mark.parametrize("op", ["forward", "backward_data", "backward_filter"])
 @pytest.mark.parametrize("layout", LAYOUTS)
-@pytest.mark.parametrize("name", ["c3-11x11-stride4", "multi-5x5", "wide-k", "dilated-3x2"])
+@pytest.mark.parametrize("name", ["c3-11x11-stride4", "multi-5x5", "wide-k", "dilated-3x2", "c96-k100-5x5"])
 def test_every_tile_computes_the_same_convolution(name, layout, op, tile):
-    """The narrow tile and two stages per buffer, forced on shapes of every kind (columns below, between and
-    above one tile's width, reductions that end mid-stage), micro-batched."""
+    """The 96- and 64-wide tiles and two stages per buffer, forced on shapes of every kind (columns below, between
+    and above one tile's width, reductions that end mid-stage), micro-batched."""
     import cupy as cp
 
     from ucudnn.execute.executor import Executor
@@ -119,7 +120,7 @@ def test_every_tile_computes_the_same_convolution(name, layout, op, tile):
     assert rel_err(got, _reference(p, op, a, b)) < TOL_REF
 
 
-@pytest.mark.parametrize("tile", [(128, 1), (128, 2), (64, 1)])
+@pytest.mark.parametrize("tile", [(128, 1), (128, 2), (96, 1), (64, 1)])
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_backward_datas_scatter_form_matches_float64_micro_batched_with_alpha_and_beta(name, layout, tile):

@@ -223,15 +223,17 @@ def test_refusals_name_the_reason(problem, why):
 
 @given(nc=st.integers(1, 2000))
 @settings(max_examples=200, deadline=None)
-def test_the_narrow_tile_is_picked_exactly_where_it_saves_half_a_wide_tile(nc):
-    idle = {bn: -(-nc // bn) * bn - nc for bn in (G.BN, G.NARROW)}
-    assert G.tile_width(nc) == (G.NARROW if idle[G.NARROW] < idle[G.BN] else G.BN)
-    assert idle[G.tile_width(nc)] < G.NARROW          # never a whole narrow tile's width idle
+def test_the_tile_width_leaves_the_fewest_columns_idle_and_the_wider_wins_a_tie(nc):
+    idle = {bn: -(-nc // bn) * bn - nc for bn in G.WIDTHS}
+    picked = G.tile_width(nc)
+    assert idle[picked] == min(idle.values())
+    assert all(bn < picked for bn in G.WIDTHS if idle[bn] == idle[picked] and bn != picked)
+    assert idle[picked] < G.NARROW                    # never a whole narrow tile's width idle
 
 
-@pytest.mark.parametrize("k, widths", [(64, [128, 128, 64]), (192, [128, 128, 64]), (256, [128, 128]),
-                                       (384, [128, 128])])
-def test_the_source_measures_both_stage_counts_and_the_narrow_tile_where_it_fits(k, widths):
+@pytest.mark.parametrize("k, widths", [(64, [128, 128, 64]), (96, [128, 128, 96]), (192, [128, 128, 96]),
+                                       (256, [128, 128]), (384, [128, 128])])
+def test_the_source_measures_both_stage_counts_and_a_narrower_tile_where_it_fits(k, widths):
     p = ConvProblem(8, 64, 13, 13, k, 3, 3, pad=(1, 1), layout="NHWC")
     v = G.variants("forward", p)
     assert [bn for bn, _, _ in v] == widths and [ks for _, ks, _ in v][:2] == [1, 2]
@@ -242,7 +244,7 @@ def test_the_source_measures_both_stage_counts_and_the_narrow_tile_where_it_fits
     assert g.name_expr(True, True).endswith(",64,2,false>")
 
 
-@pytest.mark.parametrize("bn, ks, field", [(96, 1, "bn"), (128, 3, "ks"), (64, 0, "ks")])
+@pytest.mark.parametrize("bn, ks, field", [(80, 1, "bn"), (128, 3, "ks"), (64, 0, "ks"), (True, 1, "bn")])
 def test_a_tile_the_kernel_is_not_built_for_is_refused_by_name(bn, ks, field):
     with pytest.raises(InputError) as e:
         G.Gemm.of("forward", ConvProblem(2, 4, 5, 5, 4, 3, 3), bn, ks)
