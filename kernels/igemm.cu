@@ -40,7 +40,10 @@ enum : int { IG_FWD = 0, IG_BWD_DATA = 1, IG_BWD_FILTER = 2, IG_BWD_SCATTER = 3 
 
 struct IgConv {
     int N, C, H, W, K, P, Q, R, S, ph, pw, sh, sw, dh, dw;
-    long long xs[4], ws[4], ys[4];   // element strides: x (n,c,h,w), w (k,c,r,s), y (n,k,p,q)
+    // element strides: x (n,c,h,w), w (k,c,r,s), y (n,k,p,q); 32-bit offsets, as igemm.py refuses tensors of 2^31
+    // elements or more (the executor's micro-batches split a larger one): a 64-bit address chain per load was a
+    // tenth of the loop's instructions
+    int xs[4], ws[4], ys[4];
 };
 
 // (ch, r, s) of a flat index over CH channels and R x S taps: channel innermost (CIN) or tap innermost
@@ -68,15 +71,19 @@ template <bool CIN> __device__ __forceinline__ void ig_next(int CH, int R, int S
 
 // (ch, r, s) of idx + IG_BK from those of idx, in the order ig_split<CIN> decodes (a pixel index (n, p, q) is the
 // tap-innermost order with CH, R, S = N, P, Q): a carry chain instead of the two divisions a decode costs, per
-// tile load (ncu, H200, AlexNet conv2 backward data: half of the kernel's instructions were not FMAs)
-template <bool CIN> __device__ __forceinline__ void ig_advance(int CH, int R, int S, int& ch, int& r, int& s) {
+// tile load (ncu, H200, AlexNet conv2 backward data: half of the kernel's instructions were not FMAs).  True where
+// the step carried into the outer coordinates (the loader then recomputes what it caches of them).
+template <bool CIN> __device__ __forceinline__ bool ig_advance(int CH, int R, int S, int& ch, int& r, int& s) {
     if constexpr (CIN) {
         ch += IG_BK;
-        while (ch >= CH) { ch -= CH; if (++s == S) { s = 0; ++r; } }
+        if (ch < CH) return false;
+        do { ch -= CH; if (++s == S) { s = 0; ++r; } } while (ch >= CH);
     } else {
         s += IG_BK;
-        while (s >= S) { s -= S; if (++r == R) { r = 0; ++ch; } }
+        if (s < S) return false;
+        do { s -= S; if (++r == R) { r = 0; ++ch; } } while (s >= S);
     }
+    return true;
 }
 
 // (n, a, b) of a flat index over N x A x B (row-major): output or input pixels
@@ -110,22 +117,37 @@ struct IgLoader {
     const float* __restrict__ b_ptr;
     int M, NC, KR;
     // A: along kk -> one row (am[0]); along M -> four rows (am[0..3]) 32 apart
-    long long a_base[4];
+    int a_base[4];
     int a_h[4], a_w[4];
     bool a_ok[4];
     // B: along kk -> one column; along NC -> four columns 32 apart
-    long long b_base[4];
+    int b_base[4];
     int b_h[4], b_w[4];
     bool b_ok[4];
     int a_row, a_k0, b_col, b_k0;   // this thread's first row / column and kk offset within a tile
     bool b_on;                      // this thread loads B
     // the reduction index of this thread's next A and B loads and its decoded (u, v, z): each load() moves them
-    // IG_BK on (the kernel loads its stages in order, IG_BK apart).  Forward decodes each stage's index afresh (two
-    // divisions): carried coordinates cost it more in registers than they save (H200, AlexNet conv2 NHWC 5.95 vs
-    // 6.39 ms; C = 1 layers likewise); backward data and filter carry them (conv2 backward data 9.87 vs 10.47 ms,
-    // backward filter 7.66 vs 8.26).
-    static constexpr bool CARRY = OP != IG_FWD;
+    // IG_BK on (the kernel loads its stages in order, IG_BK apart).  Forward without float4 loads of x decodes each
+    // stage's index afresh (two divisions): carried coordinates cost it more in registers than they save (H200,
+    // AlexNet conv2 NCHW and C = 1 layers); backward data and filter carry them (conv2 backward data 9.87 vs
+    // 10.47 ms, backward filter 7.66 vs 8.26), and so does forward with float4 loads of x (NHWC), whose cached tap
+    // below replaces the decode and the bounds checks.
+    static constexpr bool CARRY = OP != IG_FWD || VA;
     int a_kk, a_u, a_v, a_z, b_kk, b_u, b_v, b_z;
+    // float4 loads with carried coordinates cache what depends on the outer ones: the offset of the tap's pixel
+    // (forward, backward data: the innermost coordinate is the channel) or of the row of pixels (backward filter:
+    // the innermost is q) and whether it is inside the tensor, recomputed only when a step carries (every C / 8
+    // stages for NHWC forward), so a stage's load is one multiply-add and a predicate.  Why: the per-stage decode,
+    // bounds checks and address chain were ~130 of ~580 instructions a stage (SASS, backward data, 96-wide tile).
+    static constexpr bool A_TAP = CARRY && VA;
+    static constexpr bool B_TAP = CARRY && VB && OP != IG_FWD;
+    // forward's packed filter needs only kk; where a thread's A and B loads take the same kk (both along kk, or
+    // both along rows / columns with the same kk offset) B reads A's coordinates: fewer registers (the 128-register
+    // cap of two blocks per SM) and one carry chain
+    static constexpr bool B_CARRY = CARRY && !(OP == IG_FWD && B_K && VB);
+    static constexpr bool SHARED = B_CARRY && A_K == B_K && (A_K || !VB || BN_ == 128);
+    int a_tap, b_tap;
+    bool a_in, b_in;
 
     __device__ __forceinline__ IgLoader(const IgConv& conv, const float* a, const float* b, int m0, int n0, int M_,
                                         int NC_, int KR_, int k_begin)
@@ -139,10 +161,6 @@ struct IgLoader {
         b_on = BC > 1 || (b_col < BN_ && b_k0 < IG_BK);
         a_kk = k_begin + a_k0;
         b_kk = k_begin + b_k0;
-        if constexpr (CARRY) {
-            split_kk(a_kk < KR ? a_kk : 0, a_u, a_v, a_z);   // past KR: never loaded, any coordinates do
-            split_kk(b_kk < KR ? b_kk : 0, b_u, b_v, b_z);
-        }
         constexpr int AR = (A_K || VA) ? 1 : 4;
 #pragma unroll
         for (int i = 0; i < AR; ++i) {
@@ -193,6 +211,52 @@ struct IgLoader {
                 b_w[j] = s * g.dw - g.pw;
             }
         }
+        if constexpr (CARRY) {
+            split_kk(a_kk < KR ? a_kk : 0, a_u, a_v, a_z);   // past KR: never loaded, any coordinates do
+            if constexpr (B_CARRY && !SHARED) split_kk(b_kk < KR ? b_kk : 0, b_u, b_v, b_z);
+            if constexpr (A_TAP) refresh_a();
+            if constexpr (B_TAP) refresh_b();
+        }
+    }
+
+    // A's cached tap (A_TAP) at (a_u, a_v, a_z), all but the innermost coordinate
+    __device__ __forceinline__ void refresh_a() {
+        if constexpr (OP == IG_FWD) {                 // (c, r, s): x's pixel under tap (r, s)
+            const int h = a_h[0] + a_v * g.dh, w = a_w[0] + a_z * g.dw;
+            a_in = a_ok[0] && (unsigned)h < (unsigned)g.H && (unsigned)w < (unsigned)g.W;
+            a_tap = a_base[0] + h * g.xs[2] + w * g.xs[3];
+        } else if constexpr (OP == IG_BWD_DATA) {     // (k, r, s): the dy pixel tap (r, s) reaches, if any
+            const int p = ig_back(a_h[0] - a_v * g.dh, g.sh, g.P), q = ig_back(a_w[0] - a_z * g.dw, g.sw, g.Q);
+            a_in = a_ok[0] && p >= 0 && q >= 0;
+            a_tap = a_base[0] + p * g.ys[2] + q * g.ys[3];
+        } else if constexpr (OP == IG_BWD_SCATTER) {  // k: dy's pixel
+            a_in = a_ok[0];
+            a_tap = a_base[0];
+        } else {                                      // (n, p, q): dy's row (n, p)
+            a_in = a_ok[0];
+            a_tap = a_base[0] + a_u * g.ys[0] + a_v * g.ys[2];
+        }
+    }
+
+    // B's reduction index and coordinates: A's where SHARED
+    __device__ __forceinline__ int bk() const { return SHARED ? a_kk : b_kk; }
+    __device__ __forceinline__ int bu() const { return SHARED ? a_u : b_u; }
+    __device__ __forceinline__ int bv() const { return SHARED ? a_v : b_v; }
+    __device__ __forceinline__ int bz() const { return SHARED ? a_z : b_z; }
+
+    // B's cached tap (B_TAP) at (bu, bv, bz), all but the innermost coordinate
+    __device__ __forceinline__ void refresh_b() {
+        if constexpr (OP == IG_BWD_DATA) {            // (k, r, s): w[.][r][s][c..c+3]
+            b_in = b_ok[0];
+            b_tap = b_base[0] + bv() * g.ws[2] + bz() * g.ws[3];
+        } else if constexpr (OP == IG_BWD_SCATTER) {  // k: w[.][col..col+3]
+            b_in = b_ok[0];
+            b_tap = b_base[0];
+        } else {                                      // (n, p, q): x's row h = p * stride + tap for sample n
+            const int h = bv() * g.sh + b_h[0];
+            b_in = b_ok[0] && (unsigned)h < (unsigned)g.H;
+            b_tap = b_base[0] + bu() * g.xs[0] + h * g.xs[2];
+        }
     }
 
     // A[m][kk] for a thread's row i at decoded kk coordinates (forward: c,r,s; backward data: k,r,s; filter: n,p,q)
@@ -200,16 +264,16 @@ struct IgLoader {
         if constexpr (OP == IG_FWD) {
             const int h = a_h[i] + v * g.dh, w = a_w[i] + z * g.dw;
             if (!a_ok[i] || (unsigned)h >= (unsigned)g.H || (unsigned)w >= (unsigned)g.W) return 0.f;
-            return __ldg(a_ptr + a_base[i] + u * g.xs[1] + h * g.xs[2] + w * g.xs[3]);
+            return __ldg(a_ptr + (a_base[i] + u * g.xs[1] + h * g.xs[2] + w * g.xs[3]));
         } else if constexpr (OP == IG_BWD_DATA) {
             const int p = ig_back(a_h[i] - v * g.dh, g.sh, g.P), q = ig_back(a_w[i] - z * g.dw, g.sw, g.Q);
             if (!a_ok[i] || p < 0 || q < 0) return 0.f;
-            return __ldg(a_ptr + a_base[i] + u * g.ys[1] + p * g.ys[2] + q * g.ys[3]);
+            return __ldg(a_ptr + (a_base[i] + u * g.ys[1] + p * g.ys[2] + q * g.ys[3]));
         } else if constexpr (OP == IG_BWD_SCATTER) {
-            return a_ok[i] ? __ldg(a_ptr + a_base[i] + u * g.ys[1]) : 0.f;
+            return a_ok[i] ? __ldg(a_ptr + (a_base[i] + u * g.ys[1])) : 0.f;
         } else {
             if (!a_ok[i]) return 0.f;
-            return __ldg(a_ptr + a_base[i] + u * g.ys[0] + v * g.ys[2] + z * g.ys[3]);
+            return __ldg(a_ptr + (a_base[i] + u * g.ys[0] + v * g.ys[2] + z * g.ys[3]));
         }
     }
 
@@ -217,15 +281,15 @@ struct IgLoader {
     __device__ __forceinline__ float b_at(int j, int u, int v, int z) const {
         if (!b_ok[j]) return 0.f;
         if constexpr (OP == IG_FWD) {
-            return __ldg(b_ptr + b_base[j] + u * g.ws[1] + v * g.ws[2] + z * g.ws[3]);
+            return __ldg(b_ptr + (b_base[j] + u * g.ws[1] + v * g.ws[2] + z * g.ws[3]));
         } else if constexpr (OP == IG_BWD_DATA) {
-            return __ldg(b_ptr + b_base[j] + u * g.ws[0] + v * g.ws[2] + z * g.ws[3]);
+            return __ldg(b_ptr + (b_base[j] + u * g.ws[0] + v * g.ws[2] + z * g.ws[3]));
         } else if constexpr (OP == IG_BWD_SCATTER) {
-            return __ldg(b_ptr + b_base[j] + u * g.ws[0]);
+            return __ldg(b_ptr + (b_base[j] + u * g.ws[0]));
         } else {
             const int h = v * g.sh + b_h[j], w = z * g.sw + b_w[j];
             if ((unsigned)h >= (unsigned)g.H || (unsigned)w >= (unsigned)g.W) return 0.f;
-            return __ldg(b_ptr + b_base[j] + u * g.xs[0] + h * g.xs[2] + w * g.xs[3]);
+            return __ldg(b_ptr + (b_base[j] + u * g.xs[0] + h * g.xs[2] + w * g.xs[3]));
         }
     }
 
@@ -237,12 +301,13 @@ struct IgLoader {
         else ig_pixel(kk, g.P, g.Q, u, v, z);
     }
 
-    __device__ __forceinline__ void advance_kk(int& kk, int& u, int& v, int& z) const {
+    // kk += IG_BK with its coordinates carried; true where the step moved an outer coordinate
+    __device__ __forceinline__ bool advance_kk(int& kk, int& u, int& v, int& z) const {
         kk += IG_BK;
-        if constexpr (OP == IG_FWD) ig_advance<CIN>(g.C, g.R, g.S, u, v, z);
-        else if constexpr (OP == IG_BWD_DATA) ig_advance<CIN>(g.K, g.R, g.S, u, v, z);
-        else if constexpr (OP == IG_BWD_SCATTER) u += IG_BK;
-        else ig_advance<false>(g.N, g.P, g.Q, u, v, z);
+        if constexpr (OP == IG_FWD) return ig_advance<CIN>(g.C, g.R, g.S, u, v, z);
+        else if constexpr (OP == IG_BWD_DATA) return ig_advance<CIN>(g.K, g.R, g.S, u, v, z);
+        else if constexpr (OP == IG_BWD_SCATTER) { u += IG_BK; return false; }
+        else return ig_advance<false>(g.N, g.P, g.Q, u, v, z);
     }
 
     __device__ __forceinline__ void next_kk(int& u, int& v, int& z) const {
@@ -254,15 +319,26 @@ struct IgLoader {
 
     // this thread's elements of the next stage (kk from a_kk / b_kk), then the indices moved to the stage after
     __device__ __forceinline__ void load(float (&ra)[4], float (&rb)[4]) {
-        if constexpr (!CARRY) split_kk(a_kk < KR ? a_kk : 0, a_u, a_v, a_z);
+        if constexpr (!CARRY) {
+            split_kk(a_kk < KR ? a_kk : 0, a_u, a_v, a_z);
+            if constexpr (!(OP == IG_FWD && B_K && VB)) split_kk(b_kk < KR ? b_kk : 0, b_u, b_v, b_z);
+        }
         load_a(ra);
-        if constexpr (CARRY) advance_kk(a_kk, a_u, a_v, a_z);
-        else a_kk += IG_BK;
-        if (!b_on) return;
-        if constexpr (!CARRY) split_kk(b_kk < KR ? b_kk : 0, b_u, b_v, b_z);
-        load_b(rb);
-        if constexpr (CARRY) advance_kk(b_kk, b_u, b_v, b_z);
-        else b_kk += IG_BK;
+        if (b_on) load_b(rb);                      // before A's coordinates move: SHARED reads them
+        if constexpr (CARRY) {
+            if (advance_kk(a_kk, a_u, a_v, a_z)) {
+                if constexpr (A_TAP) refresh_a();
+                if constexpr (SHARED && B_TAP) refresh_b();
+            }
+            if constexpr (B_CARRY && !SHARED) {
+                if (advance_kk(b_kk, b_u, b_v, b_z) && B_TAP) refresh_b();
+            } else if constexpr (!SHARED) {
+                b_kk += IG_BK;
+            }
+        } else {
+            a_kk += IG_BK;
+            b_kk += IG_BK;
+        }
     }
 
     __device__ __forceinline__ void load_a(float (&ra)[4]) const {
@@ -271,21 +347,8 @@ struct IgLoader {
             int u = a_u, v = a_v, z = a_z;
             if constexpr (VA) {                    // four channels of one tap, contiguous and aligned
                 float4 f = make_float4(0.f, 0.f, 0.f, 0.f);
-                if (kk < KR) {
-                    if constexpr (OP == IG_FWD) {
-                        const int h = a_h[0] + v * g.dh, w = a_w[0] + z * g.dw;
-                        if (a_ok[0] && (unsigned)h < (unsigned)g.H && (unsigned)w < (unsigned)g.W)
-                            f = __ldg(reinterpret_cast<const float4*>(a_ptr + a_base[0] + u * g.xs[1] + h * g.xs[2] +
-                                                                     w * g.xs[3]));
-                    } else if constexpr (OP == IG_BWD_SCATTER) {
-                        if (a_ok[0]) f = __ldg(reinterpret_cast<const float4*>(a_ptr + a_base[0] + u * g.ys[1]));
-                    } else {
-                        const int p = ig_back(a_h[0] - v * g.dh, g.sh, g.P), q = ig_back(a_w[0] - z * g.dw, g.sw, g.Q);
-                        if (a_ok[0] && p >= 0 && q >= 0)
-                            f = __ldg(reinterpret_cast<const float4*>(a_ptr + a_base[0] + u * g.ys[1] + p * g.ys[2] +
-                                                                     q * g.ys[3]));
-                    }
-                }
+                const int inner = OP == IG_FWD ? g.xs[1] : g.ys[1];
+                if (kk < KR && a_in) f = __ldg(reinterpret_cast<const float4*>(a_ptr + (a_tap + u * inner)));
                 ra[0] = f.x; ra[1] = f.y; ra[2] = f.z; ra[3] = f.w;
             } else {
 #pragma unroll
@@ -296,9 +359,7 @@ struct IgLoader {
             }
         } else if constexpr (VA) {                 // backward filter, NHWC: dy[n][p][q][k..k+3] of one kk
             float4 f = make_float4(0.f, 0.f, 0.f, 0.f);
-            if (a_kk < KR && a_ok[0])
-                f = __ldg(reinterpret_cast<const float4*>(a_ptr + a_base[0] + a_u * g.ys[0] + a_v * g.ys[2] +
-                                                         a_z * g.ys[3]));
+            if (a_kk < KR && a_in) f = __ldg(reinterpret_cast<const float4*>(a_ptr + (a_tap + a_z * g.ys[3])));
             ra[0] = f.x; ra[1] = f.y; ra[2] = f.z; ra[3] = f.w;
         } else {                                   // four rows 32 apart, one kk = a_kk
 #pragma unroll
@@ -308,13 +369,13 @@ struct IgLoader {
 
     __device__ __forceinline__ void load_b(float (&rb)[4]) const {
         if constexpr (B_K) {                       // one column, kk = b_kk + 0..3
-            const int kk = b_kk;
+            const int kk = bk();
             if constexpr (VB) {                    // forward's packed filter: w[k][kk..kk+3], aligned
                 float4 f = make_float4(0.f, 0.f, 0.f, 0.f);
-                if (b_ok[0] && kk < KR) f = __ldg(reinterpret_cast<const float4*>(b_ptr + b_base[0] + kk));
+                if (b_ok[0] && kk < KR) f = __ldg(reinterpret_cast<const float4*>(b_ptr + (b_base[0] + kk)));
                 rb[0] = f.x; rb[1] = f.y; rb[2] = f.z; rb[3] = f.w;
             } else {
-                int u = b_u, v = b_v, z = b_z;
+                int u = bu(), v = bv(), z = bz();
 #pragma unroll
                 for (int t = 0; t < 4; ++t) {
                     rb[t] = kk + t < KR ? b_at(0, u, v, z) : 0.f;
@@ -323,24 +384,19 @@ struct IgLoader {
             }
         } else if constexpr (VB) {                 // four channels of one kk: backward data's w, filter's x
             float4 f = make_float4(0.f, 0.f, 0.f, 0.f);
-            if (b_kk < KR && b_ok[0]) {
-                const int u = b_u, v = b_v, z = b_z;
-                if constexpr (OP == IG_BWD_DATA) {
-                    f = __ldg(reinterpret_cast<const float4*>(b_ptr + b_base[0] + u * g.ws[0] + v * g.ws[2] +
-                                                             z * g.ws[3]));
-                } else if constexpr (OP == IG_BWD_SCATTER) {
-                    f = __ldg(reinterpret_cast<const float4*>(b_ptr + b_base[0] + u * g.ws[0]));
-                } else {
-                    const int h = v * g.sh + b_h[0], w = z * g.sw + b_w[0];
-                    if ((unsigned)h < (unsigned)g.H && (unsigned)w < (unsigned)g.W)
-                        f = __ldg(reinterpret_cast<const float4*>(b_ptr + b_base[0] + u * g.xs[0] + h * g.xs[2] +
-                                                                 w * g.xs[3]));
+            if (bk() < KR && b_in) {
+                if constexpr (OP == IG_BWD_FILTER) {   // the pixel's column w = q * stride + tap
+                    const int w = bz() * g.sw + b_w[0];
+                    if ((unsigned)w < (unsigned)g.W)
+                        f = __ldg(reinterpret_cast<const float4*>(b_ptr + (b_tap + w * g.xs[3])));
+                } else {                               // w[k][..]: the innermost coordinate is k
+                    f = __ldg(reinterpret_cast<const float4*>(b_ptr + (b_tap + bu() * g.ws[0])));
                 }
             }
             rb[0] = f.x; rb[1] = f.y; rb[2] = f.z; rb[3] = f.w;
         } else {                                   // four columns 32 apart, one kk = b_kk
 #pragma unroll
-            for (int j = 0; j < BC; ++j) rb[j] = b_kk < KR ? b_at(j, b_u, b_v, b_z) : 0.f;
+            for (int j = 0; j < BC; ++j) rb[j] = bk() < KR ? b_at(j, bu(), bv(), bz()) : 0.f;
         }
     }
 
@@ -366,7 +422,7 @@ struct IgLoader {
 
 // Where C[m][col] lives: y (forward), dx (backward data), dw (backward filter)
 template <int OP, bool CIN>
-__device__ __forceinline__ long long ig_out_row(const IgConv& g, int m) {
+__device__ __forceinline__ int ig_out_row(const IgConv& g, int m) {
     if constexpr (OP == IG_FWD) {
         int n, p, q;
         ig_pixel(m, g.P, g.Q, n, p, q);
@@ -381,7 +437,7 @@ __device__ __forceinline__ long long ig_out_row(const IgConv& g, int m) {
 }
 
 template <int OP, bool CIN>
-__device__ __forceinline__ long long ig_out_col(const IgConv& g, int col) {
+__device__ __forceinline__ int ig_out_col(const IgConv& g, int col) {
     if constexpr (OP == IG_FWD) {
         return col * g.ys[1];
     } else if constexpr (OP == IG_BWD_DATA) {
@@ -443,8 +499,9 @@ igemm_conv(const float* __restrict__ a, const float* __restrict__ b, float* __re
     static_assert(!LM || OP == IG_FWD || OP == IG_BWD_DATA, "lanes run along rows only where rows are contiguous");
     constexpr int TN = BN_ / 16;       // a thread's columns: ig_col<TN>(tx, j), j < TN
     constexpr int SK = KS * IG_BK;     // reduction elements per buffer
-    const IgConv g{N, C, H, W, K, P, Q, R, S, ph, pw, sh, sw, dh, dw, {xs0, xs1, xs2, xs3}, {ws0, ws1, ws2, ws3},
-                   {ys0, ys1, ys2, ys3}};
+    const IgConv g{N, C, H, W, K, P, Q, R, S, ph, pw, sh, sw, dh, dw,
+                   {(int)xs0, (int)xs1, (int)xs2, (int)xs3}, {(int)ws0, (int)ws1, (int)ws2, (int)ws3},
+                   {(int)ys0, (int)ys1, (int)ys2, (int)ys3}};
     __shared__ __align__(16) float As[2][SK][IG_LD];
     __shared__ __align__(16) float Bs[2][SK][IG_LD];
     const int m0 = blockIdx.x * IG_BM, n0 = blockIdx.y * BN_;
@@ -543,7 +600,7 @@ igemm_conv(const float* __restrict__ a, const float* __restrict__ b, float* __re
         for (int i = 0; i < 8; ++i) {
             const int m = m0 + ty * 4 + (i & 3) + (i >> 2) * 64;
             if (m >= M) continue;
-            const long long row = ig_out_row<OP, CIN>(g, m);
+            const int row = ig_out_row<OP, CIN>(g, m);
 #pragma unroll
             for (int j = 0; j < TN; ++j) {
                 const int col = n0 + ig_col<TN>(tx, j);
@@ -557,7 +614,7 @@ igemm_conv(const float* __restrict__ a, const float* __restrict__ b, float* __re
         for (int h = 0; h < 2; ++h) {
             const int m = m0 + ty * 4 + h * 64;
             if (m >= M) continue;
-            const long long row = ig_out_row<OP, CIN>(g, m);
+            const int row = ig_out_row<OP, CIN>(g, m);
 #pragma unroll
             for (int j = 0; j < TN; ++j) {
                 const int col = n0 + ig_col<TN>(tx, j);
@@ -591,7 +648,7 @@ igemm_conv(const float* __restrict__ a, const float* __restrict__ b, float* __re
         for (int i = 0; i < 8; ++i) {
             const int m = m0 + ty * 4 + (i & 3) + (i >> 2) * 64;
             if (m >= M) continue;
-            const long long row = ig_out_row<OP, CIN>(g, m);
+            const int row = ig_out_row<OP, CIN>(g, m);
 #pragma unroll
             for (int j = 0; j < TN; ++j) {
                 const int col = n0 + ig_col<TN>(tx, j);

@@ -67,6 +67,18 @@ MIN_SPLIT = 256
 BLOCKS_PER_SM = 4
 DEFAULT_SMS = 132
 _MAX_GRID_YZ = 65535
+#: the largest tensor (elements) the kernel indexes: its offsets are 32-bit, and a load may form the offset of one
+#: sample or row past the end that it never reads, so half the int32 range.  A larger micro-batch is refused; the
+#: planner runs smaller ones
+MAX_ELEMENTS = 2 ** 30
+
+
+def extents(problem: ConvProblem) -> dict[str, int]:
+    """Elements each tensor spans: x, w packed; y (dy) through its strides (a channel slice spans the wider y)."""
+    p = problem
+    ys = p.y_strides()
+    y = 1 + sum((d - 1) * st for d, st in zip((p.n, p.k, p.p, p.q), ys))
+    return {"x": p.n * p.c * p.h * p.w, "w": p.k * p.c * p.r * p.s, "y": y}
 
 
 def refusal(op: str, problem: ConvProblem) -> str | None:
@@ -77,6 +89,11 @@ def refusal(op: str, problem: ConvProblem) -> str | None:
         return f"{problem.dtype}: the implicit-GEMM kernel is FP32 only"
     if problem.groups != 1:
         return "grouped convolution (the seed kernels run depthwise layers)"
+    big = {name: e for name, e in extents(problem).items() if e >= MAX_ELEMENTS}
+    if big:
+        name, e = max(big.items(), key=lambda kv: kv[1])
+        return (f"{name} spans {e} elements: the kernel's offsets are 32-bit (under {MAX_ELEMENTS}); smaller "
+                f"micro-batches run")
     return None
 
 

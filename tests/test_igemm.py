@@ -214,9 +214,13 @@ def test_a_recorded_split_count_rebuilds_a_split_that_covers_the_reduction(kr_n,
 @pytest.mark.parametrize("problem, why", [
     (ConvProblem(2, 4, 5, 5, 4, 3, 3, dtype="float16"), "FP32 only"),
     (ConvProblem(2, 4, 5, 5, 4, 3, 3, groups=2), "grouped"),
+    (ConvProblem(2 ** 14, 64, 32, 32, 64, 3, 3, pad=(1, 1)), "x spans 1073741824 elements"),
+    (ConvProblem(2 ** 13, 64, 32, 32, 128, 3, 3, pad=(1, 1)), "y spans 1073741824 elements"),
 ])
 def test_refusals_name_the_reason(problem, why):
     assert why in G.refusal("forward", problem)
+    if problem.dtype == "float32" and problem.groups == 1:       # the 32-bit offsets: a smaller micro-batch runs
+        assert G.refusal("forward", problem.with_batch(problem.n // 2)) is None
     with pytest.raises(InputError, match=why):
         G.Gemm.of("forward", problem)
 
