@@ -127,24 +127,21 @@ struct IgLoader {
     int a_row, a_k0, b_col, b_k0;   // this thread's first row / column and kk offset within a tile
     bool b_on;                      // this thread loads B
     // the reduction index of this thread's next A and B loads and its decoded (u, v, z): each load() moves them
-    // IG_BK on (the kernel loads its stages in order, IG_BK apart).  Forward without float4 loads of x decodes each
-    // stage's index afresh (two divisions): carried coordinates cost it more in registers than they save (H200,
-    // AlexNet conv2 NCHW and C = 1 layers); backward data and filter carry them (conv2 backward data 9.87 vs
-    // 10.47 ms, backward filter 7.66 vs 8.26), and so does forward with float4 loads of x (NHWC), whose cached tap
-    // below replaces the decode and the bounds checks.
-    static constexpr bool CARRY = OP != IG_FWD || VA;
+    // IG_BK on (the kernel loads its stages in order, IG_BK apart) by a carry chain, not the two divisions a decode
+    // costs (conv2 backward data 9.87 vs 10.47 ms, backward filter 7.66 vs 8.26; forward too since its B stopped
+    // decoding: H200, AlexNet NCHW forward 1.11x, C = 1 layers 1.02-1.09x, measured against the decode)
     int a_kk, a_u, a_v, a_z, b_kk, b_u, b_v, b_z;
-    // float4 loads with carried coordinates cache what depends on the outer ones: the offset of the tap's pixel
-    // (forward, backward data: the innermost coordinate is the channel) or of the row of pixels (backward filter:
-    // the innermost is q) and whether it is inside the tensor, recomputed only when a step carries (every C / 8
-    // stages for NHWC forward), so a stage's load is one multiply-add and a predicate.  Why: the per-stage decode,
-    // bounds checks and address chain were ~130 of ~580 instructions a stage (SASS, backward data, 96-wide tile).
-    static constexpr bool A_TAP = CARRY && VA;
-    static constexpr bool B_TAP = CARRY && VB && OP != IG_FWD;
-    // forward's packed filter needs only kk; where a thread's A and B loads take the same kk (both along kk, or
-    // both along rows / columns with the same kk offset) B reads A's coordinates: fewer registers (the 128-register
-    // cap of two blocks per SM) and one carry chain
-    static constexpr bool B_CARRY = CARRY && !(OP == IG_FWD && B_K && VB);
+    // float4 loads cache what depends on the outer coordinates: the offset of the tap's pixel (forward, backward
+    // data: the innermost coordinate is the channel) or of the row of pixels (backward filter: the innermost is q)
+    // and whether it is inside the tensor, recomputed only when a step carries (every C / 8 stages for NHWC
+    // forward), so a stage's load is one multiply-add and a predicate.  Why: the per-stage decode, bounds checks and
+    // address chain were ~130 of ~580 instructions a stage (SASS, backward data, 96-wide tile).
+    static constexpr bool A_TAP = VA;
+    static constexpr bool B_TAP = VB && OP != IG_FWD;
+    // forward's packed filter needs only kk (w[k][kk], whichever the layout); where a thread's A and B loads take
+    // the same kk (both along kk, or both along rows / columns with the same kk offset) B reads A's coordinates:
+    // fewer registers (the 128-register cap of two blocks per SM) and one carry chain
+    static constexpr bool B_CARRY = OP != IG_FWD;
     static constexpr bool SHARED = B_CARRY && A_K == B_K && (A_K || !VB || BN_ == 128);
     int a_tap, b_tap;
     bool a_in, b_in;
@@ -211,12 +208,10 @@ struct IgLoader {
                 b_w[j] = s * g.dw - g.pw;
             }
         }
-        if constexpr (CARRY) {
-            split_kk(a_kk < KR ? a_kk : 0, a_u, a_v, a_z);   // past KR: never loaded, any coordinates do
-            if constexpr (B_CARRY && !SHARED) split_kk(b_kk < KR ? b_kk : 0, b_u, b_v, b_z);
-            if constexpr (A_TAP) refresh_a();
-            if constexpr (B_TAP) refresh_b();
-        }
+        split_kk(a_kk < KR ? a_kk : 0, a_u, a_v, a_z);   // past KR: never loaded, any coordinates do
+        if constexpr (B_CARRY && !SHARED) split_kk(b_kk < KR ? b_kk : 0, b_u, b_v, b_z);
+        if constexpr (A_TAP) refresh_a();
+        if constexpr (B_TAP) refresh_b();
     }
 
     // A's cached tap (A_TAP) at (a_u, a_v, a_z), all but the innermost coordinate
@@ -280,9 +275,8 @@ struct IgLoader {
     // B[kk][col] for a thread's column j at decoded kk coordinates
     __device__ __forceinline__ float b_at(int j, int u, int v, int z) const {
         if (!b_ok[j]) return 0.f;
-        if constexpr (OP == IG_FWD) {
-            return __ldg(b_ptr + (b_base[j] + u * g.ws[1] + v * g.ws[2] + z * g.ws[3]));
-        } else if constexpr (OP == IG_BWD_DATA) {
+        static_assert(OP != IG_FWD, "forward's B is the packed filter, loaded by kk alone");
+        if constexpr (OP == IG_BWD_DATA) {
             return __ldg(b_ptr + (b_base[j] + u * g.ws[0] + v * g.ws[2] + z * g.ws[3]));
         } else if constexpr (OP == IG_BWD_SCATTER) {
             return __ldg(b_ptr + (b_base[j] + u * g.ws[0]));
@@ -319,24 +313,15 @@ struct IgLoader {
 
     // this thread's elements of the next stage (kk from a_kk / b_kk), then the indices moved to the stage after
     __device__ __forceinline__ void load(float (&ra)[4], float (&rb)[4]) {
-        if constexpr (!CARRY) {
-            split_kk(a_kk < KR ? a_kk : 0, a_u, a_v, a_z);
-            if constexpr (!(OP == IG_FWD && B_K && VB)) split_kk(b_kk < KR ? b_kk : 0, b_u, b_v, b_z);
-        }
         load_a(ra);
         if (b_on) load_b(rb);                      // before A's coordinates move: SHARED reads them
-        if constexpr (CARRY) {
-            if (advance_kk(a_kk, a_u, a_v, a_z)) {
-                if constexpr (A_TAP) refresh_a();
-                if constexpr (SHARED && B_TAP) refresh_b();
-            }
-            if constexpr (B_CARRY && !SHARED) {
-                if (advance_kk(b_kk, b_u, b_v, b_z) && B_TAP) refresh_b();
-            } else if constexpr (!SHARED) {
-                b_kk += IG_BK;
-            }
-        } else {
-            a_kk += IG_BK;
+        if (advance_kk(a_kk, a_u, a_v, a_z)) {
+            if constexpr (A_TAP) refresh_a();
+            if constexpr (SHARED && B_TAP) refresh_b();
+        }
+        if constexpr (B_CARRY && !SHARED) {
+            if (advance_kk(b_kk, b_u, b_v, b_z) && B_TAP) refresh_b();
+        } else if constexpr (!SHARED) {
             b_kk += IG_BK;
         }
     }
@@ -374,6 +359,9 @@ struct IgLoader {
                 float4 f = make_float4(0.f, 0.f, 0.f, 0.f);
                 if (b_ok[0] && kk < KR) f = __ldg(reinterpret_cast<const float4*>(b_ptr + (b_base[0] + kk)));
                 rb[0] = f.x; rb[1] = f.y; rb[2] = f.z; rb[3] = f.w;
+            } else if constexpr (OP == IG_FWD) {   // the same, one float at a time (C * R * S not a multiple of 4)
+#pragma unroll
+                for (int t = 0; t < 4; ++t) rb[t] = b_ok[0] && kk + t < KR ? __ldg(b_ptr + (b_base[0] + kk + t)) : 0.f;
             } else {
                 int u = bu(), v = bv(), z = bz();
 #pragma unroll
@@ -495,6 +483,7 @@ igemm_conv(const float* __restrict__ a, const float* __restrict__ b, float* __re
            float alpha, float beta, int vec_out) {
     static_assert(!VA || (A_K ? OP != IG_BWD_FILTER : OP == IG_BWD_FILTER), "A's float4 loads: see the header");
     static_assert(!VB || (B_K ? OP == IG_FWD : OP != IG_FWD), "B's float4 loads: see the header");
+    static_assert(OP != IG_FWD || B_K, "forward's B (the packed filter) loads along kk");
     static_assert(BN_ == 128 || BN_ == 96 || BN_ == 64, "tile widths: 128, 96 or 64");
     static_assert(!LM || OP == IG_FWD || OP == IG_BWD_DATA, "lanes run along rows only where rows are contiguous");
     constexpr int TN = BN_ / 16;       // a thread's columns: ig_col<TN>(tx, j), j < TN
