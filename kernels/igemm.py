@@ -215,10 +215,10 @@ def tile_width(nc: int) -> int:
 
 def variants(op: str, problem: ConvProblem, deterministic: bool = False) -> list[tuple[int, int, bool]]:
     """The (tile width, stages per buffer, scatter) the ``direct`` source measures for ``op`` of ``problem``: the
-    wide tile with one and two stages, and the narrower tile :func:`tile_width` picks where it picks one (one stage:
-    with two, ptxas spills at two blocks per SM); for backward data with a stride over 1 or fewer than 64 input channels, the
-    scatter form's tiles too (its atomics make it non-deterministic: not where ``deterministic``).  Which is fastest
-    depends on the shape and the device: measured, not guessed."""
+    wide tile with one and two stages, and the narrower tile :func:`tile_width` picks where it picks one, also with
+    one and two (two spilled at two blocks per SM until the loads cached their taps); for backward data with a stride
+    over 1 or fewer than 64 input channels, the scatter form's tiles too (its atomics make it non-deterministic: not
+    where ``deterministic``).  Which is fastest depends on the shape and the device: measured, not guessed."""
     forms = [False]
     if op == "backward_data" and not deterministic and (problem.stride != (1, 1) or problem.c < NARROW):
         forms.append(True)
@@ -227,7 +227,7 @@ def variants(op: str, problem: ConvProblem, deterministic: bool = False) -> list
         nc = Gemm.of(op, problem, scatter=scatter).nc
         out += [(BN, 1, scatter), (BN, 2, scatter)]
         if tile_width(nc) != BN:
-            out.append((tile_width(nc), 1, scatter))
+            out += [(tile_width(nc), 1, scatter), (tile_width(nc), 2, scatter)]
     return out
 
 

@@ -120,7 +120,7 @@ def test_every_tile_computes_the_same_convolution(name, layout, op, tile):
     assert rel_err(got, _reference(p, op, a, b)) < TOL_REF
 
 
-@pytest.mark.parametrize("tile", [(128, 1), (128, 2), (96, 1), (64, 1)])
+@pytest.mark.parametrize("tile", [(128, 1), (128, 2), (96, 1), (96, 2), (64, 1), (64, 2)])
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_backward_datas_scatter_form_matches_float64_micro_batched_with_alpha_and_beta(name, layout, tile):
