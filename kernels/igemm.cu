@@ -693,6 +693,10 @@ template __global__ void igemm_conv<IG_BWD_DATA, true, false, true, true, true, 
 template __global__ void igemm_conv<IG_BWD_DATA, true, false, true, true, true, 128, 2, false>(IGEMM_ARGS);
 template __global__ void igemm_conv<IG_BWD_DATA, true, false, true, true, true, 64, 1, false>(IGEMM_ARGS);
 template __global__ void igemm_conv<IG_BWD_DATA, true, false, true, true, true, 96, 1, false>(IGEMM_ARGS);
+template __global__ void igemm_conv<IG_BWD_DATA, true, false, true, true, true, 96, 2, false>(IGEMM_ARGS);
+template __global__ void igemm_conv<IG_FWD, true, true, true, true, true, 96, 2, false>(IGEMM_ARGS);
+template __global__ void igemm_conv<IG_BWD_FILTER, false, false, true, true, true, 96, 2, false>(IGEMM_ARGS);
+template __global__ void igemm_conv<IG_FWD, false, true, false, false, false, 128, 2, true>(IGEMM_ARGS);
 template __global__ void igemm_conv<IG_BWD_DATA, false, true, false, false, false, 96, 1, true>(IGEMM_ARGS);
 template __global__ void igemm_conv<IG_FWD, true, true, true, true, true, 96, 1, false>(IGEMM_ARGS);
 template __global__ void igemm_conv<IG_BWD_FILTER, false, false, true, true, true, 96, 1, false>(IGEMM_ARGS);
