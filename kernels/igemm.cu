@@ -472,11 +472,12 @@ template <int TN> __device__ __forceinline__ int ig_col(int tx, int j) {
 
 // out = alpha * A B + beta * out over this block's 128 x BN_ tile and its kk range (blockIdx.z's share of
 // kk_per_split); a split backward filter adds alpha * A B atomically instead.  BN_ = 64 or 96 for GEMMs whose
-// columns a 128-wide tile would leave partly idle (64 or 96 channels), each thread then 8 x 4 or 8 x 6 outputs.  KS stages
-// of IG_BK reduction elements per shared-memory buffer: one barrier per KS * 8 steps.  Two blocks per SM (128
-// registers) except the 64-wide one-stage tile, three (80 registers, no spills on sm_90): with 32 accumulators a
-// thread has the room, and the extra warps cover latency (H200, against two blocks: ResNet-50 64-channel layers
-// forward 0.93 -> 0.83 ms, backward filter 2.51 -> 2.03, C = 1 layers 1.08-1.26x; with two stages three blocks lost)
+// columns a 128-wide tile would leave partly idle (64 or 96 channels), each thread then 8 x 4 or 8 x 6 outputs.
+// KS stages of IG_BK reduction elements per shared-memory buffer: one barrier per KS * 8 steps.  Two blocks per SM
+// (128 registers), except the 64-wide one-stage tile: three (80 registers; on sm_90 only NCHW backward data spills,
+// 12 bytes), as 32 accumulators leave a thread the room and the extra warps cover latency (H200, against two
+// blocks: ResNet-50's 64-channel layers forward 0.93 -> 0.83 ms, backward filter 2.51 -> 2.03, C = 1 layers
+// 1.08-1.26x; with two stages three blocks lost).
 template <int OP, bool A_K, bool B_K, bool CIN, bool VA, bool VB, int BN_, int KS, bool LM>
 __global__ void __launch_bounds__(IG_NT, BN_ == 64 && KS == 1 ? 3 : 2)
 igemm_conv(const float* __restrict__ a, const float* __restrict__ b, float* __restrict__ out, int N, int C, int H,
