@@ -325,6 +325,33 @@ def _split(idx: np.ndarray, ch: int, r: int, s: int, cin: bool) -> tuple[np.ndar
     return t // r, t % r, idx - t * s
 
 
+def advance(ch: int, r: int, s: int, dims: tuple[int, int, int], cin: bool) -> tuple[int, int, int, bool]:
+    """``ig_advance``: the coordinates of index + BK from those of index, in ``_split``'s order over ``dims`` =
+    (CH, R, S) (a pixel index (n, p, q) is the tap-innermost order over (N, P, Q)), and whether the step carried
+    into the outer coordinates -- the kernel's loads then recompute the tap they cache.  A carry chain, not a
+    decode: the innermost coordinate may wrap more than once when it is shorter than BK (C = 1 or 3)."""
+    CH, R, S = dims
+    if cin:
+        ch += BK
+        if ch < CH:
+            return ch, r, s, False
+        while ch >= CH:
+            ch -= CH
+            s += 1
+            if s == S:
+                s, r = 0, r + 1
+        return ch, r, s, True
+    s += BK
+    if s < S:
+        return ch, r, s, False
+    while s >= S:
+        s -= S
+        r += 1
+        if r == R:
+            r, ch = 0, ch + 1
+    return ch, r, s, True
+
+
 def _pixel(idx: np.ndarray, a: int, b: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     t = idx // b
     return t // a, t % a, idx - t * b

@@ -1,7 +1,8 @@
 """The implicit-GEMM kernel (kernels/igemm.py, igemm.cu) without a GPU: its float64 references against a naive
 loop, the kernel's gather and output index math emulated against the references for all three ops (hypothesis
 over layouts, pads, strides 1-4, dilation, non-square filters, odd batches, C = 1 or 3), the alpha / beta blend,
-channel slices of y, the choice of load directions and vector loads, and the split of backward filter."""
+channel slices of y, the choice of load directions and vector loads, the split of backward filter, and the carry
+chain that walks each thread's reduction index (hypothesis)."""
 from __future__ import annotations
 
 import numpy as np
@@ -253,3 +254,29 @@ def test_a_tile_the_kernel_is_not_built_for_is_refused_by_name(bn, ks, field):
     with pytest.raises(InputError) as e:
         G.Gemm.of("forward", ConvProblem(2, 4, 5, 5, 4, 3, 3), bn, ks)
     assert e.value.field == field
+
+
+@given(dims=st.tuples(st.integers(1, 40), st.integers(1, 7), st.integers(1, 30)), cin=st.booleans(),
+       start=st.integers(0, 7), steps=st.integers(1, 60))
+@settings(max_examples=300, deadline=None)
+def test_the_carry_chain_walks_the_reduction_as_a_decode_would_and_says_when_the_tap_moves(dims, cin, start, steps):
+    """The kernel decodes a thread's first reduction index once and then carries it BK at a time (ig_advance);
+    its float4 loads recompute their cached tap only where the step carried.  Stepping must land on the decode of
+    every index, and carry exactly where an outer coordinate changed -- including channels fewer than BK, where
+    one step wraps several taps."""
+    CH, R, S = dims
+    total = CH * R * S
+    kk = start
+    coords = tuple(int(v) for v in G._split(np.array(kk), CH, R, S, cin))
+    for _ in range(steps):
+        if kk + G.BK >= total:
+            break
+        ch, r, s, carried = G.advance(*coords, dims, cin)
+        kk += G.BK
+        want = tuple(int(v) for v in G._split(np.array(kk), CH, R, S, cin))
+        assert (ch, r, s) == want
+        inner_before, inner_after = (coords[0], ch) if cin else (coords[2], s)
+        outer_moved = (coords[1:] if cin else coords[:2]) != ((r, s) if cin else (ch, r))
+        assert carried == outer_moved, (coords, (ch, r, s))
+        assert carried or inner_after == inner_before + G.BK
+        coords = (ch, r, s)
