@@ -72,7 +72,8 @@ template <bool CIN> __device__ __forceinline__ void ig_next(int CH, int R, int S
 // (ch, r, s) of idx + IG_BK from those of idx, in the order ig_split<CIN> decodes (a pixel index (n, p, q) is the
 // tap-innermost order with CH, R, S = N, P, Q): a carry chain instead of the two divisions a decode costs, per
 // tile load (ncu, H200, AlexNet conv2 backward data: half of the kernel's instructions were not FMAs).  True where
-// the step carried into the outer coordinates (the loader then recomputes what it caches of them).
+// the step carried into the outer coordinates (the loader then recomputes what it caches of them).  igemm.advance
+// is the same chain on the CPU, tested against the decode.
 template <bool CIN> __device__ __forceinline__ bool ig_advance(int CH, int R, int S, int& ch, int& r, int& s) {
     if constexpr (CIN) {
         ch += IG_BK;
