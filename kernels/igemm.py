@@ -486,6 +486,6 @@ def reference(op: str, problem: ConvProblem, a: np.ndarray, b: np.ndarray) -> np
     return _layout(dw, p.layout)
 
 
-__all__ = ["BK", "BM", "BN", "MID", "NARROW", "NT", "OPS", "STAGES", "VEC_COLS", "VEC_NONE", "VEC_ROWS", "WIDTHS",
-           "Gemm", "check_splits", "check_tile", "emulate", "launcher", "out_vector", "packed_strides", "reference",
-           "refusal", "tile_width", "variants", "vector_ok"]
+__all__ = ["BK", "BM", "BN", "MAX_ELEMENTS", "MID", "NARROW", "NT", "OPS", "STAGES", "VEC_COLS", "VEC_NONE", "VEC_ROWS",
+           "WIDTHS", "Gemm", "advance", "check_splits", "check_tile", "emulate", "extents", "launcher", "out_vector",
+           "packed_strides", "reference", "refusal", "tile_width", "variants", "vector_ok"]
