@@ -331,25 +331,16 @@ def advance(ch: int, r: int, s: int, dims: tuple[int, int, int], cin: bool) -> t
     into the outer coordinates -- the kernel's loads then recompute the tap they cache.  A carry chain, not a
     decode: the innermost coordinate may wrap more than once when it is shorter than BK (C = 1 or 3)."""
     CH, R, S = dims
-    if cin:
-        ch += BK
-        if ch < CH:
-            return ch, r, s, False
-        while ch >= CH:
-            ch -= CH
-            s += 1
-            if s == S:
-                s, r = 0, r + 1
-        return ch, r, s, True
-    s += BK
-    if s < S:
-        return ch, r, s, False
-    while s >= S:
-        s -= S
-        r += 1
-        if r == R:
-            r, ch = 0, ch + 1
-    return ch, r, s, True
+    # (innermost, middle, outer) coordinate and the first two extents, in the decode's order
+    inner, mid, outer, n_in, n_mid = (ch, s, r, CH, S) if cin else (s, r, ch, S, R)
+    inner += BK
+    carried = inner >= n_in
+    while inner >= n_in:
+        inner -= n_in
+        mid += 1
+        if mid == n_mid:
+            mid, outer = 0, outer + 1
+    return (inner, outer, mid, carried) if cin else (outer, mid, inner, carried)
 
 
 def _pixel(idx: np.ndarray, a: int, b: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
