@@ -40,9 +40,9 @@ enum : int { IG_FWD = 0, IG_BWD_DATA = 1, IG_BWD_FILTER = 2, IG_BWD_SCATTER = 3 
 
 struct IgConv {
     int N, C, H, W, K, P, Q, R, S, ph, pw, sh, sw, dh, dw;
-    // element strides: x (n,c,h,w), w (k,c,r,s), y (n,k,p,q); 32-bit offsets, as igemm.py refuses tensors of 2^31
-    // elements or more (the executor's micro-batches split a larger one): a 64-bit address chain per load was a
-    // tenth of the loop's instructions
+    // element strides: x (n,c,h,w), w (k,c,r,s), y (n,k,p,q); 32-bit offsets, as igemm.py refuses tensors of 2^30
+    // elements or more (MAX_ELEMENTS; the planner runs smaller micro-batches): a 64-bit address chain per load was
+    // a tenth of the loop's instructions
     int xs[4], ws[4], ys[4];
 };
 
@@ -589,21 +589,8 @@ igemm_conv(const float* __restrict__ a, const float* __restrict__ b, float* __re
         }
         return;
     }
-    if (gridDim.z > 1) {               // a split backward filter adds its partial sums
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-            const int m = m0 + ty * 4 + (i & 3) + (i >> 2) * 64;
-            if (m >= M) continue;
-            const int row = ig_out_row<OP, CIN>(g, m);
-#pragma unroll
-            for (int j = 0; j < TN; ++j) {
-                const int col = n0 + ig_col<TN>(tx, j);
-                if (col < NC) atomicAdd(out + row + ig_out_col<OP, CIN>(g, col), alpha * acc[i][j]);
-            }
-        }
-        return;
-    }
-    if (LM && vec_out == IG_VEC_ROWS) {            // four consecutive rows are four consecutive floats (NCHW y, dx)
+    const bool split = gridDim.z > 1;  // a split backward filter adds its partial sums, one float at a time
+    if (!split && LM && vec_out == IG_VEC_ROWS) {          // four consecutive rows: four consecutive floats (NCHW)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const int m = m0 + ty * 4 + h * 64;
@@ -617,7 +604,7 @@ igemm_conv(const float* __restrict__ a, const float* __restrict__ b, float* __re
                           acc[h * 4 + 2][j], acc[h * 4 + 3][j], min(4, M - m), alpha, beta);
             }
         }
-    } else if (!LM && vec_out == IG_VEC_COLS) {    // four consecutive columns are four consecutive floats
+    } else if (!split && !LM && vec_out == IG_VEC_COLS) {  // four consecutive columns: four consecutive floats
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
             const int m = m0 + ty * 4 + (i & 3) + (i >> 2) * 64;
@@ -649,7 +636,8 @@ igemm_conv(const float* __restrict__ a, const float* __restrict__ b, float* __re
                 if (col >= NC) continue;
                 float* dst = out + row + ig_out_col<OP, CIN>(g, col);
                 const float v = alpha * acc[i][j];
-                *dst = beta == 0.f ? v : fmaf(beta, *dst, v);
+                if (split) atomicAdd(dst, v);
+                else *dst = beta == 0.f ? v : fmaf(beta, *dst, v);
             }
         }
     }

@@ -14,8 +14,9 @@ ucudnn's database) and recorded in ``extra["direct"]``, so :meth:`DirectSource.p
 measured launch whatever the tuning cache holds later.
 
 Implicit GEMM (``direct-igemm``, ``kernels/igemm.cu``): every float32 layer without groups also gets
-configurations of the FP32 implicit-GEMM kernel, one per tile (``kernels.igemm.variants``: 128 x 128 with one or
-two stages per buffer, 128 x 64 for narrow GEMMs; ``extra["direct"]["bn"]`` / ``["ks"]``; backward data at
+configurations of the FP32 implicit-GEMM kernel, one per tile (``kernels.igemm.variants``: 128 x 128, and 128 x 96
+or 128 x 64 where those leave fewer columns idle, each with one or two stages per buffer;
+``extra["direct"]["bn"]`` / ``["ks"]``; backward data at
 strides over 1 or with few channels also in its scatter form, ``["scatter"]``: atomic, not deterministic), for all
 three ops: each op one GEMM over the micro-batch, its lowered operand gathered in the tile loads, so still no
 workspace.  Why
