@@ -55,6 +55,33 @@ def cudnn_best(op: str, problem, ops, max_workspace: int = 0) -> dict:
     return out
 
 
+def plane_times(problem, operands) -> dict:
+    """Every direct_plane configuration that runs ``problem`` (and whose filter block is at most twice K), and the
+    implicit GEMM's forward tiles, timed on ``operands``: {"plane_all": [[[rb, kt, kl], ms], ...] fastest first,
+    "plane_best", "plane_best_ms", "igemm_all", "igemm_best_ms"} ({} where direct_plane does not run it)."""
+    from ucudnn.kernels import direct as D
+    from ucudnn.kernels import igemm
+
+    from ucudnn.binding.timing import time_ms
+
+    if D.plane_refusal("forward", problem) is not None:
+        return {}
+
+    def ms(launch) -> float:
+        return time_ms(lambda: launch(*operands, 1.0, 0.0), repeat=3, warmup=1, min_sample_ms=0.5)
+
+    grid = [(rb, kt, kl) for rb in D.PLANE_RB for kt in D.PLANE_KT for kl in D.PLANE_KL
+            if D.plane_refusal("forward", problem, (rb, kt, kl)) is None and kt * kl <= 2 * problem.k]
+    plane = sorted(((list(c), round(ms(D.plane_launcher(problem, *c)), 4)) for c in grid), key=lambda r: r[1])
+    out = {"plane_all": plane, "plane_best": plane[0][0], "plane_best_ms": plane[0][1]}
+    if igemm.refusal("forward", problem) is None:
+        tiles = sorted(([bn, ks], round(ms(igemm.launcher("forward", problem, None, bn, ks)), 4))
+                       for bn, ks, _ in igemm.variants("forward", problem))
+        out["igemm_all"] = tiles
+        out["igemm_best_ms"] = min(t for _, t in tiles)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--set", dest="layer_set", default="seed001-single")
@@ -62,6 +89,8 @@ def main() -> None:
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--layout", default="NCHW")
     ap.add_argument("--only", default=None, help="comma-separated layer names")
+    ap.add_argument("--tuned-only", action="store_true",
+                    help="time the tuner's pick of the seed kernel only, not its whole grid")
     ap.add_argument("--out", default="benchmarks/results")
     args = ap.parse_args()
 
@@ -92,9 +121,12 @@ def main() -> None:
             if t is None or not D.fits("forward", problem, t, limit) or not (t == tuned or
                                                                             D.useful("forward", problem, t)):
                 continue
+            if args.tuned_only and t != tuned:
+                continue
             launch = D.launcher("forward", problem, t)
             times[tuple(t.as_list())] = time_ms(lambda: launch(*operands, 1.0, 0.0), repeat=3, warmup=1,
                                                 min_sample_ms=0.5)
+        plane = plane_times(problem, operands)
         ranked = sorted(times.items(), key=lambda kv: kv[1])
         zero_algo, zero_ms = cudnn_best("forward", problem, ops)["zero"]
         y_bytes = problem.n * problem.k * problem.p * problem.q * 4
@@ -109,8 +141,12 @@ def main() -> None:
                "worst_ms": round(ranked[-1][1], 4), "cudnn_zero": zero_algo, "cudnn_zero_ms": round(zero_ms, 4),
                "tuned_vs_cudnn_zero": round(zero_ms / tuned_ms, 3),
                "best_vs_cudnn_zero": round(zero_ms / ranked[0][1], 3),
-               "floor_ms": round(floor_ms, 4), "wall_s": round(time.time() - t0, 1)}
+               "floor_ms": round(floor_ms, 4), **plane, "wall_s": round(time.time() - t0, 1)}
         rows.append(row)
+        if plane.get("plane_best"):
+            print(f"{name}: plane best {plane['plane_best']} {plane['plane_best_ms']:.4f} ms "
+                  f"({zero_ms / plane['plane_best_ms']:.3f}x cuDNN 0-ws); igemm best {plane.get('igemm_best_ms')}",
+                  flush=True)
         print(f"{name}: tuned {tuned.as_list()} ({how}) {tuned_ms:.4f} ms, best {ranked[0][0]} {ranked[0][1]:.4f}, "
               f"cuDNN 0-ws {zero_algo} {zero_ms:.4f} -> {row['tuned_vs_cudnn_zero']}x; floor {floor_ms:.4f} ms",
               flush=True)
@@ -123,12 +159,15 @@ def main() -> None:
           "(the floor: y, and x, moved once at that rate).  Bar (issue 17): direct >= 1.5x cuDNN's zero-workspace "
           "best.", "",
           "| layer | tilings | tuned (how) | tuned ms | best | best ms | cuDNN 0-ws | ms | tuned vs 0-ws "
-          "| best vs 0-ws | floor ms |",
-          "|---|---:|---|---:|---|---:|---|---:|---:|---:|---:|"]
+          "| best vs 0-ws | floor ms | plane best [rb, kt, kl] | ms | vs 0-ws | igemm best ms |",
+          "|---|---:|---|---:|---|---:|---|---:|---:|---:|---:|---|---:|---:|---:|"]
     for r in rows:
         md.append(f"| {r['layer']} | {r['tilings_timed']} | {r['tuned']} ({r['tuned_how']}) | {r['tuned_ms']} | "
                   f"{r['best']} | {r['best_ms']} | {r['cudnn_zero']} | {r['cudnn_zero_ms']} | "
-                  f"{r['tuned_vs_cudnn_zero']} | {r['best_vs_cudnn_zero']} | {r['floor_ms']} |")
+                  f"{r['tuned_vs_cudnn_zero']} | {r['best_vs_cudnn_zero']} | {r['floor_ms']} | "
+                  + (f"{r['plane_best']} | {r['plane_best_ms']} | {r['cudnn_zero_ms'] / r['plane_best_ms']:.3f} | "
+                     if r.get("plane_best") else "- | - | - | ")
+                  + f"{r.get('igemm_best_ms', '-')} |")
     write(args.out, tag, doc, "\n".join(md) + "\n")
 
 

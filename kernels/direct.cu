@@ -132,6 +132,44 @@ template <typename T> struct Prefetch {
     }
 };
 
+// Stages `count` elements of rows IW wide into buf: element e is row r0 + e / IW, column e % IW of the source, and
+// with WRAP a row past IH - 1 is row 0 of the next image (load's first argument counts the images).  One division
+// per thread, then each element DIRECT_NT further on is drow rows and dcol columns on, DIRECT_PF loads in flight per
+// thread.  (A full index per element was about half the instructions of a depthwise block, whose compute is 9 FMAs
+// per output.)  load(image, row, col) returns the element (zero in the padding).
+template <bool WRAP, typename Load>
+__device__ __forceinline__ void stage_rows(float* buf, int count, int IW, int r0, int IH, const Load& load) {
+    const int drow = DIRECT_NT / IW, dcol = DIRECT_NT - drow * IW;
+    int row = threadIdx.x / IW, col = threadIdx.x - row * IW, img = 0;
+    row += r0;
+    if constexpr (WRAP)
+        while (row >= IH) {
+            row -= IH;
+            ++img;
+        }
+    for (int base = threadIdx.x; base < count; base += DIRECT_PF * DIRECT_NT) {
+        float v[DIRECT_PF];
+#pragma unroll
+        for (int u = 0; u < DIRECT_PF; ++u) {
+            v[u] = base + u * DIRECT_NT < count ? load(img, row, col) : 0.f;
+            row += drow;
+            col += dcol;
+            if (col >= IW) {
+                col -= IW;
+                ++row;
+            }
+            if constexpr (WRAP)
+                while (row >= IH) {
+                    row -= IH;
+                    ++img;
+                }
+        }
+#pragma unroll
+        for (int u = 0; u < DIRECT_PF; ++u)
+            if (base + u * DIRECT_NT < count) buf[base + u * DIRECT_NT] = v[u];
+    }
+}
+
 // The block's output tile: rows [p0, p0 + TY*RB), columns [q0, q0 + TX); tiles numbered row-major.
 template <int TX, int RB>
 __device__ __forceinline__ void tile_origin(int Q, int& p0, int& q0) {
@@ -201,6 +239,27 @@ __device__ __forceinline__ void load_taps(const float* p, float (&wv)[KT]) {
     }
 }
 
+// acc[rr][kt] += the R x S window from row rr of xw times the taps of filter kt: taps [R*S][KB] in shared memory
+// from `taps` on (KT consecutive filters per tap, float4 broadcasts), the window in registers.
+template <int RB, int KT>
+__device__ __forceinline__ void window_taps(float (&acc)[RB][KT], const float (&xw)[RB + DIRECT_WIN - 1][DIRECT_WIN],
+                                            const float* taps, int KB, int R, int S) {
+#pragma unroll
+    for (int i = 0; i < DIRECT_WIN; ++i) {
+        if (i >= R) break;
+#pragma unroll
+        for (int j = 0; j < DIRECT_WIN; ++j) {
+            if (j >= S) break;
+            float wv[KT];
+            load_taps<KT>(taps + (i * S + j) * KB, wv);
+#pragma unroll
+            for (int rr = 0; rr < RB; ++rr)
+#pragma unroll
+                for (int kt = 0; kt < KT; ++kt) acc[rr][kt] = fmaf(xw[rr + i][j], wv[kt], acc[rr][kt]);
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 // Forward, one input channel per group (CG == 1).  Shared: tile [IH][IW], then (from the next multiple of 4 floats,
 // so 16-byte aligned) taps [R*S][KT*KL].  grid.y = G * ceil(KG / (KT*KL)).  Stride 1 with filters up to
@@ -225,31 +284,13 @@ direct_fwd_single(const T* __restrict__ x, const T* __restrict__ w, T* __restric
     int p0, q0;
     tile_origin<TX, RB>(Q, p0, q0);
     const int hb = p0 * SH - PH, wb = q0 * SW - PW, RS = R * S;
-    {   // The tile: one division per thread, then each element DIRECT_NT further on is drow rows and dcol columns
-        // on, DIRECT_PF loads in flight per thread.  (A full index per element was about half the instructions of
-        // a depthwise block, whose compute is 9 FMAs per output.)
+    {   // the tile
         const T* const xb = x + act_at<NHWC>(n, g, 0, 0, C, H, W);
         const long long rstr = (long long)W * (NHWC ? C : 1), cstr = NHWC ? C : 1;
-        const int drow = DIRECT_NT / IW, dcol = DIRECT_NT - drow * IW;
-        int row = threadIdx.x / IW, col = threadIdx.x - row * IW;
-        for (int base = threadIdx.x; base < xcount; base += DIRECT_PF * DIRECT_NT) {
-            float v[DIRECT_PF];
-#pragma unroll
-            for (int u = 0; u < DIRECT_PF; ++u) {
-                const int h = hb + row, ww = wb + col;
-                v[u] = (base + u * DIRECT_NT < xcount && h >= 0 && h < H && ww >= 0 && ww < W)
-                           ? to_float(xb[h * rstr + ww * cstr]) : 0.f;
-                row += drow;
-                col += dcol;
-                if (col >= IW) {
-                    col -= IW;
-                    ++row;
-                }
-            }
-#pragma unroll
-            for (int u = 0; u < DIRECT_PF; ++u)
-                if (base + u * DIRECT_NT < xcount) xs[base + u * DIRECT_NT] = v[u];
-        }
+        stage_rows<false>(xs, xcount, IW, 0, IH, [=](int, int row, int col) {
+            const int h = hb + row, ww = wb + col;
+            return h >= 0 && h < H && ww >= 0 && ww < W ? to_float(xb[h * rstr + ww * cstr]) : 0.f;
+        });
     }
     auto wsrc = [&](int e, int& d) -> const T* {   // taps [R*S][KB] from the group's filters kb0 ..
         const int kk = e / RS, ij = e - kk * RS, k = kb0 + kk;
@@ -276,20 +317,7 @@ direct_fwd_single(const T* __restrict__ x, const T* __restrict__ w, T* __restric
             if (k0 >= KG) break;
             float acc[RB][KT];
             zero_acc(acc);
-#pragma unroll
-            for (int i = 0; i < DIRECT_WIN; ++i) {
-                if (i >= R) break;
-#pragma unroll
-                for (int j = 0; j < DIRECT_WIN; ++j) {
-                    if (j >= S) break;
-                    float wv[KT];
-                    load_taps<KT>(ws + (i * S + j) * KB + kl * KT, wv);
-#pragma unroll
-                    for (int rr = 0; rr < RB; ++rr)
-#pragma unroll
-                        for (int kt = 0; kt < KT; ++kt) acc[rr][kt] = fmaf(xw[rr + i][j], wv[kt], acc[rr][kt]);
-                }
-            }
+            window_taps<RB, KT>(acc, xw, ws + kl * KT, KB, R, S);
             if (q < Q) store_acc<NHWC, 1>(y, acc, n, g * KG, k0, KG, p0 + ty * RB, q, K, P, Q, alpha, beta);
         }
         return;
@@ -315,6 +343,95 @@ direct_fwd_single(const T* __restrict__ x, const T* __restrict__ w, T* __restric
             }
         }
         if (q < Q) store_acc<NHWC, TY>(y, acc, n, g * KG, k0, KG, p0 + ty, q, K, P, Q, alpha, beta);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Forward on single-channel planes by rows (C == 1, no groups, NCHW, stride 1, filters up to DIRECT_WIN x DIRECT_WIN):
+// direct_plane.  Why: direct_fwd_single tiles each plane TX columns by TY*RB rows, so a 28 x 28 plane fills 77% of a
+// 32 x 32 tile (idle lanes, idle rows), and its epilogue bounds-tests every element.  Here a thread is one slot of
+// (n, row group, column) numbered over the whole batch -- a row group is RB consecutive output rows of one column --
+// so a warp's lanes run on across row groups and images and only the last block has idle ones.  A block stages the
+// zero-padded input rows its slots' windows cover (the padded planes, IH = PG*RB + R - 1 rows of IW = Q + S - 1
+// columns each, taken as one column of rows: from its first slot's row group to its last slot's window, at most
+// ROWS of them) and the taps of KT*KL filters times alpha (so the epilogue stores sums as they are: exact for
+// alpha == 1); each thread reads its window into registers once and applies KT filters at a time, KL rounds, and
+// stores without per-element tests where its rows and filters are all there.  Shared: rows [ROWS][IW], then (from
+// the next multiple of 4 floats) taps [R*S][KT*KL].  grid = (ceil(N*PG*Q / 256), ceil(K / (KT*KL))).
+template <typename T, int RB, int KT, int KL>
+__global__ void __launch_bounds__(DIRECT_NT)
+direct_plane(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y, int N, int H, int W, int K, int P,
+             int Q, int R, int S, int PH, int PW, int PG, int IH, int IW, int ROWS, float alpha, float beta) {
+    constexpr int KB = KT * KL, WIN = DIRECT_WIN;
+    static_assert(KT % 4 == 0, "the taps are read as float4");
+    extern __shared__ __align__(16) float smem[];
+    float* const xs = smem;
+    float* const ws = smem + ((ROWS * IW + 3) & ~3);
+    const int PGQ = PG * Q;
+    const long long slot0 = (long long)blockIdx.x * DIRECT_NT, total = (long long)N * PGQ;
+    const int kb0 = blockIdx.y * KB, RS = R * S;
+    // the padded planes as one column of rows (image n's row r is row n*IH + r): rows vlo .. vhi
+    long long vlo, vhi;
+    {
+        const long long last = min(slot0 + DIRECT_NT, total) - 1;
+        const long long na = slot0 / PGQ, nb = last / PGQ;
+        vlo = na * IH + (slot0 - na * PGQ) / Q * RB;
+        vhi = nb * IH + (last - nb * PGQ) / Q * RB + RB + R - 2;
+    }
+    const int n0 = (int)(vlo / IH), r0 = (int)(vlo - (long long)n0 * IH);
+    stage_rows<true>(xs, (int)(vhi - vlo + 1) * IW, IW, r0, IH, [=](int dn, int row, int col) {
+        const int h = row - PH, ww = col - PW;
+        return h >= 0 && h < H && ww >= 0 && ww < W ? to_float(x[((long long)(n0 + dn) * H + h) * W + ww]) : 0.f;
+    });
+    auto wsrc = [&](int e, int& d) -> const T* {   // taps [R*S][KB] of filters kb0 ..
+        const int kk = e / RS, ij = e - kk * RS, k = kb0 + kk;
+        d = ij * KB + kk;
+        return k < K ? w + (long long)k * RS + ij : nullptr;
+    };
+    stage_now<T>(KB * RS, wsrc, ws);
+    __syncthreads();
+    if (alpha != 1.f) {   // uniform: alpha folded into the taps
+        for (int e = threadIdx.x; e < KB * RS; e += DIRECT_NT) ws[e] *= alpha;
+        __syncthreads();
+    }
+    const long long slot = slot0 + threadIdx.x;
+    const bool live = slot < total;
+    int n = n0, pg = r0 / RB, q = 0;
+    if (live) {
+        n = (int)(slot / PGQ);
+        const int rem = (int)(slot - (long long)n * PGQ);
+        pg = rem / Q;
+        q = rem - pg * Q;
+    }
+    float xw[RB + WIN - 1][WIN];
+    {
+        const float* const xp = xs + (int)((long long)n * IH + pg * RB - vlo) * IW + q;
+#pragma unroll
+        for (int a = 0; a < RB + WIN - 1; ++a)
+#pragma unroll
+            for (int j = 0; j < WIN; ++j) xw[a][j] = (a < RB + R - 1 && j < S) ? xp[a * IW + j] : 0.f;
+    }
+    const int p0 = pg * RB;
+    const long long PQ = (long long)P * Q;
+    T* const yb = y + ((long long)n * K + kb0) * PQ + (long long)p0 * Q + q;
+    const bool all_rows = p0 + RB <= P;
+#pragma unroll 1
+    for (int kl = 0; kl < KL; ++kl) {
+        const int k0 = kb0 + kl * KT;
+        if (k0 >= K) break;
+        float acc[RB][KT];
+        zero_acc(acc);
+        window_taps<RB, KT>(acc, xw, ws + kl * KT, KB, R, S);
+        if (!live) continue;
+        T* const first = yb + (long long)kl * KT * PQ;
+        if (all_rows && k0 + KT <= K) {   // the common case: no bounds per element
+            if (beta == 0.f) store_rows<false, 1>(first, acc, PQ, (long long)Q, 0, RB, KT, 1.f, beta);
+            else store_rows<true, 1>(first, acc, PQ, (long long)Q, 0, RB, KT, 1.f, beta);
+        } else if (beta == 0.f) {
+            store_rows<false, 1>(first, acc, PQ, (long long)Q, p0, P, K - k0, 1.f, beta);
+        } else {
+            store_rows<true, 1>(first, acc, PQ, (long long)Q, p0, P, K - k0, 1.f, beta);
+        }
     }
 }
 
@@ -941,6 +1058,12 @@ template __global__ void direct_fwd_multi<half_t, true, 32, 4, 4, 2, false>(DIRE
 template __global__ void direct_bwd<float, false, 32, 2, 4, 4, true>(DIRECT_FWD_ARGS(float));
 template __global__ void direct_bwd<float, false, 32, 4, 1, 8, false>(DIRECT_FWD_ARGS(float));
 template __global__ void direct_bwd<half_t, true, 8, 2, 4, 2, false>(DIRECT_FWD_ARGS(half_t));
+#define DIRECT_PLANE_ARGS(T) const T*, const T*, T*, int, int, int, int, int, int, int, int, int, int, int, int, \
+    int, int, float, float
+template __global__ void direct_plane<float, 4, 8, 4>(DIRECT_PLANE_ARGS(float));
+template __global__ void direct_plane<float, 2, 8, 16>(DIRECT_PLANE_ARGS(float));
+template __global__ void direct_plane<float, 1, 4, 1>(DIRECT_PLANE_ARGS(float));
+template __global__ void direct_plane<half_t, 4, 8, 4>(DIRECT_PLANE_ARGS(half_t));
 #define DIRECT_DW_ARGS(T) const T*, const T*, T*, int, int, int, int, int, int, int, long long, float, float
 #define DIRECT_DW_BWF_ARGS const float*, const float*, float*, int, int, int, int, int, int, int, long long, float
 template __global__ void direct_dw<float, 3, false, true, 1>(DIRECT_DW_ARGS(float));

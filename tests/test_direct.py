@@ -489,6 +489,109 @@ def test_a_depthwise_configuration_needs_its_band_rows_and_its_filter_size():
                                                          {"direct": {"rows": 16, "minb": 1}}))
 
 
+# ---- the single-channel forward by rows (direct_plane) -------------------------------------------------------
+PLANE_CONFIGS = st.tuples(st.sampled_from(D.PLANE_RB), st.sampled_from(D.PLANE_KT), st.sampled_from(D.PLANE_KL))
+
+
+@st.composite
+def plane_problems(draw):
+    """Single-channel NCHW stride-1 forwards the rows kernel runs: planes 1-40 a side, filters up to 5 x 5,
+    batches 1-40 (many images a block where planes are small)."""
+    h, w = draw(st.integers(1, 40)), draw(st.integers(1, 40))
+    r, s = draw(st.integers(1, 5)), draw(st.integers(1, 5))
+    pad = (draw(st.integers(0, r - 1)), draw(st.integers(0, s - 1)))
+    assume(r <= h + 2 * pad[0] and s <= w + 2 * pad[1])
+    return ConvProblem(draw(st.integers(1, 40)), 1, h, w, draw(st.integers(1, 12)), r, s, pad=pad)
+
+
+@settings(max_examples=40, deadline=None)
+@given(plane_problems(), PLANE_CONFIGS)
+def test_plane_emulated_block_by_block_equals_the_reference(p, config):
+    """Every slot's window lies in the planes its block staged, and the slots write y exactly (emulate raises on a
+    read outside the staged planes; NaN would remain where no slot wrote)."""
+    assume(D.plane_refusal("forward", p, config) is None)
+    x, w, _ = _operands(p, 4)
+    got = D.plane_emulate(p, *config, x, w)
+    np.testing.assert_allclose(got, D.forward_reference(x, w, p), atol=1e-10)
+
+
+@settings(max_examples=100, deadline=None)
+@given(plane_problems(), st.sampled_from(D.PLANE_RB))
+def test_plane_blocks_stage_at_most_the_rows_the_launcher_sizes(p, rb):
+    """Every block's staged rows fit the ROWS the launcher sizes shared memory for, and cover its first and last
+    slot's windows; the blocks cover the batch's slots exactly."""
+    pg, ih, iw, rows, blocks = D.plane_geometry(p, rb)
+    assert (ih, iw) == (pg * rb + p.r - 1, p.q + p.s - 1) and pg * rb >= p.p > (pg - 1) * rb
+    pgq = pg * p.q
+    assert blocks * D.NT >= p.n * pgq > (blocks - 1) * D.NT
+    for bx in range(blocks):
+        vlo, vhi = D.plane_rows(p, rb, bx)
+        assert vhi - vlo + 1 <= rows
+        last = min(bx * D.NT + D.NT, p.n * pgq) - 1
+        n, rem = divmod(last, pgq)
+        assert vhi == n * ih + rem // p.q * rb + rb + p.r - 2 <= (n + 1) * ih - 1
+
+
+def test_plane_geometry_of_a_28x28_5x5_layer():
+    p = ConvProblem(256, 1, 28, 28, 512, 5, 5, pad=(2, 2))
+    # 7 row groups of 4 x 28 columns = 196 slots an image; 256 slots: at most 11 groups, 3 images -> 11*4 + 3*4 rows
+    assert D.plane_geometry(p, 4) == (7, 32, 32, 56, 196)
+    assert D.plane_smem_floats(p, 4, 8, 4) == 56 * 32 + 32 * 25
+    assert D.plane_geometry(p.with_batch(1), 4)[3] == 32          # one image: its whole padded plane
+    assert D.plane_rows(p, 4, 0) == (0, 32 + 2 * 4 + 4 + 3)       # slots 0-255: image 0, image 1 to its group 2
+    wide = ConvProblem(2, 1, 256, 256, 32, 3, 3, pad=(1, 1))      # 256 slots: one row group or two
+    assert D.plane_geometry(wide, 4)[3] == 2 * 4 + 2 * 2
+
+
+@pytest.mark.parametrize("problem, why", [
+    (ConvProblem(2, 3, 28, 28, 8, 3, 3, pad=(1, 1)), "one input channel"),
+    (ConvProblem(2, 4, 28, 28, 4, 3, 3, pad=(1, 1), groups=4), "one input channel"),
+    (ConvProblem(2, 1, 28, 28, 8, 3, 3, pad=(1, 1), layout="NHWC"), "NHWC"),
+    (ConvProblem(2, 1, 28, 28, 8, 3, 3, pad=(1, 1), stride=(2, 1)), "stride"),
+    (ConvProblem(2, 1, 28, 28, 8, 7, 3, pad=(3, 1)), "larger than 5x5"),
+    (ConvProblem(2, 1, 28, 28, 8, 3, 3, dilation=(2, 2)), "dilation"),
+    (ConvProblem(2, 1, 28, 28, 8, 3, 3, dtype="bfloat16"), "bfloat16"),
+    (ConvProblem(2, 1, 8, 4000, 8, 3, 3, pad=(1, 1)), "do not fit"),
+])
+def test_plane_refuses_what_it_does_not_run_and_says_why(problem, why):
+    assert why in D.plane_refusal("forward", problem)
+    assert D.plane_refusal("backward_data", ConvProblem(2, 1, 28, 28, 8, 3, 3, pad=(1, 1))) == "forward only"
+    with pytest.raises(InputError, match=why) as e:
+        D.plane_launcher(problem, 4, 8, 4)
+    assert e.value.field == "problem"
+
+
+def test_plane_refuses_a_configuration_outside_its_grid_or_shared_memory():
+    p = ConvProblem(8, 1, 28, 28, 64, 5, 5, pad=(2, 2))
+    assert D.plane_refusal("forward", p, (4, 8, 4)) is None
+    assert "kt 2" in D.plane_refusal("forward", p, (4, 2, 4))
+    assert "rb 3" in D.plane_refusal("forward", p, (3, 8, 4))
+    wide = ConvProblem(8, 1, 8, 600, 64, 5, 5, pad=(2, 2))      # 2 row groups + 2 images' halos: 16 rows of 604
+    assert D.plane_geometry(wide, 4)[3] == 2 * 4 + 2 * 4
+    assert D.plane_refusal("forward", wide, (4, 8, 4)) is None      # 37.8 KiB of rows + 3.1 KiB of taps
+    assert "do not fit" in D.plane_refusal("forward", wide, (4, 8, 16))   # + 12.5 KiB
+
+
+def test_single_channel_forwards_get_small_plane_configurations_recorded_for_prepare():
+    from ucudnn.measure.sources.direct import PLANE_ALGO
+    from ucudnn.measure.sources.direct import PLANE_CONFIGS as CONFIGS
+
+    p = ConvProblem(4, 1, 28, 28, 64, 5, 5, pad=(2, 2))
+    ms, sk = DirectSource().measure("forward", p, Operands(0, 0, 0), 0, BenchSettings("strict"))
+    assert ms == [] and [s.algo for s in sk].count(PLANE_ALGO) == len(CONFIGS)   # no GPU: skipped rows
+    for op, q in (("backward_data", p), ("forward", ConvProblem(4, 1, 28, 28, 64, 5, 5, pad=(2, 2), layout="NHWC"))):
+        _, sk = DirectSource().measure(op, q, Operands(0, 0, 0), 0, BenchSettings("strict"))
+        assert PLANE_ALGO not in [s.algo for s in sk]
+    with pytest.raises(InputError) as e:
+        DirectSource().prepare("forward", p, Measurement(4, PLANE_ALGO, "FMA", 1.0, 0, "direct", None,
+                                                         {"direct": {"rb": 4, "kt": 8}}))
+    assert e.value.field == "extra.direct.kl"
+    with pytest.raises(InputError) as e:
+        DirectSource().prepare("forward", p.with_batch(4), Measurement(4, PLANE_ALGO, "FMA", 1.0, 0, "direct", None,
+                                                                       {"direct": {"rb": 3, "kt": 8, "kl": 4}}))
+    assert e.value.field == "extra.direct" and "rb 3" in str(e.value)
+
+
 # ---- the CUDA source ---------------------------------------------------------------------------------------------------
 def test_run_time_source_is_self_contained():
     text = _compile.source(D.SOURCE)
@@ -511,6 +614,7 @@ def test_source_compiles_with_nvcc(arch, tmp_path):
     names = {fn for fn, *_ in kernels}
     assert {n for n in names if "direct_fwd_single" in n} and {n for n in names if "direct_fwd_multi" in n}
     assert {n for n in names if "direct_bwd" in n}
+    assert {n for n in names if "direct_plane" in n}
     for fn, stack, stores, loads in kernels:
-        if "direct_fwd_singleIf" in fn:
+        if "direct_fwd_singleIf" in fn or "direct_planeIf" in fn:
             assert (stack, stores, loads) == ("0", "0", "0"), f"{fn} uses local memory on {arch}"

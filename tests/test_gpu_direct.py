@@ -420,3 +420,95 @@ def test_dw_measured_rows_capture_and_replay(name):
         assert ex.replay_failures == [] and len(ex._graphs) == 1
         tol = TOL_REF["float32"] * (10 if op == "backward_filter" else 1)
         assert rel_err(out.get(), _reference(p, op, x, w, dy)) < tol
+
+
+# ---- the single-channel forward by rows (direct-plane) --------------------------------------------------------
+PLANE_CASES = {
+    "mnist-like": (ConvProblem(9, 1, 28, 28, 40, 5, 5, pad=(2, 2)), [5, 4]),           # K past a filter block
+    "odd-plane-3x2": (ConvProblem(7, 1, 13, 11, 12, 3, 2, pad=(1, 0)), [4, 3]),        # P, Q not multiples of rows
+    "1x5-no-pad": (ConvProblem(5, 1, 9, 17, 8, 1, 5), [5]),
+    "4x4-asymmetric-pad": (ConvProblem(6, 1, 20, 9, 20, 4, 4, pad=(2, 1)), [3, 3]),
+    "k130-3x3": (ConvProblem(3, 1, 32, 32, 130, 3, 3, pad=(1, 1)), [2, 1]),
+    "one-row-planes": (ConvProblem(300, 1, 1, 7, 8, 1, 3, pad=(0, 1)), [299, 1]),      # 38 images a block
+    "wide-rows-3x5": (ConvProblem(3, 1, 9, 300, 12, 3, 5, pad=(1, 2)), [2, 1]),        # a block: one or two rows
+    "c1-112-1x1": (ConvProblem(2, 1, 112, 112, 16, 1, 1), [2]),
+}
+PLANE_TEST_CONFIGS = [(4, 8, 4), (2, 8, 16), (1, 4, 1), (4, 4, 8)]
+
+
+def _plane_plan(p: ConvProblem, sizes: list[int], config: tuple[int, int, int]):
+    from ucudnn.measure.sources.direct import configure_plane
+    from ucudnn.planning.plan import KernelPlan, MicroConfig
+
+    return KernelPlan("test/forward", "forward", p, [MicroConfig.of(configure_plane(p.with_batch(mb), *config))
+                                                     for mb in sizes])
+
+
+@pytest.mark.parametrize("config", PLANE_TEST_CONFIGS)
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("name", sorted(PLANE_CASES))
+def test_plane_micro_batched_matches_cudnn_and_float64(name, dtype, config):
+    """Micro-batched through the executor, unevenly: every y element written, equal to float64 and to cuDNN."""
+    import cupy as cp
+    from ucudnn.kernels.direct import plane_refusal
+
+    from ucudnn.execute.executor import Executor
+
+    base, sizes = PLANE_CASES[name]
+    p = _variant(base, dtype, "NCHW")
+    if any(plane_refusal("forward", p.with_batch(mb), config) for mb in sizes):
+        pytest.skip(f"{config}: {plane_refusal('forward', p, config)}")
+    x, w, dy = _tensors(p, seed=len(name) + config[2])
+    out = cp.full(p.y_shape(), cp.nan, dtype=p.dtype)
+    Executor(_plane_plan(p, sizes, config))(x, w, out)
+    got = out.get()
+    assert not np.isnan(got).any(), "every output element is written"
+    assert rel_err(got, _reference(p, "forward", x, w, dy)) < TOL_REF[dtype]
+    ref = _cudnn(p, "forward", x, w, cp.empty_like(out))
+    if ref is not None:
+        assert rel_err(got, ref.get()) < TOL_CUDNN[dtype]
+
+
+@pytest.mark.parametrize("name", ["mnist-like", "odd-plane-3x2", "one-row-planes"])
+def test_plane_alpha_and_beta_scale_and_accumulate(name):
+    """y = alpha * conv + beta * y into live data (alpha folded into the staged taps)."""
+    import cupy as cp
+    from ucudnn.kernels.direct import plane_launcher
+
+    p = PLANE_CASES[name][0]
+    x, w, dy = _tensors(p, seed=41)
+    old = cp.random.default_rng(42).standard_normal(p.y_shape(), dtype="float32")
+    for alpha, beta in ((0.5, 2.0), (1.0, 1.0), (-3.0, 0.0)):
+        out = old.copy()
+        plane_launcher(p, 4, 8, 2)(x.data.ptr, w.data.ptr, out.data.ptr, alpha, beta)
+        expect = alpha * _reference(p, "forward", x, w, dy) + beta * old.get()
+        assert rel_err(out.get(), expect) < TOL_REF["float32"], (alpha, beta)
+
+
+def test_plane_rows_are_measured_and_replay_from_a_cuda_graph():
+    """The source measures one zero-workspace, deterministic row per rows-kernel configuration of a 28 x 28
+    single-channel forward (none for backward data), and a plan of them replays from a CUDA graph."""
+    import cupy as cp
+
+    from ucudnn.execute.executor import Executor
+    from ucudnn.measure.benchmarking import Buffers
+    from ucudnn.measure.sources.base import BenchSettings
+    from ucudnn.measure.sources.direct import PLANE_ALGO, PLANE_CONFIGS, DirectSource
+
+    p, sizes = PLANE_CASES["mnist-like"]
+    buf = Buffers(p)
+    for op in ("forward", "backward_data"):
+        ms, _ = DirectSource(tune=False).measure(op, p, buf.operands(op, p.n), 0, BenchSettings("strict", repeat=2))
+        rows = [m for m in ms if m.algo == PLANE_ALGO]
+        if op == "backward_data":
+            assert rows == []
+            continue
+        assert [tuple(m.extra["direct"][k] for k in ("rb", "kt", "kl")) for m in rows] == list(PLANE_CONFIGS)
+        assert all(m.workspace_bytes == 0 and m.time_ms > 0 and m.extra["deterministic"] for m in rows)
+    x, w, dy = _tensors(p, seed=43)
+    ex = Executor(_plane_plan(p, sizes, PLANE_CONFIGS[0]), replay=True)
+    out = cp.full(p.y_shape(), cp.nan, dtype=p.dtype)
+    for _ in range(2):
+        ex(x, w, out)
+    assert ex.replay_failures == [] and len(ex._graphs) == 1
+    assert rel_err(out.get(), _reference(p, "forward", x, w, dy)) < TOL_REF["float32"]

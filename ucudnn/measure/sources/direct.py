@@ -37,6 +37,14 @@ measure it).  Why: such a layer is bound by memory bandwidth, the seed's single-
 filter's taps and waits on it, and cuDNN's zero-workspace backward filter there is slow (H200, MobileNet's 112x112
 layer at b256: 15.7 ms; 0.72 ms with 784 MiB; this kernel 0.27 ms with none).
 
+Single-channel planes by rows (``direct-plane``, ``direct_plane`` in ``kernels/direct.cu``): the NCHW forward of one
+input channel without groups, stride 1, filters up to 5 x 5 (rows up to a few hundred columns wide, so that a block's
+rows fit its shared memory) also gets configurations of a kernel whose threads are numbered over (image, row group,
+column) of the whole batch and whose blocks stage just the input rows their windows cover (``PLANE_CONFIGS``: rows,
+filters per thread and rounds, recorded in ``extra["direct"]``).  Why: the seed's single-channel kernel tiles each plane 32 columns by 32 rows, so a 28 x 28
+plane leaves a quarter of its lanes and rows idle, and with a reduction of R*S only, the idle lanes and the epilogue
+are what separates it from writing y at bandwidth.
+
 Numerics: float32 runs FP32 FMA only (math type ``FMA``: allowed by every numerics mode, ``strict`` included);
 float16 data accumulates in float32 (``DEFAULT``, as cuDNN labels its FP32-accumulating configurations: allowed
 by every float16 mode).  The seed's kernels are deterministic, so ``-deterministic`` numerics keep them.
@@ -64,6 +72,10 @@ IGEMM = "direct-igemm"
 DW_CONFIGS = {3: ((8, 1), (0, 1), (4, 5)), 5: ((8, 1), (0, 1), (4, 1))}
 #: the depthwise configurations' algorithm names, per filter size
 DW_ALGOS = {k: f"direct-dw{k}" for k in DW_CONFIGS}
+#: the single-channel rows kernel's configurations (``kernels/direct.py``'s ``direct_plane``): (rows a thread owns, filters
+#: it applies at a time, rounds of them a block makes), each measured as its own row
+PLANE_CONFIGS = ((4, 8, 4), (4, 8, 8), (2, 8, 16), (4, 4, 16))
+PLANE_ALGO = "direct-plane"
 
 
 def algo_name(problem: ConvProblem) -> str:
@@ -102,7 +114,7 @@ class DirectSource(Prepared):
     def measure(self, op: str, problem: ConvProblem, ops: Operands, workspace: int,
                 settings: BenchSettings) -> tuple[list[Measurement], list[Skipped]]:
         from ucudnn.kernels import igemm
-        from ucudnn.kernels.direct import dw_refusal, refusal
+        from ucudnn.kernels.direct import dw_refusal, plane_refusal, refusal
 
         mb = problem.n
         why = self.refusal(op, problem, settings.numerics)
@@ -122,6 +134,9 @@ class DirectSource(Prepared):
             for rows, minb in DW_CONFIGS[problem.r]:
                 variants.append((DW_ALGOS[problem.r],
                                  lambda rows=rows, minb=minb: configure_dw(op, problem, rows, minb)))
+        for config in PLANE_CONFIGS:
+            if plane_refusal(op, problem, config) is None:
+                variants.append((PLANE_ALGO, lambda c=config: configure_plane(problem, *c)))
         if igemm.refusal(op, problem) is None:
             for bn, ks, scatter in igemm.variants(op, problem, deterministic):
                 variants.append((IGEMM, lambda bn=bn, ks=ks, sc=scatter: self.configure_igemm(
@@ -186,6 +201,8 @@ class DirectSource(Prepared):
             return _igemm_launch(op, problem, config)
         if str(config.algo) in DW_ALGOS.values():
             return _dw_launch(op, problem, config)
+        if str(config.algo) == PLANE_ALGO:
+            return _plane_launch(op, problem, config)
         info = _info(config)
         kernel = _kernel(op, problem)
         if info.get("kernel", kernel) != kernel:
@@ -255,3 +272,26 @@ def _dw_launch(op: str, problem: ConvProblem, config: Measurement) -> Launch:
     if str(config.algo) != DW_ALGOS.get(problem.r):
         raise UcudnnError(f"direct configuration {config.algo!r} is not this problem's ({problem.r}x{problem.s})")
     return _no_workspace(dw_launcher(op, problem, info["rows"], info.get("minb", 1)))
+
+
+def configure_plane(problem: ConvProblem, rb: int, kt: int, kl: int) -> Measurement:
+    """The single-channel rows configuration (time 0) of the forward with ``rb`` rows and ``kt`` filters a thread, ``kl``
+    rounds a block (deterministic: every y element is written once, by one thread)."""
+    return Measurement(problem.n, PLANE_ALGO, MATH_TYPES[problem.dtype], 0.0, 0, "direct", None,
+                       {"direct": {"kernel": "direct_plane", "rb": rb, "kt": kt, "kl": kl}, "deterministic": True})
+
+
+def _plane_launch(op: str, problem: ConvProblem, config: Measurement) -> Launch:
+    """The recorded single-channel rows configuration's launch; a configuration this problem cannot run is refused by name."""
+    from ucudnn.kernels.direct import plane_launcher, plane_refusal
+
+    info = config.extra.get("direct") or {}
+    try:
+        shape = (info["rb"], info["kt"], info["kl"])
+    except KeyError as e:
+        raise InputError(f"a {PLANE_ALGO} configuration needs extra.direct.{e.args[0]}",
+                         f"extra.direct.{e.args[0]}") from None
+    why = plane_refusal(op, problem, shape)
+    if why:
+        raise InputError(f"{PLANE_ALGO} cannot run {op} on {problem.describe()}: {why}", "extra.direct")
+    return _no_workspace(plane_launcher(problem, *shape))
