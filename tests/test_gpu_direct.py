@@ -265,15 +265,15 @@ def test_fold_and_relayout_wrap_the_direct_source(via, name, op):
 def test_benchmark_table_and_wr_plan_run_direct_rows():
     """benchmark() with sources legacy + direct, the table through its JSON Schema, WR at a zero workspace limit,
     executed: whichever source the plan picks, the result is the convolution.  A float32 layer gets the seed
-    kernel's row (forward, backward data) and one implicit-GEMM row per tile (every op; backward data of this C = 1
-    layer also in the scatter form)."""
+    kernel's row (forward, backward data), one implicit-GEMM row per tile (every op; backward data of this C = 1
+    layer also in the scatter form) and, forward, one row per configuration of the single-channel rows kernel."""
     import cupy as cp
 
     import ucudnn
     from ucudnn.execute.executor import Executor
     from ucudnn.kernels.igemm import variants
     from ucudnn.measure.benchmarking import benchmark
-    from ucudnn.measure.sources.direct import IGEMM, DirectSource
+    from ucudnn.measure.sources.direct import IGEMM, PLANE_ALGO, PLANE_CONFIGS, DirectSource
     from ucudnn.planning.table import BenchmarkTable
     from ucudnn.problem import KernelSpec
 
@@ -283,10 +283,12 @@ def test_benchmark_table_and_wr_plan_run_direct_rows():
     table = BenchmarkTable.from_dict(table.to_dict())
     for kb in table.kernels:
         direct = [m for m in kb.measurements if m.source == "direct"]
-        seed = [(m.workspace_bytes, m.math_type) for m in direct if m.algo != IGEMM]
+        seed = [(m.workspace_bytes, m.math_type) for m in direct if m.algo not in (IGEMM, PLANE_ALGO)]
         tiles = [(m.extra["direct"]["bn"], m.extra["direct"]["ks"], m.extra["direct"].get("scatter", False))
                  for m in direct if m.algo == IGEMM]
+        rows = [tuple(m.extra["direct"][k] for k in ("rb", "kt", "kl")) for m in direct if m.algo == PLANE_ALGO]
         assert seed == ([] if kb.op == "backward_filter" else [(0, "FMA")])
+        assert rows == (list(PLANE_CONFIGS) if kb.op == "forward" else [])
         assert tiles == variants(kb.op, p) and all(m.workspace_bytes == 0 for m in direct)
     plan = ucudnn.plan(table, "wr", workspace_limit=0, batch_policy="undivided")
     x, w, dy = _tensors(p, seed=22)
