@@ -15,7 +15,10 @@ rows, so every plan is made from the same measurements:
   configurations" executed in the same run.
 
 Each plan is executed (median of event-timed runs of each kernel's plan, summed; ``execute_plan`` of
-core_wr.py) and reported with its largest per-kernel workspace.  Bars (issue 18, FP32 strict): at 64 MiB the
+core_wr.py) and reported with its largest per-kernel workspace.  ``--replay``: configurations are timed captured
+into CUDA graphs (``benchmark(timing="replay")``), every plan runs replayed (``Executor(replay=True)``) and PyTorch's
+calls too (``torch.cuda.graph``): the comparison for users who capture their steps, without host launch costs on
+either side.  Bars (issue 18, FP32 strict): at 64 MiB the
 channels plan reaches at least 90% of the unbounded speed (unbounded ms / channels ms >= 0.9) and beats PyTorch.
 Kernels that fall short are listed with both plans.
 
@@ -62,6 +65,8 @@ def main() -> None:
     ap.add_argument("--out", default="benchmarks/results")
     ap.add_argument("--suffix", default="")
     ap.add_argument("--without", default=None, help="also plan each limit without these sources' rows")
+    ap.add_argument("--replay", action="store_true",
+                    help="time configurations, plans and PyTorch replayed from CUDA graphs (see the module doc)")
     args = ap.parse_args()
 
     import cupy as cp
@@ -82,7 +87,8 @@ def main() -> None:
         table = BenchmarkTable.load(args.table)
     else:
         t0 = time.perf_counter()
-        table = benchmark(kernels, "powerOfTwo", numerics, sources=args.sources, channel_policy=args.channel_policy)
+        table = benchmark(kernels, "powerOfTwo", numerics, sources=args.sources, channel_policy=args.channel_policy,
+                          timing="replay" if args.replay else "eager")
         cp.cuda.runtime.deviceSynchronize()
         bench_s = round(time.perf_counter() - t0, 2)
         if args.table_out:
@@ -95,7 +101,7 @@ def main() -> None:
             p = plan(t, "wr", workspace_limit=limit)
         except UcudnnError as e:
             return {"error": str(e)}, None
-        times = execute_plan(p, bufs, args.exec_repeat)
+        times = execute_plan(p, bufs, args.exec_repeat, replay=args.replay)
         return {"planned_ms": round(p.total_time_ms, 4), "executed_ms": round(sum(times.values()), 4),
                 "max_workspace_mib": round(p.workspace_bytes / MiB, 2),
                 "sliced_kernels": sum(any(c.channels is not None for c in kp.configs) for kp in p.kernels),
@@ -106,7 +112,7 @@ def main() -> None:
     print(f"unbounded ({args.unbounded}): {unbounded.get('executed_ms')}", flush=True)
     torch_ms = None
     if args.torch:
-        tt = torch_times(kernels, numerics, args.exec_repeat)
+        tt = torch_times(kernels, numerics, args.exec_repeat, replay=args.replay)
         torch_ms = round(sum(tt.values()), 4)
         print(f"pytorch: {torch_ms}", flush=True)
     rows = []
@@ -148,6 +154,7 @@ def main() -> None:
     doc = {"provenance": prov, "network": args.network, "batch": args.batch, "dtype": args.dtype,
            "layout": args.layout, "numerics": numerics, "sources": args.sources,
            "channel_policy": args.channel_policy, "without": args.without, "benchmark_s": bench_s,
+           "timing": "replay" if args.replay else "eager",
            "rows_recorded": counts,
            "unbounded_limit": unb_limit, "unbounded": unbounded, "pytorch_ms": torch_ms, "rows": rows}
     tag = f"channel_wr_{args.network}-b{args.batch}-{args.dtype}-{args.layout}-{numerics}{args.suffix}"
@@ -160,7 +167,9 @@ def markdown(prov: dict, doc: dict) -> str:
                        f"{doc['layout']} {doc['numerics']}, sources {doc['sources']}, channel policy "
                        f"{doc['channel_policy']}", prov), "",
              f"One benchmark ({doc['benchmark_s']} s; rows: {doc['rows_recorded']}); every plan from the same table. "
-             f"Executed ms: median of event-timed runs of each kernel's plan, summed. Unbounded: batch-only WR at "
+             f"Executed ms: median of event-timed runs of each kernel's plan, summed"
+             f"{' (configurations, plans and PyTorch replayed from CUDA graphs)' if doc.get('timing') == 'replay' else ''}"
+             f". Unbounded: batch-only WR at "
              f"{doc['unbounded_limit'] // MiB} MiB per kernel, {unb.get('executed_ms', unb.get('error'))} ms "
              f"(largest workspace {unb.get('max_workspace_mib')} MiB). PyTorch (cudnn.benchmark, unbounded): "
              f"{doc['pytorch_ms'] if doc['pytorch_ms'] is not None else 'not run'} ms.", "",
