@@ -120,6 +120,7 @@ struct IgLoader {
     // A: along kk -> one row (am[0]); along M -> four rows (am[0..3]) 32 apart
     int a_base[4];
     int a_h[4], a_w[4];
+    int a_corner[4];   // forward: the offset of the row's input window corner (may lie outside x: padding)
     bool a_ok[4];
     // B: along kk -> one column; along NC -> four columns 32 apart
     int b_base[4];
@@ -171,6 +172,7 @@ struct IgLoader {
                 a_base[i] = n * g.xs[0];
                 a_h[i] = p * g.sh - g.ph;
                 a_w[i] = q * g.sw - g.pw;
+                a_corner[i] = a_base[i] + a_h[i] * g.xs[2] + a_w[i] * g.xs[3];
             } else if constexpr (OP == IG_BWD_DATA) { // m = (n, h, w): padded coordinates
                 int n, h, w;
                 ig_pixel(mm, g.H, g.W, n, h, w);
@@ -347,6 +349,15 @@ struct IgLoader {
             float4 f = make_float4(0.f, 0.f, 0.f, 0.f);
             if (a_kk < KR && a_in) f = __ldg(reinterpret_cast<const float4*>(a_ptr + (a_tap + a_z * g.ys[3])));
             ra[0] = f.x; ra[1] = f.y; ra[2] = f.z; ra[3] = f.w;
+        } else if constexpr (OP == IG_FWD) {       // four rows 32 apart, one tap: the tap's offset is the rows'
+            const int dv = a_v * g.dh, dz = a_z * g.dw;  // common part, each row adds its window's corner
+            const int tap = a_u * g.xs[1] + dv * g.xs[2] + dz * g.xs[3];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int h = a_h[i] + dv, w = a_w[i] + dz;
+                ra[i] = a_kk < KR && a_ok[i] && (unsigned)h < (unsigned)g.H && (unsigned)w < (unsigned)g.W
+                            ? __ldg(a_ptr + (a_corner[i] + tap)) : 0.f;
+            }
         } else {                                   // four rows 32 apart, one kk = a_kk
 #pragma unroll
             for (int i = 0; i < 4; ++i) ra[i] = a_kk < KR ? a_at(i, a_u, a_v, a_z) : 0.f;
