@@ -27,3 +27,19 @@ def test_a_source_is_dropped_everywhere_it_runs():
 def test_a_source_op_is_dropped_for_that_op_only():
     assert _kept("winograd:backward_filter", "backward_filter") == [("legacy", 1)]
     assert _kept("winograd:backward_filter", "forward") == [(m.source, m.algo) for m in ROWS]
+
+
+def test_chunk_penalty_scales_chunked_winograd_rows_toward_the_one_chunk_row_of_their_micro_batch():
+    from ucudnn.planning.table import BenchmarkTable
+
+    rows = [Measurement(4, 1, "FMA", 3.0, 0, "legacy"),
+            Measurement(4, "wino-f4", "FMA", 1.0, 1 << 30, "winograd"),
+            Measurement(4, "wino-f4-c2", "FMA", 1.5, 1 << 20, "winograd"),     # 0.5 over its one-chunk twin
+            Measurement(4, "wino-f4-t8", "FMA", 0.9, 1 << 20, "winograd"),     # faster than it: kept
+            Measurement(2, "wino-f4-c1", "FMA", 0.8, 1 << 20, "winograd")]     # no one-chunk row at 2: kept
+    table = BenchmarkTable("dev", 91900, [KernelBench("k", "forward", ConvProblem(4, 8, 8, 8, 8, 3, 3), rows)])
+    ablation = load("table_ablation")
+    half = ablation.chunk_penalty(table, 0.5)
+    assert [m.time_ms for m in half.kernels[0].measurements] == [3.0, 1.0, 1.25, 0.9, 0.8]
+    assert [m.time_ms for m in ablation.chunk_penalty(table, 0.0).kernels[0].measurements] == [3.0, 1.0, 1.0, 0.9, 0.8]
+    assert [m.time_ms for m in table.kernels[0].measurements] == [3.0, 1.0, 1.5, 0.9, 0.8], "the input is not changed"
