@@ -59,20 +59,20 @@ def plane_times(problem, operands) -> dict:
     """Every direct_plane configuration that runs ``problem`` (and whose filter block is at most twice K), and the
     implicit GEMM's forward tiles, timed on ``operands``: {"plane_all": [[[rb, kt, kl], ms], ...] fastest first,
     "plane_best", "plane_best_ms", "igemm_all", "igemm_best_ms"} ({} where direct_plane does not run it)."""
-    from ucudnn.kernels import direct as D
+    from ucudnn.kernels import direct_plane as PL
     from ucudnn.kernels import igemm
 
     from ucudnn.binding.timing import time_ms
 
-    if D.plane_refusal("forward", problem) is not None:
+    if PL.plane_refusal("forward", problem) is not None:
         return {}
 
     def ms(launch) -> float:
         return time_ms(lambda: launch(*operands, 1.0, 0.0), repeat=3, warmup=1, min_sample_ms=0.5)
 
-    grid = [(rb, kt, kl) for rb in D.PLANE_RB for kt in D.PLANE_KT for kl in D.PLANE_KL
-            if D.plane_refusal("forward", problem, (rb, kt, kl)) is None and kt * kl <= 2 * problem.k]
-    plane = sorted(((list(c), round(ms(D.plane_launcher(problem, *c)), 4)) for c in grid), key=lambda r: r[1])
+    grid = [(rb, kt, kl) for rb in PL.PLANE_RB for kt in PL.PLANE_KT for kl in PL.PLANE_KL
+            if PL.plane_refusal("forward", problem, (rb, kt, kl)) is None and kt * kl <= 2 * problem.k]
+    plane = sorted(((list(c), round(ms(PL.plane_launcher(problem, *c)), 4)) for c in grid), key=lambda r: r[1])
     out = {"plane_all": plane, "plane_best": plane[0][0], "plane_best_ms": plane[0][1]}
     if igemm.refusal("forward", problem) is None:
         tiles = sorted(([bn, ks], round(ms(igemm.launcher("forward", problem, None, bn, ks)), 4))

@@ -45,6 +45,7 @@ def main() -> None:
     from ucudnn.binding.timing import time_ms
     from ucudnn.kernels import _compile
     from ucudnn.kernels import direct as D
+    from ucudnn.kernels import direct_dw as DW
     from ucudnn.measure.benchmarking import Buffers
     from ucudnn.problem import ConvProblem
 
@@ -56,16 +57,16 @@ def main() -> None:
         p = ConvProblem(args.batch, c, hw, hw, c, k, k, pad=(k // 2, k // 2), stride=(stride, stride), groups=c)
         buf = Buffers(p)
         floor_ms = p.n * p.c * (p.h * p.w + p.p * p.q) * 4 / bw * 1e3    # x (dx) and y (dy) moved once
-        for op in D.DW_OPS:
-            if D.dw_refusal(op, p):
+        for op in DW.DW_OPS:
+            if DW.dw_refusal(op, p):
                 continue
             t0 = time.time()
             ops = buf.operands(op, p.n)
             operands = (ops.a, ops.b, ops.out)
             times = {}
-            for r in D.DW_ROWS:
-                for mb in D.DW_MINB:
-                    launch = D.dw_launcher(op, p, r, mb)
+            for r in DW.DW_ROWS:
+                for mb in DW.DW_MINB:
+                    launch = DW.dw_launcher(op, p, r, mb)
                     times[(r, mb)] = time_ms(lambda: launch(*operands, 1.0, 0.0), repeat=3, warmup=1,
                                              min_sample_ms=0.5)
             tiling, how, seed_ms = None, None, None

@@ -14,7 +14,8 @@ needs no GPU and does not import CuPy.
   kernel, intermediates in shared memory (fused.py, fused.cu); :data:`ucudnn.kernels.fused.SEED_BLOCKS`; in FP16
   also on tensor cores: chains of 1x1s (pointwise.py, pointwise.cu) and a 1x1 followed by R x S convolutions
   (spatial.py, spatial.cu); :mod:`ucudnn.kernels.blocks` names the kernels that run a block and launches any of them
-- mec (seed 002), direct (seed 001), winograd: the algorithm sources' kernels (mec.py, direct.py, winograd.py)
+- mec (seed 002), direct (seed 001), winograd: the algorithm sources' kernels (mec.py; direct.py, direct_dw.py,
+  direct_plane.py and igemm.py; winograd.py)
 """
 from .fused import fused_forward
 from .layout import transform_layout

@@ -20,14 +20,15 @@
 //                      taps (i, j) whose quotient is exact (i from (h + PH) % SH in steps of SH).  No atomics:
 //                      every dx element is written once by one thread, in a fixed order (deterministic).
 //
-// and, at the end of this file, the depthwise K x K (3 or 5) stride-1 NCHW layer's own kernels, all three ops
-// (direct_dw, direct_dw_bwf, direct_dw_scale): lane groups walk bands of a plane with a K-row register window.
+// then the single-channel forward by rows of the whole batch (direct_plane; kernels/direct_plane.py), and, at the end
+// of this file, the depthwise K x K (3 or 5) NCHW layer's own kernels (direct_dw*; kernels/direct_dw.py): lane groups
+// walk bands of a plane with a K-row register window.
 //
 // out = alpha * conv + beta * out; out is not read when beta == 0.  Threads: NT = 256 as TX columns x TY rows;
 // thread (tx, ty) owns column tx and rows ty + TY*rr (rr < RB) of the block's output tile (TY*RB x TX).
 // Grid: (tiles of the output plane, groups x channel blocks, N).  Arithmetic is float32 FMA only.
 // Shared memory is float, [channel][row][col] tiles then [channel][tap][KT] taps, sized by the launcher
-// (kernels/direct.py: the same index math, mirrored and tested on the CPU).
+// (kernels/direct.py for the seed kernels: the same index math, mirrored and tested on the CPU).
 #include "common.cuh"
 
 #define DIRECT_NT 256

@@ -15,6 +15,8 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from ucudnn.kernels import _compile, autotune
 from ucudnn.kernels import direct as D
+from ucudnn.kernels import direct_dw as DW
+from ucudnn.kernels import direct_plane as PL
 
 from ucudnn.errors import InputError
 from ucudnn.measure.sources.base import BenchSettings, Operands
@@ -363,7 +365,7 @@ def test_source_identity():
 def depthwise(draw):
     """Depthwise K x K (3 or 5) / stride 1 / padding K / 2 NCHW problems: widths across 4-column lanes and
     128-column segments (1 .. 300, multiples of 4 and not), heights from 1, a few planes."""
-    c, k = draw(st.integers(1, 5)), draw(st.sampled_from(D.DW_SIZES))
+    c, k = draw(st.integers(1, 5)), draw(st.sampled_from(DW.DW_SIZES))
     return ConvProblem(draw(st.integers(1, 2)), c, draw(st.integers(1, 20)),
                        draw(st.one_of(st.integers(1, 140), st.sampled_from([128, 129, 256, 260, 300]))),
                        c, k, k, pad=(k // 2, k // 2), groups=c)
@@ -373,17 +375,17 @@ def _dw_emulation_matches(p: ConvProblem, rows: int, op: str) -> None:
     """The depthwise kernels' emulation of ``op`` equals the float64 reference, every output element written."""
     x, w, dy = _operands(p, seed=p.h * 7 + p.w)
     if op == "forward":
-        got, ref = D.dw_emulate(op, p, rows, x, w), D.forward_reference(x, w, p)
+        got, ref = DW.dw_emulate(op, p, rows, x, w), D.forward_reference(x, w, p)
     elif op == "backward_data":
-        got, ref = D.dw_emulate(op, p, rows, w, dy), D.backward_data_reference(dy, w, p)
+        got, ref = DW.dw_emulate(op, p, rows, w, dy), D.backward_data_reference(dy, w, p)
     else:
-        got, ref = D.dw_emulate(op, p, rows, x, dy), D.backward_filter_reference(x, dy, p)
+        got, ref = DW.dw_emulate(op, p, rows, x, dy), D.backward_filter_reference(x, dy, p)
     assert not np.isnan(got).any(), "every output element is written"
     np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-12)
 
 
 @settings(max_examples=80, deadline=None)
-@given(depthwise(), st.sampled_from(D.DW_ROWS), st.sampled_from(D.DW_OPS))
+@given(depthwise(), st.sampled_from(DW.DW_ROWS), st.sampled_from(DW.DW_OPS))
 def test_dw_emulated_group_by_group_equals_the_reference(p, rows, op):
     """Bands, segments, lane groups and the shuffled neighbour columns cover the plane exactly once and compute the
     convolution (backward data through the rotated taps; backward filter as the groups' summed products)."""
@@ -391,7 +393,7 @@ def test_dw_emulated_group_by_group_equals_the_reference(p, rows, op):
 
 
 @settings(max_examples=60, deadline=None)
-@given(depthwise(), st.sampled_from(D.DW_ROWS), st.sampled_from(["backward_data", "backward_filter"]))
+@given(depthwise(), st.sampled_from(DW.DW_ROWS), st.sampled_from(["backward_data", "backward_filter"]))
 def test_dw_stride_two_emulated_equals_the_reference(p1, rows, op):
     """Stride 2.  Backward data: bands of dx row pairs, each lane's dy window from its own 2 columns and its
     neighbours', the taps met by parity, cover dx exactly once and sum the transposed convolution.  Backward filter:
@@ -412,40 +414,40 @@ def test_dw_stride_two_emulated_equals_the_reference(p1, rows, op):
     (ConvProblem(2, 1, 8, 8, 4, 3, 3, pad=(1, 1)), "one filter per channel"),
 ])
 def test_dw_runs_only_the_same_padded_depthwise_3x3_and_5x5(problem, why):
-    assert why in D.dw_refusal("forward", problem)
+    assert why in DW.dw_refusal("forward", problem)
     if problem.stride != (2, 2):
-        assert why in D.dw_refusal("backward_filter", problem)
-    for k in D.DW_SIZES:     # stride 2: backward data and backward filter
+        assert why in DW.dw_refusal("backward_filter", problem)
+    for k in DW.DW_SIZES:     # stride 2: backward data and backward filter
         s2 = ConvProblem(2, 4, 9, 9, 4, k, k, pad=(k // 2, k // 2), stride=(2, 2), groups=4)
-        assert D.dw_refusal("backward_data", s2) is None and D.dw_refusal("backward_filter", s2) is None
-    for k in D.DW_SIZES:
+        assert DW.dw_refusal("backward_data", s2) is None and DW.dw_refusal("backward_filter", s2) is None
+    for k in DW.DW_SIZES:
         dw = ConvProblem(2, 4, 8, 8, 4, k, k, pad=(k // 2, k // 2), groups=4)
-        assert D.dw_refusal("backward_filter", dw) is None
-    assert "float atomics" in D.dw_refusal("backward_filter", ConvProblem(2, 4, 8, 8, 4, 3, 3, pad=(1, 1),
+        assert DW.dw_refusal("backward_filter", dw) is None
+    assert "float atomics" in DW.dw_refusal("backward_filter", ConvProblem(2, 4, 8, 8, 4, 3, 3, pad=(1, 1),
                                                                           groups=4, dtype="float16"))
     with pytest.raises(InputError) as e:
-        D.dw_launcher("forward", problem, 0)
+        DW.dw_launcher("forward", problem, 0)
     assert e.value.field == "problem"
 
 
 def test_dw_geometry_splits_planes_into_bands_and_segments():
     p = ConvProblem(3, 5, 112, 112, 5, 3, 3, pad=(1, 1), groups=5)
-    assert D.dw_geometry(p, 0) == (112, 1, 1, 32, 15, 15)
-    assert D.dw_geometry(p, 16) == (16, 7, 1, 32, 105, 105)
-    assert D.dw_geometry(p.with_batch(1), 32)[:4] == (32, 4, 1, 32)
+    assert DW.dw_geometry(p, 0) == (112, 1, 1, 32, 15, 15)
+    assert DW.dw_geometry(p, 16) == (16, 7, 1, 32, 105, 105)
+    assert DW.dw_geometry(p.with_batch(1), 32)[:4] == (32, 4, 1, 32)
     wide = ConvProblem(1, 2, 5, 300, 2, 3, 3, pad=(1, 1), groups=2)
-    assert D.dw_geometry(wide, 4) == (4, 2, 3, 32, 12, 12)
+    assert DW.dw_geometry(wide, 4) == (4, 2, 3, 32, 12, 12)
     # narrow planes: 14 columns take 4 lanes (16 columns), 8 planes a warp
     narrow = ConvProblem(3, 5, 14, 14, 5, 3, 3, pad=(1, 1), groups=5)
-    assert D.dw_geometry(narrow, 0) == (14, 1, 1, 4, 15, 2)
+    assert DW.dw_geometry(narrow, 0) == (14, 1, 1, 4, 15, 2)
     # stride 2: backward data in bands of dx row pairs over dx columns, backward filter over dy rows and columns
     s2 = ConvProblem(3, 5, 113, 112, 5, 3, 3, pad=(1, 1), stride=(2, 2), groups=5)
-    assert D.dw_geometry(s2, 0, "backward_data")[:4] == (57, 1, 1, 32)
-    assert D.dw_geometry(s2, 16, "backward_data")[:3] == (16, 4, 1)
-    assert D.dw_geometry(s2, 0, "backward_filter")[:4] == (57, 1, 1, 16)     # dy: 57 x 56
-    assert [D.dw_width(w) for w in (1, 7, 8, 9, 14, 28, 56, 112, 129)] == [2, 2, 2, 4, 4, 8, 16, 32, 32]
+    assert DW.dw_geometry(s2, 0, "backward_data")[:4] == (57, 1, 1, 32)
+    assert DW.dw_geometry(s2, 16, "backward_data")[:3] == (16, 4, 1)
+    assert DW.dw_geometry(s2, 0, "backward_filter")[:4] == (57, 1, 1, 16)     # dy: 57 x 56
+    assert [DW.dw_width(w) for w in (1, 7, 8, 9, 14, 28, 56, 112, 129)] == [2, 2, 2, 4, 4, 8, 16, 32, 32]
     with pytest.raises(InputError) as e:
-        D.dw_geometry(p, 3)
+        DW.dw_geometry(p, 3)
     assert e.value.field == "rows"
 
 
@@ -455,7 +457,7 @@ def test_depthwise_layers_get_their_size_s_configurations_recorded_for_prepare(k
 
     p = ConvProblem(4, 8, 16, 16, 8, k, k, pad=(k // 2, k // 2), groups=8)
     algo = DW_ALGOS[k]
-    for op in D.DW_OPS:
+    for op in DW.DW_OPS:
         assert DirectSource().refusal(op, p, "strict") is None
         ms, sk = DirectSource().measure(op, p, Operands(0, 0, 0), 0, BenchSettings("strict"))
         # no GPU here: every configuration is a skipped row, the depthwise ones among them, each once
@@ -490,7 +492,7 @@ def test_a_depthwise_configuration_needs_its_band_rows_and_its_filter_size():
 
 
 # ---- the single-channel forward by rows (direct_plane) -------------------------------------------------------
-PLANE_CONFIGS = st.tuples(st.sampled_from(D.PLANE_RB), st.sampled_from(D.PLANE_KT), st.sampled_from(D.PLANE_KL))
+PLANE_CONFIGS = st.tuples(st.sampled_from(PL.PLANE_RB), st.sampled_from(PL.PLANE_KT), st.sampled_from(PL.PLANE_KL))
 
 
 @st.composite
@@ -509,23 +511,23 @@ def plane_problems(draw):
 def test_plane_emulated_block_by_block_equals_the_reference(p, config):
     """Every slot's window lies in the planes its block staged, and the slots write y exactly (emulate raises on a
     read outside the staged planes; NaN would remain where no slot wrote)."""
-    assume(D.plane_refusal("forward", p, config) is None)
+    assume(PL.plane_refusal("forward", p, config) is None)
     x, w, _ = _operands(p, 4)
-    got = D.plane_emulate(p, *config, x, w)
+    got = PL.plane_emulate(p, *config, x, w)
     np.testing.assert_allclose(got, D.forward_reference(x, w, p), atol=1e-10)
 
 
 @settings(max_examples=100, deadline=None)
-@given(plane_problems(), st.sampled_from(D.PLANE_RB))
+@given(plane_problems(), st.sampled_from(PL.PLANE_RB))
 def test_plane_blocks_stage_at_most_the_rows_the_launcher_sizes(p, rb):
     """Every block's staged rows fit the ROWS the launcher sizes shared memory for, and cover its first and last
     slot's windows; the blocks cover the batch's slots exactly."""
-    pg, ih, iw, rows, blocks = D.plane_geometry(p, rb)
+    pg, ih, iw, rows, blocks = PL.plane_geometry(p, rb)
     assert (ih, iw) == (pg * rb + p.r - 1, p.q + p.s - 1) and pg * rb >= p.p > (pg - 1) * rb
     pgq = pg * p.q
     assert blocks * D.NT >= p.n * pgq > (blocks - 1) * D.NT
     for bx in range(blocks):
-        vlo, vhi = D.plane_rows(p, rb, bx)
+        vlo, vhi = PL.plane_rows(p, rb, bx)
         assert vhi - vlo + 1 <= rows
         last = min(bx * D.NT + D.NT, p.n * pgq) - 1
         n, rem = divmod(last, pgq)
@@ -535,12 +537,12 @@ def test_plane_blocks_stage_at_most_the_rows_the_launcher_sizes(p, rb):
 def test_plane_geometry_of_a_28x28_5x5_layer():
     p = ConvProblem(256, 1, 28, 28, 512, 5, 5, pad=(2, 2))
     # 7 row groups of 4 x 28 columns = 196 slots an image; 256 slots: at most 11 groups, 3 images -> 11*4 + 3*4 rows
-    assert D.plane_geometry(p, 4) == (7, 32, 32, 56, 196)
-    assert D.plane_smem_floats(p, 4, 8, 4) == 56 * 32 + 32 * 25
-    assert D.plane_geometry(p.with_batch(1), 4)[3] == 32          # one image: its whole padded plane
-    assert D.plane_rows(p, 4, 0) == (0, 32 + 2 * 4 + 4 + 3)       # slots 0-255: image 0, image 1 to its group 2
+    assert PL.plane_geometry(p, 4) == (7, 32, 32, 56, 196)
+    assert PL.plane_smem_floats(p, 4, 8, 4) == 56 * 32 + 32 * 25
+    assert PL.plane_geometry(p.with_batch(1), 4)[3] == 32          # one image: its whole padded plane
+    assert PL.plane_rows(p, 4, 0) == (0, 32 + 2 * 4 + 4 + 3)       # slots 0-255: image 0, image 1 to its group 2
     wide = ConvProblem(2, 1, 256, 256, 32, 3, 3, pad=(1, 1))      # 256 slots: one row group or two
-    assert D.plane_geometry(wide, 4)[3] == 2 * 4 + 2 * 2
+    assert PL.plane_geometry(wide, 4)[3] == 2 * 4 + 2 * 2
 
 
 @pytest.mark.parametrize("problem, why", [
@@ -554,22 +556,22 @@ def test_plane_geometry_of_a_28x28_5x5_layer():
     (ConvProblem(2, 1, 8, 4000, 8, 3, 3, pad=(1, 1)), "do not fit"),
 ])
 def test_plane_refuses_what_it_does_not_run_and_says_why(problem, why):
-    assert why in D.plane_refusal("forward", problem)
-    assert D.plane_refusal("backward_data", ConvProblem(2, 1, 28, 28, 8, 3, 3, pad=(1, 1))) == "forward only"
+    assert why in PL.plane_refusal("forward", problem)
+    assert PL.plane_refusal("backward_data", ConvProblem(2, 1, 28, 28, 8, 3, 3, pad=(1, 1))) == "forward only"
     with pytest.raises(InputError, match=why) as e:
-        D.plane_launcher(problem, 4, 8, 4)
+        PL.plane_launcher(problem, 4, 8, 4)
     assert e.value.field == "problem"
 
 
 def test_plane_refuses_a_configuration_outside_its_grid_or_shared_memory():
     p = ConvProblem(8, 1, 28, 28, 64, 5, 5, pad=(2, 2))
-    assert D.plane_refusal("forward", p, (4, 8, 4)) is None
-    assert "kt 2" in D.plane_refusal("forward", p, (4, 2, 4))
-    assert "rb 3" in D.plane_refusal("forward", p, (3, 8, 4))
+    assert PL.plane_refusal("forward", p, (4, 8, 4)) is None
+    assert "kt 2" in PL.plane_refusal("forward", p, (4, 2, 4))
+    assert "rb 3" in PL.plane_refusal("forward", p, (3, 8, 4))
     wide = ConvProblem(8, 1, 8, 600, 64, 5, 5, pad=(2, 2))      # 2 row groups + 2 images' halos: 16 rows of 604
-    assert D.plane_geometry(wide, 4)[3] == 2 * 4 + 2 * 4
-    assert D.plane_refusal("forward", wide, (4, 8, 4)) is None      # 37.8 KiB of rows + 3.1 KiB of taps
-    assert "do not fit" in D.plane_refusal("forward", wide, (4, 8, 16))   # + 12.5 KiB
+    assert PL.plane_geometry(wide, 4)[3] == 2 * 4 + 2 * 4
+    assert PL.plane_refusal("forward", wide, (4, 8, 4)) is None      # 37.8 KiB of rows + 3.1 KiB of taps
+    assert "do not fit" in PL.plane_refusal("forward", wide, (4, 8, 16))   # + 12.5 KiB
 
 
 def test_single_channel_forwards_get_small_plane_configurations_recorded_for_prepare():

@@ -369,7 +369,7 @@ def test_dw_alpha_beta_and_unaligned_rows(name, op):
     """out = alpha * conv + beta * out, and operands 4 bytes off 16-byte alignment take the element loads."""
     import cupy as cp
 
-    from ucudnn.kernels.direct import dw_launcher
+    from ucudnn.kernels.direct_dw import dw_launcher
 
     p = DW_CASES[name][0]
     if p.stride == (2, 2) and op == "forward":
@@ -452,7 +452,7 @@ def _plane_plan(p: ConvProblem, sizes: list[int], config: tuple[int, int, int]):
 def test_plane_micro_batched_matches_cudnn_and_float64(name, dtype, config):
     """Micro-batched through the executor, unevenly: every y element written, equal to float64 and to cuDNN."""
     import cupy as cp
-    from ucudnn.kernels.direct import plane_refusal
+    from ucudnn.kernels.direct_plane import plane_refusal
 
     from ucudnn.execute.executor import Executor
 
@@ -475,7 +475,7 @@ def test_plane_micro_batched_matches_cudnn_and_float64(name, dtype, config):
 def test_plane_alpha_and_beta_scale_and_accumulate(name):
     """y = alpha * conv + beta * y into live data (alpha folded into the staged taps)."""
     import cupy as cp
-    from ucudnn.kernels.direct import plane_launcher
+    from ucudnn.kernels.direct_plane import plane_launcher
 
     p = PLANE_CASES[name][0]
     x, w, dy = _tensors(p, seed=41)

@@ -65,14 +65,14 @@ MATH_TYPES = {"float32": "FMA", "float16": "DEFAULT"}
 
 #: the implicit-GEMM kernel's configurations (``kernels/igemm.py``)
 IGEMM = "direct-igemm"
-#: the depthwise kernel's configurations (``kernels/direct.py``'s ``direct_dw``) per filter size: rows of a lane
+#: the depthwise kernel's configurations (``kernels/direct_dw.py``) per filter size: rows of a lane
 #: group's band (0: the whole plane) and the launch bound (blocks an SM must hold), each measured as its own row.
 #: 3x3: the three whose worst row was closest to its best on seed 001's and MobileNet V2's stride-1 layers (H200,
 #: ``dw3_configs-b256.md``); 5x5: no launch bound (a 5-row window spills under one)
 DW_CONFIGS = {3: ((8, 1), (0, 1), (4, 5)), 5: ((8, 1), (0, 1), (4, 1))}
 #: the depthwise configurations' algorithm names, per filter size
 DW_ALGOS = {k: f"direct-dw{k}" for k in DW_CONFIGS}
-#: the single-channel rows kernel's configurations (``kernels/direct.py``'s ``direct_plane``): (rows a thread owns, filters
+#: the single-channel rows kernel's configurations (``kernels/direct_plane.py``): (rows a thread owns, filters
 #: it applies at a time, rounds of them a block makes), each measured as its own row
 PLANE_CONFIGS = ((4, 8, 4), (4, 8, 8), (2, 8, 16), (4, 4, 16))
 PLANE_ALGO = "direct-plane"
@@ -101,7 +101,8 @@ class DirectSource(Prepared):
     def refusal(self, op: str, problem: ConvProblem, numerics: str | None = None) -> str | None:
         """Why this source records no configuration for ``op`` on ``problem`` (None: it measures one)."""
         from ucudnn.kernels import igemm
-        from ucudnn.kernels.direct import dw_refusal, refusal
+        from ucudnn.kernels.direct import refusal
+        from ucudnn.kernels.direct_dw import dw_refusal
 
         why, why_igemm = refusal(op, problem), igemm.refusal(op, problem)
         if why and why_igemm and dw_refusal(op, problem) is not None:
@@ -114,7 +115,9 @@ class DirectSource(Prepared):
     def measure(self, op: str, problem: ConvProblem, ops: Operands, workspace: int,
                 settings: BenchSettings) -> tuple[list[Measurement], list[Skipped]]:
         from ucudnn.kernels import igemm
-        from ucudnn.kernels.direct import dw_refusal, plane_refusal, refusal
+        from ucudnn.kernels.direct import refusal
+        from ucudnn.kernels.direct_dw import dw_refusal
+        from ucudnn.kernels.direct_plane import plane_refusal
 
         mb = problem.n
         why = self.refusal(op, problem, settings.numerics)
@@ -264,7 +267,7 @@ def configure_dw(op: str, problem: ConvProblem, rows: int, minb: int) -> Measure
 
 def _dw_launch(op: str, problem: ConvProblem, config: Measurement) -> Launch:
     """The recorded depthwise configuration's launch (its algorithm names the filter size it was made for)."""
-    from ucudnn.kernels.direct import dw_launcher
+    from ucudnn.kernels.direct_dw import dw_launcher
 
     info = config.extra.get("direct") or {}
     if "rows" not in info:
@@ -283,7 +286,7 @@ def configure_plane(problem: ConvProblem, rb: int, kt: int, kl: int) -> Measurem
 
 def _plane_launch(op: str, problem: ConvProblem, config: Measurement) -> Launch:
     """The recorded single-channel rows configuration's launch; a configuration this problem cannot run is refused by name."""
-    from ucudnn.kernels.direct import plane_launcher, plane_refusal
+    from ucudnn.kernels.direct_plane import plane_launcher, plane_refusal
 
     info = config.extra.get("direct") or {}
     try:
