@@ -620,3 +620,24 @@ def test_source_compiles_with_nvcc(arch, tmp_path):
     for fn, stack, stores, loads in kernels:
         if "direct_fwd_singleIf" in fn or "direct_planeIf" in fn:
             assert (stack, stores, loads) == ("0", "0", "0"), f"{fn} uses local memory on {arch}"
+
+
+def test_plane_launcher_passes_the_geometry_the_kernel_reads(monkeypatch):
+    """What a launch hands the kernel (CPU, the compiled kernel replaced): the instantiation, a grid of
+    ceil(N*PG*Q / 256) x ceil(K / (KT*KL)) blocks of 256 threads, the shared memory of plane_smem_floats, and the
+    int arguments in the kernel's order."""
+    calls, names = [], []
+
+    def fake_kernel(name):
+        names.append(name)
+        return lambda grid, block, args, shared_mem=0: calls.append((grid, block, args, shared_mem))
+
+    monkeypatch.setattr(_compile, "get_kernel", lambda source, name: fake_kernel(name))
+    p = ConvProblem(9, 1, 28, 27, 40, 5, 3, pad=(2, 1))
+    PL.plane_launcher(p, 4, 8, 2)(11, 22, 33, 0.5, 2.0)
+    pg, ih, iw, rows, blocks = PL.plane_geometry(p, 4)
+    assert names == ["direct_plane<float,4,8,2>"]
+    (grid, block, args, smem), = calls
+    assert grid == (blocks, 3, 1) and block == (PL.NT,) and smem == 4 * PL.plane_smem_floats(p, 4, 8, 2)
+    assert [int(a) for a in args[3:17]] == [9, 28, 27, 40, 28, 27, 5, 3, 2, 1, pg, ih, iw, rows]
+    assert args[:3] == (11, 22, 33) and [float(a) for a in args[17:]] == [0.5, 2.0]
