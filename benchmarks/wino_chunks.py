@@ -55,8 +55,6 @@ def main() -> None:
     ap.add_argument("--name", default="wino_chunks")
     args = ap.parse_args()
 
-    import ctypes
-
     import cupy as cp
     from ucudnn.kernels.winograd import Geometry, launchers
 
@@ -123,7 +121,7 @@ def main() -> None:
                    "eager_ms": round(eager, 4), "replayed_ms": round(replayed(whole), 4),
                    "gemm_tflops": round(2 * 36 * geo.co * geo.ci * t / (parts["gemm"] * 1e-3) / 1e12, 1)}
             if args.lt:
-                row.update(lt_best(geo, t, bufs, ctypes, cp, time_ms))
+                row.update(lt_best(geo, t, bufs))
             rows.append(row)
             print({key: v for key, v in row.items() if key != "problem"}, flush=True)
     doc = {"provenance": provenance(), "limit": limit, "rows": rows}
@@ -143,10 +141,15 @@ def main() -> None:
     write(args.out, args.name, doc, "\n".join(md) + "\n")
 
 
-def lt_best(geo, t: int, bufs: dict[str, int], ctypes, cp, time_ms) -> dict:
+def lt_best(geo, t: int, bufs: dict[str, int]) -> dict:
     """The fastest cuBLASLt algorithm (of those its heuristic offers within 64 MiB) for the chunk GEMM of ``t``
     tiles, timed as the source's own call is: {"lt_gemm_ms", "lt_algorithms"} (empty where none runs)."""
+    import ctypes
+
+    import cupy as cp
     from gemm_probe import Matmul
+
+    from ucudnn.binding.timing import time_ms
 
     cm = geo.gemm(0, t).column_major()
     mm = Matmul("float32", "32F_PEDANTIC", cm["transa"], cm["transb"], cm["m"], cm["n"], cm["k"], cm["lda"],
