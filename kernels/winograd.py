@@ -50,6 +50,8 @@ _INT_MAX = (1 << 31) - 1
 OPS = ("forward", "backward_data", "backward_filter")
 #: the data types the kernels are instantiated for (the workspace is float32 whatever the data)
 DTYPES = ("float32",)
+#: input-channel slices a forward or backward-data call may run in (:meth:`Geometry.slice`)
+CSPLITS = (1, 2, 4)
 
 # Lavin & Gray's F(4, 3) matrices (interpolation points 0, +-1, +-2, inf)
 BT = np.array([[4, 0, -5, 0, 1, 0],
@@ -198,12 +200,34 @@ class Geometry:
     def tiles_per_image(self) -> int:
         return self.tiles_h * self.tiles_w
 
-    def segments(self, chunk: int, tiles: int | None = None) -> tuple[tuple[str, int, int], ...]:
+    def slice(self, csplit: int) -> Geometry:
+        """The geometry of one of ``csplit`` equal slices of the input channels (forward: x's C, backward data: dy's
+        K): the same tensors and strides, ``ci / csplit`` channels from a slice's first (its pointers moved by
+        :meth:`slice_offsets`).  Why: U, the filter transform, takes 36 * Co * Ci floats of the workspace (37.7 MB
+        of VGG-16's 512-channel layers, most of 64 MiB), so chunks hold few tiles and their GEMMs are thin; a slice
+        holds 1/csplit of U and V, its GEMM adds into M (beta 1 after the first slice), and the chunks grow."""
+        if csplit not in CSPLITS:
+            raise InputError(f"must be one of {CSPLITS}, got {csplit!r}", "csplit")
+        if self.op == "backward_filter" and csplit != 1:
+            raise InputError("backward filter does not split its input channels", "csplit")
+        if self.ci % csplit:
+            raise InputError(f"{self.ci} input channels do not split into {csplit} equal slices", "csplit")
+        import dataclasses
+
+        return dataclasses.replace(self, ci=self.ci // csplit)
+
+    def slice_offsets(self, csplit: int, part: int) -> tuple[int, int]:
+        """(filter, input) element offsets of slice ``part`` of ``csplit``: its first input channel's."""
+        c0 = part * (self.ci // csplit)
+        return c0 * self.filter_strides[1], c0 * self.in_strides[1]
+
+    def segments(self, chunk: int, tiles: int | None = None, csplit: int = 1) -> tuple[tuple[str, int, int], ...]:
         """(name, byte offset, bytes) of U, V and M for chunks of ``chunk`` images, or of ``tiles`` tiles when given
-        (float32, 256-byte aligned)."""
+        (float32, 256-byte aligned); with ``csplit`` input-channel slices U and V hold one slice."""
         t = self._chunk_tiles(chunk, tiles)
+        ci = self.ci // csplit
         out, off = [], 0
-        for name, elements in (("U", self.co * self.ci), ("V", self.ci * t), ("M", self.co * t)):
+        for name, elements in (("U", self.co * ci), ("V", ci * t), ("M", self.co * t)):
             out.append((name, off, 4 * POINTS * elements))
             off = align_up(off + 4 * POINTS * elements)
         return tuple(out)
@@ -211,11 +235,11 @@ class Geometry:
     def _chunk_tiles(self, chunk: int, tiles: int | None) -> int:
         return chunk * self.tiles_per_image if tiles is None else tiles
 
-    def workspace_bytes(self, chunk: int, tiles: int | None = None) -> int:
+    def workspace_bytes(self, chunk: int, tiles: int | None = None, csplit: int = 1) -> int:
         """Exactly what a configuration running chunks of ``chunk`` images (or of ``tiles`` tiles) touches: U, V and
-        M (the last not padded): ``36 * 4 * (Co*Ci (aligned) + Ci*T (aligned) + Co*T)`` bytes, T = chunk * tiles
-        per image (or ``tiles``)."""
-        return max(off + size for _, off, size in self.segments(chunk, tiles))
+        M (the last not padded): ``36 * 4 * (Co*Cs (aligned) + Cs*T (aligned) + Co*T)`` bytes, T = chunk * tiles
+        per image (or ``tiles``), Cs = Ci / ``csplit``."""
+        return max(off + size for _, off, size in self.segments(chunk, tiles, csplit))
 
     def chunk_refusal(self, chunk: int, tiles: int | None = None, n: int | None = None) -> str | None:
         """Why chunks of ``chunk`` images (or ``tiles`` tiles) of a call on ``n`` images do not run (32-bit thread
@@ -231,7 +255,8 @@ class Geometry:
     def gemm(self, images: int, tiles: int | None = None, accumulate: bool = False) -> Gemm:
         """The 36 products of a chunk of ``images`` images, or of ``tiles`` tiles when given (row-major, over the
         workspace buffers U, V, M).  Backward filter: ``U[xi] (Co x Ci) = M[xi] V[xi]^T`` over the chunk's tiles,
-        added to U when ``accumulate`` (every chunk of a call after its first)."""
+        added to U when ``accumulate`` (every chunk of a call after its first).  Forward and backward data add into M
+        when ``accumulate`` (an input-channel slice after the chunk's first: :meth:`slice`)."""
         t = self._chunk_tiles(images, tiles)
         ci, co = self.ci, self.co
         if self.op == "backward_filter":
@@ -242,12 +267,13 @@ class Geometry:
             # M [Co][T], V [Ci][T]: U = M @ V^T
             return Gemm(a="M", b="V", c="U", m=co, n=ci, k=t, lda=t, ldb=t, ldc=ci, stride_a=co * t,
                         stride_b=ci * t, stride_c=co * ci, batch=POINTS, trans_b=True, alpha=1.0, beta=beta)
+        beta = 1.0 if accumulate else 0.0
         if self.cminor:   # M[xi] (T x Co) = V[xi] (T x Ci) @ U[xi]^T
             return Gemm(a="V", b="U", c="M", m=t, n=co, k=ci, lda=ci, ldb=ci, ldc=co, stride_a=ci * t,
-                        stride_b=co * ci, stride_c=co * t, batch=POINTS, trans_b=True, alpha=1.0, beta=0.0)
+                        stride_b=co * ci, stride_c=co * t, batch=POINTS, trans_b=True, alpha=1.0, beta=beta)
         # M[xi] (Co x T) = U[xi] (Co x Ci) @ V[xi] (Ci x T)
         return Gemm(a="U", b="V", c="M", m=co, n=t, k=ci, lda=ci, ldb=t, ldc=t, stride_a=co * ci, stride_b=ci * t,
-                    stride_c=co * t, batch=POINTS, alpha=1.0, beta=0.0)
+                    stride_c=co * t, batch=POINTS, alpha=1.0, beta=beta)
 
     def chunks(self, n: int, chunk: int) -> list[tuple[int, int]]:
         """(first image, images) of each chunk of a call on ``n`` images."""
@@ -451,7 +477,7 @@ def emulate_backward_filter(geo: Geometry, x: np.ndarray, dy: np.ndarray, w: np.
 def emulate(geo: Geometry, w: np.ndarray, x: np.ndarray, y: np.ndarray, n: int, chunk: int, alpha: float = 1.0,
             beta: float = 0.0, workspace: np.ndarray | None = None,
             gemm: Callable[[list[Gemm], dict[str, np.ndarray]], None] | None = None,
-            tiles: int | None = None) -> np.ndarray:
+            tiles: int | None = None, csplit: int = 1) -> np.ndarray:
     """One launch on the CPU, as the source runs it: ``x`` the input (x, or dy for backward data), ``y`` the output
     (flat arrays addressed by the geometry's strides), in chunks of ``chunk`` images, or of ``tiles`` tiles when
     given; the workspace a flat float array of ``workspace_bytes(chunk, tiles) / 4`` elements split into U, V, M at
@@ -459,14 +485,20 @@ def emulate(geo: Geometry, w: np.ndarray, x: np.ndarray, y: np.ndarray, n: int, 
     column-major view).  Returns the workspace.  Backward filter: :func:`emulate_backward_filter`."""
     if geo.op == "backward_filter":
         raise InputError("emulate runs forward and backward data; backward filter is emulate_backward_filter", "geo")
-    words = geo.workspace_bytes(chunk, tiles) // 4
+    words = geo.workspace_bytes(chunk, tiles, csplit) // 4
     ws = np.full(words, np.nan) if workspace is None else workspace
-    seg = {name: ws[off // 4: off // 4 + size // 4] for name, off, size in geo.segments(chunk, tiles)}
-    emulate_filter(geo, w, seg["U"])
+    seg = {name: ws[off // 4: off // 4 + size // 4] for name, off, size in geo.segments(chunk, tiles, csplit)}
+    part = geo.slice(csplit)
     run = gemm or (lambda gms, bufs: run_gemms(gms, bufs))
+    if csplit == 1:
+        emulate_filter(part, w, seg["U"])
     for t0, count in geo.ranges(n, chunk, tiles):
-        emulate_input(geo, x, seg["V"], t0, count)
-        run([geo.gemm(0, count)], seg)
+        for s in range(csplit):   # a slice's U (again, per chunk), its V, its GEMM adding into M after the first
+            w_off, x_off = geo.slice_offsets(csplit, s)
+            if csplit > 1:
+                emulate_filter(part, w[w_off:], seg["U"])
+            emulate_input(part, x[x_off:], seg["V"], t0, count)
+            run([part.gemm(0, count, accumulate=s > 0)], seg)
         emulate_output(geo, seg["M"], y, t0, count, alpha, beta)
     return ws
 
@@ -562,7 +594,7 @@ def backward_filter_launchers(geo: Geometry, itemsize: int = 4) -> tuple[InputFn
     return input_, dy_, grad_
 
 
-__all__ = ["AT", "BT", "G", "Geometry", "TILE_CHUNK_IMAGES", "TILE_CHUNK_MIN_FRACTION", "WORKSPACE_ALIGN",
+__all__ = ["AT", "BT", "CSPLITS", "G", "Geometry", "TILE_CHUNK_IMAGES", "TILE_CHUNK_MIN_FRACTION", "WORKSPACE_ALIGN",
            "backward_filter_launchers", "chunk_sizes", "correlation_reference", "direct_correlation", "emulate",
            "emulate_backward_filter", "filter_transform", "input_transform", "launchers", "output_transform",
            "refusal", "tile_chunk_sizes"]

@@ -33,15 +33,18 @@ CASES = {
 TOL = {"FMA": 1e-4, "TENSOR_OP": 3e-2}   # max error / max |reference|
 
 
-def _config(problem, op, chunk=None, math="FMA", n=None, tiles=None):
+def _config(problem, op, chunk=None, math="FMA", n=None, tiles=None, csplit=1):
     n = problem.n if n is None else n
+    split = {"csplit": csplit} if csplit > 1 else {}
+    suffix = f"-s{csplit}" if csplit > 1 else ""
     if tiles is not None:
-        ws = Geometry.of(problem.with_batch(n), op).workspace_bytes(0, tiles)
-        return Measurement(n, f"wino-f4-t{tiles}", math, 1.0, ws, "winograd", None, {"winograd": {"tiles": tiles}})
+        ws = Geometry.of(problem.with_batch(n), op).workspace_bytes(0, tiles, csplit)
+        return Measurement(n, f"wino-f4-t{tiles}{suffix}", math, 1.0, ws, "winograd", None,
+                           {"winograd": {"tiles": tiles, **split}})
     chunk = n if chunk is None else min(chunk, n)
-    ws = Geometry.of(problem.with_batch(n), op).workspace_bytes(chunk)
-    algo = "wino-f4" if chunk >= n else f"wino-f4-c{chunk}"
-    return Measurement(n, algo, math, 1.0, ws, "winograd", None, {"winograd": {"chunk": chunk}})
+    ws = Geometry.of(problem.with_batch(n), op).workspace_bytes(chunk, None, csplit)
+    algo = ("wino-f4" if chunk >= n else f"wino-f4-c{chunk}") + suffix
+    return Measurement(n, algo, math, 1.0, ws, "winograd", None, {"winograd": {"chunk": chunk, **split}})
 
 
 def _nchw(a, layout):
@@ -79,7 +82,8 @@ def _close(got, ref, math, what=""):
     return err
 
 
-def _launch_once(problem, op, chunk=None, alpha=1.0, beta=0.0, seed=0, math="FMA", tiles=None, reference=True):
+def _launch_once(problem, op, chunk=None, alpha=1.0, beta=0.0, seed=0, math="FMA", tiles=None, reference=True,
+                 csplit=1):
     """(result, float64 expectation) of one prepared launch with exactly the reported workspace (NaN-filled)."""
     import cupy as cp
 
@@ -91,7 +95,7 @@ def _launch_once(problem, op, chunk=None, alpha=1.0, beta=0.0, seed=0, math="FMA
     old = np.random.default_rng(seed + 1).standard_normal(out_shape).astype(np.float32)
     a, b = (cp.asarray(t) for t in _operands(op, x, w, dy))
     out = cp.asarray(old) if beta != 0 else cp.full(out_shape, cp.nan, dtype=cp.float32)
-    cfg = _config(problem, op, chunk, math, tiles=tiles)
+    cfg = _config(problem, op, chunk, math, tiles=tiles, csplit=csplit)
     ws = cp.cuda.alloc(cfg.workspace_bytes)
     cp.ndarray((cfg.workspace_bytes,), cp.uint8, ws).fill(0xFF)
     WinogradSource().prepare(op, problem, cfg)(Operands(a.data.ptr, b.data.ptr, out.data.ptr), ws.ptr,
@@ -227,6 +231,24 @@ def test_vgg_conv1_2_plane_in_tile_row_chunks_matches_cudnn(op):
     for t in (64 * 56, 8 * 56):
         got, _ = _launch_once(problem, op, seed=6, tiles=t, reference=False)
         _close(got, ref, "FMA", f"conv1_2 {op} chunks of {t} tiles vs cuDNN")
+
+
+@pytest.mark.parametrize("csplit", [2, 4])
+@pytest.mark.parametrize("op", ["forward", "backward_data"])
+@pytest.mark.parametrize("name", ["vgg-64x56", "vgg-128x28", "nhwc-vgg", "c13-nonsquare-pad12"])
+def test_input_channel_slices_match_cudnn_and_float64(name, op, csplit):
+    """The input channels in 2 or 4 slices (where they divide), in image chunks and in tile chunks crossing images,
+    alpha / beta into live data: equal to cuDNN and to the float64 reference."""
+    problem = CASES[name]
+    ci = problem.c if op == "forward" else problem.k
+    if ci % csplit:
+        pytest.skip(f"{ci} input channels do not split into {csplit}")
+    ref = _cudnn(problem, op, 9)
+    got, _ = _launch_once(problem, op, chunk=1, seed=9, reference=False, csplit=csplit)
+    _close(got, ref, "FMA", f"{name} {op} one-image chunks in {csplit} slices vs cuDNN")
+    tpi = Geometry.of(problem, op).tiles_per_image
+    got, expect = _launch_once(problem, op, alpha=-0.75, beta=0.5, seed=9, tiles=tpi + 3, csplit=csplit)
+    _close(got, expect, "FMA", f"{name} {op} chunks of {tpi + 3} tiles in {csplit} slices")
 
 
 @pytest.mark.parametrize("op", OPS)

@@ -111,14 +111,14 @@ def _expected(op, problem, x, wt, dy):
     return dx
 
 
-def _run(op, problem, chunk, alpha, beta, seed, how="row", tiles=None):
+def _run(op, problem, chunk, alpha, beta, seed, how="row", tiles=None, csplit=1):
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((problem.n, problem.c, problem.h, problem.w))
     wt = rng.standard_normal((problem.k, problem.c, 3, 3))
     dy = rng.standard_normal((problem.n, problem.k, problem.p, problem.q))
     lay = problem.layout
     geo = Geometry.of(problem, op)
-    ws = np.full(geo.workspace_bytes(chunk, tiles) // 4, np.nan)   # exactly the reported size; NaN: unwritten shows
+    ws = np.full(geo.workspace_bytes(chunk, tiles, csplit) // 4, np.nan)   # exactly the reported size: NaN shows
     gemm = (lambda gms, bufs: run_column_major(gms, bufs, 1.0, 0.0)) if how == "column" else None
     if op == "backward_filter":
         old = rng.standard_normal(wt.shape)
@@ -131,7 +131,8 @@ def _run(op, problem, chunk, alpha, beta, seed, how="row", tiles=None):
     src = _to_layout(x if op == "forward" else dy, lay).reshape(-1)
     out_nchw = rng.standard_normal(dy.shape if op == "forward" else x.shape)
     out = _to_layout(out_nchw, lay).reshape(-1).copy()
-    emulate(geo, w_flat, src, out, problem.n, chunk, alpha, beta, workspace=ws, gemm=gemm, tiles=tiles)
+    emulate(geo, w_flat, src, out, problem.n, chunk, alpha, beta, workspace=ws, gemm=gemm, tiles=tiles,
+            csplit=csplit)
     got = _from_layout(out.reshape(problem.x_shape() if op == "backward_data" else problem.y_shape()), lay)
     return got, alpha * _expected(op, problem, x, wt, dy) + beta * out_nchw
 
@@ -163,6 +164,41 @@ def test_emulated_kernels_with_tile_range_chunks_compute_the_convolution(shape, 
     t = data.draw(st.one_of(st.integers(1, total + 3), st.sampled_from(tile_chunk_sizes(geo, n) or [1])))
     got, expect = _run(op, problem, 0, *scalars, seed, how, tiles=t)
     assert _scale_err(got, expect) < 1e-11
+
+
+@settings(max_examples=60, deadline=None)
+@given(shapes(), st.sampled_from(["forward", "backward_data"]), st.sampled_from(["NCHW", "NHWC"]),
+       st.sampled_from([2, 4]), st.data(), st.sampled_from([(1.0, 0.0), (-0.5, 1.0)]),
+       st.sampled_from(["row", "column"]), st.integers(0, 2**31 - 1))
+def test_input_channel_slices_add_up_to_the_convolution(shape, op, layout, csplit, data, scalars, how, seed):
+    """The input channels in ``csplit`` slices (forward: x's C, backward data: dy's K), each slice's U and V in the
+    workspace in turn and its GEMM adding into M: the same convolution, with U and V a slice's size."""
+    n, c, h, w, k, pad = shape
+    c, k = (c * csplit, k) if op == "forward" else (c, k * csplit)   # the split channels divide evenly
+    problem = ConvProblem(n, c, h, w, k, 3, 3, pad=pad, layout=layout)
+    geo = Geometry.of(problem, op)
+    t = data.draw(st.one_of(st.none(), st.integers(1, n * geo.tiles_per_image + 2)))
+    got, expect = _run(op, problem, 1 if t is None else 0, *scalars, seed, how, tiles=t, csplit=csplit)
+    assert _scale_err(got, expect) < 1e-11
+    part = geo.slice(csplit)
+    assert part.ci * csplit == geo.ci and (part.co, part.in_strides, part.filter_strides) == (
+        geo.co, geo.in_strides, geo.filter_strides)
+    tt = geo.tiles_per_image if t is None else t
+    assert geo.workspace_bytes(1 if t is None else 0, t, csplit) <= geo.workspace_bytes(1 if t is None else 0, t)
+    assert {name: size for name, _, size in geo.segments(0, tt, csplit)} == {
+        "U": 4 * 36 * geo.co * part.ci, "V": 4 * 36 * part.ci * tt, "M": 4 * 36 * geo.co * tt}
+
+
+def test_input_channel_slices_are_refused_where_they_do_not_divide_or_for_backward_filter():
+    p = ConvProblem(2, 6, 8, 8, 4, 3, 3, pad=(1, 1))
+    with pytest.raises(InputError) as e:
+        Geometry.of(p, "forward").slice(4)
+    assert e.value.field == "csplit" and "do not split" in str(e.value)
+    with pytest.raises(InputError, match="backward filter"):
+        Geometry.of(p, "backward_filter").slice(2)
+    with pytest.raises(InputError, match="one of"):
+        Geometry.of(p, "forward").slice(3)
+    assert Geometry.of(p, "forward").slice_offsets(2, 1) == (3 * 9, 3 * 64)   # channel 3: w (k,c,r,s), x (n,c,h,w)
 
 
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
@@ -442,6 +478,28 @@ def test_tile_chunk_names():
         chunk_of(Measurement(8, "wino-f4-t7", "FMA", 1.0, 0, "winograd"), 8)
 
 
+def test_input_channel_slices_are_measured_where_u_is_a_quarter_of_the_workspace_and_recorded_for_prepare():
+    from ucudnn.measure.sources.winograd import csplit_of, csplits
+
+    wide = ConvProblem(8, 512, 28, 28, 512, 3, 3, pad=1)       # VGG-16 conv4_2: U is 37.7 MB
+    geo = Geometry.of(wide, "forward")
+    assert csplits(geo, "forward", 168) == [1, 2, 4] and csplits(geo, "forward", 8 * 49) == [1, 2, 4]
+    assert csplits(geo, "forward", 800) == [1]                  # U under a quarter: slices pay more than they save
+    assert csplits(Geometry.of(wide, "backward_filter"), "backward_filter", 168) == [1]
+    assert csplits(Geometry.of(ConvProblem(8, 6, 28, 28, 512, 3, 3, pad=1), "forward"), "forward", 7) == [1, 2]
+    for op, split in (("forward", True), ("backward_data", True), ("backward_filter", False)):
+        _, sk = WinogradSource().measure(op, wide, Operands(0, 0, 0), 0, BenchSettings("strict"))
+        names = [s.algo for s in sk]
+        assert any(str(a).endswith("-s2") for a in names) is split, op
+        assert any(str(a).endswith("-s4") for a in names) is split, op
+    row = Measurement(8, "wino-f4-t168-s2", "FMA", 1.0, 0, "winograd", None, {"winograd": {"tiles": 168, "csplit": 2}})
+    assert csplit_of(row) == 2 and tiles_of(row) == 168
+    assert csplit_of(Measurement(8, "wino-f4", "FMA", 1.0, 0, "winograd")) == 1
+    with pytest.raises(InputError) as e:
+        csplit_of(Measurement(8, "wino-f4-s3", "FMA", 1.0, 0, "winograd", None, {"winograd": {"csplit": 3}}))
+    assert e.value.field == "extra.winograd.csplit"
+
+
 def test_the_registry_builds_the_source_and_the_defaults_do_not_include_it():
     from ucudnn import source_names
     from ucudnn.measure.sources import registry
@@ -473,7 +531,8 @@ def test_kernel_source_compiles_without_local_memory(arch, tmp_path):
 @pytest.mark.parametrize("op", OPS)
 def test_the_source_hands_cublas_the_described_gemm_with_its_constant_scalars(op, layout, monkeypatch):
     """What cublasGemmStridedBatchedEx receives is geo.gemm's column-major call on the workspace buffers, alpha 1 and
-    beta the Gemm's own (0; backward filter: 0 on a call's first chunk, 1 after) read as host float32 scalars."""
+    beta the Gemm's own (0, or 1 where it accumulates: backward filter after a call's first chunk, forward and
+    backward data after a chunk's first input-channel slice) read as host float32 scalars."""
     import ctypes
 
     from ucudnn.binding import cublas
@@ -495,4 +554,4 @@ def test_the_source_hands_cublas_the_described_gemm_with_its_constant_scalars(op
         assert compute == cublas.COMPUTE_TYPES["32F_PEDANTIC"]
         scalar = lambda p: ctypes.c_float.from_address(p).value   # noqa: E731
         assert scalar(alpha) == 1.0
-        assert scalar(beta) == (1.0 if accumulate and op == "backward_filter" else 0.0)
+        assert scalar(beta) == (1.0 if accumulate else 0.0)

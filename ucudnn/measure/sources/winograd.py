@@ -42,6 +42,14 @@ U and V 256-byte aligned
 allocates nothing and never synchronises (kernels are compiled in ``prepare``), so plans of winograd steps are
 captured into CUDA graphs like any other.  cuBLAS's own per-handle workspace is outside ucudnn's count, as for mec.
 
+Input-channel slices (``-s2`` / ``-s4`` after the chunk's name, ``extra["winograd"]["csplit"]``; forward and
+backward data): the chunk's input channels in 2 or 4 slices, each slice's U and V in the workspace in turn (its
+filter transform again per chunk) and its GEMM adding into M.  Why: U is ``36 * Co * Ci`` floats whatever the chunk
+(37.7 MB of VGG-16's 512-channel layers: most of 64 MiB), so under a tight limit a chunk holds few tiles and its 36
+GEMMs are thin; a slice holds a fraction of U and V, and the same workspace holds chunks two to three times larger.
+Measured where U is at least a quarter of the unsplit configuration's workspace (:func:`csplits`).  Workspace
+``36 * 4 * (Co*Ci/s + Ci/s*T + Co*T)``.
+
 Layouts: NCHW (V, M channel-major) and NHWC (channel-minor).  Tensors are addressed through strides, so a channel
 slice's y / dy view (``ConvProblem.y_strides``) runs as well; ``channel_slices`` stays False (the benchmark does not
 offer slices to this source: chunk variants already multiply its rows).
@@ -95,6 +103,27 @@ def tiles_of(config: Measurement) -> int | None:
     return tiles
 
 
+def csplit_of(config: Measurement) -> int:
+    """The input-channel slices a recorded configuration runs (``extra.winograd.csplit``; 1 where absent)."""
+    from ucudnn.kernels.winograd import CSPLITS
+
+    csplit = (config.extra.get("winograd") or {}).get("csplit", 1)
+    if csplit not in CSPLITS or isinstance(csplit, bool):
+        raise InputError(f"csplit must be one of {CSPLITS}, got {csplit!r}", "extra.winograd.csplit")
+    return csplit
+
+
+def csplits(geo: Any, op: str, tiles: int) -> list[int]:
+    """The input-channel slices measured for chunks of ``tiles`` tiles: 1, and 2 and 4 (forward and backward data,
+    where they divide the channels) while U is at least a quarter of the unsplit workspace -- where it is less, a
+    slice saves little and pays its transforms again."""
+    from ucudnn.kernels.winograd import CSPLITS
+
+    if op == "backward_filter" or 3 * geo.co * geo.ci < (geo.ci + geo.co) * tiles:
+        return [1]
+    return [cs for cs in CSPLITS if geo.ci % cs == 0]
+
+
 def chunk_of(config: Measurement, n: int) -> int:
     """The chunk size a recorded configuration runs (its extra, else its algorithm's name), at most ``n``."""
     info = config.extra.get("winograd") or {}
@@ -113,8 +142,11 @@ def chunk_of(config: Measurement, n: int) -> int:
     return min(chunk, n)
 
 
-def _launch(problem: ConvProblem, op: str, chunk: int, compute: str, tiles: int | None = None) -> Launch:
-    """The launch of ``op`` at ``problem.n`` in chunks of ``chunk`` images, or of ``tiles`` tiles when given."""
+def _launch(problem: ConvProblem, op: str, chunk: int, compute: str, tiles: int | None = None,
+            csplit: int = 1) -> Launch:
+    """The launch of ``op`` at ``problem.n`` in chunks of ``chunk`` images, or of ``tiles`` tiles when given; forward
+    and backward data with their input channels in ``csplit`` slices (each slice's filter and input transformed per
+    chunk, its GEMM adding into M after the first)."""
     from ...binding.gpu import cupy
     from ucudnn.kernels.winograd import Geometry
 
@@ -129,12 +161,19 @@ def _launch(problem: ConvProblem, op: str, chunk: int, compute: str, tiles: int 
         return _launch_backward_filter(cp, geo, problem.n, chunk, compute, tiles)
     from ucudnn.kernels.winograd import launchers
 
-    filter_, input_, output_ = launchers(geo)
-    need = geo.workspace_bytes(chunk, tiles)
-    offsets = {name: off for name, off, _ in geo.segments(chunk, tiles)}
+    part = geo.slice(csplit)
+    filter_, input_, _ = launchers(part)
+    output_ = launchers(geo)[2]
+    need = geo.workspace_bytes(chunk, tiles, csplit)
+    offsets = {name: off for name, off, _ in geo.segments(chunk, tiles, csplit)}
     chunks = geo.ranges(problem.n, chunk, tiles)     # (first tile, tiles): x / y stay at image 0
     what = f"chunks of {chunk} images" if tiles is None else f"chunks of {tiles} tiles"
-    gemms = {count: _gemm_call(geo, count, compute) for _, count in chunks}
+    if csplit > 1:
+        what += f", input channels in {csplit} slices"
+    gemms = {(count, s > 0): _gemm_call(part, count, compute, accumulate=s > 0)
+             for _, count in chunks for s in range(csplit)}
+    # each slice's first filter and input element, in bytes from the tensors' (float32)
+    moves = [tuple(4 * e for e in geo.slice_offsets(csplit, s)) for s in range(csplit)]
     forward = op == "forward"
 
     def launch(ops: Operands, workspace: int, workspace_bytes: int, alpha: float, beta: float) -> None:
@@ -144,10 +183,14 @@ def _launch(problem: ConvProblem, op: str, chunk: int, compute: str, tiles: int 
         bufs = {name: workspace + off for name, off in offsets.items()}
         h = cublas.handle()
         cublas.bind(h, cp.cuda.get_current_stream().ptr)
-        filter_(w, bufs["U"])
+        if csplit == 1:
+            filter_(w, bufs["U"])
         for t0, count in chunks:
-            input_(x, bufs["V"], t0, count)
-            gemms[count](h, bufs)
+            for s, (dw, dx) in enumerate(moves):
+                if csplit > 1:
+                    filter_(w + dw, bufs["U"])
+                input_(x + dx, bufs["V"], t0, count)
+                gemms[(count, s > 0)](h, bufs)
             output_(bufs["M"], y, t0, count, alpha, beta)
 
     return launch
@@ -227,11 +270,13 @@ class WinogradSource(Prepared):
         # (tiles per chunk, images per chunk or None for a tile chunk), largest first: usually the fastest
         variants = sorted([(c * tpi, c) for c in chunk_sizes(mb)] + [(t, None) for t in tile_chunk_sizes(geo, mb)],
                           reverse=True, key=lambda v: v[0])
-        for t_chunk, images in variants:
+        for t_chunk, images, csplit in ((t, i, cs) for t, i in variants for cs in csplits(geo, op, t)):
             tiles = None if images is not None else t_chunk
             chunk = images if images is not None else 0
             algo = algo_name(chunk, mb) if tiles is None else tile_algo_name(tiles)
-            ws = geo.workspace_bytes(chunk, tiles)
+            if csplit > 1:
+                algo += f"-s{csplit}"
+            ws = geo.workspace_bytes(chunk, tiles, csplit)
             why = geo.chunk_refusal(chunk, tiles, mb)
             if why:
                 skipped.append(Skipped(mb, algo, label, f"winograd: {why}"))
@@ -243,6 +288,8 @@ class WinogradSource(Prepared):
                                     "compute": compute, "layout": problem.layout,
                                     "filter_transform": ("inverse, once per call" if op == "backward_filter"
                                                          else "once per call")}
+            if csplit > 1:
+                info["csplit"] = csplit
             if tiles is None:
                 info["chunk"] = chunk
             else:
@@ -258,7 +305,7 @@ class WinogradSource(Prepared):
         if why:
             raise InputError(f"winograd cannot run {op} of {problem.describe()}: {why}", "problem")
         compute = compute_for(config.math_type, problem.dtype)
-        tiles = tiles_of(config)
+        tiles, csplit = tiles_of(config), csplit_of(config)
         if tiles is not None:
-            return _launch(problem, op, 0, compute, tiles)
-        return _launch(problem, op, chunk_of(config, problem.n), compute)
+            return _launch(problem, op, 0, compute, tiles, csplit)
+        return _launch(problem, op, chunk_of(config, problem.n), compute, csplit=csplit)
