@@ -555,3 +555,48 @@ def test_the_source_hands_cublas_the_described_gemm_with_its_constant_scalars(op
         scalar = lambda p: ctypes.c_float.from_address(p).value   # noqa: E731
         assert scalar(alpha) == 1.0
         assert scalar(beta) == (1.0 if accumulate else 0.0)
+
+
+@pytest.mark.parametrize("csplit", [1, 2, 4])
+def test_a_sliced_launch_transforms_each_slice_at_its_channel_and_adds_its_gemm_after_the_first(csplit, monkeypatch):
+    """The launch's order of work, recorded with the kernels and cuBLAS replaced (CPU): per chunk, each slice's
+    filter transform (once a call when unsplit) and input transform at its first channel's byte offset, its GEMM
+    adding after the first slice, then one output transform."""
+    import types
+
+    from ucudnn.kernels import winograd as kw
+
+    from ucudnn.binding import cublas, gpu
+    from ucudnn.measure.sources import winograd as src
+
+    p = ConvProblem(3, 8, 10, 10, 4, 3, 3, pad=1)
+    geo = Geometry.of(p, "forward")
+    log = []
+    stream = types.SimpleNamespace(ptr=0)
+    fake_cp = types.SimpleNamespace(cuda=types.SimpleNamespace(get_current_stream=lambda: stream))
+    monkeypatch.setattr(gpu, "cupy", lambda: fake_cp)
+    monkeypatch.setattr(cublas, "handle", lambda: 7)
+    monkeypatch.setattr(cublas, "bind", lambda h, s: None)
+
+    def fake_launchers(g):
+        return (lambda w, U: log.append(("filter", g.ci, w, U)),
+                lambda x, V, t0, t: log.append(("input", g.ci, x, V, t0, t)),
+                lambda M, y, t0, t, a, b: log.append(("output", M, y, t0, t)))
+
+    monkeypatch.setattr(kw, "launchers", fake_launchers)
+    monkeypatch.setattr(src, "_gemm_call", lambda g, count, compute, accumulate=False:
+                        lambda h, bufs: log.append(("gemm", g.ci, count, accumulate)))
+    launch = src._launch(p, "forward", 0, "32F_PEDANTIC", tiles=20, csplit=csplit)
+    x, w, y, ws = 1 << 20, 2 << 20, 3 << 20, 4 << 20
+    launch(Operands(x, w, y), ws, geo.workspace_bytes(0, 20, csplit), 1.0, 0.0)
+    seg = {name: ws + off for name, off, _ in geo.segments(0, 20, csplit)}
+    cs = 8 // csplit
+    expect = [] if csplit > 1 else [("filter", 8, w, seg["U"])]
+    for t0, count in geo.ranges(3, 0, 20):
+        for s in range(csplit):
+            if csplit > 1:
+                expect.append(("filter", cs, w + 4 * s * cs * 9, seg["U"]))        # w (k, c, r, s): c stride 9
+            expect += [("input", cs, x + 4 * s * cs * 100, seg["V"], t0, count),    # x (n, c, h, w): c stride 100
+                       ("gemm", cs, count, s > 0)]
+        expect.append(("output", seg["M"], y, t0, count))
+    assert log == expect
