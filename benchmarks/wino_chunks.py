@@ -7,7 +7,8 @@ past issue 18's bar.  This script says which part of a chunk costs what, so the 
 
 For each layer (FP32 strict, NCHW, forward; ``--layers``) and each chunk of T tiles (the largest that fits
 ``--limit``, then doubling up to the whole micro-batch): the filter transform (once a call), the input transform,
-the 36 GEMMs (``cublasGemmStridedBatchedEx``, as the source runs them) and the output transform of one chunk, each
+the 36 GEMMs (``cublasGemmStridedBatchedEx``, as the source runs them) and the output transform of one chunk (with
+``--csplit 2,4`` also with the input channels in slices: a slice's filter, input and GEMM parts, done per slice), each
 captured into a CUDA graph and timed replayed (no host cost), their sum over the call's chunks, and the whole call
 as the source prepares it, eager and replayed.  With ``--lt``, also the fastest cuBLASLt algorithm for the same
 strided-batched GEMM (``gemm_probe.Matmul``: every algorithm its heuristic offers within 64 MiB of its own
@@ -32,11 +33,12 @@ LAYERS = {"vgg16-conv1_2": (64, 64, 224, 64), "vgg16-conv2_2": (64, 128, 112, 12
           "alexnet-conv4": (256, 384, 13, 384), "resnet50-layer3-conv2": (128, 256, 14, 256)}
 
 
-def chunk_tiles(geo, n: int, limit: int) -> list[int]:
-    """Tiles per chunk to time: the most that fit ``limit`` bytes of workspace, then doubling, up to the call's
-    tiles (the one-chunk configuration); [] if not even one tile row fits."""
+def chunk_tiles(geo, n: int, limit: int, csplit: int = 1) -> list[int]:
+    """Tiles per chunk to time: the most that fit ``limit`` bytes of workspace (with the input channels in
+    ``csplit`` slices), then doubling, up to the call's tiles (the one-chunk configuration); [] if not even one tile
+    row fits."""
     total = n * geo.tiles_per_image
-    fits = [t for t in range(geo.tiles_w, total + 1, geo.tiles_w) if geo.workspace_bytes(0, t) <= limit]
+    fits = [t for t in range(geo.tiles_w, total + 1, geo.tiles_w) if geo.workspace_bytes(0, t, csplit) <= limit]
     if not fits:
         return []
     out, t = [], max(fits)
@@ -51,6 +53,7 @@ def main() -> None:
     ap.add_argument("--layers", default="vgg16-conv4_2,vgg16-conv3_2,vgg16-conv2_2,alexnet-conv4")
     ap.add_argument("--limit", default="64MiB", help="workspace the smallest chunk fits")
     ap.add_argument("--lt", action="store_true", help="also time cuBLASLt's best algorithm for each chunk GEMM")
+    ap.add_argument("--csplit", default="1", help="input-channel slices to time, comma-separated (1, 2, 4)")
     ap.add_argument("--out", default="benchmarks/results")
     ap.add_argument("--name", default="wino_chunks")
     args = ap.parse_args()
@@ -76,22 +79,26 @@ def main() -> None:
         return time_ms(lambda: graph.launch(cp.cuda.get_current_stream()), repeat=5, warmup=2, min_sample_ms=1.0)
 
     rows = []
-    for name in args.layers.split(","):
+    for name, csplit in ((nm, int(cs)) for nm in args.layers.split(",") for cs in args.csplit.split(",")):
         n, c, hw, k = LAYERS[name]
         p = ConvProblem(n, c, hw, hw, k, 3, 3, pad=(1, 1))
         geo = Geometry.of(p, "forward")
-        sizes = chunk_tiles(geo, n, limit)
+        if geo.ci % csplit:
+            continue
+        sizes = chunk_tiles(geo, n, limit, csplit)
         if not sizes:
-            print(f"{name}: no tile chunk fits {args.limit}", flush=True)
+            print(f"{name}: no tile chunk fits {args.limit} in {csplit} slices", flush=True)
             continue
         buf = Buffers(p)
         ops = buf.operands("forward", n)
-        ws = cp.cuda.alloc(geo.workspace_bytes(0, sizes[-1]))
-        filter_, input_, output_ = launchers(geo)
+        ws = cp.cuda.alloc(geo.workspace_bytes(0, sizes[-1], csplit))
+        part = geo.slice(csplit)
+        filter_, input_, _ = launchers(part)           # one slice's transforms (the whole layer's when unsplit)
+        output_ = launchers(geo)[2]
         total = n * geo.tiles_per_image
         for t in sizes:
-            bufs = {seg: ws.ptr + off for seg, off, _ in geo.segments(0, t)}
-            gemm = _gemm_call(geo, t, compute)
+            bufs = {seg: ws.ptr + off for seg, off, _ in geo.segments(0, t, csplit)}
+            gemm = _gemm_call(part, t, compute)
 
             def run_gemm(gemm=gemm, bufs=bufs) -> None:
                 h = cublas.handle()
@@ -104,24 +111,27 @@ def main() -> None:
                      "output": replayed(lambda bufs=bufs, t=t, f=output_, ops=ops: f(bufs["M"], ops.out, 0, t, 1.0,
                                                                                     0.0))}
             chunks = len(geo.tile_chunks(n, t))
-            config = Measurement(n, tile_algo_name(t), label, 0.0, geo.workspace_bytes(0, t), "winograd", None,
-                                 {"winograd": {"tiles": t}})
+            size = geo.workspace_bytes(0, t, csplit)
+            extra = {"tiles": t, **({"csplit": csplit} if csplit > 1 else {})}
+            config = Measurement(n, tile_algo_name(t) + (f"-s{csplit}" if csplit > 1 else ""), label, 0.0, size,
+                                 "winograd", None, {"winograd": extra})
             launch = WinogradSource().prepare("forward", p, config)
-
-            size = geo.workspace_bytes(0, t)
 
             def whole(launch=launch, ptr=ws.ptr, size=size, ops=ops) -> None:
                 launch(Operands(ops.a, ops.b, ops.out), ptr, size, 1.0, 0.0)
 
             eager = time_ms(whole, repeat=5, warmup=2, min_sample_ms=1.0)
-            row = {"layer": name, "problem": p.describe(), "tiles": t, "chunks": chunks, "one_chunk": t == total,
-                   "workspace_mib": round(geo.workspace_bytes(0, t) / MiB, 2),
+            # per chunk: each slice's input transform and GEMM (and its filter transform when split), one output
+            per_chunk = csplit * (parts["input"] + parts["gemm"] + (parts["filter"] if csplit > 1 else 0.0))
+            row = {"layer": name, "problem": p.describe(), "csplit": csplit, "tiles": t, "chunks": chunks,
+                   "one_chunk": t == total, "workspace_mib": round(size / MiB, 2),
                    **{f"{key}_ms": round(v, 4) for key, v in parts.items()},
-                   "sum_ms": round(parts["filter"] + chunks * (parts["input"] + parts["gemm"] + parts["output"]), 4),
+                   "sum_ms": round((parts["filter"] if csplit == 1 else 0.0)
+                                   + chunks * (per_chunk + parts["output"]), 4),
                    "eager_ms": round(eager, 4), "replayed_ms": round(replayed(whole), 4),
-                   "gemm_tflops": round(2 * 36 * geo.co * geo.ci * t / (parts["gemm"] * 1e-3) / 1e12, 1)}
+                   "gemm_tflops": round(2 * 36 * part.co * part.ci * t / (parts["gemm"] * 1e-3) / 1e12, 1)}
             if args.lt:
-                row.update(lt_best(geo, t, bufs))
+                row.update(lt_best(part, t, bufs))
             rows.append(row)
             print({key: v for key, v in row.items() if key != "problem"}, flush=True)
     doc = {"provenance": provenance(), "limit": limit, "rows": rows}
@@ -131,12 +141,12 @@ def main() -> None:
           "timed captured and replayed (no host cost); sum = filter + chunks x (input + GEMM + output); the whole "
           "call as the source prepares it, eager and replayed." + (" cuBLASLt: its fastest algorithm for the same "
                                                                   "GEMM." if args.lt else ""), "",
-          "| layer | T | chunks | MiB | filter | input | GEMM (TFLOPS) | output | sum | eager | replayed |"
+          "| layer | slices | T | chunks | MiB | filter | input | GEMM (TFLOPS) | output | sum | eager | replayed |"
           + (" cuBLASLt GEMM |" if args.lt else ""),
-          "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|" if args.lt else "")]
+          "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|" if args.lt else "")]
     for r in rows:
-        md.append(f"| {r['layer']} | {r['tiles']} | {r['chunks']} | {r['workspace_mib']} | {r['filter_ms']} | "
-                  f"{r['input_ms']} | {r['gemm_ms']} ({r['gemm_tflops']}) | {r['output_ms']} | {r['sum_ms']} | "
+        md.append(f"| {r['layer']} | {r['csplit']} | {r['tiles']} | {r['chunks']} | {r['workspace_mib']} | "
+                  f"{r['filter_ms']} | {r['input_ms']} | {r['gemm_ms']} ({r['gemm_tflops']}) | {r['output_ms']} | {r['sum_ms']} | "
                   f"{r['eager_ms']} | {r['replayed_ms']} |" + (f" {r.get('lt_gemm_ms', '-')} |" if args.lt else ""))
     write(args.out, args.name, doc, "\n".join(md) + "\n")
 
