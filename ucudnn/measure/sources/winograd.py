@@ -289,7 +289,7 @@ class WinogradSource(Prepared):
                                     "filter_transform": ("inverse, once per call" if op == "backward_filter"
                                                          else "once per call")}
             if csplit > 1:
-                info["csplit"] = csplit
+                info.update(csplit=csplit, filter_transform="per chunk and input-channel slice")
             if tiles is None:
                 info["chunk"] = chunk
             else:
