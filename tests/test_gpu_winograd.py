@@ -348,7 +348,7 @@ def test_measure_records_labelled_rows_with_exact_workspace():
 
     from ucudnn.measure.benchmarking import Buffers
     from ucudnn.measure.sources.base import BenchSettings
-    from ucudnn.measure.sources.winograd import WinogradSource
+    from ucudnn.measure.sources.winograd import WinogradSource, csplits
 
     problem = CASES["vgg-128x28"].with_batch(4)
     buf = Buffers(problem)
@@ -358,11 +358,21 @@ def test_measure_records_labelled_rows_with_exact_workspace():
         for op in OPS:
             geo = Geometry.of(problem, op)
             ms, sk = WinogradSource().measure(op, problem, buf.operands(op, problem.n), ws.ptr, settings)
-            images = [m for m in ms if "chunk" in m.extra["winograd"]]
-            tiled = [m for m in ms if "tiles" in m.extra["winograd"]]
+            whole = [m for m in ms if "csplit" not in m.extra["winograd"]]
+            images = [m for m in whole if "chunk" in m.extra["winograd"]]
+            tiled = [m for m in whole if "tiles" in m.extra["winograd"]]
             assert sorted(m.extra["winograd"]["chunk"] for m in images) == [1, 2, 4], sk
             assert sorted(m.extra["winograd"]["tiles"] for m in tiled) == tile_chunk_sizes(geo, 4), sk
-            assert len(images) + len(tiled) == len(ms)
+            assert len(images) + len(tiled) == len(whole)
+            # input-channel slices: only where csplits offers them, named and sized for their slices
+            for m in ms:
+                info = m.extra["winograd"]
+                if "csplit" not in info:
+                    continue
+                cs, t = info["csplit"], info.get("tiles")
+                assert cs in csplits(geo, op, t if t is not None else info["chunk"] * geo.tiles_per_image)
+                assert cs > 1 and m.algo.endswith(f"-s{cs}") and op != "backward_filter"
+                assert m.workspace_bytes == geo.workspace_bytes(0 if t is not None else info["chunk"], t, cs)
             for m in images:
                 chunk = m.extra["winograd"]["chunk"]
                 assert m.algo == ("wino-f4" if chunk == 4 else f"wino-f4-c{chunk}")
