@@ -6,7 +6,8 @@ The winograd source's configurations that fit 64 MiB run a micro-batch in chunks
 past issue 18's bar.  This script says which part of a chunk costs what, so the fix goes where the time is.
 
 For each layer (FP32 strict, NCHW, forward; ``--layers``) and each chunk of T tiles (the largest that fits
-``--limit``, then doubling up to the whole micro-batch): the filter transform (once a call), the input transform,
+``--limit``, then doubling up to the whole micro-batch; or, with ``--tiles``, the listed counts between half that
+largest and ``--limit``): the filter transform (once a call), the input transform,
 the 36 GEMMs (``cublasGemmStridedBatchedEx``, as the source runs them) and the output transform of one chunk (with
 ``--csplit 2,4`` also with the input channels in slices: a slice's filter, input and GEMM parts, done per slice), each
 captured into a CUDA graph and timed replayed (no host cost), their sum over the call's chunks, and the whole call
@@ -27,7 +28,8 @@ from _report import md_header, provenance, write  # noqa: E402
 
 MiB = 1 << 20
 #: name -> (batch, channels in, plane side, channels out): 3x3, padding 1, stride 1
-LAYERS = {"vgg16-conv1_2": (64, 64, 224, 64), "vgg16-conv2_2": (64, 128, 112, 128),
+LAYERS = {"vgg16-conv1_2": (64, 64, 224, 64), "vgg16-conv2_1": (64, 64, 112, 128),
+          "vgg16-conv3_1": (64, 128, 56, 256), "vgg16-conv4_1": (64, 256, 28, 512), "vgg16-conv2_2": (64, 128, 112, 128),
           "vgg16-conv3_2": (64, 256, 56, 256), "vgg16-conv4_2": (64, 512, 28, 512),
           "vgg16-conv5_1": (64, 512, 14, 512), "alexnet-conv3": (256, 256, 13, 384),
           "alexnet-conv4": (256, 384, 13, 384), "resnet50-layer3-conv2": (128, 256, 14, 256)}
@@ -54,6 +56,9 @@ def main() -> None:
     ap.add_argument("--limit", default="64MiB", help="workspace the smallest chunk fits")
     ap.add_argument("--lt", action="store_true", help="also time cuBLASLt's best algorithm for each chunk GEMM")
     ap.add_argument("--csplit", default="1", help="input-channel slices to time, comma-separated (1, 2, 4)")
+    ap.add_argument("--tiles", default=None,
+                    help="time these tiles per chunk instead (comma-separated, any count: chunks are flat tile "
+                         "ranges), those within --limit, and the one-chunk call")
     ap.add_argument("--out", default="benchmarks/results")
     ap.add_argument("--name", default="wino_chunks")
     args = ap.parse_args()
@@ -86,6 +91,9 @@ def main() -> None:
         if geo.ci % csplit:
             continue
         sizes = chunk_tiles(geo, n, limit, csplit)
+        if args.tiles and sizes:
+            sizes = sorted({int(t) for t in args.tiles.split(",") if sizes[0] // 2 <= int(t) < n * geo.tiles_per_image
+                            and geo.workspace_bytes(0, int(t), csplit) <= limit} | {sizes[0], sizes[-1]})
         if not sizes:
             print(f"{name}: no tile chunk fits {args.limit} in {csplit} slices", flush=True)
             continue

@@ -302,25 +302,38 @@ def chunk_sizes(n: int) -> list[int]:
     return out + [n]
 
 
-#: tile chunks are offered up to this many images' tiles (above, whole-image chunks already fill in sizes finely)
+#: tile chunks are offered up to this many images' tiles, or TILE_CHUNK_TOP tiles where that is more (small planes)
 TILE_CHUNK_IMAGES = 4
-#: and down to this fraction of one image's tiles (at least one tile row)
+TILE_CHUNK_TOP = 2048
+#: and down to this fraction of one image's tiles
 TILE_CHUNK_MIN_FRACTION = 16
+#: chunks of TILE_CHUNK_ALIGN tiles or more are multiples of it: T is the N (NCHW) or M (NHWC) of the chunk's 36
+#: GEMMs, and cuBLAS's tiles along it are 64 or 128 wide -- VGG-16 conv4_2 (512 channels) at 192 tiles runs its GEMMs
+#: at 37 TFLOPS, at 196 at 26 (``wino_chunks-tiles.md``)
+TILE_CHUNK_ALIGN = 64
 
 
 def tile_chunk_sizes(geo: "Geometry", n: int) -> list[int]:
-    """The tile-range chunk sizes offered at micro-batch ``n``, ascending: ``TW * r`` tiles for ``r`` tile rows a
-    power of two or three times one (1, 2, 3, 4, 6, 8, 12, ...), from ``tiles_per_image / TILE_CHUNK_MIN_FRACTION``
-    (at least one row) to below ``min(n, TILE_CHUNK_IMAGES)`` images' tiles, whole numbers of images left out (the
-    image chunks of :func:`chunk_sizes` run those).  Below one image they make any plane fit a small workspace;
-    between image counts they fill the workspace between b and 2b images."""
+    """The tile-range chunk sizes offered at micro-batch ``n``, ascending.  From ``TILE_CHUNK_ALIGN`` tiles up:
+    ``TILE_CHUNK_ALIGN * m`` for m = 1, 2, 3 and 4..7 times a power of two (four sizes an octave, so some size fills
+    any workspace limit to within a fifth); below it, ``TW * r`` tiles for ``r`` tile rows a power of two or three
+    times one.  From ``tiles_per_image / TILE_CHUNK_MIN_FRACTION`` (at least one row) to below the larger of
+    ``TILE_CHUNK_IMAGES`` images' tiles and ``TILE_CHUNK_TOP`` tiles (and below the call's tiles); the image chunks of
+    :func:`chunk_sizes` (powers of two) left out.  Below one image they make any plane fit a small workspace; above,
+    they fill the workspace between b and 2b images in sizes the GEMMs tile evenly."""
     tpi, tw = geo.tiles_per_image, geo.tiles_w
-    top, low = min(n, TILE_CHUNK_IMAGES) * tpi, max(tw, tpi // TILE_CHUNK_MIN_FRACTION)
-    rows, r = set(), 1
-    while r * tw < top:
-        rows.update((r, 3 * r))
+    top = min(n * tpi, max(TILE_CHUNK_IMAGES * tpi, TILE_CHUNK_TOP))
+    low = max(tw, tpi // TILE_CHUNK_MIN_FRACTION)
+    sizes, r = set(), 1
+    while r * tw < TILE_CHUNK_ALIGN:
+        sizes.update(t for t in (r * tw, 3 * r * tw) if t < TILE_CHUNK_ALIGN)
         r *= 2
-    return sorted(t for t in (r * tw for r in rows) if low <= t < top and t % tpi)
+    m = 1
+    while TILE_CHUNK_ALIGN * m < top:
+        sizes.update(TILE_CHUNK_ALIGN * k for k in ((1, 2, 3) if m == 1 else (m, m * 5 // 4, m * 3 // 2, m * 7 // 4)))
+        m = 4 if m == 1 else 2 * m
+    images = {c * tpi for c in chunk_sizes(n)}
+    return sorted(t for t in sizes if low <= t < top and t not in images)
 
 
 # ---- CPU emulation of winograd.cu (thread by thread index math, vectorised over threads) ---------------------------
@@ -594,7 +607,7 @@ def backward_filter_launchers(geo: Geometry, itemsize: int = 4) -> tuple[InputFn
     return input_, dy_, grad_
 
 
-__all__ = ["AT", "BT", "CSPLITS", "G", "Geometry", "TILE_CHUNK_IMAGES", "TILE_CHUNK_MIN_FRACTION", "WORKSPACE_ALIGN",
+__all__ = ["AT", "BT", "CSPLITS", "G", "Geometry", "TILE_CHUNK_ALIGN", "TILE_CHUNK_IMAGES", "TILE_CHUNK_MIN_FRACTION", "TILE_CHUNK_TOP", "WORKSPACE_ALIGN",
            "backward_filter_launchers", "chunk_sizes", "correlation_reference", "direct_correlation", "emulate",
            "emulate_backward_filter", "filter_transform", "input_transform", "launchers", "output_transform",
            "refusal", "tile_chunk_sizes"]

@@ -383,18 +383,30 @@ def test_workspace_is_u_v_and_m_exactly_for_tile_chunks(shape, op, layout, t):
     assert all(a + ca == b for (a, ca), (b, _) in zip(ranges, ranges[1:])) and max(c for _, c in ranges) <= t
 
 
-def test_offered_tile_chunks_are_tile_rows_between_a_sixteenth_and_four_images():
+def test_offered_tile_chunks_are_gemm_aligned_from_64_tiles_and_tile_rows_below():
+    """From 64 tiles up a chunk's T (its GEMMs' N) is a multiple of 64, four sizes an octave (VGG-16 conv4_2's
+    64 MiB fill: 192 tiles, not 196); below 64, whole tile rows; between a sixteenth of an image and the larger of
+    4 images and 2048 tiles, below the call's tiles, the power-of-two image chunks left out."""
     conv1_2 = Geometry.of(ConvProblem(64, 64, 224, 224, 64, 3, 3, pad=1), "forward")
-    sizes = tile_chunk_sizes(conv1_2, 64)
-    assert conv1_2.tiles_w == 56 and sizes == [56 * r for r in (4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192)]
-    for n in (1, 2, 3, 8):
-        for geo in (conv1_2, Geometry.of(ConvProblem(n, 5, 13, 27, 7, 3, 3, pad=1), "backward_data")):
+    assert tile_chunk_sizes(conv1_2, 64) == [256, 320, 384, 448, 512, 640, 768, 896, 1024, 1280, 1536, 1792, 2048,
+                                             2560, 3072, 3584, 4096, 5120, 6144, 7168, 8192, 10240, 12288]
+    conv4_2 = Geometry.of(ConvProblem(64, 512, 28, 28, 512, 3, 3, pad=1), "forward")
+    assert tile_chunk_sizes(conv4_2, 64)[:9] == [7, 14, 21, 28, 42, 56, 64, 128, 192]
+    conv5 = Geometry.of(ConvProblem(64, 512, 14, 14, 512, 3, 3, pad=1), "backward_data")   # 16 tiles an image
+    assert tile_chunk_sizes(conv5, 64) == [4, 8, 12, 24, 48, 192, 320, 384, 448, 640, 768, 896]
+    for n in (1, 2, 3, 8, 64):
+        for geo in (conv1_2, conv4_2, conv5, Geometry.of(ConvProblem(n, 5, 13, 27, 7, 3, 3, pad=1), "backward_data")):
             got = tile_chunk_sizes(geo, n)
             tpi = geo.tiles_per_image
-            assert got == sorted(set(got)) and all(t % geo.tiles_w == 0 and t % tpi for t in got)
-            assert all(max(geo.tiles_w, tpi // 16) <= t < min(n, TILE_CHUNK_IMAGES) * tpi for t in got)
-            rows = [t // geo.tiles_w for t in got]
-            assert all(r & (r - 1) == 0 or (r % 3 == 0 and (r // 3) & (r // 3 - 1) == 0) for r in rows)
+            images = {c * tpi for c in chunk_sizes(n)}
+            assert got == sorted(set(got)) and not images & set(got)
+            top = min(n * tpi, max(TILE_CHUNK_IMAGES * tpi, 2048))
+            assert all(max(geo.tiles_w, tpi // 16) <= t < top for t in got)
+            small = [t // geo.tiles_w for t in got if t < 64]
+            assert all(t < 64 or t % 64 == 0 for t in got) and all(t % geo.tiles_w == 0 for t in got if t < 64)
+            assert all(r & (r - 1) == 0 or (r % 3 == 0 and (r // 3) & (r // 3 - 1) == 0) for r in small)
+            big = [t // 64 for t in got if t >= 64]
+            assert all(m in (1, 2, 3) or (m >> (m.bit_length() - 3) << (m.bit_length() - 3) == m) for m in big)
 
 
 def test_tile_chunks_fit_vgg_conv1_2_under_64_mib():

@@ -17,10 +17,11 @@ hook: WR chooses, per micro-batch size, between more steps (each transforming th
 smaller internal chunks, from measured times and exact workspaces.
 
 Tile chunks: a chunk may also be a flat range of T tiles over the micro-batch's n * ceil(Ho/4) * ceil(Wo/4) tiles
-(``wino-f4-t<T>``; :func:`ucudnn.kernels.winograd.tile_chunk_sizes`: T a power of two or three times one of tile
-rows, from 1/16 of an image up to 4 images, whole images left out), so V and M can be smaller than one image's
-plane: VGG conv1_2 (64 channels, 224x224: 3136 tiles, 55.7 MiB for one image) runs in chunks of 64 tile rows at
-63.6 MiB or of 32 at 32.1 MiB.  Ranges cross image boundaries freely (the kernels decode each tile's image, row and
+(``wino-f4-t<T>``; :func:`ucudnn.kernels.winograd.tile_chunk_sizes`: from 64 tiles up multiples of 64, four sizes an
+octave, since T is the chunk GEMMs' N and cuBLAS tiles it 64 or 128 wide; below, whole tile rows; from 1/16 of an
+image up to 4 images or 2048 tiles, the power-of-two image chunks left out), so V and M can be smaller than one
+image's plane: VGG conv1_2 (64 channels, 224x224: 3136 tiles, 55.7 MiB for one image) runs in chunks of 3584 tiles
+at 63.6 MiB or of 1792 at 32.1 MiB.  Ranges cross image boundaries freely (the kernels decode each tile's image, row and
 column from its index over the call), so only the last chunk is short.
 
 * forward: x (C channels) correlated into y (K), the problem's padding.
