@@ -149,3 +149,37 @@ def test_plan_up_front_covers_every_kernel_and_runs_the_model_unchanged(policy):
     runtime.installed.clear()
     for got, want in [(y, ry), (dx, rdx), *zip(dws, rdws)]:
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_a_first_call_under_a_memory_cap_benchmarks_within_it_and_runs_ucudnn(monkeypatch):
+    """Under set_per_process_memory_fraction a converted layer's first call benchmarks within what the cap leaves
+    (its workspace sized from that, not from the device's free memory) and runs ucudnn's plan, not torch's.
+    Before: the benchmark asked for a 4 GiB workspace on any large GPU, ran out of memory under the cap, and every
+    convolution fell back to torch (H200, AlexNet b256 under a 1.81 GiB cap)."""
+    from ucudnn import api
+
+    for name, value in (("_store", None), ("_store_failed", True), ("_plans", {}), ("_executors", {})):
+        monkeypatch.setattr(api, name, value)      # no cached plan anywhere: the first call benchmarks
+    runtime.forget_prepared()
+    launched, fell_back = [], []
+    real_launch, real_note = runtime.launch, runtime.note_fallback
+    monkeypatch.setattr(runtime, "launch", lambda op, *a, **k: (real_launch(op, *a, **k), launched.append(op))[0])
+    monkeypatch.setattr(runtime, "note_fallback", lambda p, op, e: (fell_back.append((op, str(e))),
+                                                                    real_note(p, op, e))[1])
+    torch.manual_seed(0)
+    plain = nn.Conv2d(13, 24, 3, padding=1).cuda()
+    ours = ut.convert(copy.deepcopy(plain), workspace_limit="64MiB")
+    x = torch.randn(6, 13, 29, 31, device="cuda", requires_grad=True)
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    total = torch.cuda.get_device_properties(0).total_memory
+    torch.cuda.set_per_process_memory_fraction((torch.cuda.memory_reserved() + (512 << 20)) / total)
+    try:
+        y = ours(x)
+        y.sum().backward()
+        torch.cuda.synchronize()
+    finally:
+        torch.cuda.set_per_process_memory_fraction(1.0)
+    assert not fell_back, fell_back
+    assert sorted(launched) == ["backward_data", "backward_filter", "forward"]
+    torch.testing.assert_close(y, plain(x), rtol=1e-4, atol=1e-4)

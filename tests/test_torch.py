@@ -475,3 +475,29 @@ def test_a_module_remembers_a_bounded_number_of_call_keys():
     assert len(layers) == ops.LAYERS_PER_MODULE and layers[0] == "again"
     ops.remember(layers, "new", 1)                    # new key, memo full: starts over
     assert layers == {"new": 1}
+
+
+def test_benchmarks_size_their_workspace_from_what_torchs_cap_leaves(monkeypatch):
+    """Under set_per_process_memory_fraction the device reports memory the process may not take: what torch's
+    allocator may still take is the cap less what is allocated (cached blocks count as free: the allocator
+    releases them before an out-of-memory); uncapped, the device's free memory plus those cached blocks."""
+    from ucudnn.binding import gpu
+
+    GiB = 1 << 30
+    cuda = torch.cuda
+    monkeypatch.setattr(cuda, "mem_get_info", lambda d: (70 * GiB, 80 * GiB))
+    monkeypatch.setattr(cuda, "memory_allocated", lambda d: 1 * GiB)
+    monkeypatch.setattr(cuda, "memory_reserved", lambda d: 3 * GiB // 2)
+    monkeypatch.setattr(runtime, "_HAS_FRACTION", True)
+    monkeypatch.setattr(cuda, "get_per_process_memory_fraction", lambda d: 1.0, raising=False)
+    assert runtime.torch_free_memory(0) == 70 * GiB + GiB // 2
+    monkeypatch.setattr(cuda, "get_per_process_memory_fraction", lambda d: 0.025, raising=False)   # 2 GiB of 80
+    assert runtime.torch_free_memory(0) == 1 * GiB
+    monkeypatch.setattr(cuda, "get_per_process_memory_fraction", lambda d: 0.01, raising=False)    # under allocated
+    assert runtime.torch_free_memory(0) == 0
+    # the core asks the hook the torch layer installs (no CuPy needed with a device given)
+    monkeypatch.setattr(gpu, "_free_memory", None)
+    gpu.set_free_memory(runtime.torch_free_memory)
+    assert gpu.free_memory(0) == 0
+    monkeypatch.setattr(cuda, "get_per_process_memory_fraction", lambda d: 0.025, raising=False)
+    assert gpu.free_memory(0) == 1 * GiB

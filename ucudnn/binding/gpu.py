@@ -7,6 +7,7 @@ math type): execution of a plan re-uses them on every call.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -67,6 +68,33 @@ def capture(fn: Any) -> Any:
         finally:
             graph = stream.end_capture()
     return graph
+
+
+#: the allocator's free memory in bytes, where the layer that owns the allocator knows it better than the device
+#: (:func:`set_free_memory`); None: ``cudaMemGetInfo``'s
+_free_memory: Callable[[int], int] | None = None
+
+
+def set_free_memory(fn: Callable[[int], int] | None) -> None:
+    """Say how much memory allocations on device ``d`` may still take: ``fn(d)`` bytes (None: the device's free
+    memory).  Why: a benchmark sizes its workspace from it, and under PyTorch's
+    ``set_per_process_memory_fraction`` (whose caching allocator ucudnn.torch routes CuPy's allocations through)
+    the device reports gigabytes free that the process may not take; measured on an H200 under a 1.81 GiB cap
+    (AlexNet b256), every first benchmark asked for a 4 GiB workspace and ran out of memory, so every
+    convolution fell back to torch's."""
+    global _free_memory
+    _free_memory = fn
+
+
+def free_memory(device: int | None = None) -> int:
+    """Bytes the current (or given) device's allocations may still take (see :func:`set_free_memory`)."""
+    d = current_device() if device is None else device
+    if _free_memory is not None:
+        return int(_free_memory(d))
+    cp = cupy()
+    with cp.cuda.Device(d):
+        free, _ = cp.cuda.runtime.memGetInfo()
+    return int(free)
 
 
 def current_device() -> int:

@@ -14,7 +14,7 @@ from typing import Iterable, Sequence
 from .. import numerics as num
 from .. import source_names
 from ..binding import cudnn
-from ..binding.gpu import cupy, cupy_dtype, device_name
+from ..binding.gpu import cupy, cupy_dtype, device_name, free_memory
 from ..errors import InputError
 from ..planning.table import BenchmarkTable, KernelBench, Measurement, Skipped
 from ..policy import channel_sizes, micro_batch_sizes, normalize_channel_policy
@@ -135,9 +135,8 @@ def benchmark(kernels: Sequence[KernelSpec], batch_policy: str = "powerOfTwo", n
     sources = resolve_sources(sources)
     dtypes = {k.problem.dtype for k in kernels}
     numerics = num.normalize(numerics, "float32" if "float32" in dtypes else next(iter(dtypes)))
-    if max_workspace is None:
-        free, _ = cp.cuda.runtime.memGetInfo()
-        max_workspace = min(4 << 30, free // 4)
+    if max_workspace is None:   # a quarter of what allocations may still take (a torch cap included: gpu.free_memory)
+        max_workspace = min(4 << 30, free_memory() // 4)
     settings = BenchSettings(numerics, repeat, warmup, max_workspace, min_sample_ms=min_sample_ms, timing=timing, prune_margin=prune_margin,
                              hopeless_factor=hopeless_factor, kernel_budget_s=kernel_budget_s,
                              trust_estimate_ms=trust_estimate_ms, split_margin=split_margin,

@@ -44,6 +44,7 @@ from typing import Any
 import torch
 
 from .. import numerics as num
+from ..binding.gpu import set_free_memory
 from ..errors import CudnnError, CudnnNotFound, GpuUnavailable, InfeasibleError, UcudnnError
 from ..problem import ConvProblem
 
@@ -173,10 +174,27 @@ def share_torch_memory() -> None:
             torch.cuda.caching_allocator_delete(ptr)
 
         cp.cuda.set_allocator(cp.cuda.memory.PythonFunctionAllocator(malloc, free).malloc)
+        set_free_memory(torch_free_memory)
         global _cp
         _cp = cp
         _shared = True
 
+
+def torch_free_memory(device: int) -> int:
+    """What torch's caching allocator may still take on ``device``: the device's free memory plus the blocks it
+    caches unused, and under ``set_per_process_memory_fraction`` no more than that cap less what is allocated
+    (the allocator releases its cached blocks before it reports an out-of-memory, so they count as free)."""
+    free, total = torch.cuda.mem_get_info(device)
+    allocated = torch.cuda.memory_allocated(device)
+    room = free + torch.cuda.memory_reserved(device) - allocated
+    fraction = torch.cuda.get_per_process_memory_fraction(device) if _HAS_FRACTION else 1.0
+    if fraction < 1.0:
+        room = min(room, int(fraction * total) - allocated)
+    return max(0, room)
+
+
+#: whether this torch reads the cap back (where it cannot, benchmarks size their workspace from the device)
+_HAS_FRACTION = hasattr(torch.cuda, "get_per_process_memory_fraction")
 
 _raw_getter = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
