@@ -7,6 +7,8 @@ the benchmark's own report (e.g. ``channel_wr_*.md``).  Use it to see which part
     python benchmarks/table_ablation.py --table benchmarks/results/X.table.json.gz --drop winograd:backward_filter \\
         --drop winograd --limits 64MiB,4GiB
 
+``--drop-slices`` plans once more without the winograd source's input-channel slices (``-s2`` / ``-s4`` rows).
+
 ``--chunk-penalty A[,A...]`` asks what the winograd source's chunking costs the plans: each chunked winograd row
 (``wino-f4-cN`` / ``-tN``) slower than the one-chunk row (``wino-f4``) of the same kernel and micro-batch is set to
 ``one_chunk + A * (chunked - one_chunk)`` (A = 1: as measured; 0: chunking free), and WR is planned again.  The
@@ -28,6 +30,11 @@ def dropper(spec: str):
     (itself or inside a wrapper: :func:`own_sources.chain`), of every op or of ``op`` only."""
     source, _, op = spec.partition(":")
     return lambda k, m: not (source in chain(m) and (not op or k.op == op))
+
+
+def csplit(m) -> int:
+    """The input-channel slices a recorded row runs (the winograd source's ``extra.winograd.csplit``; 1 if none)."""
+    return int(((m.extra or {}).get("winograd") or {}).get("csplit", 1))
 
 
 def chunk_penalty(table, factor: float):
@@ -52,6 +59,8 @@ def main() -> None:
     ap.add_argument("--drop", action="append", default=[], help="source or source:op (repeatable)")
     ap.add_argument("--limits", default="64MiB,4GiB")
     ap.add_argument("--chunk-penalty", default=None, help="comma-separated factors A (see the module doc)")
+    ap.add_argument("--drop-slices", action="store_true",
+                    help="also plan without the winograd source's input-channel slices (rows -s2 / -s4)")
     ap.add_argument("--out", default=None, help="write <out>/<--name>.json and .md")
     ap.add_argument("--name", default="table_ablation")
     args = ap.parse_args()
@@ -64,6 +73,8 @@ def main() -> None:
     for path in args.table:
         table = BenchmarkTable.load(path)
         variants = [("all rows", table)] + [(f"without {d}", table.filtered(dropper(d))) for d in args.drop]
+        if args.drop_slices:
+            variants.append(("without winograd's input-channel slices", table.filtered(lambda k, m: csplit(m) == 1)))
         if args.chunk_penalty:
             variants += [(f"winograd chunk penalty x{a}", chunk_penalty(table, float(a)))
                          for a in args.chunk_penalty.split(",")]
