@@ -134,8 +134,9 @@ def main() -> None:
             row = {"layer": name, "problem": p.describe(), "csplit": csplit, "tiles": t, "chunks": chunks,
                    "one_chunk": t == total, "workspace_mib": round(size / MiB, 2),
                    **{f"{key}_ms": round(v, 4) for key, v in parts.items()},
+                   # the last chunk may be short: its parts prorated by its tiles (total / t chunks in all)
                    "sum_ms": round((parts["filter"] if csplit == 1 else 0.0)
-                                   + chunks * (per_chunk + parts["output"]), 4),
+                                   + total / t * (per_chunk + parts["output"]), 4),
                    "eager_ms": round(eager, 4), "replayed_ms": round(replayed(whole), 4),
                    "gemm_tflops": round(2 * 36 * part.co * part.ci * t / (parts["gemm"] * 1e-3) / 1e12, 1)}
             if args.lt:
@@ -146,7 +147,8 @@ def main() -> None:
     md = [md_header("Chunked winograd (F(4x4, 3x3), FP32 strict, NCHW forward): time per part of a chunk",
                     doc["provenance"]),
           f"Chunks of T tiles, from the most that fit {args.limit} of workspace to the whole call (one chunk).  Parts "
-          "timed captured and replayed (no host cost); sum = filter + chunks x (input + GEMM + output); the whole "
+          "timed captured and replayed (no host cost); sum = filter + (tiles / T) x (input + GEMM + output), the "
+          "short last chunk prorated; the whole "
           "call as the source prepares it, eager and replayed." + (" cuBLASLt: its fastest algorithm for the same "
                                                                   "GEMM." if args.lt else ""), "",
           "| layer | slices | T | chunks | MiB | filter | input | GEMM (TFLOPS) | output | sum | eager | replayed |"
