@@ -7,6 +7,9 @@ the benchmark's own report (e.g. ``channel_wr_*.md``).  Use it to see which part
     python benchmarks/table_ablation.py --table benchmarks/results/X.table.json.gz --drop winograd:backward_filter \\
         --drop winograd --limits 64MiB,4GiB
 
+``--max-chunks N[,N...]`` plans without the winograd rows whose call runs more than N chunks (what
+``ucudnn.measure.sources.winograd.MAX_CHUNKS`` leaves unmeasured), and reports the recorded time of the rows left out.
+
 ``--drop-slices`` plans once more without the winograd source's input-channel slices (``-s2`` / ``-s4`` rows).
 
 ``--chunk-penalty A[,A...]`` asks what the winograd source's chunking costs the plans: each chunked winograd row
@@ -37,6 +40,11 @@ def csplit(m) -> int:
     return int(((m.extra or {}).get("winograd") or {}).get("csplit", 1))
 
 
+def chunks(m) -> int:
+    """The chunks a recorded winograd row's call runs (``extra.winograd.chunks``; 1 for other rows)."""
+    return int(((m.extra or {}).get("winograd") or {}).get("chunks", 1))
+
+
 def chunk_penalty(table, factor: float):
     """A copy of ``table`` whose chunked winograd rows cost ``factor`` of their penalty over the one-chunk row of the
     same kernel and micro-batch (rows without a one-chunk twin, and rows faster than it, are kept)."""
@@ -59,6 +67,8 @@ def main() -> None:
     ap.add_argument("--drop", action="append", default=[], help="source or source:op (repeatable)")
     ap.add_argument("--limits", default="64MiB,4GiB")
     ap.add_argument("--chunk-penalty", default=None, help="comma-separated factors A (see the module doc)")
+    ap.add_argument("--max-chunks", default=None,
+                    help="comma-separated N: also plan without the winograd rows whose call runs over N chunks")
     ap.add_argument("--drop-slices", action="store_true",
                     help="also plan without the winograd source's input-channel slices (rows -s2 / -s4)")
     ap.add_argument("--out", default=None, help="write <out>/<--name>.json and .md")
@@ -73,6 +83,8 @@ def main() -> None:
     for path in args.table:
         table = BenchmarkTable.load(path)
         variants = [("all rows", table)] + [(f"without {d}", table.filtered(dropper(d))) for d in args.drop]
+        for mx in (int(v) for v in args.max_chunks.split(",")) if args.max_chunks else ():
+            variants.append((f"winograd calls of at most {mx} chunks", table.filtered(lambda k, m, mx=mx: chunks(m) <= mx)))
         if args.drop_slices:
             variants.append(("without winograd's input-channel slices", table.filtered(lambda k, m: csplit(m) == 1)))
         if args.chunk_penalty:
@@ -80,7 +92,10 @@ def main() -> None:
                          for a in args.chunk_penalty.split(",")]
         for label, t in variants:
             planned = {lim: round(plan(t, "wr", workspace_limit=lim).total_time_ms, 3) for lim in limits}
-            row = {"table": Path(path).name, "device": table.device, "rows": label, "planned_ms": planned}
+            row = {"table": Path(path).name, "device": table.device, "rows": label, "planned_ms": planned,
+                   # what timing those rows cost, one sample each: the recorded times of its winograd rows
+                   "winograd_rows_ms": round(sum(m.time_ms for k in t.kernels for m in k.measurements
+                                                 if m.source == "winograd"), 1)}
             if len(limits) > 1:   # the first limit's plan as a fraction of the last's (issue 18: 64 MiB / unbounded)
                 row["fraction_first_of_last"] = round(planned[limits[-1]] / planned[limits[0]], 3)
             rows.append(row)
@@ -93,11 +108,13 @@ def main() -> None:
               "the CPU; the device is the table's).", "",
               (f"Fraction: {limits[0]}'s planned ms as a fraction of {limits[-1]}'s (unbounded / limited; issue 18's "
                "bar 0.9 at 64 MiB against 4 GiB)."), "",
-              "| table | device | rows | " + " | ".join(limits) + " | fraction |",
-              "|---|---|---|" + "---:|" * (len(limits) + 1)]
+              ("Winograd rows: the recorded ms of the table's winograd rows summed (one sample of each: a proxy for "
+               "what measuring them costs)."), "",
+              "| table | device | rows | " + " | ".join(limits) + " | fraction | winograd rows ms |",
+              "|---|---|---|" + "---:|" * (len(limits) + 2)]
         md += [f"| {r['table']} | {r['device']} | {r['rows']} | "
                + " | ".join(str(r["planned_ms"][lim]) for lim in limits) + f" | {r.get('fraction_first_of_last', '-')} |"
-               for r in rows]
+               + f" {r['winograd_rows_ms']} |" for r in rows]
         write(args.out, args.name, doc, "\n".join(md) + "\n")
 
 

@@ -512,6 +512,30 @@ def test_input_channel_slices_are_measured_where_u_is_a_quarter_of_the_workspace
     assert e.value.field == "extra.winograd.csplit"
 
 
+def test_a_call_runs_at_most_max_chunks_chunks_smaller_micro_batches_measure_the_rest():
+    """VGG-16 conv1_2 (3136 tiles an image): 256-tile chunks are 784 chunks at n = 64, not measured there, but 49 at
+    n = 4, measured there (WR runs n = 64 as 16 calls of 4 with the same chunk and workspace)."""
+    from ucudnn.measure.sources.winograd import MAX_CHUNKS
+
+    assert MAX_CHUNKS == 64
+    for n in (1, 4, 16, 64):
+        problem = ConvProblem(n, 64, 224, 224, 64, 3, 3, pad=1)
+        geo = Geometry.of(problem, "forward")
+        _, sk = WinogradSource().measure("forward", problem, Operands(0, 0, 0), 0, BenchSettings("strict"))
+        offered = {str(s.algo) for s in sk}
+        for t in tile_chunk_sizes(geo, n):
+            assert (tile_algo_name(t) in offered) is (len(geo.tile_chunks(n, t)) <= MAX_CHUNKS), (n, t)
+        for c in chunk_sizes(n):
+            assert (algo_name(c, n) in offered) is (n // c <= MAX_CHUNKS), (n, c)
+    assert tile_algo_name(256) in offered_at(4) and tile_algo_name(256) not in offered_at(64)
+
+
+def offered_at(n: int) -> set[str]:
+    problem = ConvProblem(n, 64, 224, 224, 64, 3, 3, pad=1)
+    _, sk = WinogradSource().measure("forward", problem, Operands(0, 0, 0), 0, BenchSettings("strict"))
+    return {str(s.algo) for s in sk}
+
+
 def test_the_registry_builds_the_source_and_the_defaults_do_not_include_it():
     from ucudnn import source_names
     from ucudnn.measure.sources import registry

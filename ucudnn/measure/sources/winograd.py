@@ -51,6 +51,16 @@ GEMMs are thin; a slice holds a fraction of U and V, and the same workspace hold
 Measured where U is at least a quarter of the unsplit configuration's workspace (:func:`csplits`).  Workspace
 ``36 * 4 * (Co*Ci/s + Ci/s*T + Co*T)``.
 
+A call runs at most :data:`MAX_CHUNKS` chunks: a chunk size that needs more at micro-batch n is measured only at the
+smaller micro-batches where it does not.  Why: a call's time is its chunks' times (the filter transform aside), so
+n images in chunks of T tiles cost what WR pays running n as smaller micro-batches with the same T and the same
+workspace; those many-chunk calls were the longest rows of the benchmark.  Replayed on the recorded H200 tables
+(``table_ablation.py --max-chunks``, ``benchmarks/results/table_ablation_winograd-max-chunks.md``): the rows over 64
+chunks held 58-84% of the winograd rows' recorded time (VGG-16 b64 16.5 of 21.7 s, replay-timed 5.8 of 10.0;
+AlexNet b256 8.5 of 10.3; ResNet-50 b128 8.5 of 10.0), and
+leaving them out priced the WR plans at +0.00% to +0.28% from 8 MiB to 4 GiB (VGG-16, AlexNet, ResNet-50), within
+issue 16's 1% bar for a pruning rule; 32 chunks would have cut more and priced up to +1.49%.
+
 Layouts: NCHW (V, M channel-major) and NHWC (channel-minor).  Tensors are addressed through strides, so a channel
 slice's y / dy view (``ConvProblem.y_strides``) runs as well; ``channel_slices`` stays False (the benchmark does not
 offer slices to this source: chunk variants already multiply its rows).
@@ -245,6 +255,10 @@ def _launch_backward_filter(cp: Any, geo: Any, n: int, chunk: int, compute: str,
     return launch
 
 
+#: the most chunks one call runs (see the module doc: more is measured as smaller micro-batches)
+MAX_CHUNKS = 64
+
+
 class WinogradSource(Prepared):
     """Winograd F(4x4, 3x3) on ucudnn's transform kernels and cuBLAS (see the module doc)."""
 
@@ -274,6 +288,8 @@ class WinogradSource(Prepared):
         for t_chunk, images, csplit in ((t, i, cs) for t, i in variants for cs in csplits(geo, op, t)):
             tiles = None if images is not None else t_chunk
             chunk = images if images is not None else 0
+            if len(geo.ranges(mb, chunk, tiles)) > MAX_CHUNKS:
+                continue      # measured at the smaller micro-batches where it runs in fewer chunks
             algo = algo_name(chunk, mb) if tiles is None else tile_algo_name(tiles)
             if csplit > 1:
                 algo += f"-s{csplit}"
