@@ -242,6 +242,17 @@ __device__ __forceinline__ void load_taps(const float* p, float (&wv)[KT]) {
 
 // acc[rr][kt] += the R x S window from row rr of xw times the taps of filter kt: taps [R*S][KB] in shared memory
 // from `taps` on (KT consecutive filters per tap, float4 broadcasts), the window in registers.
+// A thread's input window: rows a < RB + R - 1 and columns j < S read from ``base`` (rows IW apart), zero past them,
+// so window_taps can unroll over DIRECT_WIN x DIRECT_WIN whatever the filter.
+template <int RB>
+__device__ __forceinline__ void load_window(float (&xw)[RB + DIRECT_WIN - 1][DIRECT_WIN], const float* base, int IW,
+                                            int R, int S) {
+#pragma unroll
+    for (int a = 0; a < RB + DIRECT_WIN - 1; ++a)
+#pragma unroll
+        for (int j = 0; j < DIRECT_WIN; ++j) xw[a][j] = (a < RB + R - 1 && j < S) ? base[a * IW + j] : 0.f;
+}
+
 template <int RB, int KT>
 __device__ __forceinline__ void window_taps(float (&acc)[RB][KT], const float (&xw)[RB + DIRECT_WIN - 1][DIRECT_WIN],
                                             const float* taps, int KB, int R, int S) {
@@ -307,11 +318,7 @@ direct_fwd_single(const T* __restrict__ x, const T* __restrict__ w, T* __restric
         // RB + R - 1 rows x S columns of the staged tile, the same for every filter -- is read from shared memory
         // once, into registers, and each tap then costs only its KT filter values (float4 broadcasts).
         float xw[RB + DIRECT_WIN - 1][DIRECT_WIN];
-#pragma unroll
-        for (int a = 0; a < RB + DIRECT_WIN - 1; ++a)
-#pragma unroll
-            for (int j = 0; j < DIRECT_WIN; ++j)
-                xw[a][j] = (a < RB + R - 1 && j < S) ? xs[(ty * RB + a) * IW + tx + j] : 0.f;
+        load_window<RB>(xw, xs + ty * RB * IW + tx, IW, R, S);
 #pragma unroll 1
         for (int kl = 0; kl < KL; ++kl) {
             const int k0 = kb0 + kl * KT;
@@ -405,13 +412,7 @@ direct_plane(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y
         q = rem - pg * Q;
     }
     float xw[RB + WIN - 1][WIN];
-    {
-        const float* const xp = xs + (int)((long long)n * IH + pg * RB - vlo) * IW + q;
-#pragma unroll
-        for (int a = 0; a < RB + WIN - 1; ++a)
-#pragma unroll
-            for (int j = 0; j < WIN; ++j) xw[a][j] = (a < RB + R - 1 && j < S) ? xp[a * IW + j] : 0.f;
-    }
+    load_window<RB>(xw, xs + (int)((long long)n * IH + pg * RB - vlo) * IW + q, IW, R, S);
     const int p0 = pg * RB;
     const long long PQ = (long long)P * Q;
     T* const yb = y + ((long long)n * K + kb0) * PQ + (long long)p0 * Q + q;
