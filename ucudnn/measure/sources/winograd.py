@@ -282,14 +282,14 @@ class WinogradSource(Prepared):
         measured: list[Measurement] = []
         skipped: list[Skipped] = []
         tpi = geo.tiles_per_image
-        # (tiles per chunk, images per chunk or None for a tile chunk), largest first: usually the fastest
-        variants = sorted([(c * tpi, c) for c in chunk_sizes(mb)] + [(t, None) for t in tile_chunk_sizes(geo, mb)],
-                          reverse=True, key=lambda v: v[0])
-        for t_chunk, images, csplit in ((t, i, cs) for t, i in variants for cs in csplits(geo, op, t)):
-            tiles = None if images is not None else t_chunk
-            chunk = images if images is not None else 0
-            if len(geo.ranges(mb, chunk, tiles)) > MAX_CHUNKS:
-                continue      # measured at the smaller micro-batches where it runs in fewer chunks
+        # (tiles per chunk, images per chunk (0 for a tile chunk), tiles (None for an image chunk), chunks a call),
+        # largest first: usually the fastest
+        sizes = [(c * tpi, c, None) for c in chunk_sizes(mb)] + [(t, 0, t) for t in tile_chunk_sizes(geo, mb)]
+        variants = sorted(((t, c, tl, len(geo.ranges(mb, c, tl))) for t, c, tl in sizes), reverse=True,
+                          key=lambda v: v[0])
+        # calls of more than MAX_CHUNKS chunks are measured at the smaller micro-batches only
+        runs = ((t, c, tl, n, cs) for t, c, tl, n in variants if n <= MAX_CHUNKS for cs in csplits(geo, op, t))
+        for _, chunk, tiles, n_chunks, csplit in runs:
             algo = algo_name(chunk, mb) if tiles is None else tile_algo_name(tiles)
             if csplit > 1:
                 algo += f"-s{csplit}"
@@ -301,7 +301,7 @@ class WinogradSource(Prepared):
             if ws > settings.max_workspace:
                 skipped.append(Skipped(mb, algo, label, f"winograd: needs {ws} bytes, over the benchmark cap"))
                 continue
-            info: dict[str, Any] = {"tile": "F(4x4,3x3)", "chunks": len(geo.ranges(mb, chunk, tiles)),
+            info: dict[str, Any] = {"tile": "F(4x4,3x3)", "chunks": n_chunks,
                                     "compute": compute, "layout": problem.layout,
                                     "filter_transform": ("inverse, once per call" if op == "backward_filter"
                                                          else "once per call")}
