@@ -35,11 +35,6 @@ def dropper(spec: str):
     return lambda k, m: not (source in chain(m) and (not op or k.op == op))
 
 
-def csplit(m) -> int:
-    """The input-channel slices a recorded row runs (the winograd source's ``extra.winograd.csplit``; 1 if none)."""
-    return int(((m.extra or {}).get("winograd") or {}).get("csplit", 1))
-
-
 def chunks(m) -> int:
     """The chunks a recorded winograd row's call runs (``extra.winograd.chunks``; 1 for other rows)."""
     return int(((m.extra or {}).get("winograd") or {}).get("chunks", 1))
@@ -75,6 +70,7 @@ def main() -> None:
     ap.add_argument("--name", default="table_ablation")
     args = ap.parse_args()
 
+    from ucudnn.measure.sources.winograd import csplit_of
     from ucudnn.planning.planner import plan
     from ucudnn.planning.table import BenchmarkTable
 
@@ -86,7 +82,7 @@ def main() -> None:
         for mx in (int(v) for v in args.max_chunks.split(",")) if args.max_chunks else ():
             variants.append((f"winograd calls of at most {mx} chunks", table.filtered(lambda k, m, mx=mx: chunks(m) <= mx)))
         if args.drop_slices:
-            variants.append(("without winograd's input-channel slices", table.filtered(lambda k, m: csplit(m) == 1)))
+            variants.append(("without winograd's input-channel slices", table.filtered(lambda k, m: csplit_of(m) == 1)))
         if args.chunk_penalty:
             variants += [(f"winograd chunk penalty x{a}", chunk_penalty(table, float(a)))
                          for a in args.chunk_penalty.split(",")]
