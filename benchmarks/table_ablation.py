@@ -41,7 +41,7 @@ def chunks(m) -> int:
 
 
 def chunk_penalty(table, factor: float):
-    """A copy of ``table`` whose chunked winograd rows cost ``factor`` of their penalty over the one-chunk row of the
+    """A copy of ``table`` whose chunked winograd rows (not the fused kernel's: it runs no chunks) cost ``factor`` of their penalty over the one-chunk row of the
     same kernel and micro-batch (rows without a one-chunk twin, and rows faster than it, are kept)."""
     import copy
     import dataclasses
@@ -51,7 +51,8 @@ def chunk_penalty(table, factor: float):
         one = {m.micro_batch: m.time_ms for m in k.measurements if m.source == "winograd" and m.algo == "wino-f4"}
         for i, m in enumerate(k.measurements):
             ref = one.get(m.micro_batch)
-            if m.source == "winograd" and m.algo != "wino-f4" and ref is not None and ref < m.time_ms:
+            if (m.source == "winograd" and m.algo not in ("wino-f4", "wino-f4-fused") and ref is not None
+                    and ref < m.time_ms):
                 k.measurements[i] = dataclasses.replace(m, time_ms=ref + factor * (m.time_ms - ref))
     return out
 

@@ -72,6 +72,28 @@ __device__ __forceinline__ unsigned int smem_addr(const void* p) {
     return r;
 }
 
+// cp.async of one 4-byte word (direct.cu, winograd.cu); src_bytes 0 zero-fills (padding, channels past the group).
+__device__ __forceinline__ void cp_async4(float* dst, const void* src, int src_bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    unsigned long long g;
+    asm("cvta.to.global.u64 %0, %1;" : "=l"(g) : "l"(src));
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(smem_addr(dst)), "l"(g), "r"(src_bytes)
+                 : "memory");
+#else
+    *dst = src_bytes ? *reinterpret_cast<const float*>(src) : 0.f;
+#endif
+}
+__device__ __forceinline__ void cp_async_commit4() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+template <int N> __device__ __forceinline__ void cp_async_wait4() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+#endif
+}
+
 template <int WIDTH> __device__ __forceinline__ float group_max(float v) {
 #pragma unroll
     for (int o = WIDTH / 2; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));

@@ -49,28 +49,6 @@ __device__ __forceinline__ long long filt_at(int k, int c, int i, int j, int CG,
     return NHWC ? (((long long)k * R + i) * S + j) * CG + c : (((long long)k * CG + c) * R + i) * S + j;
 }
 
-// cp.async of one 4-byte word; src_bytes 0 zero-fills (padding, channels past the group).
-__device__ __forceinline__ void cp_async4(float* dst, const void* src, int src_bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    unsigned long long g;
-    asm("cvta.to.global.u64 %0, %1;" : "=l"(g) : "l"(src));
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(smem_addr(dst)), "l"(g), "r"(src_bytes)
-                 : "memory");
-#else
-    *dst = src_bytes ? *reinterpret_cast<const float*>(src) : 0.f;
-#endif
-}
-__device__ __forceinline__ void cp_async_commit4() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.commit_group;" ::: "memory");
-#endif
-}
-template <int N> __device__ __forceinline__ void cp_async_wait4() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-#endif
-}
-
 // One stage: `count` elements; src(e, dst) names element e's global source (nullptr: zero) and its shared offset.
 // DIRECT_PF elements per thread per round: their loads are all issued before the first lands in shared memory, so
 // a thread keeps DIRECT_PF loads in flight instead of one (a block that stages a tile and computes little -- a

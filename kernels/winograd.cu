@@ -31,6 +31,7 @@
 // wino_filter_grad: one thread per (o, i): 36 values dU[xi][o][i] -> the 9 taps dw = alpha * G^T dU G + beta * dw
 //               (dw not read when beta == 0).  Grid (ceil(Co*Ci / 256)).
 #include "common.cuh"
+#include "mma.cuh"
 
 // B^T d for one column d[0..5] (stride DS) into r[0..5] (stride RS)
 __device__ __forceinline__ void wino_bt(const float* d, int ds, float* r, int rs)
@@ -87,15 +88,12 @@ __device__ __forceinline__ void wino_gt(const float* u, int us, float* g, int gs
     g[2 * gs] = (u3 + u4 - u1 - u2) * (1.f / 6.f) + u5;
 }
 
+// The filter transform u [6][6] = G g G^T of the 3x3 taps at base (strides sr, ss; rotated by 180 degrees when ROT).
+// wino_filter and wino_filter_fused.
 template <typename T, bool ROT>
-__global__ void __launch_bounds__(256) wino_filter(const T* __restrict__ w, float* __restrict__ U, int Co, int Ci,
-                                                   long long so, long long si, long long sr, long long ss)
+__device__ __forceinline__ void wino_filter_taps(const T* base, long long sr, long long ss, float* u)
 {
-    const int idx = blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= Co * Ci) return;
-    const int o = idx / Ci, i = idx - o * Ci;
-    const T* base = w + o * so + i * si;
-    float g[9], tmp[18], u[36];
+    float g[9], tmp[18];
 #pragma unroll
     for (int r = 0; r < 3; ++r)
 #pragma unroll
@@ -105,6 +103,43 @@ __global__ void __launch_bounds__(256) wino_filter(const T* __restrict__ w, floa
     for (int s = 0; s < 3; ++s) wino_g(g + s, 3, tmp + s, 3);      // tmp [6][3] = G g
 #pragma unroll
     for (int a = 0; a < 6; ++a) wino_g(tmp + 3 * a, 1, u + 6 * a, 1);   // u [6][6] = (G g) G^T
+}
+
+// The 36 transform-domain values m of one (output channel, tile) -> its 4x4 outputs y = alpha * A^T m A + beta * y
+// at rows h0.., columns w0.. of the channel's plane base (element strides sh, sw; y not read when beta == 0), clipped
+// to Ho x Wo.  m is overwritten (the column pass runs in place).  wino_output and wino_fused.
+template <typename T>
+__device__ __forceinline__ void wino_store_tile(float* m, T* base, int h0, int w0, int Ho, int Wo, long long sh,
+                                                long long sw, float alpha, float beta)
+{
+    float o[16];
+#pragma unroll
+    for (int b = 0; b < 6; ++b) wino_at(m + b, 6, m + b, 6);            // rows 0..3 of m = A^T m (columns)
+#pragma unroll
+    for (int a = 0; a < 4; ++a) wino_at(m + 6 * a, 1, o + 4 * a, 1);    // o [4][4] = (A^T m) A (rows)
+#pragma unroll
+    for (int a = 0; a < 4; ++a) {
+        if (h0 + a >= Ho) break;
+#pragma unroll
+        for (int b = 0; b < 4; ++b) {
+            if (w0 + b >= Wo) break;
+            T* p = base + (h0 + a) * sh + (w0 + b) * sw;
+            float v = alpha * o[a * 4 + b];
+            if (beta != 0.f) v += beta * to_float(*p);
+            *p = from_float<T>(v);
+        }
+    }
+}
+
+template <typename T, bool ROT>
+__global__ void __launch_bounds__(256) wino_filter(const T* __restrict__ w, float* __restrict__ U, int Co, int Ci,
+                                                   long long so, long long si, long long sr, long long ss)
+{
+    const int idx = blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= Co * Ci) return;
+    const int o = idx / Ci, i = idx - o * Ci;
+    float u[36];
+    wino_filter_taps<T, ROT>(w + o * so + i * si, sr, ss, u);
     const long long plane = (long long)Co * Ci;
 #pragma unroll
     for (int xi = 0; xi < 36; ++xi) U[xi * plane + idx] = u[xi];
@@ -169,27 +204,10 @@ __global__ void __launch_bounds__(256) wino_output(const float* __restrict__ M, 
     const WinoTile at = wino_tile<CMINOR>(idx, Co, T_, t0, TH, TW);
     const int k = at.ch, n = at.n, th = at.th, tw = at.tw;
     const long long plane = (long long)Co * T_;
-    float m[36], tmp[24], o[16];
+    float m[36];
 #pragma unroll
     for (int xi = 0; xi < 36; ++xi) m[xi] = M[xi * plane + idx];
-#pragma unroll
-    for (int b = 0; b < 6; ++b) wino_at(m + b, 6, tmp + b, 6);           // tmp [4][6] = A^T m
-#pragma unroll
-    for (int a = 0; a < 4; ++a) wino_at(tmp + 6 * a, 1, o + 4 * a, 1);   // o [4][4] = (A^T m) A
-    T* base = y + (long long)n * sn + (long long)k * sc;
-    const int h0 = 4 * th, w0 = 4 * tw;
-#pragma unroll
-    for (int a = 0; a < 4; ++a) {
-        if (h0 + a >= Ho) break;
-#pragma unroll
-        for (int b = 0; b < 4; ++b) {
-            if (w0 + b >= Wo) break;
-            T* p = base + (h0 + a) * sh + (w0 + b) * sw;
-            float v = alpha * o[a * 4 + b];
-            if (beta != 0.f) v += beta * to_float(*p);
-            *p = from_float<T>(v);
-        }
-    }
+    wino_store_tile(m, y + (long long)n * sn + (long long)k * sc, 4 * th, 4 * tw, Ho, Wo, sh, sw, alpha, beta);
 }
 
 template <typename T, bool CMINOR>
@@ -248,6 +266,193 @@ __global__ void __launch_bounds__(256) wino_filter_grad(const float* __restrict_
         }
 }
 
+// ---- fused: the whole F(4x4, 3x3) convolution in one kernel, V and M never in global memory ---------------------
+//
+// Why: the chunked path writes V and M of every chunk to the workspace and reads them back (36 floats a tile per
+// channel each way), and under 64 MiB its chunks make thin GEMMs; a block that transforms its tiles into shared
+// memory and keeps the 36 points' products in registers needs only U in the workspace (36 * Cp * Kp floats: 37.7
+// MB for a 512 x 512 layer), whatever the batch.  Measured (benchmarks/results/wino_fused.md, H200): correct but
+// latency-bound -- 36 points x 32 channels x 24 tiles of accumulators fill the register file, so one block of 9
+// warps runs per SM and its load, transform and product phases take turns -- and slower than the 64 MiB chunks on
+// every VGG-16 / ResNet-50 / AlexNet layer (0.38-0.91x); kept as a configuration the benchmark measures (its
+// workspace is U alone, and few-channel layers are where it comes closest).
+//
+// wino_filter_fused: U in the fused kernel's layout Uf [Cp][36][Kp] (Cp = Ci rounded up to WF_BC, Kp = Co rounded
+//               up to WF_BK, the padding zero): one thread per (i, o), o fastest.  Grid (ceil(Kp*Cp / 256)).
+// wino_fused:   a block computes WF_BK output channels x WF_BT tiles (flat over the call's n * TH * TW tiles).
+//               WF_NT = 288 threads: thread (xi, kq, tq) accumulates point xi's 8 x 12 products (channels
+//               8kq.., tiles 12tq..) over the input channels, WF_BC channels a step.  Per step U's slab
+//               [WF_BC][36][WF_BK] and the raw 6x6 patches of WF_BC channels x WF_BT tiles (threads 0..191, one
+//               each) arrive by cp.async into the next stage while the products of this stage run; then each of
+//               those threads input-transforms its own patch into V [WF_BC][36][WF_BT].  At the end the products
+//               go through shared memory (padded against bank conflicts) and each (channel, tile) is
+//               output-transformed and written, y = alpha * v + beta * y.
+//               Grid (ceil(n*TH*TW / WF_BT), Kp / WF_BK), dynamic shared memory WF_SMEM bytes (185856: sm_90's
+//               227 KB opt-in; not sm_80's 163 KB, where the kernel is compiled empty and never launched).
+#define WF_BK 32
+#define WF_BT 24
+#define WF_BC 8
+#define WF_NT 288
+#define WF_US (WF_BC * 36 * WF_BK)
+#define WF_VS (WF_BC * 36 * WF_BT)
+#define WF_MK 25
+#define WF_MX (WF_BK * WF_MK + 1)
+#define WF_XP 37
+#define WF_XS (WF_BC * WF_BT * WF_XP)
+#define WF_SMEM (2 * (WF_US + WF_VS + WF_XS) * 4)
+
+template <typename T, bool ROT>
+__global__ void __launch_bounds__(256) wino_filter_fused(const T* __restrict__ w, float* __restrict__ Uf, int Co,
+                                                         int Ci, int Kp, int Cp, long long so, long long si,
+                                                         long long sr, long long ss)
+{
+    const int idx = blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= Kp * Cp) return;
+    const int i = idx / Kp, o = idx - i * Kp;
+    float u[36];
+    if (o < Co && i < Ci) {
+        wino_filter_taps<T, ROT>(w + o * so + i * si, sr, ss, u);
+    } else {
+#pragma unroll
+        for (int xi = 0; xi < 36; ++xi) u[xi] = 0.f;
+    }
+    float* dst = Uf + (long long)i * 36 * Kp + o;
+#pragma unroll
+    for (int xi = 0; xi < 36; ++xi) dst[(long long)xi * Kp] = u[xi];
+}
+
+template <typename T>
+__global__ void __launch_bounds__(WF_NT, 1) wino_fused(const T* __restrict__ x, const float* __restrict__ Uf,
+                                                       T* __restrict__ y, int Ci, int Co, int Kp, int ntiles, int TH,
+                                                       int TW, int Hi, int Wi, int Ho, int Wo, int PH, int PW,
+                                                       long long xn, long long xc, long long xh, long long xw,
+                                                       long long yn, long long yc, long long yh, long long yw,
+                                                       float alpha, float beta)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+    __trap();   // WF_SMEM is over sm_80's 163 KB a block: fused_launchers refuses these devices
+#else
+    extern __shared__ __align__(16) float wf_smem[];
+    float* Us = wf_smem;               // [2][WF_BC][36][WF_BK]
+    float* Vs = wf_smem + 2 * WF_US;   // [2][WF_BC][36][WF_BT]
+    float* Xs = Vs + 2 * WF_VS;        // [2][WF_BC * WF_BT] raw 6x6 patches, WF_XP floats apart (odd: no conflicts)
+    const int tid = threadIdx.x;
+    const int xi = tid >> 3, kq = (tid >> 1) & 3, tq = tid & 1;
+    const int tb = blockIdx.x * WF_BT, k0 = blockIdx.y * WF_BK;
+
+    // the (channel of each step, tile) this thread transforms
+    const bool tr = tid < WF_BC * WF_BT;
+    const int tc = tid / WF_BT, tt = tid - tc * WF_BT;
+    const int g = tb + tt;
+    const bool tvalid = tr && g < ntiles;
+    int h0 = 0, w0 = 0;
+    long long xoff = 0;
+    unsigned rowok = 0, colok = 0;
+    if (tvalid) {
+        const int tw = g % TW, nt = g / TW;
+        const int th = nt % TH, n = nt / TH;
+        h0 = 4 * th - PH;
+        w0 = 4 * tw - PW;
+        xoff = (long long)n * xn;
+#pragma unroll
+        for (int a = 0; a < 6; ++a) {
+            if (h0 + a >= 0 && h0 + a < Hi) rowok |= 1u << a;
+            if (w0 + a >= 0 && w0 + a < Wi) colok |= 1u << a;
+        }
+    }
+    const int steps = (Ci + WF_BC - 1) / WF_BC;
+    float acc[8][12];
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+#pragma unroll
+        for (int j = 0; j < 12; ++j) acc[i][j] = 0.f;
+
+    // step s's U slab (WF_BC * 36 rows of WF_BK floats, 16 bytes a copy) and this thread's 6x6 patch of step s's
+    // channel (zero outside the input and past the channels) into stage buf, by cp.async
+#define WF_LOAD(s, buf)                                                                                         \
+    {                                                                                                           \
+        const float* src = Uf + (long long)(s) * WF_BC * 36 * Kp + k0;                                          \
+        float* dst = Us + (buf) * WF_US;                                                                        \
+        _Pragma("unroll") for (int e = tid; e < WF_BC * 36 * (WF_BK / 4); e += WF_NT) {                         \
+            const int row = e / (WF_BK / 4), q = e - row * (WF_BK / 4);                                         \
+            cp_async16(dst + row * WF_BK + 4 * q, src + (long long)row * Kp + 4 * q, true);                     \
+        }                                                                                                       \
+        if (tr) {                                                                                               \
+            const int c = (s) * WF_BC + tc;                                                                     \
+            const bool ok = tvalid && c < Ci;                                                                   \
+            const T* base = x + xoff + (long long)c * xc;                                                       \
+            float* raw = Xs + (buf) * WF_XS + tid * WF_XP;                                                      \
+            _Pragma("unroll") for (int a = 0; a < 6; ++a)                                                       \
+            _Pragma("unroll") for (int b = 0; b < 6; ++b) {                                                     \
+                const bool in = ok && ((rowok >> a) & 1u) && ((colok >> b) & 1u);                               \
+                cp_async4(raw + a * 6 + b, in ? base + (long long)(h0 + a) * xh + (long long)(w0 + b) * xw : x, \
+                          in ? 4 : 0);                                                                          \
+            }                                                                                                   \
+        }                                                                                                       \
+    }
+    // this thread's patch of stage buf, input-transformed (B^T d B: columns in place, then rows into stage buf of V),
+    // six values at a time so that few registers are live beside the accumulators
+#define WF_TRANSFORM(buf)                                                                                       \
+    if (tr) {                                                                                                   \
+        float* raw = Xs + (buf) * WF_XS + tid * WF_XP;                                                          \
+        float* dst = Vs + (buf) * WF_VS + tc * 36 * WF_BT + tt;                                                 \
+        _Pragma("unroll") for (int b = 0; b < 6; ++b) wino_bt(raw + b, 6, raw + b, 6);                          \
+        _Pragma("unroll") for (int a = 0; a < 6; ++a) wino_bt(raw + 6 * a, 1, dst + 6 * a * WF_BT, WF_BT);      \
+    }
+
+    WF_LOAD(0, 0)
+    cp_async_wait_all();
+    WF_TRANSFORM(0)
+    __syncthreads();
+    for (int s = 0; s < steps; ++s) {
+        const int buf = s & 1;
+        const bool more = s + 1 < steps;
+        if (more) WF_LOAD(s + 1, buf ^ 1)
+        const float* ub = Us + buf * WF_US + xi * WF_BK + 8 * kq;
+        const float* vb = Vs + buf * WF_VS + xi * WF_BT + 12 * tq;
+#pragma unroll
+        for (int c = 0; c < WF_BC; ++c) {
+            const float4 a0 = *reinterpret_cast<const float4*>(ub + c * 36 * WF_BK);
+            const float4 a1 = *reinterpret_cast<const float4*>(ub + c * 36 * WF_BK + 4);
+            const float4 b0 = *reinterpret_cast<const float4*>(vb + c * 36 * WF_BT);
+            const float4 b1 = *reinterpret_cast<const float4*>(vb + c * 36 * WF_BT + 4);
+            const float4 b2 = *reinterpret_cast<const float4*>(vb + c * 36 * WF_BT + 8);
+            const float av[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+            const float bv[12] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w, b2.x, b2.y, b2.z, b2.w};
+#pragma unroll
+            for (int i = 0; i < 8; ++i)
+#pragma unroll
+                for (int j = 0; j < 12; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
+        }
+        if (more) {
+            cp_async_wait_all();   // this thread's copies: its own patch, and its share of U
+            WF_TRANSFORM(buf ^ 1)
+        }
+        __syncthreads();
+    }
+#undef WF_LOAD
+#undef WF_TRANSFORM
+
+    float* Ms = wf_smem;   // [36][WF_BK] rows of WF_MK (padded), planes of WF_MX
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+#pragma unroll
+        for (int j = 0; j < 12; ++j) Ms[xi * WF_MX + (8 * kq + i) * WF_MK + 12 * tq + j] = acc[i][j];
+    __syncthreads();
+    for (int p = tid; p < WF_BK * WF_BT; p += WF_NT) {
+        const int k = p / WF_BT, t = p - k * WF_BT;
+        const int ko = k0 + k, gt = tb + t;
+        if (ko >= Co || gt >= ntiles) continue;
+        float m[36];
+#pragma unroll
+        for (int q = 0; q < 36; ++q) m[q] = Ms[q * WF_MX + k * WF_MK + t];
+        const int tw = gt % TW, nt = gt / TW;
+        const int th = nt % TH, n = nt / TH;
+        wino_store_tile(m, y + (long long)n * yn + (long long)ko * yc, 4 * th, 4 * tw, Ho, Wo, yh, yw, alpha, beta);
+    }
+#endif
+}
+
 #ifdef UCUDNN_NVCC_CHECK
 template __global__ void wino_filter<float, false>(const float*, float*, int, int, long long, long long, long long,
                                                    long long);
@@ -267,4 +472,11 @@ template __global__ void wino_dy<float, true>(const float*, float*, int, int, in
                                               long long, long long, long long);
 template __global__ void wino_filter_grad<float>(const float*, float*, int, int, long long, long long, long long,
                                                  long long, float, float);
+template __global__ void wino_filter_fused<float, false>(const float*, float*, int, int, int, int, long long,
+                                                         long long, long long, long long);
+template __global__ void wino_filter_fused<float, true>(const float*, float*, int, int, int, int, long long,
+                                                        long long, long long, long long);
+template __global__ void wino_fused<float>(const float*, const float*, float*, int, int, int, int, int, int, int, int,
+                                           int, int, int, int, long long, long long, long long, long long, long long,
+                                           long long, long long, long long, float, float);
 #endif

@@ -23,6 +23,11 @@ differentiates the products: with V the forward's input transform of x and Z = A
 ``dU[xi] (Co x Ci) += Z[xi] V[xi]^T`` (tiles reduced; the first chunk of a call overwrites), and once per call
 ``wino_filter_grad`` writes ``dw = alpha * G^T dU G + beta * dw``.  Its geometry is the forward's (Ci = C, Co = K).
 
+Fused (``wino_fused``, forward and backward data, sm_90): U in its own layout ``[Cp][36][Kp]`` (channels padded to
+the kernel's step and block, :func:`fused_dims`) is the whole workspace; a block of the kernel transforms its tiles'
+patches into shared memory, accumulates the 36 products in registers and output-transforms them, so V and M never
+reach global memory (:func:`fused_launchers`; :func:`emulate_fused` checks the layout's index math on the CPU).
+
 Layouts: NCHW keeps V and M channel-major (``[36][Ci][T]``, ``[36][Co][T]``; M[xi] = U[xi] @ V[xi]), NHWC
 channel-minor (``[36][T][Ci]``, ``[36][T][Co]``; M[xi] = V[xi] @ U[xi]^T), so each kernel's threads walk the
 tensor's fastest dimension.  Tensors are addressed by element strides, so y (dy) may be a channel slice of a wider
@@ -31,6 +36,7 @@ tensor (:meth:`ucudnn.problem.ConvProblem.y_strides`).  The workspace is float32
 from __future__ import annotations
 
 from dataclasses import dataclass
+from dataclasses import replace as dataclasses_replace
 from typing import Callable
 
 import numpy as np
@@ -516,6 +522,73 @@ def emulate(geo: Geometry, w: np.ndarray, x: np.ndarray, y: np.ndarray, n: int, 
     return ws
 
 
+# ---- fused (wino_fused): U in the workspace, V and M in shared memory and registers -------------------------------
+#: a wino_fused block: FUSED_BK output channels x FUSED_BT tiles, FUSED_BC input channels a step, FUSED_THREADS threads
+#: (winograd.cu's WF_* constants)
+FUSED_BK, FUSED_BT, FUSED_BC, FUSED_THREADS = 32, 24, 8, 288
+#: its dynamic shared memory: two stages of U's slab, V and the raw 6x6 patches (37 floats apart)
+#: (185856 bytes: under sm_90's 227 KB opt-in, over sm_80's 163 KB, so FUSED_MIN_CC)
+FUSED_SMEM = 2 * 4 * POINTS * FUSED_BC * (FUSED_BK + FUSED_BT) + 2 * 4 * FUSED_BC * FUSED_BT * 37
+FUSED_MIN_CC = 90
+
+
+def fused_dims(geo: Geometry) -> tuple[int, int]:
+    """(Kp, Cp): the output and input channels of ``geo`` rounded up to a block's and a step's (U's padding)."""
+    return align_up(geo.co, FUSED_BK), align_up(geo.ci, FUSED_BC)
+
+
+def fused_workspace_bytes(geo: Geometry) -> int:
+    """What the fused kernel touches: U in its layout ``[Cp][36][Kp]`` (float32), whatever the batch."""
+    kp, cp = fused_dims(geo)
+    return 4 * POINTS * kp * cp
+
+
+def fused_refusal(geo: Geometry, n: int) -> str | None:
+    """Why wino_fused does not run ``geo`` on ``n`` images (32-bit tile and grid indices), or None."""
+    if geo.op == "backward_filter":
+        return "backward filter accumulates over tiles: the fused kernel runs forward and backward data"
+    tiles_ = n * geo.tiles_per_image
+    if tiles_ + FUSED_BT > _INT_MAX:
+        return f"{tiles_} tiles in the call, over 2^31"
+    kp, cp = fused_dims(geo)
+    if kp * cp > _INT_MAX or kp // FUSED_BK > 65535:
+        return f"{geo.co} x {geo.ci} channels: over the fused kernel's grid"
+    return None
+
+
+def emulate_filter_fused(geo: Geometry, w: np.ndarray, Uf: np.ndarray) -> None:
+    """wino_filter_fused: ``Uf`` (flat, >= Cp*36*Kp) in the fused layout ``[Cp][36][Kp]``, zero in the padding."""
+    kp, cp = fused_dims(geo)
+    U = np.zeros(POINTS * geo.co * geo.ci)
+    emulate_filter(geo, w, U)
+    full = np.zeros((cp, POINTS, kp))
+    full[:geo.ci, :, :geo.co] = U.reshape(POINTS, geo.co, geo.ci).transpose(2, 0, 1)
+    Uf[:full.size] = full.ravel()
+
+
+def emulate_fused(geo: Geometry, w: np.ndarray, x: np.ndarray, y: np.ndarray, n: int, alpha: float = 1.0,
+                  beta: float = 0.0, workspace: np.ndarray | None = None) -> np.ndarray:
+    """One fused launch on the CPU: U written in the fused layout into the workspace, then per tile the input
+    transform, the 36 products read from that layout (``M[xi][k][t] = sum_c Uf[c][xi][k] V[xi][c][t]``, the padded
+    channels included) and the output transform -- the kernels' index math, not their blocking.  Returns the
+    workspace."""
+    why = fused_refusal(geo, n)
+    if why:
+        raise InputError(f"wino_fused cannot run {geo.op}: {why}", "geo")
+    kp, cp = fused_dims(geo)
+    ws = np.full(fused_workspace_bytes(geo) // 4, np.nan) if workspace is None else workspace
+    emulate_filter_fused(geo, w, ws)
+    t = n * geo.tiles_per_image
+    V = np.zeros(POINTS * geo.ci * t)
+    channel_major = dataclasses_replace(geo, cminor=False)
+    emulate_input(channel_major, x, V, 0, t)
+    Vp = np.zeros((POINTS, cp, t))
+    Vp[:, :geo.ci] = V.reshape(POINTS, geo.ci, t)
+    M = np.einsum("cxk,xct->xkt", ws[:cp * POINTS * kp].reshape(cp, POINTS, kp), Vp)[:, :geo.co]
+    emulate_output(channel_major, M.ravel(), y, 0, t, alpha, beta)
+    return ws
+
+
 # ---- GPU launchers (winograd.cu), on raw device pointers -----------------------------------------------------------
 FilterFn = Callable[[int, int], None]                  # (w, U)
 InputFn = Callable[[int, int, int, int], None]         # (x, V, t0, tiles); also wino_dy's (dy, Z, t0, tiles)
@@ -607,7 +680,45 @@ def backward_filter_launchers(geo: Geometry, itemsize: int = 4) -> tuple[InputFn
     return input_, dy_, grad_
 
 
-__all__ = ["AT", "BT", "CSPLITS", "G", "Geometry", "TILE_CHUNK_ALIGN", "TILE_CHUNK_IMAGES", "TILE_CHUNK_MIN_FRACTION", "TILE_CHUNK_TOP", "WORKSPACE_ALIGN",
+def fused_launchers(geo: Geometry, itemsize: int = 4) -> tuple[FilterFn, Callable[[int, int, int, int, float, float],
+                                                                                  None]]:
+    """Forward and backward data in one kernel: ``filter(w, Uf)`` (U in the fused layout, padding zeroed) and
+    ``conv(x, Uf, y, n, alpha, beta)`` over ``n`` images (x, y: image 0's pointers), compiled here like
+    :func:`launchers` (the kernel's shared-memory size set once)."""
+    _checked(geo, itemsize)
+    if geo.op == "backward_filter":
+        raise InputError("the fused kernel runs forward and backward data", "geo")
+    if _compile.compute_capability() < FUSED_MIN_CC:
+        raise InputError(f"the fused kernel needs sm_{FUSED_MIN_CC} ({FUSED_SMEM} bytes of shared memory a block), "
+                         f"this device is sm_{_compile.compute_capability()}", "device")
+    kp, cp = fused_dims(geo)
+    kf = _compile.get_kernel(SOURCE, f"wino_filter_fused<float,{'true' if geo.rot else 'false'}>")
+    kc = _compile.get_kernel(SOURCE, "wino_fused<float>")
+    kc.max_dynamic_shared_size_bytes = FUSED_SMEM
+    i32, i64 = np.int32, np.int64
+    f_args = (i32(geo.co), i32(geo.ci), i32(kp), i32(cp)) + tuple(i64(v) for v in geo.filter_strides)
+    f_grid = (-(-kp * cp // _THREADS),)
+    head = (i32(geo.ci), i32(geo.co), i32(kp))
+    tail = ((i32(geo.tiles_h), i32(geo.tiles_w), i32(geo.hi), i32(geo.wi), i32(geo.ho), i32(geo.wo),
+             i32(geo.pad[0]), i32(geo.pad[1])) + tuple(i64(v) for v in geo.in_strides)
+            + tuple(i64(v) for v in geo.out_strides))
+
+    def filter_(w: int, Uf: int) -> None:
+        kf(f_grid, (_THREADS,), (w, Uf) + f_args)
+
+    def conv_(x: int, Uf: int, y: int, n: int, alpha: float, beta: float) -> None:
+        why = fused_refusal(geo, n)
+        if why:
+            raise InputError(f"wino_fused cannot run {geo.op}: {why}", "n")
+        t = n * geo.tiles_per_image
+        kc((-(-t // FUSED_BT), kp // FUSED_BK), (FUSED_THREADS,),
+           (x, Uf, y) + head + (i32(t),) + tail + (np.float32(alpha), np.float32(beta)), shared_mem=FUSED_SMEM)
+
+    return filter_, conv_
+
+
+__all__ = ["AT", "BT", "CSPLITS", "FUSED_BC", "FUSED_BK", "FUSED_BT", "FUSED_MIN_CC", "FUSED_SMEM", "FUSED_THREADS", "G", "Geometry", "TILE_CHUNK_ALIGN", "TILE_CHUNK_IMAGES", "TILE_CHUNK_MIN_FRACTION", "TILE_CHUNK_TOP", "WORKSPACE_ALIGN",
            "backward_filter_launchers", "chunk_sizes", "correlation_reference", "direct_correlation", "emulate",
-           "emulate_backward_filter", "filter_transform", "input_transform", "launchers", "output_transform",
+           "emulate_backward_filter", "emulate_fused", "emulate_filter_fused", "filter_transform", "fused_dims",
+           "fused_launchers", "fused_refusal", "fused_workspace_bytes", "input_transform", "launchers", "output_transform",
            "refusal", "tile_chunk_sizes"]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from cudnn_reference import undivided
-from ucudnn.kernels.winograd import Geometry, direct_correlation, tile_chunk_sizes
+from ucudnn.kernels.winograd import Geometry, direct_correlation, fused_workspace_bytes, tile_chunk_sizes
 
 from ucudnn.planning.table import Measurement
 from ucudnn.problem import ConvProblem
@@ -33,8 +33,11 @@ CASES = {
 TOL = {"FMA": 1e-4, "TENSOR_OP": 3e-2}   # max error / max |reference|
 
 
-def _config(problem, op, chunk=None, math="FMA", n=None, tiles=None, csplit=1):
+def _config(problem, op, chunk=None, math="FMA", n=None, tiles=None, csplit=1, fused=False):
     n = problem.n if n is None else n
+    if fused:
+        ws = fused_workspace_bytes(Geometry.of(problem.with_batch(n), op))
+        return Measurement(n, "wino-f4-fused", "FMA", 1.0, ws, "winograd", None, {"winograd": {"fused": True}})
     split = {"csplit": csplit} if csplit > 1 else {}
     suffix = f"-s{csplit}" if csplit > 1 else ""
     if tiles is not None:
@@ -83,7 +86,7 @@ def _close(got, ref, math, what=""):
 
 
 def _launch_once(problem, op, chunk=None, alpha=1.0, beta=0.0, seed=0, math="FMA", tiles=None, reference=True,
-                 csplit=1):
+                 csplit=1, fused=False):
     """(result, float64 expectation) of one prepared launch with exactly the reported workspace (NaN-filled)."""
     import cupy as cp
 
@@ -95,7 +98,7 @@ def _launch_once(problem, op, chunk=None, alpha=1.0, beta=0.0, seed=0, math="FMA
     old = np.random.default_rng(seed + 1).standard_normal(out_shape).astype(np.float32)
     a, b = (cp.asarray(t) for t in _operands(op, x, w, dy))
     out = cp.asarray(old) if beta != 0 else cp.full(out_shape, cp.nan, dtype=cp.float32)
-    cfg = _config(problem, op, chunk, math, tiles=tiles, csplit=csplit)
+    cfg = _config(problem, op, chunk, math, tiles=tiles, csplit=csplit, fused=fused)
     ws = cp.cuda.alloc(cfg.workspace_bytes)
     cp.ndarray((cfg.workspace_bytes,), cp.uint8, ws).fill(0xFF)
     WinogradSource().prepare(op, problem, cfg)(Operands(a.data.ptr, b.data.ptr, out.data.ptr), ws.ptr,
@@ -251,6 +254,88 @@ def test_input_channel_slices_match_cudnn_and_float64(name, op, csplit):
     _close(got, expect, "FMA", f"{name} {op} chunks of {tpi + 3} tiles in {csplit} slices")
 
 
+FUSED_CASES = {**CASES,
+               # two output-channel blocks with a tail, input channels past a step's 8, tiles past a block's 24
+               "k40-c20": ConvProblem(3, 20, 30, 22, 40, 3, 3, pad=1),
+               "c1-k33-pad0": ConvProblem(2, 1, 9, 11, 33, 3, 3, pad=0),
+               "nhwc-k72-c24": ConvProblem(3, 24, 17, 17, 72, 3, 3, pad=(2, 1), layout="NHWC")}
+
+
+@pytest.mark.parametrize("op", ["forward", "backward_data"])
+@pytest.mark.parametrize("name", sorted(FUSED_CASES))
+def test_fused_kernel_matches_the_float64_reference_and_cudnn(name, op):
+    """wino_fused (V and M in shared memory and registers, U alone in the workspace): equal to float64 and to
+    undivided cuDNN; with alpha / beta into live data."""
+    problem = FUSED_CASES[name]
+    got, expect = _launch_once(problem, op, seed=12, fused=True)
+    _close(got, expect, "FMA", f"{name} {op} fused")
+    _close(got, _cudnn(problem, op, 12), "FMA", f"{name} {op} fused vs cuDNN")
+    got, expect = _launch_once(problem, op, alpha=-0.75, beta=0.5, seed=13, fused=True)
+    _close(got, expect, "FMA", f"{name} {op} fused, alpha / beta")
+
+
+def test_fused_kernel_on_vgg_conv1_2_matches_cudnn():
+    problem = ConvProblem(2, 64, 224, 224, 64, 3, 3, pad=1)
+    for op in ("forward", "backward_data"):
+        got, _ = _launch_once(problem, op, seed=6, fused=True, reference=False)
+        _close(got, _cudnn(problem, op, 6), "FMA", f"conv1_2 {op} fused vs cuDNN")
+
+
+@pytest.mark.parametrize("replay", [False, True])
+@pytest.mark.parametrize("op", ["forward", "backward_data"])
+@pytest.mark.parametrize("name", ["odd-13-pad0", "nhwc-odd"])
+def test_fused_steps_in_micro_batched_plans_through_the_executor(name, op, replay):
+    """A plan of a fused step, a chunked winograd step and a legacy step over n = 5 (alpha / beta), eager and
+    captured then replayed."""
+    import cupy as cp
+
+    from ucudnn.execute.executor import Executor
+    from ucudnn.planning.plan import KernelPlan, MicroConfig
+
+    problem = CASES[name]
+    plan = KernelPlan(f"test/winograd-fused/{op}", op, problem,
+                      [MicroConfig.of(_config(problem, op, n=2, fused=True)),
+                       MicroConfig.of(_config(problem, op, 1, n=2)),
+                       MicroConfig.of(Measurement(1, 0, "FMA", 1.0, 0, "legacy"))])
+    x, w, dy = _host(problem, 7)
+    out_shape = problem.operand_shapes(op)[2]
+    old = np.random.default_rng(8).standard_normal(out_shape).astype(np.float32)
+    ex = Executor(plan, replay=replay)
+    a, b = (cp.asarray(t) for t in _operands(op, x, w, dy))
+    out, ws = cp.empty(out_shape, cp.float32), cp.cuda.alloc(ex.workspace_bytes)
+    for _ in range(2 if replay else 1):
+        out.set(old)
+        ex(a, b, out, alpha=0.5, beta=0.25, workspace=ws, workspace_bytes=ex.workspace_bytes)
+        _close(out.get(), 0.5 * _reference(op, problem, x, w, dy) + 0.25 * old, "FMA", f"{name} {op} fused plan")
+    assert ex.replay_failures == []
+
+
+def test_fused_kernel_writes_a_channel_slice_of_the_wide_output():
+    import cupy as cp
+
+    from ucudnn.measure.sources.base import Operands
+    from ucudnn.measure.sources.winograd import WinogradSource
+
+    for layout in ("NCHW", "NHWC"):
+        wide = ConvProblem(3, 16, 19, 14, 48, 3, 3, pad=1, layout=layout)
+        k0, k = 8, 33
+        sl = wide.with_channels(k, wide.k)
+        x, w, y = _host(wide, 11)
+        cx, cy = cp.asarray(x), cp.asarray(y)
+        per_channel = 4 * (wide.p * wide.q if layout == "NCHW" else 1)
+        w_slice = cp.ascontiguousarray(cp.asarray(w)[k0:k0 + k])
+        cfg = _config(sl, "forward", fused=True)
+        ws = cp.cuda.alloc(cfg.workspace_bytes)
+        WinogradSource().prepare("forward", sl, cfg)(Operands(cx.data.ptr, w_slice.data.ptr,
+                                                              cy.data.ptr + k0 * per_channel),
+                                                     ws.ptr, cfg.workspace_bytes, 1.0, 0.0)
+        got = _nchw(cy.get(), layout)
+        _close(got[:, k0:k0 + k], _nchw(_reference("forward", wide, x, w, y), layout)[:, k0:k0 + k], "FMA",
+               f"{layout} fused slice")
+        keep = np.r_[0:k0, k0 + k:wide.k]
+        np.testing.assert_array_equal(got[:, keep], _nchw(y, layout)[:, keep])
+
+
 @pytest.mark.parametrize("op", OPS)
 def test_tile_chunks_alpha_beta_against_float64(op):
     got, expect = _launch_once(CASES["c13-nonsquare-pad12"], op, alpha=-0.75, beta=0.5, seed=3, tiles=7)
@@ -358,6 +443,11 @@ def test_measure_records_labelled_rows_with_exact_workspace():
         for op in OPS:
             geo = Geometry.of(problem, op)
             ms, sk = WinogradSource().measure(op, problem, buf.operands(op, problem.n), ws.ptr, settings)
+            fused = [m for m in ms if m.extra["winograd"].get("fused")]
+            # the fused kernel: forward and backward data, FP32 FFMA whatever the numerics, U its whole workspace
+            assert [(m.algo, m.math_type, m.workspace_bytes) for m in fused] == (
+                [] if op == "backward_filter" else [("wino-f4-fused", "FMA", fused_workspace_bytes(geo))]), sk
+            ms = [m for m in ms if m not in fused]
             whole = [m for m in ms if "csplit" not in m.extra["winograd"]]
             images = [m for m in whole if "chunk" in m.extra["winograd"]]
             tiled = [m for m in whole if "tiles" in m.extra["winograd"]]

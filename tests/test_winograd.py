@@ -8,6 +8,7 @@ and tile chunks; the offered tile-chunk sizes; declines as Skipped rows; the sou
 compiles winograd.cu for sm_80 and sm_90."""
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import re
 import shutil
@@ -21,7 +22,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_mec_source import run_column_major
 from ucudnn.kernels import _compile
-from ucudnn.kernels.winograd import (AT, BT, G, OPS, TILE_CHUNK_IMAGES, WORKSPACE_ALIGN, Geometry, chunk_sizes,
+from ucudnn.kernels.winograd import (AT, BT, FUSED_SMEM, G, OPS, emulate_fused, fused_dims, fused_refusal,
+                                     fused_workspace_bytes, TILE_CHUNK_IMAGES, WORKSPACE_ALIGN, Geometry, chunk_sizes,
                                      correlation_reference, direct_correlation, emulate, emulate_backward_filter,
                                      emulate_input,
                                      emulate_output, filter_transform, input_transform, output_transform, refusal,
@@ -111,14 +113,15 @@ def _expected(op, problem, x, wt, dy):
     return dx
 
 
-def _run(op, problem, chunk, alpha, beta, seed, how="row", tiles=None, csplit=1):
+def _run(op, problem, chunk, alpha, beta, seed, how="row", tiles=None, csplit=1, fused=False):
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((problem.n, problem.c, problem.h, problem.w))
     wt = rng.standard_normal((problem.k, problem.c, 3, 3))
     dy = rng.standard_normal((problem.n, problem.k, problem.p, problem.q))
     lay = problem.layout
     geo = Geometry.of(problem, op)
-    ws = np.full(geo.workspace_bytes(chunk, tiles, csplit) // 4, np.nan)   # exactly the reported size: NaN shows
+    size = fused_workspace_bytes(geo) if fused else geo.workspace_bytes(chunk, tiles, csplit)
+    ws = np.full(size // 4, np.nan)   # exactly the reported size: NaN shows
     gemm = (lambda gms, bufs: run_column_major(gms, bufs, 1.0, 0.0)) if how == "column" else None
     if op == "backward_filter":
         old = rng.standard_normal(wt.shape)
@@ -131,8 +134,12 @@ def _run(op, problem, chunk, alpha, beta, seed, how="row", tiles=None, csplit=1)
     src = _to_layout(x if op == "forward" else dy, lay).reshape(-1)
     out_nchw = rng.standard_normal(dy.shape if op == "forward" else x.shape)
     out = _to_layout(out_nchw, lay).reshape(-1).copy()
-    emulate(geo, w_flat, src, out, problem.n, chunk, alpha, beta, workspace=ws, gemm=gemm, tiles=tiles,
-            csplit=csplit)
+    if fused:
+        emulate_fused(geo, w_flat, src, out, problem.n, alpha, beta, workspace=ws)
+        assert not np.isnan(ws).any()   # every word of the reported workspace written (U and its zero padding)
+    else:
+        emulate(geo, w_flat, src, out, problem.n, chunk, alpha, beta, workspace=ws, gemm=gemm, tiles=tiles,
+                csplit=csplit)
     got = _from_layout(out.reshape(problem.x_shape() if op == "backward_data" else problem.y_shape()), lay)
     return got, alpha * _expected(op, problem, x, wt, dy) + beta * out_nchw
 
@@ -187,6 +194,32 @@ def test_input_channel_slices_add_up_to_the_convolution(shape, op, layout, cspli
     assert geo.workspace_bytes(1 if t is None else 0, t, csplit) <= geo.workspace_bytes(1 if t is None else 0, t)
     assert {name: size for name, _, size in geo.segments(0, tt, csplit)} == {
         "U": 4 * 36 * geo.co * part.ci, "V": 4 * 36 * part.ci * tt, "M": 4 * 36 * geo.co * tt}
+
+
+@settings(max_examples=60, deadline=None)
+@given(shapes(), st.sampled_from(["forward", "backward_data"]), st.sampled_from(["NCHW", "NHWC"]),
+       st.sampled_from([0, 7, 31]), st.sampled_from([(1.0, 0.0), (-0.5, 1.0), (2.0, 0.25)]),
+       st.integers(0, 2**31 - 1))
+def test_fused_layout_computes_the_convolution(shape, op, layout, wider, scalars, seed):
+    """The fused kernel's U layout ``[Cp][36][Kp]`` (channels padded to a step's 8 and a block's 32, the padding
+    zero) read as the fused kernel reads it: the float64 result equals the reference for channel counts on and off
+    the padding, both layouts and both ops."""
+    n, c, h, w, k, pad = shape
+    problem = ConvProblem(n, c + wider, h, w, k + wider // 2, 3, 3, pad=pad, layout=layout)
+    got, expect = _run(op, problem, 0, *scalars, seed, fused=True)
+    assert _scale_err(got, expect) < 1e-11
+
+
+def test_fused_workspace_is_u_padded_to_the_kernels_blocks_whatever_the_batch():
+    vgg = ConvProblem(64, 512, 28, 28, 512, 3, 3, pad=(1, 1))
+    geo = Geometry.of(vgg, "forward")
+    assert fused_dims(geo) == (512, 512) and fused_workspace_bytes(geo) == 36 * 4 * 512 * 512   # 37.7 MB < 64 MiB
+    odd = Geometry.of(ConvProblem(3, 3, 9, 9, 33, 3, 3, pad=(1, 1)), "backward_data")   # Ci = K = 33, Co = C = 3
+    assert fused_dims(odd) == (32, 40) and fused_workspace_bytes(odd) == 36 * 4 * 32 * 40
+    assert fused_workspace_bytes(Geometry.of(dataclasses.replace(vgg, n=1), "forward")) == fused_workspace_bytes(geo)
+    assert "backward filter" in fused_refusal(Geometry.of(vgg, "backward_filter"), 64)
+    assert fused_refusal(geo, 64) is None and "tiles" in fused_refusal(geo, 2**31 // 49 + 1)
+    assert FUSED_SMEM <= 227 * 1024   # the opt-in shared memory of sm_80 / sm_90
 
 
 def test_input_channel_slices_are_refused_where_they_do_not_divide_or_for_backward_filter():
@@ -558,7 +591,7 @@ def test_kernel_source_compiles_without_local_memory(arch, tmp_path):
     assert proc.returncode == 0, proc.stderr
     kernels = re.findall(r"Function properties for (\w+)\s*\n\s*(\d+) bytes stack frame, (\d+) bytes spill stores, "
                          r"(\d+) bytes spill loads", proc.stderr)
-    assert len(kernels) == 9, proc.stderr
+    assert len(kernels) == 12, proc.stderr
     for fn, *local in kernels:
         assert local == ["0", "0", "0"], f"{fn} uses local memory on {arch}"
 

@@ -61,6 +61,14 @@ AlexNet b256 8.5 of 10.3; ResNet-50 b128 8.5 of 10.0), and
 leaving them out priced the WR plans at +0.00% to +0.28% from 8 MiB to 4 GiB (VGG-16, AlexNet, ResNet-50), within
 issue 16's 1% bar for a pruning rule; 32 chunks would have cut more and priced up to +1.49%.
 
+Fused (``wino-f4-fused``, ``extra["winograd"]["fused"]``; forward and backward data, sm_90): one kernel
+(``wino_fused``) transforms its tiles into shared memory and keeps the 36 points' products in registers, so the
+workspace is U alone (``36 * 4 * Cp * Kp`` bytes, channels padded to the kernel's blocks: 0.56 MiB for 64 channels,
+36 MiB for 512) whatever the micro-batch, and nothing is chunked.  Labelled ``FMA`` under every numerics (its
+products are FP32 FFMA).  Measured on the H200 (``benchmarks/results/wino_fused.md``) it is 0.38-0.91x the 64 MiB
+chunks on VGG-16 / ResNet-50 / AlexNet layers (register-bound: one block of 9 warps per SM); it is measured as one
+more row, for limits and few-channel layers where the chunks lose more.
+
 Layouts: NCHW (V, M channel-major) and NHWC (channel-minor).  Tensors are addressed through strides, so a channel
 slice's y / dy view (``ConvProblem.y_strides``) runs as well; ``channel_slices`` stays False (the benchmark does not
 offer slices to this source: chunk variants already multiply its rows).
@@ -77,6 +85,8 @@ from .base import BenchSettings, Launch, Operands, Prepared, Pruner, measured_or
 from .mec import _Scalars, compute_for
 
 ALGO = "wino-f4"
+#: the fused kernel's configuration (forward and backward data): one kernel, only U in the workspace
+FUSED_ALGO = "wino-f4-fused"
 #: the constants 1 and 0 the GEMMs scale by, as host scalars (mec's; host pointer mode: cuBLAS reads them at
 #: enqueue, so they live as long as the module -- a launch's local array would be freed when prepare returns)
 _CONSTANTS = _Scalars.new()
@@ -133,6 +143,34 @@ def csplits(geo: Any, op: str, tiles: int) -> list[int]:
     if op == "backward_filter" or 3 * geo.co * geo.ci < (geo.ci + geo.co) * tiles:
         return [1]
     return [cs for cs in CSPLITS if geo.ci % cs == 0]
+
+
+def is_fused(config: Measurement) -> bool:
+    """Whether a recorded configuration runs the fused kernel (``extra.winograd.fused``, else its algorithm's
+    name)."""
+    info = config.extra.get("winograd") or {}
+    return bool(info.get("fused", str(config.algo) == FUSED_ALGO))
+
+
+def _launch_fused(problem: ConvProblem, op: str) -> Launch:
+    """The fused launch of ``op`` at ``problem.n``: U in the fused layout, then one wino_fused over the call."""
+    from ucudnn.kernels.winograd import Geometry, fused_launchers, fused_refusal, fused_workspace_bytes
+
+    geo = Geometry.of(problem, op)
+    why = fused_refusal(geo, problem.n)
+    if why:
+        raise InputError(f"winograd cannot run {op} of {problem.describe()} fused: {why}", "problem")
+    filter_, conv_ = fused_launchers(geo)
+    need, n, forward = fused_workspace_bytes(geo), problem.n, op == "forward"
+
+    def launch(ops: Operands, workspace: int, workspace_bytes: int, alpha: float, beta: float) -> None:
+        if workspace_bytes < need:
+            raise UcudnnError(f"winograd {op} (fused) needs {need} bytes of workspace, got {workspace_bytes}")
+        w, x, y = (ops.b, ops.a, ops.out) if forward else (ops.a, ops.b, ops.out)
+        filter_(w, workspace)
+        conv_(x, workspace, y, n, alpha, beta)
+
+    return launch
 
 
 def chunk_of(config: Measurement, n: int) -> int:
@@ -289,6 +327,9 @@ class WinogradSource(Prepared):
                           key=lambda v: v[0])
         # calls of more than MAX_CHUNKS chunks are measured at the smaller micro-batches only
         runs = ((t, c, tl, n, cs) for t, c, tl, n in variants if n <= MAX_CHUNKS for cs in csplits(geo, op, t))
+        if op != "backward_filter":
+            row = self._measure_fused(op, problem, geo, ops, workspace, beta, settings, pruner)
+            (measured if isinstance(row, Measurement) else skipped).append(row)  # type: ignore[arg-type]
         for _, chunk, tiles, n_chunks, csplit in runs:
             algo = algo_name(chunk, mb) if tiles is None else tile_algo_name(tiles)
             if csplit > 1:
@@ -317,10 +358,30 @@ class WinogradSource(Prepared):
             (measured if isinstance(row, Measurement) else skipped).append(row)  # type: ignore[arg-type]
         return measured, skipped
 
+    def _measure_fused(self, op: str, problem: ConvProblem, geo: Any, ops: Operands, workspace: int, beta: float,
+                       settings: BenchSettings, pruner: Pruner) -> Measurement | Skipped:
+        """The fused kernel's row: FP32 FFMA whatever the numerics (so labelled ``FMA``, which every float32
+        numerics allows), its workspace U alone."""
+        from ucudnn.kernels.winograd import fused_refusal, fused_workspace_bytes
+
+        mb, ws = problem.n, fused_workspace_bytes(geo)
+        why = fused_refusal(geo, mb)   # a device under sm_90: prepare refuses, time_prepared records why
+        if why is None and ws > settings.max_workspace:
+            why = f"needs {ws} bytes, over the benchmark cap"
+        if why:
+            return Skipped(mb, FUSED_ALGO, "FMA", f"winograd: {why}")
+        info = {"tile": "F(4x4,3x3)", "fused": True, "compute": "FFMA in the kernel", "layout": problem.layout,
+                "filter_transform": "once per call"}
+        config = Measurement(mb, FUSED_ALGO, "FMA", 0.0, ws, self.name, None, {"winograd": info,
+                                                                               "deterministic": True})
+        return self.time_prepared(op, problem, config, ops, workspace, beta, settings, pruner)
+
     def prepare(self, op: str, problem: ConvProblem, config: Measurement) -> Launch:
         why = problem_refusal(problem, op)
         if why:
             raise InputError(f"winograd cannot run {op} of {problem.describe()}: {why}", "problem")
+        if is_fused(config):
+            return _launch_fused(problem, op)
         compute = compute_for(config.math_type, problem.dtype)
         tiles, csplit = tiles_of(config), csplit_of(config)
         if tiles is not None:
