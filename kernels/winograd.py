@@ -58,6 +58,8 @@ OPS = ("forward", "backward_data", "backward_filter")
 DTYPES = ("float32",)
 #: input-channel slices a forward or backward-data call may run in (:meth:`Geometry.slice`)
 CSPLITS = (1, 2, 4)
+#: streams a chunked forward or backward-data call may spread its chunks over (a V and M buffer each)
+STREAMS = (1, 2, 3)
 
 # Lavin & Gray's F(4, 3) matrices (interpolation points 0, +-1, +-2, inf)
 BT = np.array([[4, 0, -5, 0, 1, 0],
@@ -227,25 +229,35 @@ class Geometry:
         c0 = part * (self.ci // csplit)
         return c0 * self.filter_strides[1], c0 * self.in_strides[1]
 
-    def segments(self, chunk: int, tiles: int | None = None, csplit: int = 1) -> tuple[tuple[str, int, int], ...]:
+    def segments(self, chunk: int, tiles: int | None = None, csplit: int = 1,
+                 streams: int = 1) -> tuple[tuple[str, int, int], ...]:
         """(name, byte offset, bytes) of U, V and M for chunks of ``chunk`` images, or of ``tiles`` tiles when given
-        (float32, 256-byte aligned); with ``csplit`` input-channel slices U and V hold one slice."""
+        (float32, 256-byte aligned); with ``csplit`` input-channel slices U and V hold one slice; with ``streams``
+        > 1 a V and M per stream after U (``V``, ``M``, ``V1``, ``M1``, ...: chunk i runs on stream i % streams)."""
+        if streams not in STREAMS:
+            raise InputError(f"must be one of {STREAMS}, got {streams!r}", "streams")
         t = self._chunk_tiles(chunk, tiles)
         ci = self.ci // csplit
         out, off = [], 0
-        for name, elements in (("U", self.co * ci), ("V", ci * t), ("M", self.co * t)):
+        parts = [("U", self.co * ci)] + [(f"{name}{k or ''}", elements) for k in range(streams)
+                                         for name, elements in (("V", ci * t), ("M", self.co * t))]
+        for name, elements in parts:
             out.append((name, off, 4 * POINTS * elements))
             off = align_up(off + 4 * POINTS * elements)
         return tuple(out)
 
+    def stream_buffers(self, k: int) -> dict[str, str]:
+        """The segment names stream ``k`` uses for the GEMM's buffer names U, V, M (U shared)."""
+        return {"U": "U", "V": f"V{k or ''}", "M": f"M{k or ''}"}
+
     def _chunk_tiles(self, chunk: int, tiles: int | None) -> int:
         return chunk * self.tiles_per_image if tiles is None else tiles
 
-    def workspace_bytes(self, chunk: int, tiles: int | None = None, csplit: int = 1) -> int:
+    def workspace_bytes(self, chunk: int, tiles: int | None = None, csplit: int = 1, streams: int = 1) -> int:
         """Exactly what a configuration running chunks of ``chunk`` images (or of ``tiles`` tiles) touches: U, V and
         M (the last not padded): ``36 * 4 * (Co*Cs (aligned) + Cs*T (aligned) + Co*T)`` bytes, T = chunk * tiles
-        per image (or ``tiles``), Cs = Ci / ``csplit``."""
-        return max(off + size for _, off, size in self.segments(chunk, tiles, csplit))
+        per image (or ``tiles``), Cs = Ci / ``csplit``; a V and M per stream with ``streams``."""
+        return max(off + size for _, off, size in self.segments(chunk, tiles, csplit, streams))
 
     def chunk_refusal(self, chunk: int, tiles: int | None = None, n: int | None = None) -> str | None:
         """Why chunks of ``chunk`` images (or ``tiles`` tiles) of a call on ``n`` images do not run (32-bit thread
@@ -496,7 +508,7 @@ def emulate_backward_filter(geo: Geometry, x: np.ndarray, dy: np.ndarray, w: np.
 def emulate(geo: Geometry, w: np.ndarray, x: np.ndarray, y: np.ndarray, n: int, chunk: int, alpha: float = 1.0,
             beta: float = 0.0, workspace: np.ndarray | None = None,
             gemm: Callable[[list[Gemm], dict[str, np.ndarray]], None] | None = None,
-            tiles: int | None = None, csplit: int = 1) -> np.ndarray:
+            tiles: int | None = None, csplit: int = 1, streams: int = 1) -> np.ndarray:
     """One launch on the CPU, as the source runs it: ``x`` the input (x, or dy for backward data), ``y`` the output
     (flat arrays addressed by the geometry's strides), in chunks of ``chunk`` images, or of ``tiles`` tiles when
     given; the workspace a flat float array of ``workspace_bytes(chunk, tiles) / 4`` elements split into U, V, M at
@@ -504,14 +516,19 @@ def emulate(geo: Geometry, w: np.ndarray, x: np.ndarray, y: np.ndarray, n: int, 
     column-major view).  Returns the workspace.  Backward filter: :func:`emulate_backward_filter`."""
     if geo.op == "backward_filter":
         raise InputError("emulate runs forward and backward data; backward filter is emulate_backward_filter", "geo")
-    words = geo.workspace_bytes(chunk, tiles, csplit) // 4
+    if streams > 1 and csplit > 1:
+        raise InputError("input-channel slices run on one stream", "streams")
+    words = geo.workspace_bytes(chunk, tiles, csplit, streams) // 4
     ws = np.full(words, np.nan) if workspace is None else workspace
-    seg = {name: ws[off // 4: off // 4 + size // 4] for name, off, size in geo.segments(chunk, tiles, csplit)}
+    every = {name: ws[off // 4: off // 4 + size // 4]
+             for name, off, size in geo.segments(chunk, tiles, csplit, streams)}
     part = geo.slice(csplit)
     run = gemm or (lambda gms, bufs: run_gemms(gms, bufs))
     if csplit == 1:
-        emulate_filter(part, w, seg["U"])
-    for t0, count in geo.ranges(n, chunk, tiles):
+        emulate_filter(part, w, every["U"])
+    for i, (t0, count) in enumerate(geo.ranges(n, chunk, tiles)):
+        # chunk i runs on stream i % streams, in that stream's V and M
+        seg = {name: every[buf] for name, buf in geo.stream_buffers(i % streams).items()}
         for s in range(csplit):   # a slice's U (again, per chunk), its V, its GEMM adding into M after the first
             w_off, x_off = geo.slice_offsets(csplit, s)
             if csplit > 1:
@@ -717,7 +734,7 @@ def fused_launchers(geo: Geometry, itemsize: int = 4) -> tuple[FilterFn, Callabl
     return filter_, conv_
 
 
-__all__ = ["AT", "BT", "CSPLITS", "FUSED_BC", "FUSED_BK", "FUSED_BT", "FUSED_MIN_CC", "FUSED_SMEM", "FUSED_THREADS", "G", "Geometry", "TILE_CHUNK_ALIGN", "TILE_CHUNK_IMAGES", "TILE_CHUNK_MIN_FRACTION", "TILE_CHUNK_TOP", "WORKSPACE_ALIGN",
+__all__ = ["AT", "BT", "CSPLITS", "STREAMS", "FUSED_BC", "FUSED_BK", "FUSED_BT", "FUSED_MIN_CC", "FUSED_SMEM", "FUSED_THREADS", "G", "Geometry", "TILE_CHUNK_ALIGN", "TILE_CHUNK_IMAGES", "TILE_CHUNK_MIN_FRACTION", "TILE_CHUNK_TOP", "WORKSPACE_ALIGN",
            "backward_filter_launchers", "chunk_sizes", "correlation_reference", "direct_correlation", "emulate",
            "emulate_backward_filter", "emulate_fused", "emulate_filter_fused", "filter_transform", "fused_dims",
            "fused_launchers", "fused_refusal", "fused_workspace_bytes", "input_transform", "launchers", "output_transform",

@@ -33,19 +33,22 @@ CASES = {
 TOL = {"FMA": 1e-4, "TENSOR_OP": 3e-2}   # max error / max |reference|
 
 
-def _config(problem, op, chunk=None, math="FMA", n=None, tiles=None, csplit=1, fused=False):
+def _config(problem, op, chunk=None, math="FMA", n=None, tiles=None, csplit=1, fused=False, streams=1):
     n = problem.n if n is None else n
     if fused:
         ws = fused_workspace_bytes(Geometry.of(problem.with_batch(n), op))
         return Measurement(n, "wino-f4-fused", "FMA", 1.0, ws, "winograd", None, {"winograd": {"fused": True}})
     split = {"csplit": csplit} if csplit > 1 else {}
     suffix = f"-s{csplit}" if csplit > 1 else ""
+    if streams > 1:
+        split["streams"] = streams
+        suffix += f"-p{streams}"
     if tiles is not None:
-        ws = Geometry.of(problem.with_batch(n), op).workspace_bytes(0, tiles, csplit)
+        ws = Geometry.of(problem.with_batch(n), op).workspace_bytes(0, tiles, csplit, streams)
         return Measurement(n, f"wino-f4-t{tiles}{suffix}", math, 1.0, ws, "winograd", None,
                            {"winograd": {"tiles": tiles, **split}})
     chunk = n if chunk is None else min(chunk, n)
-    ws = Geometry.of(problem.with_batch(n), op).workspace_bytes(chunk, None, csplit)
+    ws = Geometry.of(problem.with_batch(n), op).workspace_bytes(chunk, None, csplit, streams)
     algo = ("wino-f4" if chunk >= n else f"wino-f4-c{chunk}") + suffix
     return Measurement(n, algo, math, 1.0, ws, "winograd", None, {"winograd": {"chunk": chunk, **split}})
 
@@ -86,7 +89,7 @@ def _close(got, ref, math, what=""):
 
 
 def _launch_once(problem, op, chunk=None, alpha=1.0, beta=0.0, seed=0, math="FMA", tiles=None, reference=True,
-                 csplit=1, fused=False):
+                 csplit=1, fused=False, streams=1):
     """(result, float64 expectation) of one prepared launch with exactly the reported workspace (NaN-filled)."""
     import cupy as cp
 
@@ -98,7 +101,7 @@ def _launch_once(problem, op, chunk=None, alpha=1.0, beta=0.0, seed=0, math="FMA
     old = np.random.default_rng(seed + 1).standard_normal(out_shape).astype(np.float32)
     a, b = (cp.asarray(t) for t in _operands(op, x, w, dy))
     out = cp.asarray(old) if beta != 0 else cp.full(out_shape, cp.nan, dtype=cp.float32)
-    cfg = _config(problem, op, chunk, math, tiles=tiles, csplit=csplit, fused=fused)
+    cfg = _config(problem, op, chunk, math, tiles=tiles, csplit=csplit, fused=fused, streams=streams)
     ws = cp.cuda.alloc(cfg.workspace_bytes)
     cp.ndarray((cfg.workspace_bytes,), cp.uint8, ws).fill(0xFF)
     WinogradSource().prepare(op, problem, cfg)(Operands(a.data.ptr, b.data.ptr, out.data.ptr), ws.ptr,
@@ -252,6 +255,57 @@ def test_input_channel_slices_match_cudnn_and_float64(name, op, csplit):
     tpi = Geometry.of(problem, op).tiles_per_image
     got, expect = _launch_once(problem, op, alpha=-0.75, beta=0.5, seed=9, tiles=tpi + 3, csplit=csplit)
     _close(got, expect, "FMA", f"{name} {op} chunks of {tpi + 3} tiles in {csplit} slices")
+
+
+@pytest.mark.parametrize("streams", [2, 3])
+@pytest.mark.parametrize("op", ["forward", "backward_data"])
+@pytest.mark.parametrize("name", ["vgg-64x56", "odd-27-pad2", "nhwc-odd", "c13-nonsquare-pad12"])
+def test_chunks_over_streams_match_cudnn_and_float64(name, op, streams):
+    """Chunks spread over 2 or 3 streams (each its own V, M and cuBLAS handle, forked from and joined back to the
+    caller's stream): image chunks and tile chunks crossing images equal cuDNN; alpha / beta into live data equal
+    float64."""
+    problem = CASES[name]
+    ref = _cudnn(problem, op, 14)
+    got, _ = _launch_once(problem, op, chunk=1, seed=14, reference=False, streams=streams)
+    _close(got, ref, "FMA", f"{name} {op} one-image chunks on {streams} streams vs cuDNN")
+    tpi = Geometry.of(problem, op).tiles_per_image
+    for t in (max(1, tpi // 3), tpi + 5):
+        got, _ = _launch_once(problem, op, seed=14, tiles=t, reference=False, streams=streams)
+        _close(got, ref, "FMA", f"{name} {op} chunks of {t} tiles on {streams} streams vs cuDNN")
+    got, expect = _launch_once(problem, op, alpha=-0.75, beta=0.5, seed=15, tiles=tpi // 2 + 1, streams=streams)
+    _close(got, expect, "FMA", f"{name} {op} {streams} streams, alpha / beta")
+
+
+@pytest.mark.parametrize("replay", [False, True])
+@pytest.mark.parametrize("op", ["forward", "backward_data"])
+def test_stream_steps_in_plans_through_the_executor_eager_and_replayed(op, replay):
+    """A plan mixing a 3-stream step, a 2-stream tile-chunk step and a one-stream step (n = 5, alpha / beta), eager
+    and captured into one CUDA graph (the side streams fork from and join the capture) then replayed twice on new
+    data."""
+    import cupy as cp
+
+    from ucudnn.execute.executor import Executor
+    from ucudnn.planning.plan import KernelPlan, MicroConfig
+
+    problem = CASES["nhwc-odd"]
+    tpi = Geometry.of(problem, op).tiles_per_image
+    steps = [_config(problem, op, 1, n=3, streams=3), _config(problem, op, n=1, tiles=tpi // 2, streams=2),
+             _config(problem, op, 1, n=1)]
+    plan = KernelPlan(f"test/winograd-streams/{op}", op, problem, [MicroConfig.of(m) for m in steps])
+    ex = Executor(plan, replay=replay)
+    out_shape = problem.operand_shapes(op)[2]
+    out, ws = cp.empty(out_shape, cp.float32), cp.cuda.alloc(ex.workspace_bytes)
+    a, b = (cp.asarray(t) for t in _operands(op, *_host(problem, 20)))
+    for seed in (21, 22, 23):   # the same operand buffers, new data: what a replayed graph reads
+        x, w, dy = _host(problem, seed)
+        a.set(_operands(op, x, w, dy)[0])
+        b.set(_operands(op, x, w, dy)[1])
+        old = np.random.default_rng(seed).standard_normal(out_shape).astype(np.float32)
+        out.set(old)
+        ex(a, b, out, alpha=0.5, beta=0.25, workspace=ws, workspace_bytes=ex.workspace_bytes)
+        _close(out.get(), 0.5 * _reference(op, problem, x, w, dy) + 0.25 * old, "FMA", f"{op} streams seed {seed}")
+    assert ex.replay_failures == []
+    assert len(ex._graphs) == (1 if replay else 0)
 
 
 FUSED_CASES = {**CASES,
@@ -448,6 +502,17 @@ def test_measure_records_labelled_rows_with_exact_workspace():
             assert [(m.algo, m.math_type, m.workspace_bytes) for m in fused] == (
                 [] if op == "backward_filter" else [("wino-f4-fused", "FMA", fused_workspace_bytes(geo))]), sk
             ms = [m for m in ms if m not in fused]
+            # chunks over streams: forward and backward data, unsliced, named and sized for a V and M per stream
+            for m in ms:
+                info = m.extra["winograd"]
+                if "streams" not in info:
+                    continue
+                st, t = info["streams"], info.get("tiles")
+                assert st in (2, 3) and m.algo.endswith(f"-p{st}") and op != "backward_filter"
+                assert "csplit" not in info and info["chunks"] >= st
+                assert m.workspace_bytes == geo.workspace_bytes(0 if t is not None else info["chunk"], t, 1, st)
+            assert any("streams" in m.extra["winograd"] for m in ms) is (op != "backward_filter")
+            ms = [m for m in ms if "streams" not in m.extra["winograd"]]
             whole = [m for m in ms if "csplit" not in m.extra["winograd"]]
             images = [m for m in whole if "chunk" in m.extra["winograd"]]
             tiled = [m for m in whole if "tiles" in m.extra["winograd"]]

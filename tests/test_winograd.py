@@ -113,14 +113,14 @@ def _expected(op, problem, x, wt, dy):
     return dx
 
 
-def _run(op, problem, chunk, alpha, beta, seed, how="row", tiles=None, csplit=1, fused=False):
+def _run(op, problem, chunk, alpha, beta, seed, how="row", tiles=None, csplit=1, fused=False, streams=1):
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((problem.n, problem.c, problem.h, problem.w))
     wt = rng.standard_normal((problem.k, problem.c, 3, 3))
     dy = rng.standard_normal((problem.n, problem.k, problem.p, problem.q))
     lay = problem.layout
     geo = Geometry.of(problem, op)
-    size = fused_workspace_bytes(geo) if fused else geo.workspace_bytes(chunk, tiles, csplit)
+    size = fused_workspace_bytes(geo) if fused else geo.workspace_bytes(chunk, tiles, csplit, streams)
     ws = np.full(size // 4, np.nan)   # exactly the reported size: NaN shows
     gemm = (lambda gms, bufs: run_column_major(gms, bufs, 1.0, 0.0)) if how == "column" else None
     if op == "backward_filter":
@@ -139,7 +139,7 @@ def _run(op, problem, chunk, alpha, beta, seed, how="row", tiles=None, csplit=1,
         assert not np.isnan(ws).any()   # every word of the reported workspace written (U and its zero padding)
     else:
         emulate(geo, w_flat, src, out, problem.n, chunk, alpha, beta, workspace=ws, gemm=gemm, tiles=tiles,
-                csplit=csplit)
+                csplit=csplit, streams=streams)
     got = _from_layout(out.reshape(problem.x_shape() if op == "backward_data" else problem.y_shape()), lay)
     return got, alpha * _expected(op, problem, x, wt, dy) + beta * out_nchw
 
@@ -208,6 +208,45 @@ def test_fused_layout_computes_the_convolution(shape, op, layout, wider, scalars
     problem = ConvProblem(n, c + wider, h, w, k + wider // 2, 3, 3, pad=pad, layout=layout)
     got, expect = _run(op, problem, 0, *scalars, seed, fused=True)
     assert _scale_err(got, expect) < 1e-11
+
+
+@settings(max_examples=60, deadline=None)
+@given(shapes(), st.sampled_from(["forward", "backward_data"]), st.sampled_from(["NCHW", "NHWC"]),
+       st.sampled_from([2, 3]), st.data(), st.sampled_from([(1.0, 0.0), (-0.5, 1.0)]), st.integers(0, 2**31 - 1))
+def test_chunks_over_streams_use_a_v_and_m_each_and_compute_the_convolution(shape, op, layout, streams, data,
+                                                                            scalars, seed):
+    """Chunk i in stream i % streams's own V and M after the shared U (``V``, ``M``, ``V1``, ``M1``, ...): the
+    float64 result equals the reference at exactly the reported workspace (NaN elsewhere), image or tile chunks."""
+    n, c, h, w, k, pad = shape
+    problem = ConvProblem(n, c, h, w, k, 3, 3, pad=pad, layout=layout)
+    geo = Geometry.of(problem, op)
+    t = data.draw(st.one_of(st.none(), st.integers(1, n * geo.tiles_per_image + 2)))
+    got, expect = _run(op, problem, 1 if t is None else 0, *scalars, seed, tiles=t, streams=streams)
+    assert _scale_err(got, expect) < 1e-11
+    tt = geo.tiles_per_image if t is None else t
+    sizes = {name: size for name, _, size in geo.segments(0, tt, 1, streams)}
+    assert sizes == {"U": 4 * 36 * geo.co * geo.ci, **{f"{b}{i or ''}": 4 * 36 * ch * tt for i in range(streams)
+                                                       for b, ch in (("V", geo.ci), ("M", geo.co))}}
+    assert geo.stream_buffers(2) == {"U": "U", "V": "V2", "M": "M2"}
+
+
+def test_stream_counts_are_offered_where_chunks_can_overlap():
+    from ucudnn.measure.sources.winograd import stream_counts, streams_of
+
+    assert stream_counts("forward", 1, 1) == [1] and stream_counts("forward", 2, 1) == [1, 2]
+    assert stream_counts("backward_data", 17, 1) == [1, 2, 3]
+    assert stream_counts("backward_filter", 17, 1) == [1] and stream_counts("forward", 17, 2) == [1]
+    row = Measurement(8, "wino-f4-t192-p3", "FMA", 1.0, 0, "winograd", None, {"winograd": {"tiles": 192, "streams": 3}})
+    assert streams_of(row) == 3 and tiles_of(row) == 192
+    assert streams_of(Measurement(8, "wino-f4", "FMA", 1.0, 0, "winograd")) == 1
+    with pytest.raises(InputError) as e:
+        streams_of(Measurement(8, "x", "FMA", 1.0, 0, "winograd", None, {"winograd": {"streams": 4}}))
+    assert e.value.field == "extra.winograd.streams"
+    geo = Geometry.of(ConvProblem(2, 8, 9, 9, 8, 3, 3, pad=1), "forward")
+    with pytest.raises(InputError):
+        geo.segments(0, 9, 1, 4)
+    with pytest.raises(InputError):
+        emulate(geo, np.zeros(8 * 8 * 9), np.zeros(2 * 8 * 81), np.zeros(2 * 8 * 81), 2, 1, csplit=2, streams=2)
 
 
 def test_fused_workspace_is_u_padded_to_the_kernels_blocks_whatever_the_batch():

@@ -62,7 +62,7 @@ def _cupy_impl() -> dict[str, Callable[..., Any]] | None:
     if not all(hasattr(cb, n) for n in names):
         return None
     return {"gemm": cb.gemmStridedBatchedEx, "set_stream": cb.setStream, "set_pointer_mode": cb.setPointerMode,
-            "math_mode": getattr(cb, "getMathMode", None),
+            "math_mode": getattr(cb, "getMathMode", None), "create": cb.create,
             "impl": lambda: "cupy_backends.cuda.libs.cublas"}
 
 
@@ -91,6 +91,13 @@ def _ctypes_impl() -> dict[str, Callable[..., Any]]:
     set_mode.argtypes, set_mode.restype = [vp, i], i
     get_math = lib.cublasGetMathMode
     get_math.argtypes, get_math.restype = [vp, ctypes.POINTER(i)], i
+    create = lib.cublasCreate_v2
+    create.argtypes, create.restype = [ctypes.POINTER(vp)], i
+
+    def create_handle() -> int:
+        out = vp()
+        check("cublasCreate", create(ctypes.byref(out)))
+        return int(out.value)
 
     def math_mode(h: int) -> int:
         out = i()
@@ -104,7 +111,7 @@ def _ctypes_impl() -> dict[str, Callable[..., Any]]:
     return {"gemm": lambda *a: check("cublasGemmStridedBatchedEx", gemm(*a)),
             "set_stream": lambda h, s: check("cublasSetStream", set_stream(h, s)),
             "set_pointer_mode": lambda h, m: check("cublasSetPointerMode", set_mode(h, m)),
-            "math_mode": math_mode,
+            "math_mode": math_mode, "create": create_handle,
             "impl": lambda: f"ctypes {lib._name}"}
 
 
@@ -133,6 +140,27 @@ def handle() -> int:
     from .gpu import cupy
 
     return int(cupy().cuda.device.get_cublas_handle())
+
+
+_side = threading.local()
+
+
+def side_handle(k: int) -> int:
+    """The ``k``-th (1, 2, ...) extra cuBLAS handle of the current device and thread, created once: a call that
+    runs GEMMs on several streams at once gives each stream its own handle (one handle's workspace is not
+    shared safely by concurrent streams); index 0 is :func:`handle`."""
+    from .gpu import cupy
+
+    if k == 0:
+        return handle()
+    pool = getattr(_side, "pool", None)
+    if pool is None:
+        pool = _side.pool = {}
+    key = (int(cupy().cuda.Device().id), k)
+    h = pool.get(key)
+    if h is None:
+        h = pool[key] = int(_calls()["create"]())
+    return h
 
 
 def bind(h: int, stream: int) -> None:

@@ -40,6 +40,21 @@ def cupy() -> Any:
     return cp
 
 
+def side_stream(k: int) -> Any:
+    """The ``k``-th (1, 2, ...) extra non-blocking CuPy stream of the current device and thread, created once: what a
+    launch that overlaps its own steps forks onto (it joins them back to its stream before returning, so a caller
+    and a CUDA graph capture see one stream's work)."""
+    cp = cupy()
+    pool = getattr(_tls, "side_streams", None)
+    if pool is None:
+        pool = _tls.side_streams = {}
+    key = (int(cp.cuda.Device().id), k)
+    st = pool.get(key)
+    if st is None:
+        st = pool[key] = cp.cuda.Stream(non_blocking=True)
+    return st
+
+
 def gpu_available() -> bool:
     try:
         cupy()

@@ -61,6 +61,14 @@ AlexNet b256 8.5 of 10.3; ResNet-50 b128 8.5 of 10.0), and
 leaving them out priced the WR plans at +0.00% to +0.28% from 8 MiB to 4 GiB (VGG-16, AlexNet, ResNet-50), within
 issue 16's 1% bar for a pruning rule; 32 chunks would have cut more and priced up to +1.49%.
 
+Chunks over streams (``-p2`` / ``-p3`` after the chunk's name, ``extra["winograd"]["streams"]``; forward and
+backward data, unsliced, calls of at least that many chunks: :func:`stream_counts`): chunk i runs on stream
+i % streams (the caller's and :func:`ucudnn.binding.gpu.side_stream`), each stream with its own V and M after the
+shared U and its own cuBLAS handle (:func:`ucudnn.binding.cublas.side_handle`), so one chunk's memory-bound
+transforms run beside another's GEMMs.  The side streams wait for the filter transform and the caller's stream
+waits for them before the launch returns, so a call is still one stream's work (and captures into one graph).
+Workspace ``36 * 4 * (Co*Ci + streams * (Ci*T + Co*T))``.
+
 Fused (``wino-f4-fused``, ``extra["winograd"]["fused"]``; forward and backward data, sm_90): one kernel
 (``wino_fused``) transforms its tiles into shared memory and keeps the 36 points' products in registers, so the
 workspace is U alone (``36 * 4 * Cp * Kp`` bytes, channels padded to the kernel's blocks: 0.56 MiB for 64 channels,
@@ -124,14 +132,19 @@ def tiles_of(config: Measurement) -> int | None:
     return tiles
 
 
+def _choice(config: Measurement, key: str, allowed: tuple[int, ...]) -> int:
+    """``extra.winograd.<key>`` of a recorded configuration, one of ``allowed`` (1 where absent)."""
+    value = (config.extra.get("winograd") or {}).get(key, 1)
+    if value not in allowed or isinstance(value, bool):
+        raise InputError(f"{key} must be one of {allowed}, got {value!r}", f"extra.winograd.{key}")
+    return value
+
+
 def csplit_of(config: Measurement) -> int:
     """The input-channel slices a recorded configuration runs (``extra.winograd.csplit``; 1 where absent)."""
     from ucudnn.kernels.winograd import CSPLITS
 
-    csplit = (config.extra.get("winograd") or {}).get("csplit", 1)
-    if csplit not in CSPLITS or isinstance(csplit, bool):
-        raise InputError(f"csplit must be one of {CSPLITS}, got {csplit!r}", "extra.winograd.csplit")
-    return csplit
+    return _choice(config, "csplit", CSPLITS)
 
 
 def csplits(geo: Any, op: str, tiles: int) -> list[int]:
@@ -173,6 +186,27 @@ def _launch_fused(problem: ConvProblem, op: str) -> Launch:
     return launch
 
 
+def streams_of(config: Measurement) -> int:
+    """The streams a recorded configuration spreads its chunks over (``extra.winograd.streams``; 1 where
+    absent)."""
+    from ucudnn.kernels.winograd import STREAMS
+
+    return _choice(config, "streams", STREAMS)
+
+
+def stream_counts(op: str, chunks: int, csplit: int) -> list[int]:
+    """The stream counts measured for a call of ``chunks`` chunks: 1, and 2 and 3 (forward and backward data,
+    unsliced, where the call has that many chunks).  Why: a chunk's transforms are memory-bound and its GEMMs
+    compute-bound, so chunks on two or three streams overlap them; at the same workspace (each stream a V and M of
+    half or a third the tiles) measured on the H200 (VGG-16 b64 forward, 64 MiB): conv1_2 4.14 -> 3.76 ms, conv3_2
+    2.13 -> 1.73, conv4_2 1.96 -> 1.76 on three streams, ResNet-50's 64-channel 3x3 0.66 -> 0.53."""
+    from ucudnn.kernels.winograd import STREAMS
+
+    if op == "backward_filter" or csplit > 1:
+        return [1]
+    return [s for s in STREAMS if s <= chunks]
+
+
 def chunk_of(config: Measurement, n: int) -> int:
     """The chunk size a recorded configuration runs (its extra, else its algorithm's name), at most ``n``."""
     info = config.extra.get("winograd") or {}
@@ -192,10 +226,10 @@ def chunk_of(config: Measurement, n: int) -> int:
 
 
 def _launch(problem: ConvProblem, op: str, chunk: int, compute: str, tiles: int | None = None,
-            csplit: int = 1) -> Launch:
+            csplit: int = 1, streams: int = 1) -> Launch:
     """The launch of ``op`` at ``problem.n`` in chunks of ``chunk`` images, or of ``tiles`` tiles when given; forward
     and backward data with their input channels in ``csplit`` slices (each slice's filter and input transformed per
-    chunk, its GEMM adding into M after the first)."""
+    chunk, its GEMM adding into M after the first), or with their chunks over ``streams`` streams."""
     from ...binding.gpu import cupy
     from ucudnn.kernels.winograd import Geometry
 
@@ -207,7 +241,11 @@ def _launch(problem: ConvProblem, op: str, chunk: int, compute: str, tiles: int 
     if why:
         raise InputError(f"winograd cannot run {op} of {problem.describe()}: {why}", "chunk")
     if op == "backward_filter":
+        if streams != 1:
+            raise InputError("backward filter accumulates dU chunk after chunk: it runs on one stream", "streams")
         return _launch_backward_filter(cp, geo, problem.n, chunk, compute, tiles)
+    if streams > 1:
+        return _launch_streams(cp, geo, op, problem.n, chunk, compute, tiles, streams)
     from ucudnn.kernels.winograd import launchers
 
     part = geo.slice(csplit)
@@ -241,6 +279,56 @@ def _launch(problem: ConvProblem, op: str, chunk: int, compute: str, tiles: int 
                 input_(x + dx, bufs["V"], t0, count)
                 gemms[(count, s > 0)](h, bufs)
             output_(bufs["M"], y, t0, count, alpha, beta)
+
+    return launch
+
+
+def _launch_streams(cp: Any, geo: Any, op: str, n: int, chunk: int, compute: str, tiles: int | None,
+                    streams: int) -> Launch:
+    """Forward or backward data with chunk i on stream i % ``streams`` (the caller's stream and
+    :func:`ucudnn.binding.gpu.side_stream` 1, 2), each stream in its own V and M and with its own cuBLAS handle:
+    one chunk's transforms (memory-bound) run beside another's GEMMs (compute-bound).  The side streams wait for the
+    filter transform on the caller's stream and the caller's stream waits for them at the end, so the call is one
+    stream's work to its caller and to a CUDA graph capture."""
+    from ucudnn.kernels.winograd import launchers
+
+    from ...binding.gpu import side_stream
+
+    filter_, input_, output_ = launchers(geo)
+    need = geo.workspace_bytes(chunk, tiles, 1, streams)
+    offsets = {name: off for name, off, _ in geo.segments(chunk, tiles, 1, streams)}
+    chunks = geo.ranges(n, chunk, tiles)
+    gemms = {count: _gemm_call(geo, count, compute) for _, count in chunks}
+    names = [geo.stream_buffers(k) for k in range(streams)]
+    sides = [side_stream(k) for k in range(1, streams)]
+    handles = [cublas.side_handle(k) for k in range(streams)]
+    fork = cp.cuda.Event(block=False, disable_timing=True)
+    joins = [cp.cuda.Event(block=False, disable_timing=True) for _ in sides]
+    forward = op == "forward"
+    what = (f"chunks of {chunk} images" if tiles is None else f"chunks of {tiles} tiles") + f" on {streams} streams"
+
+    def launch(ops: Operands, workspace: int, workspace_bytes: int, alpha: float, beta: float) -> None:
+        if workspace_bytes < need:
+            raise UcudnnError(f"winograd {op} ({what}) needs {need} bytes of workspace, got {workspace_bytes}")
+        w, x, y = (ops.b, ops.a, ops.out) if forward else (ops.a, ops.b, ops.out)
+        main = cp.cuda.get_current_stream()
+        order = [main, *sides]
+        for h, st in zip(handles, order):
+            cublas.bind(h, st.ptr)
+        bufs = [{key: workspace + offsets[name] for key, name in nm.items()} for nm in names]
+        filter_(w, bufs[0]["U"])
+        fork.record(main)
+        for st in sides:
+            st.wait_event(fork)
+        for i, (t0, count) in enumerate(chunks):
+            k = i % streams
+            with order[k]:
+                input_(x, bufs[k]["V"], t0, count)
+                gemms[count](handles[k], bufs[k])
+                output_(bufs[k]["M"], y, t0, count, alpha, beta)
+        for st, done in zip(sides, joins):
+            done.record(st)
+            main.wait_event(done)
 
     return launch
 
@@ -326,15 +414,18 @@ class WinogradSource(Prepared):
         variants = sorted(((t, c, tl, len(geo.ranges(mb, c, tl))) for t, c, tl in sizes), reverse=True,
                           key=lambda v: v[0])
         # calls of more than MAX_CHUNKS chunks are measured at the smaller micro-batches only
-        runs = ((t, c, tl, n, cs) for t, c, tl, n in variants if n <= MAX_CHUNKS for cs in csplits(geo, op, t))
+        runs = ((t, c, tl, n, cs, st) for t, c, tl, n in variants if n <= MAX_CHUNKS for cs in csplits(geo, op, t)
+                for st in stream_counts(op, n, cs))
         if op != "backward_filter":
             row = self._measure_fused(op, problem, geo, ops, workspace, beta, settings, pruner)
             (measured if isinstance(row, Measurement) else skipped).append(row)  # type: ignore[arg-type]
-        for _, chunk, tiles, n_chunks, csplit in runs:
+        for _, chunk, tiles, n_chunks, csplit, streams in runs:
             algo = algo_name(chunk, mb) if tiles is None else tile_algo_name(tiles)
             if csplit > 1:
                 algo += f"-s{csplit}"
-            ws = geo.workspace_bytes(chunk, tiles, csplit)
+            if streams > 1:
+                algo += f"-p{streams}"
+            ws = geo.workspace_bytes(chunk, tiles, csplit, streams)
             why = geo.chunk_refusal(chunk, tiles, mb)
             if why:
                 skipped.append(Skipped(mb, algo, label, f"winograd: {why}"))
@@ -348,6 +439,8 @@ class WinogradSource(Prepared):
                                                          else "once per call")}
             if csplit > 1:
                 info.update(csplit=csplit, filter_transform="per chunk and input-channel slice")
+            if streams > 1:
+                info["streams"] = streams
             if tiles is None:
                 info["chunk"] = chunk
             else:
@@ -383,7 +476,9 @@ class WinogradSource(Prepared):
         if is_fused(config):
             return _launch_fused(problem, op)
         compute = compute_for(config.math_type, problem.dtype)
-        tiles, csplit = tiles_of(config), csplit_of(config)
+        tiles, csplit, streams = tiles_of(config), csplit_of(config), streams_of(config)
+        if csplit > 1 and streams > 1:
+            raise InputError("input-channel slices run on one stream", "extra.winograd.streams")
         if tiles is not None:
-            return _launch(problem, op, 0, compute, tiles, csplit)
-        return _launch(problem, op, chunk_of(config, problem.n), compute, csplit=csplit)
+            return _launch(problem, op, 0, compute, tiles, csplit, streams)
+        return _launch(problem, op, chunk_of(config, problem.n), compute, csplit=csplit, streams=streams)
