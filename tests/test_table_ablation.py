@@ -43,3 +43,24 @@ def test_chunk_penalty_scales_chunked_winograd_rows_toward_the_one_chunk_row_of_
     assert [m.time_ms for m in half.kernels[0].measurements] == [3.0, 1.0, 1.25, 0.9, 0.8]
     assert [m.time_ms for m in ablation.chunk_penalty(table, 0.0).kernels[0].measurements] == [3.0, 1.0, 1.0, 0.9, 0.8]
     assert [m.time_ms for m in table.kernels[0].measurements] == [3.0, 1.0, 1.5, 0.9, 0.8], "the input is not changed"
+
+
+def test_drop_streams_plans_without_the_chunks_over_streams(tmp_path):
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from ucudnn.planning.table import BenchmarkTable
+
+    rows = [Measurement(4, 1, "FMA", 3.0, 0, "legacy"),
+            Measurement(4, "wino-f4-t8-p2", "FMA", 1.0, 1 << 20, "winograd", None,
+                        {"winograd": {"tiles": 8, "streams": 2}}),
+            Measurement(4, "wino-f4-t8", "FMA", 2.0, 1 << 20, "winograd", None, {"winograd": {"tiles": 8}})]
+    path = tmp_path / "t.table.json.gz"
+    BenchmarkTable("dev", 91900, [KernelBench("k", "forward", ConvProblem(4, 8, 8, 8, 8, 3, 3), rows)]).save(path)
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "table_ablation.py"
+    subprocess.run([sys.executable, str(script), "--table", str(path), "--drop-streams", "--limits", "64MiB",
+                    "--out", str(tmp_path), "--name", "ab"], check=True, capture_output=True, text=True, timeout=120)
+    got = {r["rows"]: r["planned_ms"]["64MiB"] for r in json.loads((tmp_path / "ab.json").read_text())["rows"]}
+    assert got == {"all rows": 1.0, "without winograd's chunks over streams": 2.0}
