@@ -47,12 +47,14 @@ def chunk_penalty(table, factor: float):
     import copy
     import dataclasses
 
+    from ucudnn.measure.sources.winograd import ALGO, is_fused
+
     out = copy.deepcopy(table)
     for k in out.kernels:
-        one = {m.micro_batch: m.time_ms for m in k.measurements if m.source == "winograd" and m.algo == "wino-f4"}
+        one = {m.micro_batch: m.time_ms for m in k.measurements if m.source == "winograd" and m.algo == ALGO}
         for i, m in enumerate(k.measurements):
             ref = one.get(m.micro_batch)
-            if (m.source == "winograd" and m.algo not in ("wino-f4", "wino-f4-fused") and ref is not None
+            if (m.source == "winograd" and m.algo != ALGO and not is_fused(m) and ref is not None
                     and ref < m.time_ms):
                 k.measurements[i] = dataclasses.replace(m, time_ms=ref + factor * (m.time_ms - ref))
     return out

@@ -35,8 +35,7 @@ tensor (:meth:`ucudnn.problem.ConvProblem.y_strides`).  The workspace is float32
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from dataclasses import replace as dataclasses_replace
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import numpy as np
@@ -220,9 +219,7 @@ class Geometry:
             raise InputError("backward filter does not split its input channels", "csplit")
         if self.ci % csplit:
             raise InputError(f"{self.ci} input channels do not split into {csplit} equal slices", "csplit")
-        import dataclasses
-
-        return dataclasses.replace(self, ci=self.ci // csplit)
+        return replace(self, ci=self.ci // csplit)
 
     def slice_offsets(self, csplit: int, part: int) -> tuple[int, int]:
         """(filter, input) element offsets of slice ``part`` of ``csplit``: its first input channel's."""
@@ -597,7 +594,7 @@ def emulate_fused(geo: Geometry, w: np.ndarray, x: np.ndarray, y: np.ndarray, n:
     emulate_filter_fused(geo, w, ws)
     t = n * geo.tiles_per_image
     V = np.zeros(POINTS * geo.ci * t)
-    channel_major = dataclasses_replace(geo, cminor=False)
+    channel_major = replace(geo, cminor=False)
     emulate_input(channel_major, x, V, 0, t)
     Vp = np.zeros((POINTS, cp, t))
     Vp[:, :geo.ci] = V.reshape(POINTS, geo.ci, t)
@@ -734,8 +731,40 @@ def fused_launchers(geo: Geometry, itemsize: int = 4) -> tuple[FilterFn, Callabl
     return filter_, conv_
 
 
-__all__ = ["AT", "BT", "CSPLITS", "STREAMS", "FUSED_BC", "FUSED_BK", "FUSED_BT", "FUSED_MIN_CC", "FUSED_SMEM", "FUSED_THREADS", "G", "Geometry", "TILE_CHUNK_ALIGN", "TILE_CHUNK_IMAGES", "TILE_CHUNK_MIN_FRACTION", "TILE_CHUNK_TOP", "WORKSPACE_ALIGN",
-           "backward_filter_launchers", "chunk_sizes", "correlation_reference", "direct_correlation", "emulate",
-           "emulate_backward_filter", "emulate_fused", "emulate_filter_fused", "filter_transform", "fused_dims",
-           "fused_launchers", "fused_refusal", "fused_workspace_bytes", "input_transform", "launchers", "output_transform",
-           "refusal", "tile_chunk_sizes"]
+__all__ = [
+    "AT",
+    "BT",
+    "CSPLITS",
+    "FUSED_BC",
+    "FUSED_BK",
+    "FUSED_BT",
+    "FUSED_MIN_CC",
+    "FUSED_SMEM",
+    "FUSED_THREADS",
+    "STREAMS",
+    "TILE_CHUNK_ALIGN",
+    "TILE_CHUNK_IMAGES",
+    "TILE_CHUNK_MIN_FRACTION",
+    "TILE_CHUNK_TOP",
+    "WORKSPACE_ALIGN",
+    "G",
+    "Geometry",
+    "backward_filter_launchers",
+    "chunk_sizes",
+    "correlation_reference",
+    "direct_correlation",
+    "emulate",
+    "emulate_backward_filter",
+    "emulate_filter_fused",
+    "emulate_fused",
+    "filter_transform",
+    "fused_dims",
+    "fused_launchers",
+    "fused_refusal",
+    "fused_workspace_bytes",
+    "input_transform",
+    "launchers",
+    "output_transform",
+    "refusal",
+    "tile_chunk_sizes",
+]

@@ -142,25 +142,15 @@ def handle() -> int:
     return int(cupy().cuda.device.get_cublas_handle())
 
 
-_side = threading.local()
-
-
 def side_handle(k: int) -> int:
     """The ``k``-th (1, 2, ...) extra cuBLAS handle of the current device and thread, created once: a call that
     runs GEMMs on several streams at once gives each stream its own handle (one handle's workspace is not
     shared safely by concurrent streams); index 0 is :func:`handle`."""
-    from .gpu import cupy
+    from .gpu import cupy, per_thread
 
     if k == 0:
         return handle()
-    pool = getattr(_side, "pool", None)
-    if pool is None:
-        pool = _side.pool = {}
-    key = (int(cupy().cuda.Device().id), k)
-    h = pool.get(key)
-    if h is None:
-        h = pool[key] = int(_calls()["create"]())
-    return h
+    return per_thread("cublas_side_handles", (int(cupy().cuda.Device().id), k), lambda: int(_calls()["create"]()))
 
 
 def bind(h: int, stream: int) -> None:

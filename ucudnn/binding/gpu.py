@@ -40,19 +40,25 @@ def cupy() -> Any:
     return cp
 
 
+def per_thread(pool: str, key: Any, make: Callable[[], Any]) -> Any:
+    """This thread's ``make()`` for ``key`` in its pool named ``pool``, made on first use and kept: resources a
+    thread reuses call after call (side streams, extra cuBLAS handles)."""
+    cache = getattr(_tls, pool, None)
+    if cache is None:
+        cache = {}
+        setattr(_tls, pool, cache)
+    value = cache.get(key)
+    if value is None:
+        value = cache[key] = make()
+    return value
+
+
 def side_stream(k: int) -> Any:
     """The ``k``-th (1, 2, ...) extra non-blocking CuPy stream of the current device and thread, created once: what a
     launch that overlaps its own steps forks onto (it joins them back to its stream before returning, so a caller
     and a CUDA graph capture see one stream's work)."""
     cp = cupy()
-    pool = getattr(_tls, "side_streams", None)
-    if pool is None:
-        pool = _tls.side_streams = {}
-    key = (int(cp.cuda.Device().id), k)
-    st = pool.get(key)
-    if st is None:
-        st = pool[key] = cp.cuda.Stream(non_blocking=True)
-    return st
+    return per_thread("side_streams", (int(cp.cuda.Device().id), k), lambda: cp.cuda.Stream(non_blocking=True))
 
 
 def gpu_available() -> bool:
