@@ -29,7 +29,8 @@
 // wino_dy:      one thread per (k, t): the 4x4 dy values of global tile t0 + t (zero past Ho x Wo) -> 36 values
 //               Z[xi][...] = (A dy A^T)[xi], in M's layout.  Grid (ceil(Co*T / 256)).
 // wino_filter_grad: one thread per (o, i): 36 values dU[xi][o][i] -> the 9 taps dw = alpha * G^T dU G + beta * dw
-//               (dw not read when beta == 0).  Grid (ceil(Co*Ci / 256)).
+//               (dw not read when beta == 0); with PARTS > 1 dU is the sum of PARTS partial dU, PSTRIDE floats
+//               apart (chunks over streams: one per stream).  Grid (ceil(Co*Ci / 256)).
 #include "common.cuh"
 #include "mma.cuh"
 
@@ -241,7 +242,7 @@ __global__ void __launch_bounds__(256) wino_dy(const T* __restrict__ dy, float* 
 template <typename T>
 __global__ void __launch_bounds__(256) wino_filter_grad(const float* __restrict__ U, T* __restrict__ w, int Co, int Ci,
                                                         long long so, long long si, long long sr, long long ss,
-                                                        float alpha, float beta)
+                                                        float alpha, float beta, int parts, long long pstride)
 {
     const int idx = blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= Co * Ci) return;
@@ -250,6 +251,12 @@ __global__ void __launch_bounds__(256) wino_filter_grad(const float* __restrict_
     float u[36], tmp[18], g[9];
 #pragma unroll
     for (int xi = 0; xi < 36; ++xi) u[xi] = U[xi * plane + idx];
+    // chunks over streams: each stream accumulated its own dU, pstride floats apart; summed here, in stream order
+    for (int p = 1; p < parts; ++p) {
+        const float* Up = U + p * pstride;
+#pragma unroll
+        for (int xi = 0; xi < 36; ++xi) u[xi] += Up[xi * plane + idx];
+    }
 #pragma unroll
     for (int b = 0; b < 6; ++b) wino_gt(u + b, 6, tmp + b, 6);           // tmp [3][6] = G^T u (columns)
 #pragma unroll
@@ -471,7 +478,7 @@ template __global__ void wino_dy<float, false>(const float*, float*, int, int, i
 template __global__ void wino_dy<float, true>(const float*, float*, int, int, int, int, int, int, int, long long,
                                               long long, long long, long long);
 template __global__ void wino_filter_grad<float>(const float*, float*, int, int, long long, long long, long long,
-                                                 long long, float, float);
+                                                 long long, float, float, int, long long);
 template __global__ void wino_filter_fused<float, false>(const float*, float*, int, int, int, int, long long,
                                                          long long, long long, long long);
 template __global__ void wino_filter_fused<float, true>(const float*, float*, int, int, int, int, long long,

@@ -57,7 +57,7 @@ OPS = ("forward", "backward_data", "backward_filter")
 DTYPES = ("float32",)
 #: input-channel slices a forward or backward-data call may run in (:meth:`Geometry.slice`)
 CSPLITS = (1, 2, 4)
-#: streams a chunked forward or backward-data call may spread its chunks over (a V and M buffer each)
+#: streams a chunked call may spread its chunks over (a V and M buffer each; for backward filter a dU each too)
 STREAMS = (1, 2, 3)
 
 # Lavin & Gray's F(4, 3) matrices (interpolation points 0, +-1, +-2, inf)
@@ -230,22 +230,35 @@ class Geometry:
                  streams: int = 1) -> tuple[tuple[str, int, int], ...]:
         """(name, byte offset, bytes) of U, V and M for chunks of ``chunk`` images, or of ``tiles`` tiles when given
         (float32, 256-byte aligned); with ``csplit`` input-channel slices U and V hold one slice; with ``streams``
-        > 1 a V and M per stream after U (``V``, ``M``, ``V1``, ``M1``, ...: chunk i runs on stream i % streams)."""
+        > 1 a V and M per stream after U (``V``, ``M``, ``V1``, ``M1``, ...: chunk i runs on stream i % streams),
+        and for backward filter a dU per stream first (``U``, ``U1``, ...: :meth:`partials`)."""
         if streams not in STREAMS:
             raise InputError(f"must be one of {STREAMS}, got {streams!r}", "streams")
         t = self._chunk_tiles(chunk, tiles)
         ci = self.ci // csplit
         out, off = [], 0
-        parts = [("U", self.co * ci)] + [(f"{name}{k or ''}", elements) for k in range(streams)
-                                         for name, elements in (("V", ci * t), ("M", self.co * t))]
+        us = streams if self.op == "backward_filter" else 1
+        parts = [(f"U{k or ''}", self.co * ci) for k in range(us)] + [
+            (f"{name}{k or ''}", elements) for k in range(streams)
+            for name, elements in (("V", ci * t), ("M", self.co * t))]
         for name, elements in parts:
             out.append((name, off, 4 * POINTS * elements))
             off = align_up(off + 4 * POINTS * elements)
         return tuple(out)
 
     def stream_buffers(self, k: int) -> dict[str, str]:
-        """The segment names stream ``k`` uses for the GEMM's buffer names U, V, M (U shared)."""
-        return {"U": "U", "V": f"V{k or ''}", "M": f"M{k or ''}"}
+        """The segment names stream ``k`` uses for the GEMM's buffer names U, V, M (U shared, but for backward
+        filter: each stream accumulates its own dU)."""
+        own = f"{k or ''}"
+        return {"U": "U" + own if self.op == "backward_filter" else "U", "V": "V" + own, "M": "M" + own}
+
+    def partials(self, streams: int, chunks: int) -> tuple[int, int]:
+        """(parts, stride in floats) of backward filter's per-stream dU on ``streams`` streams over a call of
+        ``chunks`` chunks: the streams that ran a chunk (each wrote its dU), their dU buffers that far apart (every
+        dU the same size, 256-byte aligned, so evenly spaced).  Why: a stream's GEMMs add into its own dU, so no
+        two streams add into one buffer; the inverse filter transform sums them once per call."""
+        parts = min(streams, chunks)
+        return parts, (align_up(4 * POINTS * self.co * self.ci) // 4 if parts > 1 else 0)
 
     def _chunk_tiles(self, chunk: int, tiles: int | None) -> int:
         return chunk * self.tiles_per_image if tiles is None else tiles
@@ -253,7 +266,8 @@ class Geometry:
     def workspace_bytes(self, chunk: int, tiles: int | None = None, csplit: int = 1, streams: int = 1) -> int:
         """Exactly what a configuration running chunks of ``chunk`` images (or of ``tiles`` tiles) touches: U, V and
         M (the last not padded): ``36 * 4 * (Co*Cs (aligned) + Cs*T (aligned) + Co*T)`` bytes, T = chunk * tiles
-        per image (or ``tiles``), Cs = Ci / ``csplit``; a V and M per stream with ``streams``."""
+        per image (or ``tiles``), Cs = Ci / ``csplit``; a V and M per stream with ``streams`` (and for backward
+        filter a dU per stream)."""
         return max(off + size for _, off, size in self.segments(chunk, tiles, csplit, streams))
 
     def chunk_refusal(self, chunk: int, tiles: int | None = None, n: int | None = None) -> str | None:
@@ -468,12 +482,21 @@ def emulate_dy(geo: Geometry, dy: np.ndarray, Z: np.ndarray, t0: int, t_count: i
     _scatter(_separable(_a, d), Z, geo.co * t_count, idx)
 
 
-def emulate_filter_grad(geo: Geometry, U: np.ndarray, w: np.ndarray, alpha: float, beta: float) -> None:
-    """wino_filter_grad: flat ``w`` (the filter's strides) = alpha * G^T dU G + beta * w."""
+def emulate_filter_grad(geo: Geometry, U: np.ndarray, w: np.ndarray, alpha: float, beta: float, parts: int = 1,
+                        stride: int = 0) -> None:
+    """wino_filter_grad: flat ``w`` (the filter's strides) = alpha * G^T dU G + beta * w, dU the sum of ``parts``
+    buffers ``stride`` floats apart from the start of flat ``U``."""
     idx = np.arange(geo.co * geo.ci)
     o, i = idx // geo.ci, idx % geo.ci
     plane = geo.co * geo.ci
-    g = _separable(_gt, [[U[(a * 6 + b) * plane + idx] for b in range(6)] for a in range(6)])
+
+    def point(xi: int) -> np.ndarray:
+        total = U[xi * plane + idx]
+        for p in range(1, parts):
+            total = total + U[p * stride + xi * plane + idx]
+        return total
+
+    g = _separable(_gt, [[point(a * 6 + b) for b in range(6)] for a in range(6)])
     so, si, sr, ss = geo.filter_strides
     for r in range(3):
         for s in range(3):
@@ -485,20 +508,25 @@ def emulate_filter_grad(geo: Geometry, U: np.ndarray, w: np.ndarray, alpha: floa
 def emulate_backward_filter(geo: Geometry, x: np.ndarray, dy: np.ndarray, w: np.ndarray, n: int, chunk: int,
                             alpha: float = 1.0, beta: float = 0.0, workspace: np.ndarray | None = None,
                             gemm: Callable[[list[Gemm], dict[str, np.ndarray]], None] | None = None,
-                            tiles: int | None = None) -> np.ndarray:
+                            tiles: int | None = None, streams: int = 1) -> np.ndarray:
     """One backward-filter launch on the CPU, as the source runs it (flat ``x``, ``dy``, ``w`` addressed by the
-    geometry's strides; chunks and workspace as :func:`emulate`).  Returns the workspace."""
+    geometry's strides; chunks and workspace as :func:`emulate`).  With ``streams``, chunk i accumulates into
+    stream i % streams's own dU (its first chunk overwriting) and the inverse transform sums them.  Returns the
+    workspace."""
     if geo.op != "backward_filter":
         raise InputError(f"emulate_backward_filter runs backward_filter geometry, got {geo.op!r}", "geo")
-    words = geo.workspace_bytes(chunk, tiles) // 4
+    words = geo.workspace_bytes(chunk, tiles, 1, streams) // 4
     ws = np.full(words, np.nan) if workspace is None else workspace
-    seg = {name: ws[off // 4: off // 4 + size // 4] for name, off, size in geo.segments(chunk, tiles)}
+    every = {name: ws[off // 4: off // 4 + size // 4] for name, off, size in geo.segments(chunk, tiles, 1, streams)}
     run = gemm or (lambda gms, bufs: run_gemms(gms, bufs))
-    for i, (t0, count) in enumerate(geo.ranges(n, chunk, tiles)):
+    ranges = geo.ranges(n, chunk, tiles)
+    for i, (t0, count) in enumerate(ranges):
+        seg = {name: every[buf] for name, buf in geo.stream_buffers(i % streams).items()}
         emulate_input(geo, x, seg["V"], t0, count)
         emulate_dy(geo, dy, seg["M"], t0, count)
-        run([geo.gemm(0, count, accumulate=i > 0)], seg)
-    emulate_filter_grad(geo, seg["U"], w, alpha, beta)
+        run([geo.gemm(0, count, accumulate=i >= streams)], seg)
+    parts, stride = geo.partials(streams, len(ranges))
+    emulate_filter_grad(geo, ws, w, alpha, beta, parts, stride)   # U, the first dU, at the workspace's start
     return ws
 
 
@@ -668,8 +696,8 @@ def launchers(geo: Geometry, itemsize: int = 4) -> tuple[FilterFn, InputFn, Outp
 
 def backward_filter_launchers(geo: Geometry, itemsize: int = 4) -> tuple[InputFn, InputFn, GradFn]:
     """Backward filter: ``input(x, V, t0, tiles)`` (the forward's), ``dy(dy, Z, t0, tiles)`` (Z = A dy A^T into M's
-    buffer) and ``grad(dU, w, alpha, beta)`` (w = alpha * G^T dU G + beta * w), compiled here like
-    :func:`launchers`."""
+    buffer) and ``grad(dU, w, alpha, beta, parts=1, stride=0)`` (w = alpha * G^T dU G + beta * w, dU the sum of
+    ``parts`` buffers ``stride`` floats apart: :meth:`Geometry.partials`), compiled here like :func:`launchers`."""
     _checked(geo, itemsize)
     if geo.op != "backward_filter":
         raise InputError(f"backward_filter_launchers takes backward_filter geometry, got {geo.op!r}", "geo")
@@ -688,8 +716,9 @@ def backward_filter_launchers(geo: Geometry, itemsize: int = 4) -> tuple[InputFn
         grid, args = shapes(t0, tiles)[1]
         kd(grid, (_THREADS,), (dy, Z) + args)
 
-    def grad_(U: int, w: int, alpha: float, beta: float) -> None:
-        kg(g_grid, (_THREADS,), (U, w) + g_args + (np.float32(alpha), np.float32(beta)))
+    def grad_(U: int, w: int, alpha: float, beta: float, parts: int = 1, stride: int = 0) -> None:
+        kg(g_grid, (_THREADS,), (U, w) + g_args + (np.float32(alpha), np.float32(beta), np.int32(parts),
+                                                   np.int64(stride)))
 
     return input_, dy_, grad_
 

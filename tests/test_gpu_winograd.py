@@ -258,12 +258,12 @@ def test_input_channel_slices_match_cudnn_and_float64(name, op, csplit):
 
 
 @pytest.mark.parametrize("streams", [2, 3])
-@pytest.mark.parametrize("op", ["forward", "backward_data"])
+@pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("name", ["vgg-64x56", "odd-27-pad2", "nhwc-odd", "c13-nonsquare-pad12"])
 def test_chunks_over_streams_match_cudnn_and_float64(name, op, streams):
     """Chunks spread over 2 or 3 streams (each its own V, M and cuBLAS handle, forked from and joined back to the
-    caller's stream): image chunks and tile chunks crossing images equal cuDNN; alpha / beta into live data equal
-    float64."""
+    caller's stream; backward filter each its own dU, summed by the inverse transform): image chunks and tile
+    chunks crossing images equal cuDNN; alpha / beta into live data equal float64."""
     problem = CASES[name]
     ref = _cudnn(problem, op, 14)
     got, _ = _launch_once(problem, op, chunk=1, seed=14, reference=False, streams=streams)
@@ -277,7 +277,7 @@ def test_chunks_over_streams_match_cudnn_and_float64(name, op, streams):
 
 
 @pytest.mark.parametrize("replay", [False, True])
-@pytest.mark.parametrize("op", ["forward", "backward_data"])
+@pytest.mark.parametrize("op", OPS)
 def test_stream_steps_in_plans_through_the_executor_eager_and_replayed(op, replay):
     """A plan mixing a 3-stream step, a 2-stream tile-chunk step and a one-stream step (n = 5, alpha / beta), eager
     and captured into one CUDA graph (the side streams fork from and join the capture) then replayed twice on new
@@ -502,16 +502,17 @@ def test_measure_records_labelled_rows_with_exact_workspace():
             assert [(m.algo, m.math_type, m.workspace_bytes) for m in fused] == (
                 [] if op == "backward_filter" else [("wino-f4-fused", "FMA", fused_workspace_bytes(geo))]), sk
             ms = [m for m in ms if m not in fused]
-            # chunks over streams: forward and backward data, unsliced, named and sized for a V and M per stream
+            # chunks over streams: every op, unsliced, named and sized for a V and M (backward filter: and a dU)
+            # per stream
             for m in ms:
                 info = m.extra["winograd"]
                 if "streams" not in info:
                     continue
                 st, t = info["streams"], info.get("tiles")
-                assert st in (2, 3) and m.algo.endswith(f"-p{st}") and op != "backward_filter"
+                assert st in (2, 3) and m.algo.endswith(f"-p{st}")
                 assert "csplit" not in info and info["chunks"] >= st
                 assert m.workspace_bytes == geo.workspace_bytes(0 if t is not None else info["chunk"], t, 1, st)
-            assert any("streams" in m.extra["winograd"] for m in ms) is (op != "backward_filter")
+            assert any("streams" in m.extra["winograd"] for m in ms)
             ms = [m for m in ms if "streams" not in m.extra["winograd"]]
             whole = [m for m in ms if "csplit" not in m.extra["winograd"]]
             images = [m for m in whole if "chunk" in m.extra["winograd"]]

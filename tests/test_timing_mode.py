@@ -98,3 +98,27 @@ def test_the_calibration_call_is_the_first_sample_when_one_call_already_lasts_a_
 
     assert timing.time_ms(fn, repeat=3, warmup=1, min_sample_ms=0.5) == pytest.approx(t)
     assert len(n) == calls
+
+
+@pytest.mark.parametrize("host, gpu, expect", [
+    (3.0, 1.0, 3.0),     # host-bound: one call a sample (1 ms >= 0.5), the hold would hide 2 of its 3 host ms
+    (0.2, 0.1, 0.2),     # host-bound short calls, five a sample
+    (0.05, 1.0, 1.0),    # GPU-bound: the GPU's time
+])
+def test_a_sample_costs_the_longer_of_the_host_and_gpu_time_per_call(monkeypatch, host, gpu, expect):
+    """Back to back, a call whose enqueue takes longer than its GPU work runs at the host's pace: that is what a
+    plan of such steps executes in, so that is what the sample reports."""
+    import sys
+    import types
+
+    fake = _FakeCupy(gpu)
+    clock = [0.0]
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    monkeypatch.setattr(timing, "_spin", {})
+    monkeypatch.setattr(timing, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
+
+    def fn():
+        clock[0] += host / 1e3
+        fake.call()
+
+    assert timing.time_ms(fn, repeat=3, warmup=1, min_sample_ms=0.5) == pytest.approx(expect)

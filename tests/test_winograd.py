@@ -127,7 +127,7 @@ def _run(op, problem, chunk, alpha, beta, seed, how="row", tiles=None, csplit=1,
         old = rng.standard_normal(wt.shape)
         out = _to_layout(old, lay).reshape(-1).copy()
         emulate_backward_filter(geo, _to_layout(x, lay).reshape(-1), _to_layout(dy, lay).reshape(-1), out, problem.n,
-                                chunk, alpha, beta, workspace=ws, gemm=gemm, tiles=tiles)
+                                chunk, alpha, beta, workspace=ws, gemm=gemm, tiles=tiles, streams=streams)
         got = _from_layout(out.reshape(problem.w_shape()), lay)
         return got, alpha * _expected(op, problem, x, wt, dy) + beta * old
     w_flat = (wt if lay == "NCHW" else wt.transpose(0, 2, 3, 1)).reshape(-1).copy()
@@ -210,13 +210,15 @@ def test_fused_layout_computes_the_convolution(shape, op, layout, wider, scalars
     assert _scale_err(got, expect) < 1e-11
 
 
-@settings(max_examples=60, deadline=None)
-@given(shapes(), st.sampled_from(["forward", "backward_data"]), st.sampled_from(["NCHW", "NHWC"]),
+@settings(max_examples=90, deadline=None)
+@given(shapes(), st.sampled_from(OPS), st.sampled_from(["NCHW", "NHWC"]),
        st.sampled_from([2, 3]), st.data(), st.sampled_from([(1.0, 0.0), (-0.5, 1.0)]), st.integers(0, 2**31 - 1))
 def test_chunks_over_streams_use_a_v_and_m_each_and_compute_the_convolution(shape, op, layout, streams, data,
                                                                             scalars, seed):
-    """Chunk i in stream i % streams's own V and M after the shared U (``V``, ``M``, ``V1``, ``M1``, ...): the
-    float64 result equals the reference at exactly the reported workspace (NaN elsewhere), image or tile chunks."""
+    """Chunk i in stream i % streams's own V and M after the shared U (``V``, ``M``, ``V1``, ``M1``, ...), and for
+    backward filter its own dU too (``U``, ``U1``, ... first, evenly spaced, summed by the inverse transform): the
+    float64 result equals the reference at exactly the reported workspace (NaN elsewhere), image or tile chunks,
+    calls with fewer chunks than streams included."""
     n, c, h, w, k, pad = shape
     problem = ConvProblem(n, c, h, w, k, 3, 3, pad=pad, layout=layout)
     geo = Geometry.of(problem, op)
@@ -224,10 +226,18 @@ def test_chunks_over_streams_use_a_v_and_m_each_and_compute_the_convolution(shap
     got, expect = _run(op, problem, 1 if t is None else 0, *scalars, seed, tiles=t, streams=streams)
     assert _scale_err(got, expect) < 1e-11
     tt = geo.tiles_per_image if t is None else t
-    sizes = {name: size for name, _, size in geo.segments(0, tt, 1, streams)}
-    assert sizes == {"U": 4 * 36 * geo.co * geo.ci, **{f"{b}{i or ''}": 4 * 36 * ch * tt for i in range(streams)
-                                                       for b, ch in (("V", geo.ci), ("M", geo.co))}}
-    assert geo.stream_buffers(2) == {"U": "U", "V": "V2", "M": "M2"}
+    segs = geo.segments(0, tt, 1, streams)
+    own = op == "backward_filter"
+    us = [f"U{i or ''}" for i in range(streams if own else 1)]
+    assert {name: size for name, _, size in segs} == {
+        **{u: 4 * 36 * geo.co * geo.ci for u in us},
+        **{f"{b}{i or ''}": 4 * 36 * ch * tt for i in range(streams) for b, ch in (("V", geo.ci), ("M", geo.co))}}
+    assert [name for name, _, _ in segs[:len(us)]] == us   # every dU first: partials' one stride apart
+    offsets = {name: off for name, off, _ in segs}
+    chunks = len(geo.ranges(n, 1 if t is None else 0, t))
+    parts, stride = geo.partials(streams, chunks)
+    assert parts == min(streams, chunks) and all(offsets[u] == 4 * i * stride for i, u in enumerate(us) if parts > 1)
+    assert geo.stream_buffers(2) == {"U": "U2" if own else "U", "V": "V2", "M": "M2"}
 
 
 def test_stream_counts_are_offered_where_chunks_can_overlap():
@@ -235,7 +245,8 @@ def test_stream_counts_are_offered_where_chunks_can_overlap():
 
     assert stream_counts("forward", 1, 1) == [1] and stream_counts("forward", 2, 1) == [1, 2]
     assert stream_counts("backward_data", 17, 1) == [1, 2, 3]
-    assert stream_counts("backward_filter", 17, 1) == [1] and stream_counts("forward", 17, 2) == [1]
+    assert stream_counts("backward_filter", 17, 1) == [1, 2, 3] and stream_counts("backward_filter", 2, 1) == [1, 2]
+    assert stream_counts("forward", 17, 2) == [1]
     row = Measurement(8, "wino-f4-t192-p3", "FMA", 1.0, 0, "winograd", None, {"winograd": {"tiles": 192, "streams": 3}})
     assert streams_of(row) == 3 and tiles_of(row) == 192
     assert streams_of(Measurement(8, "wino-f4", "FMA", 1.0, 0, "winograd")) == 1

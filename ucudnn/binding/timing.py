@@ -14,9 +14,15 @@ Each sample also starts behind a short GPU *hold* (a kernel that spins for
 about 1.5x the host time one call takes to enqueue), so the first call of the
 sample is already queued when the start event fires: what a sample sees is
 the steady state of calls back to back, as in a plan, where a step's launch
-overlaps the step before it.  A host-bound configuration still shows its host
-time (the queue drains after the first call).  Why: without it the first
-call's enqueue was charged to a sample of only 2-4 calls.  Measured on an H100
+overlaps the step before it.  Why: without it the first call's enqueue was
+charged to a sample of only 2-4 calls.  A sample reports the longer of the
+GPU's time per call and the host's enqueue time per call: back to back, a
+host-bound configuration runs at its host's pace.  Why: the hold hides the
+host time of a sample of one call (a call lasting ``min_sample_ms``), and on
+the H200 (VGG-16 b64 FP32, the winograd source's backward filter on three
+streams, 49 chunks a call of 16 images: about 2 ms of host work, 1.4 ms of
+GPU work) such calls were timed at their GPU time and WR's 64 MiB plan ran
+1.14x its planned time (conv1_2's backward filter 1.52x).  Measured on an H100
 (AlexNet b256 FP32, legacy WINOGRAD_NONFUSED backward data, 16 samples):
 0.135 ms per call timed, 0.078 ms per call executed in a plan of 16, so WR's
 planned time was 1.7x what the plan then ran in.
@@ -54,7 +60,8 @@ def time_ms(fn: Callable[[], None], repeat: int = 5, warmup: int = 1, min_sample
         host[0] = (time.perf_counter() - t0) / inner
         end.record(stream)
         end.synchronize()
-        return cp.cuda.get_elapsed_time(start, end) / inner
+        # back to back, a call costs the longer of its GPU time and its host enqueue time (module doc)
+        return max(cp.cuda.get_elapsed_time(start, end) / inner, 1e3 * host[0])
 
     for _ in range(warmup):
         t0 = time.perf_counter()

@@ -61,13 +61,15 @@ AlexNet b256 8.5 of 10.3; ResNet-50 b128 8.5 of 10.0), and
 leaving them out priced the WR plans at +0.00% to +0.28% from 8 MiB to 4 GiB (VGG-16, AlexNet, ResNet-50), within
 issue 16's 1% bar for a pruning rule; 32 chunks would have cut more and priced up to +1.49%.
 
-Chunks over streams (``-p2`` / ``-p3`` after the chunk's name, ``extra["winograd"]["streams"]``; forward and
-backward data, unsliced, calls of at least that many chunks: :func:`stream_counts`): chunk i runs on stream
-i % streams (the caller's and :func:`ucudnn.binding.gpu.side_stream`), each stream with its own V and M after the
-shared U and its own cuBLAS handle (:func:`ucudnn.binding.cublas.side_handle`), so one chunk's memory-bound
-transforms run beside another's GEMMs.  The side streams wait for the filter transform and the caller's stream
-waits for them before the launch returns, so a call is still one stream's work (and captures into one graph).
-Workspace ``36 * 4 * (Co*Ci + streams * (Ci*T + Co*T))``.
+Chunks over streams (``-p2`` / ``-p3`` after the chunk's name, ``extra["winograd"]["streams"]``; unsliced,
+calls of at least that many chunks: :func:`stream_counts`): chunk i runs on stream i % streams (the caller's and
+:func:`ucudnn.binding.gpu.side_stream`), each stream with its own V and M after the shared U and its own cuBLAS
+handle (:func:`ucudnn.binding.cublas.side_handle`), so one chunk's memory-bound transforms run beside another's
+GEMMs.  The side streams wait for the filter transform and the caller's stream waits for them before the launch
+returns, so a call is still one stream's work (and captures into one graph).  Workspace
+``36 * 4 * (Co*Ci + streams * (Ci*T + Co*T))``.  Backward filter: each stream adds into its own dU (``U``,
+``U1``, ...: no two streams add into one buffer, so the sum stays deterministic), and the inverse filter transform
+sums them in stream order after the join; workspace ``36 * 4 * streams * (Co*Ci + Ci*T + Co*T)``.
 
 Fused (``wino-f4-fused``, ``extra["winograd"]["fused"]``; forward and backward data, sm_90): one kernel
 (``wino_fused``) transforms its tiles into shared memory and keeps the 36 points' products in registers, so the
@@ -195,14 +197,16 @@ def streams_of(config: Measurement) -> int:
 
 
 def stream_counts(op: str, chunks: int, csplit: int) -> list[int]:
-    """The stream counts measured for a call of ``chunks`` chunks: 1, and 2 and 3 (forward and backward data,
-    unsliced, where the call has that many chunks).  Why: a chunk's transforms are memory-bound and its GEMMs
-    compute-bound, so chunks on two or three streams overlap them; at the same workspace (each stream a V and M of
-    half or a third the tiles) measured on the H200 (VGG-16 b64 forward, 64 MiB): conv1_2 4.14 -> 3.76 ms, conv3_2
-    2.13 -> 1.73, conv4_2 1.96 -> 1.76 on three streams, ResNet-50's 64-channel 3x3 0.66 -> 0.53."""
+    """The stream counts measured for a call of ``chunks`` chunks: 1, and 2 and 3 (unsliced, where the call has
+    that many chunks).  Why: a chunk's transforms are memory-bound and its GEMMs compute-bound, so chunks on two or
+    three streams overlap them; at the same workspace (each stream a V and M of half or a third the tiles) measured
+    on the H200 (VGG-16 b64 forward, 64 MiB): conv1_2 4.14 -> 3.76 ms, conv3_2 2.13 -> 1.73, conv4_2 1.96 -> 1.76
+    on three streams, ResNet-50's 64-channel 3x3 0.66 -> 0.53.  Backward filter too, each stream adding into its
+    own dU: its GEMMs make only Co x Ci outputs per point (VGG-16's 256 x 256: 144 blocks of 128 x 128 for 132
+    SMs), so one stream's GEMM leaves SMs idle that another stream's fills."""
     from ucudnn.kernels.winograd import STREAMS
 
-    if op == "backward_filter" or csplit > 1:
+    if csplit > 1:
         return [1]
     return [s for s in STREAMS if s <= chunks]
 
@@ -241,9 +245,7 @@ def _launch(problem: ConvProblem, op: str, chunk: int, compute: str, tiles: int 
     if why:
         raise InputError(f"winograd cannot run {op} of {problem.describe()}: {why}", "chunk")
     if op == "backward_filter":
-        if streams != 1:
-            raise InputError("backward filter accumulates dU chunk after chunk: it runs on one stream", "streams")
-        return _launch_backward_filter(cp, geo, problem.n, chunk, compute, tiles)
+        return _launch_backward_filter(cp, geo, problem.n, chunk, compute, tiles, streams)
     if streams > 1:
         return _launch_streams(cp, geo, op, problem.n, chunk, compute, tiles, streams)
     from ucudnn.kernels.winograd import launchers
@@ -292,18 +294,13 @@ def _launch_streams(cp: Any, geo: Any, op: str, n: int, chunk: int, compute: str
     stream's work to its caller and to a CUDA graph capture."""
     from ucudnn.kernels.winograd import launchers
 
-    from ...binding.gpu import side_stream
-
     filter_, input_, output_ = launchers(geo)
     need = geo.workspace_bytes(chunk, tiles, 1, streams)
     offsets = {name: off for name, off, _ in geo.segments(chunk, tiles, 1, streams)}
     chunks = geo.ranges(n, chunk, tiles)
     gemms = {count: _gemm_call(geo, count, compute) for _, count in chunks}
     names = [geo.stream_buffers(k) for k in range(streams)]
-    sides = [side_stream(k) for k in range(1, streams)]
-    handles = [cublas.side_handle(k) for k in range(streams)]
-    fork = cp.cuda.Event(block=False, disable_timing=True)
-    joins = [cp.cuda.Event(block=False, disable_timing=True) for _ in sides]
+    fan = _StreamSet(cp, streams)
     forward = op == "forward"
     what = (f"chunks of {chunk} images" if tiles is None else f"chunks of {tiles} tiles") + f" on {streams} streams"
 
@@ -312,25 +309,49 @@ def _launch_streams(cp: Any, geo: Any, op: str, n: int, chunk: int, compute: str
             raise UcudnnError(f"winograd {op} ({what}) needs {need} bytes of workspace, got {workspace_bytes}")
         w, x, y = (ops.b, ops.a, ops.out) if forward else (ops.a, ops.b, ops.out)
         main = cp.cuda.get_current_stream()
-        order = [main, *sides]
-        for h, st in zip(handles, order):
-            cublas.bind(h, st.ptr)
         bufs = [{key: workspace + offsets[name] for key, name in nm.items()} for nm in names]
         filter_(w, bufs[0]["U"])
-        fork.record(main)
-        for st in sides:
-            st.wait_event(fork)
+        order = fan.fork(main)
         for i, (t0, count) in enumerate(chunks):
             k = i % streams
             with order[k]:
                 input_(x, bufs[k]["V"], t0, count)
-                gemms[count](handles[k], bufs[k])
+                gemms[count](fan.handles[k], bufs[k])
                 output_(bufs[k]["M"], y, t0, count, alpha, beta)
-        for st, done in zip(sides, joins):
-            done.record(st)
-            main.wait_event(done)
+        fan.join(main)
 
     return launch
+
+
+class _StreamSet:
+    """The caller's stream and side streams 1 .. streams - 1 (:func:`ucudnn.binding.gpu.side_stream`), a cuBLAS
+    handle each (:func:`ucudnn.binding.cublas.side_handle`), and the events that fork the side streams from the
+    caller's work so far and join them back: between ``fork`` and ``join`` work may go to any of them, and the call
+    is still one stream's work to its caller and to a CUDA graph capture."""
+
+    def __init__(self, cp: Any, streams: int) -> None:
+        from ...binding.gpu import side_stream
+
+        self.sides = [side_stream(k) for k in range(1, streams)]
+        self.handles = [cublas.side_handle(k) for k in range(streams)]
+        self._fork = cp.cuda.Event(block=False, disable_timing=True)
+        self._joins = [cp.cuda.Event(block=False, disable_timing=True) for _ in self.sides]
+
+    def fork(self, main: Any) -> list[Any]:
+        """Bind each handle to its stream, make the side streams wait for ``main``; the streams, ``main`` first."""
+        order = [main, *self.sides]
+        for h, st in zip(self.handles, order):
+            cublas.bind(h, st.ptr)
+        self._fork.record(main)
+        for st in self.sides:
+            st.wait_event(self._fork)
+        return order
+
+    def join(self, main: Any) -> None:
+        """Make ``main`` wait for everything enqueued on the side streams."""
+        for st, done in zip(self.sides, self._joins):
+            done.record(st)
+            main.wait_event(done)
 
 
 def _gemm_call(geo: Any, count: int, compute: str, accumulate: bool = False) -> Callable[[int, dict[str, int]], None]:
@@ -352,31 +373,49 @@ def _gemm_call(geo: Any, count: int, compute: str, accumulate: bool = False) -> 
     return call
 
 
-def _launch_backward_filter(cp: Any, geo: Any, n: int, chunk: int, compute: str, tiles: int | None) -> Launch:
-    """Backward filter of ``geo``'s problem at its micro-batch: per chunk V, Z and dU (+)= Z V^T, then dw once."""
+def _launch_backward_filter(cp: Any, geo: Any, n: int, chunk: int, compute: str, tiles: int | None,
+                            streams: int = 1) -> Launch:
+    """Backward filter of ``geo``'s problem at its micro-batch: per chunk V, Z and dU (+)= Z V^T, then dw once.
+    With ``streams`` > 1, chunk i on stream i % streams adding into that stream's own dU (its first chunk
+    overwriting), and the inverse transform summing them on the caller's stream after the join."""
     from ucudnn.kernels.winograd import backward_filter_launchers
 
     input_, dy_, grad_ = backward_filter_launchers(geo)
-    need = geo.workspace_bytes(chunk, tiles)
-    bufs0 = {name: off for name, off, _ in geo.segments(chunk, tiles)}
-    # the GEMM overwrites dU on the call's first chunk and adds to it after (geo.gemm's beta)
-    steps = [(t0, count, _gemm_call(geo, count, compute, accumulate=i > 0))
-             for i, (t0, count) in enumerate(geo.ranges(n, chunk, tiles))]
-    what = f"chunks of {chunk} images" if tiles is None else f"chunks of {tiles} tiles"
+    need = geo.workspace_bytes(chunk, tiles, 1, streams)
+    offsets = {name: off for name, off, _ in geo.segments(chunk, tiles, 1, streams)}
+    names = [geo.stream_buffers(k) for k in range(streams)]
+    ranges = geo.ranges(n, chunk, tiles)
+    # a stream's GEMM overwrites its dU on its first chunk and adds to it after (geo.gemm's beta)
+    steps = [(t0, count, i % streams, _gemm_call(geo, count, compute, accumulate=i >= streams))
+             for i, (t0, count) in enumerate(ranges)]
+    parts, stride = geo.partials(streams, len(ranges))
+    fan = _StreamSet(cp, streams) if streams > 1 else None
+    what = (f"chunks of {chunk} images" if tiles is None else f"chunks of {tiles} tiles") + (
+        f" on {streams} streams" if streams > 1 else "")
 
     def launch(ops: Operands, workspace: int, workspace_bytes: int, alpha: float, beta: float) -> None:
         if workspace_bytes < need:
             raise UcudnnError(f"winograd backward_filter ({what}) needs {need} bytes of workspace, "
                               f"got {workspace_bytes}")
         x, dy, dw = ops.a, ops.b, ops.out
-        bufs = {name: workspace + off for name, off in bufs0.items()}
-        h = cublas.handle()
-        cublas.bind(h, cp.cuda.get_current_stream().ptr)
-        for t0, count, gemm in steps:
-            input_(x, bufs["V"], t0, count)
-            dy_(dy, bufs["M"], t0, count)
-            gemm(h, bufs)
-        grad_(bufs["U"], dw, alpha, beta)
+        bufs = [{key: workspace + offsets[name] for key, name in nm.items()} for nm in names]
+        main = cp.cuda.get_current_stream()
+        if fan is None:
+            h = cublas.handle()
+            cublas.bind(h, main.ptr)
+            for t0, count, _, gemm in steps:
+                input_(x, bufs[0]["V"], t0, count)
+                dy_(dy, bufs[0]["M"], t0, count)
+                gemm(h, bufs[0])
+        else:
+            order = fan.fork(main)
+            for t0, count, k, gemm in steps:
+                with order[k]:
+                    input_(x, bufs[k]["V"], t0, count)
+                    dy_(dy, bufs[k]["M"], t0, count)
+                    gemm(fan.handles[k], bufs[k])
+            fan.join(main)
+        grad_(bufs[0]["U"], dw, alpha, beta, parts, stride)
 
     return launch
 
