@@ -98,3 +98,89 @@ def device_key() -> str:
 def compute_capability() -> int:
     return int(cupy().cuda.Device().compute_capability)
 
+
+
+class Slot:
+    """A kernel argument filled at each call of a :class:`PackedLaunch` (its C type: ``ptr`` or ``f32``)."""
+
+    def __init__(self, kind: str) -> None:
+        if kind not in ("ptr", "f32"):
+            raise InputError(f"slot kind must be 'ptr' or 'f32', got {kind!r}", "kind")
+        self.kind = kind
+
+
+#: the per-call argument markers of :func:`packed`
+PTR, F32 = Slot("ptr"), Slot("f32")
+#: the ctypes type of each NumPy scalar type a packed launch takes as a fixed argument
+_CTYPES = {"int32": "c_int32", "int64": "c_int64", "uint32": "c_uint32", "uint64": "c_uint64",
+           "float32": "c_float", "float64": "c_double"}
+
+
+class PackedLaunch:
+    """One kernel launch whose arguments were converted once into a parameter block: a call writes only the
+    :class:`Slot` arguments and calls ``cuLaunchKernel`` (CuPy's driver binding) on the given stream.
+
+    Why: ``RawKernel.__call__`` converts every argument at every launch; a chunked winograd call launches two
+    transforms a chunk with 16 arguments each, and eagerly those calls were host-bound (35-65 us of host work a
+    chunk on the H200 host against 20-40 us of GPU work: ``benchmarks/results/eager_truth_winograd-bwf-streams.md``).
+    The driver copies the parameter block at launch (and into a graph node under capture), so refilling it for the
+    next call is safe; a lock keeps two threads from filling it at once.  Where the kernel exposes no function
+    pointer the call goes through ``RawKernel`` unchanged."""
+
+    def __init__(self, kernel: Any, grid: tuple[int, ...], block: tuple[int, ...], args: tuple,
+                 shared_mem: int = 0) -> None:
+        import ctypes
+
+        import numpy as np
+
+        self._kernel, self._args = kernel, args
+        self._grid = tuple(int(g) for g in grid) + (1,) * (3 - len(grid))
+        self._block = tuple(int(b) for b in block) + (1,) * (3 - len(block))
+        self._shared = int(shared_mem)
+        values, slots = [], []
+        for i, a in enumerate(args):
+            if isinstance(a, Slot):
+                v = ctypes.c_void_p(0) if a.kind == "ptr" else ctypes.c_float(0.0)
+                slots.append(v)
+            elif isinstance(a, np.generic) and a.dtype.name in _CTYPES:
+                v = getattr(ctypes, _CTYPES[a.dtype.name])(a.item())
+            else:
+                raise InputError(f"argument {i} must be a Slot or a NumPy scalar of {sorted(_CTYPES)}, "
+                                 f"got {a!r}", "args")
+            values.append(v)
+        self._values, self._slots = values, slots
+        self._params = (ctypes.c_void_p * max(1, len(values)))(*[ctypes.addressof(v) for v in values])
+        self._params_ptr = ctypes.addressof(self._params)
+        self._lock = threading.Lock()
+        fn = getattr(getattr(kernel, "kernel", None), "ptr", None)
+        self._func = int(fn) if fn else None
+        self._launch_kernel = cupy().cuda.driver.launchKernel if self._func else None
+
+    def __call__(self, *filled: Any, stream: int | None = None) -> None:
+        """Launch with the :class:`Slot` arguments ``filled`` in order, on ``stream`` (a raw stream pointer;
+        default CuPy's current stream)."""
+        if len(filled) != len(self._slots):
+            raise InputError(f"this launch takes {len(self._slots)} per-call arguments, got {len(filled)}", "filled")
+        if self._func is None:   # no function pointer: CuPy's own launch, argument by argument
+            it = iter(filled)
+            args = tuple(next(it) if isinstance(a, Slot) else a for a in self._args)
+            if stream is None:
+                self._kernel(self._grid, self._block, args, shared_mem=self._shared)
+            else:
+                with cupy().cuda.ExternalStream(stream):
+                    self._kernel(self._grid, self._block, args, shared_mem=self._shared)
+            return
+        if stream is None:
+            stream = cupy().cuda.get_current_stream().ptr
+        (gx, gy, gz), (bx, by, bz) = self._grid, self._block
+        with self._lock:
+            for slot, value in zip(self._slots, filled):
+                slot.value = value
+            self._launch_kernel(self._func, gx, gy, gz, bx, by, bz, self._shared, stream, self._params_ptr, 0)
+
+
+def packed(kernel: Any, grid: tuple[int, ...], block: tuple[int, ...], args: tuple,
+           shared_mem: int = 0) -> PackedLaunch:
+    """``kernel`` (a ``cupy.RawKernel``) launched on ``grid`` x ``block`` with ``args`` converted once: NumPy
+    scalars are fixed, :data:`PTR` / :data:`F32` are filled at each call (:class:`PackedLaunch`)."""
+    return PackedLaunch(kernel, grid, block, args, shared_mem)

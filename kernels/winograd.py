@@ -36,7 +36,7 @@ tensor (:meth:`ucudnn.problem.ConvProblem.y_strides`).  The workspace is float32
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -44,6 +44,7 @@ from ucudnn.errors import InputError
 from ucudnn.problem import ConvProblem
 
 from . import _compile
+from ._compile import F32, PTR
 from .mec import WORKSPACE_ALIGN, Gemm, align_up, run_gemms
 
 SOURCE = "winograd.cu"
@@ -632,10 +633,11 @@ def emulate_fused(geo: Geometry, w: np.ndarray, x: np.ndarray, y: np.ndarray, n:
 
 
 # ---- GPU launchers (winograd.cu), on raw device pointers -----------------------------------------------------------
-FilterFn = Callable[[int, int], None]                  # (w, U)
-InputFn = Callable[[int, int, int, int], None]         # (x, V, t0, tiles); also wino_dy's (dy, Z, t0, tiles)
-OutputFn = Callable[[int, int, int, int, float, float], None]   # (M, y, t0, tiles, alpha, beta)
-GradFn = Callable[[int, int, float, float], None]      # (dU, w, alpha, beta)
+# launchers take an optional last argument, the raw stream to launch on (default CuPy's current stream)
+FilterFn = Callable[..., None]   # (w, U[, stream])
+InputFn = Callable[..., None]    # (x, V, t0, tiles[, stream]); also wino_dy's (dy, Z, t0, tiles[, stream])
+OutputFn = Callable[..., None]   # (M, y, t0, tiles, alpha, beta[, stream])
+GradFn = Callable[..., None]     # (dU, w, alpha, beta[, parts, stride])
 
 
 def _checked(geo: Geometry, itemsize: int) -> None:
@@ -650,6 +652,21 @@ class _TileArgs:
     def __init__(self, geo: Geometry) -> None:
         self.geo = geo
         self._cache: dict[tuple[int, int], tuple[tuple, tuple]] = {}
+
+    def packed(self, kernel: Any, side: int, head: tuple, tail: tuple) -> Callable[[int, int], Any]:
+        """``launch(t0, t)``: ``kernel``'s :class:`~ucudnn.kernels._compile.PackedLaunch` for that tile range
+        (``side`` 0: the input side's grid and arguments, 1: the output side's), ``head`` and ``tail`` around
+        them; built at a range's first launch and kept, as a prepared call runs the same ranges every time."""
+        made: dict[tuple[int, int], Any] = {}
+
+        def launch(t0: int, t: int) -> Any:
+            hit = made.get((t0, t))
+            if hit is None:
+                grid, args = self(t0, t)[side]
+                hit = made[(t0, t)] = _compile.packed(kernel, grid, (_THREADS,), head + args + tail)
+            return hit
+
+        return launch
 
     def __call__(self, t0: int, t: int) -> tuple[tuple, tuple]:
         key = (t0, t)
@@ -677,19 +694,19 @@ def launchers(geo: Geometry, itemsize: int = 4) -> tuple[FilterFn, InputFn, Outp
              f"wino_output<float,{cm}>")
     kf, ki, ko = (_compile.get_kernel(SOURCE, name) for name in names)   # compiled once, here
     f_args = (np.int32(geo.co), np.int32(geo.ci)) + tuple(np.int64(v) for v in geo.filter_strides)
-    f_grid = (-(-geo.co * geo.ci // _THREADS),)
+    filt = _compile.packed(kf, (-(-geo.co * geo.ci // _THREADS),), (_THREADS,), (PTR, PTR) + f_args)
     shapes = _TileArgs(geo)
+    inputs = shapes.packed(ki, 0, (PTR, PTR), ())
+    outputs = shapes.packed(ko, 1, (PTR, PTR), (F32, F32))
 
-    def filter_(w: int, U: int) -> None:
-        kf(f_grid, (_THREADS,), (w, U) + f_args)
+    def filter_(w: int, U: int, stream: int | None = None) -> None:
+        filt(w, U, stream=stream)
 
-    def input_(x: int, V: int, t0: int, tiles: int) -> None:
-        grid, args = shapes(t0, tiles)[0]
-        ki(grid, (_THREADS,), (x, V) + args)
+    def input_(x: int, V: int, t0: int, tiles: int, stream: int | None = None) -> None:
+        inputs(t0, tiles)(x, V, stream=stream)
 
-    def output_(M: int, y: int, t0: int, tiles: int, alpha: float, beta: float) -> None:
-        grid, args = shapes(t0, tiles)[1]
-        ko(grid, (_THREADS,), (M, y) + args + (np.float32(alpha), np.float32(beta)))
+    def output_(M: int, y: int, t0: int, tiles: int, alpha: float, beta: float, stream: int | None = None) -> None:
+        outputs(t0, tiles)(M, y, alpha, beta, stream=stream)
 
     return filter_, input_, output_
 
@@ -707,14 +724,14 @@ def backward_filter_launchers(geo: Geometry, itemsize: int = 4) -> tuple[InputFn
     g_args = (np.int32(geo.co), np.int32(geo.ci)) + tuple(np.int64(v) for v in geo.filter_strides)
     g_grid = (-(-geo.co * geo.ci // _THREADS),)
     shapes = _TileArgs(geo)
+    inputs = shapes.packed(ki, 0, (PTR, PTR), ())
+    dys = shapes.packed(kd, 1, (PTR, PTR), ())
 
-    def input_(x: int, V: int, t0: int, tiles: int) -> None:
-        grid, args = shapes(t0, tiles)[0]
-        ki(grid, (_THREADS,), (x, V) + args)
+    def input_(x: int, V: int, t0: int, tiles: int, stream: int | None = None) -> None:
+        inputs(t0, tiles)(x, V, stream=stream)
 
-    def dy_(dy: int, Z: int, t0: int, tiles: int) -> None:
-        grid, args = shapes(t0, tiles)[1]
-        kd(grid, (_THREADS,), (dy, Z) + args)
+    def dy_(dy: int, Z: int, t0: int, tiles: int, stream: int | None = None) -> None:
+        dys(t0, tiles)(dy, Z, stream=stream)
 
     def grad_(U: int, w: int, alpha: float, beta: float, parts: int = 1, stride: int = 0) -> None:
         kg(g_grid, (_THREADS,), (U, w) + g_args + (np.float32(alpha), np.float32(beta), np.int32(parts),

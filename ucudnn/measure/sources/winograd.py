@@ -311,13 +311,12 @@ def _launch_streams(cp: Any, geo: Any, op: str, n: int, chunk: int, compute: str
         main = cp.cuda.get_current_stream()
         bufs = [{key: workspace + offsets[name] for key, name in nm.items()} for nm in names]
         filter_(w, bufs[0]["U"])
-        order = fan.fork(main)
-        for i, (t0, count) in enumerate(chunks):
+        ptrs = [st.ptr for st in fan.fork(main)]
+        for i, (t0, count) in enumerate(chunks):   # each launch names its stream: no stream context a chunk
             k = i % streams
-            with order[k]:
-                input_(x, bufs[k]["V"], t0, count)
-                gemms[count](fan.handles[k], bufs[k])
-                output_(bufs[k]["M"], y, t0, count, alpha, beta)
+            input_(x, bufs[k]["V"], t0, count, ptrs[k])
+            gemms[count](fan.handles[k], bufs[k])
+            output_(bufs[k]["M"], y, t0, count, alpha, beta, ptrs[k])
         fan.join(main)
 
     return launch
@@ -408,12 +407,11 @@ def _launch_backward_filter(cp: Any, geo: Any, n: int, chunk: int, compute: str,
                 dy_(dy, bufs[0]["M"], t0, count)
                 gemm(h, bufs[0])
         else:
-            order = fan.fork(main)
+            ptrs = [st.ptr for st in fan.fork(main)]
             for t0, count, k, gemm in steps:
-                with order[k]:
-                    input_(x, bufs[k]["V"], t0, count)
-                    dy_(dy, bufs[k]["M"], t0, count)
-                    gemm(fan.handles[k], bufs[k])
+                input_(x, bufs[k]["V"], t0, count, ptrs[k])
+                dy_(dy, bufs[k]["M"], t0, count, ptrs[k])
+                gemm(fan.handles[k], bufs[k])
             fan.join(main)
         grad_(bufs[0]["U"], dw, alpha, beta, parts, stride)
 
