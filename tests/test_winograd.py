@@ -719,3 +719,59 @@ def test_a_sliced_launch_transforms_each_slice_at_its_channel_and_adds_its_gemm_
                        ("gemm", cs, count, s > 0)]
         expect.append(("output", seg["M"], y, t0, count))
     assert log == expect
+
+
+@pytest.mark.parametrize("streams", [2, 3])
+def test_a_backward_filter_launch_on_streams_gives_each_stream_its_own_du_and_sums_them_once(streams, monkeypatch):
+    """The launch's order of work on streams, recorded with the kernels, cuBLAS and the streams replaced (CPU):
+    chunk i's transforms on stream i % streams (named at each launch, no stream context), its GEMM on that stream's
+    handle into that stream's dU (overwriting on the stream's first chunk), then after the join one inverse
+    transform summing every stream's dU from the first, one dU apart."""
+    import types
+
+    from ucudnn.kernels import winograd as kw
+
+    from ucudnn.binding import gpu
+    from ucudnn.measure.sources import winograd as src
+
+    p = ConvProblem(3, 8, 10, 10, 4, 3, 3, pad=1)
+    geo = Geometry.of(p, "backward_filter")
+    log = []
+    main = types.SimpleNamespace(ptr=100)
+    monkeypatch.setattr(gpu, "cupy", lambda: types.SimpleNamespace(
+        cuda=types.SimpleNamespace(get_current_stream=lambda: main)))
+
+    class FakeStreams:
+        def __init__(self, cp, n):
+            self.handles = [10 + k for k in range(n)]
+            self.n = n
+
+        def fork(self, m):
+            log.append(("fork", m.ptr))
+            return [m] + [types.SimpleNamespace(ptr=100 + k) for k in range(1, self.n)]
+
+        def join(self, m):
+            log.append(("join", m.ptr))
+
+    monkeypatch.setattr(src, "_StreamSet", FakeStreams)
+    monkeypatch.setattr(kw, "backward_filter_launchers", lambda g: (
+        lambda x, V, t0, t, s=None: log.append(("input", V, t0, t, s)),
+        lambda dy, Z, t0, t, s=None: log.append(("dy", Z, t0, t, s)),
+        lambda U, w, a, b, parts=1, stride=0: log.append(("grad", U, parts, stride))))
+    monkeypatch.setattr(src, "_gemm_call", lambda g, count, compute, accumulate=False:
+                        lambda h, bufs: log.append(("gemm", h, bufs["U"], count, accumulate)))
+    launch = src._launch(p, "backward_filter", 0, "32F_PEDANTIC", tiles=20, streams=streams)
+    ws = 1 << 24
+    launch(Operands(1 << 20, 2 << 20, 3 << 20), ws, geo.workspace_bytes(0, 20, 1, streams), 1.0, 1.0)
+    seg = {name: ws + off for name, off, _ in geo.segments(0, 20, 1, streams)}
+    ranges = geo.ranges(3, 0, 20)
+    expect = [("fork", 100)]
+    for i, (t0, count) in enumerate(ranges):
+        k = i % streams
+        own = {b: seg[n] for b, n in geo.stream_buffers(k).items()}
+        expect += [("input", own["V"], t0, count, 100 + k), ("dy", own["M"], t0, count, 100 + k),
+                   ("gemm", 10 + k, own["U"], count, i >= streams)]
+    parts, stride = geo.partials(streams, len(ranges))
+    expect += [("join", 100), ("grad", seg["U"], parts, stride)]
+    assert log == expect
+    assert parts == min(streams, len(ranges)) and seg["U1"] - seg["U"] == 4 * stride
