@@ -99,7 +99,6 @@ def compute_capability() -> int:
     return int(cupy().cuda.Device().compute_capability)
 
 
-
 class Slot:
     """A kernel argument filled at each call of a :class:`PackedLaunch` (its C type: ``ptr`` or ``f32``)."""
 
@@ -148,7 +147,7 @@ class PackedLaunch:
                 raise InputError(f"argument {i} must be a Slot or a NumPy scalar of {sorted(_CTYPES)}, "
                                  f"got {a!r}", "args")
             values.append(v)
-        self._values, self._slots = values, slots
+        self._values, self._slots = values, slots   # _values: the block points into them, so they live as long
         self._params = (ctypes.c_void_p * max(1, len(values)))(*[ctypes.addressof(v) for v in values])
         self._params_ptr = ctypes.addressof(self._params)
         self._lock = threading.Lock()

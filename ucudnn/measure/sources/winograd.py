@@ -270,17 +270,17 @@ def _launch(problem: ConvProblem, op: str, chunk: int, compute: str, tiles: int 
             raise UcudnnError(f"winograd {op} ({what}) needs {need} bytes of workspace, got {workspace_bytes}")
         w, x, y = (ops.b, ops.a, ops.out) if forward else (ops.a, ops.b, ops.out)
         bufs = {name: workspace + off for name, off in offsets.items()}
-        h = cublas.handle()
-        cublas.bind(h, cp.cuda.get_current_stream().ptr)
+        h, stream = cublas.handle(), cp.cuda.get_current_stream().ptr
+        cublas.bind(h, stream)
         if csplit == 1:
-            filter_(w, bufs["U"])
+            filter_(w, bufs["U"], stream)
         for t0, count in chunks:
             for s, (dw, dx) in enumerate(moves):
                 if csplit > 1:
-                    filter_(w + dw, bufs["U"])
-                input_(x + dx, bufs["V"], t0, count)
+                    filter_(w + dw, bufs["U"], stream)
+                input_(x + dx, bufs["V"], t0, count, stream)
                 gemms[(count, s > 0)](h, bufs)
-            output_(bufs["M"], y, t0, count, alpha, beta)
+            output_(bufs["M"], y, t0, count, alpha, beta, stream)
 
     return launch
 
@@ -399,19 +399,16 @@ def _launch_backward_filter(cp: Any, geo: Any, n: int, chunk: int, compute: str,
         x, dy, dw = ops.a, ops.b, ops.out
         bufs = [{key: workspace + offsets[name] for key, name in nm.items()} for nm in names]
         main = cp.cuda.get_current_stream()
-        if fan is None:
-            h = cublas.handle()
-            cublas.bind(h, main.ptr)
-            for t0, count, _, gemm in steps:
-                input_(x, bufs[0]["V"], t0, count)
-                dy_(dy, bufs[0]["M"], t0, count)
-                gemm(h, bufs[0])
+        if fan is None:   # one stream: the caller's, with CuPy's handle
+            handles, ptrs = [cublas.handle()], [main.ptr]
+            cublas.bind(handles[0], main.ptr)
         else:
-            ptrs = [st.ptr for st in fan.fork(main)]
-            for t0, count, k, gemm in steps:
-                input_(x, bufs[k]["V"], t0, count, ptrs[k])
-                dy_(dy, bufs[k]["M"], t0, count, ptrs[k])
-                gemm(fan.handles[k], bufs[k])
+            ptrs, handles = [st.ptr for st in fan.fork(main)], fan.handles
+        for t0, count, k, gemm in steps:
+            input_(x, bufs[k]["V"], t0, count, ptrs[k])
+            dy_(dy, bufs[k]["M"], t0, count, ptrs[k])
+            gemm(handles[k], bufs[k])
+        if fan is not None:
             fan.join(main)
         grad_(bufs[0]["U"], dw, alpha, beta, parts, stride)
 
