@@ -22,7 +22,7 @@ from typing import Iterable
 from .errors import InputError
 
 #: Sources measuring cuDNN (or ucudnn's kernels) directly, in canonical order
-BASE = ("legacy", "graph", "mec", "direct", "winograd")
+BASE = ("legacy", "graph", "mec", "direct", "winograd", "fft")
 #: Sources that wrap the other sources named, in the order they wrap (fold wraps a relayout too)
 WRAPPERS = ("relayout", "fold")
 BUILTIN = BASE + WRAPPERS

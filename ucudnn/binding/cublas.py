@@ -20,8 +20,10 @@ from typing import Any, Callable
 from ..errors import InputError, UcudnnError
 
 # --- enums (cublas_api.h, library_types.h) ---------------------------------------------------------------------
-OPERATIONS = {"N": 0, "T": 1}
+OPERATIONS = {"N": 0, "T": 1, "C": 2}
 DATA_TYPES = {"float32": 0, "float16": 2, "bfloat16": 14}      # cudaDataType: CUDA_R_32F, CUDA_R_16F, CUDA_R_16BF
+#: complex operands (the fft source's transform-domain products): cudaDataType CUDA_C_32F
+COMPLEX_TYPES = {"complex64": 4}
 COMPUTE_TYPES = {"32F": 68, "32F_PEDANTIC": 69, "32F_FAST_TF32": 77}   # cublasComputeType_t
 GEMM_DEFAULT = -1                                                # cublasGemmAlgo_t: the library's heuristic
 POINTER_MODE_HOST = 0

@@ -10,7 +10,8 @@ _SOURCES: dict[str, AlgorithmSource] = {}
 _BUILTIN = {"legacy": ("ucudnn.measure.sources.legacy", "LegacySource"), "graph": ("ucudnn.measure.sources.graph", "GraphSource"),
             "relayout": ("ucudnn.measure.sources.relayout", "RelayoutSource"), "fold": ("ucudnn.measure.sources.fold", "FoldSource"),
             "mec": ("ucudnn.measure.sources.mec", "MecSource"), "direct": ("ucudnn.measure.sources.direct", "DirectSource"),
-            "winograd": ("ucudnn.measure.sources.winograd", "WinogradSource")}
+            "winograd": ("ucudnn.measure.sources.winograd", "WinogradSource"),
+            "fft": ("ucudnn.measure.sources.fft", "FftSource")}
 
 
 def register(source: AlgorithmSource) -> None:

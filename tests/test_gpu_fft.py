@@ -1,0 +1,252 @@
+"""The fft source on the GPU (skipped without one): forward, backward data and backward filter against a float64
+direct correlation and undivided cuDNN on AlexNet's conv2 shape (5x5) and awkward shapes (C = 1 and 3, odd H / W,
+non-square 1x7 / 7x1 / 5x3 filters, pad 0 to R - 1, n = 1 and 5), NCHW and NHWC, FP32 strict and TF32, every tile
+size the source offers; chunks of tiles crossing image boundaries; alpha / beta; a channel slice's view of y;
+micro-batched plans through the Executor mixed with legacy steps, eager and CUDA-graph replayed (backward filter
+accumulating across micro-batches); measure()'s rows with exact workspace.  No timing is asserted."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from cudnn_reference import undivided
+
+from ucudnn.kernels.fft import Geometry, chunk_sizes, tile_sizes
+from ucudnn.kernels.reference import conv2d_nchw as direct_correlation
+from ucudnn.planning.table import Measurement
+from ucudnn.problem import ConvProblem
+
+pytestmark = pytest.mark.gpu
+
+OPS = ("forward", "backward_data", "backward_filter")
+CASES = {
+    "alexnet-conv2-b2": ConvProblem(2, 64, 27, 27, 192, 5, 5, pad=2),
+    "c1-odd-pad0": ConvProblem(5, 1, 13, 11, 6, 5, 5, pad=0),
+    "c3-7x7-pad3": ConvProblem(1, 3, 30, 23, 8, 7, 7, pad=3),
+    "1x7": ConvProblem(3, 16, 17, 17, 24, 1, 7, pad=(0, 3)),
+    "7x1": ConvProblem(3, 16, 17, 17, 24, 7, 1, pad=(3, 0)),
+    "5x3-pad12": ConvProblem(2, 13, 19, 15, 9, 5, 3, pad=(1, 2)),
+    "nhwc-5x5": ConvProblem(5, 12, 14, 21, 20, 5, 5, pad=2, layout="NHWC"),
+}
+TOL = {"FMA": 1e-4, "TENSOR_OP": 3e-2}   # max error / max |reference|
+
+
+def _config(problem, op, ts=None, tiles=None, math="FMA", n=None):
+    from ucudnn.measure.sources.fft import algo_name
+
+    n = problem.n if n is None else n
+    p = problem.with_batch(n)
+    ts = tile_sizes(p, op)[0] if ts is None else ts
+    geo = Geometry.of(p, op, ts)
+    t = n * geo.tiles_per_image if tiles is None else min(tiles, n * geo.tiles_per_image)
+    extra = {"tile": ts} if tiles is None else {"tile": ts, "tiles": tiles}
+    return Measurement(n, algo_name(ts, tiles), math, 1.0, geo.workspace_bytes(t), "fft", None, {"fft": extra})
+
+
+def _nchw(a, layout):
+    return a if layout == "NCHW" else a.transpose(0, 3, 1, 2)
+
+
+def _host(p: ConvProblem, seed: int):
+    rng = np.random.default_rng(seed)
+    return tuple(rng.standard_normal(s).astype(np.float32) for s in (p.x_shape(), p.w_shape(), p.y_shape()))
+
+
+def _reference(op, p, x, w, dy):
+    """float64, in p's layout."""
+    lay = p.layout
+    x64, w64, dy64 = (_nchw(a.astype(np.float64), lay) for a in (x, w, dy))
+    if op == "forward":
+        out = direct_correlation(x64, w64, p.pad)
+    elif op == "backward_data":
+        out = direct_correlation(dy64, w64[:, :, ::-1, ::-1].transpose(1, 0, 2, 3),
+                                 (p.r - 1 - p.pad[0], p.s - 1 - p.pad[1]))[:, :, :p.h, :p.w]
+    else:
+        ph, pw = p.pad
+        xp = np.pad(x64, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+        win = np.lib.stride_tricks.sliding_window_view(xp, (p.p, p.q), axis=(2, 3))[:, :, :p.r, :p.s]
+        out = np.einsum("ncrspq,nkpq->kcrs", win, dy64)
+    return out if lay == "NCHW" else out.transpose(0, 2, 3, 1)
+
+
+def _operands(op, x, w, dy):
+    return {"forward": (x, w), "backward_data": (w, dy), "backward_filter": (x, dy)}[op]
+
+
+def _close(got, ref, math, what=""):
+    err = np.abs(np.asarray(got, np.float64) - ref).max() / max(np.abs(ref).max(), 1e-30)
+    assert err < TOL[math], f"{what}: relative error {err:.3g}"
+    return err
+
+
+def _launch_once(problem, op, ts=None, tiles=None, alpha=1.0, beta=0.0, seed=0, math="FMA"):
+    """(result, float64 expectation) of one prepared launch with exactly the reported workspace (NaN-filled)."""
+    import cupy as cp
+
+    from ucudnn.measure.sources.base import Operands
+    from ucudnn.measure.sources.fft import FftSource
+
+    x, w, dy = _host(problem, seed)
+    out_shape = problem.operand_shapes(op)[2]
+    old = np.random.default_rng(seed + 1).standard_normal(out_shape).astype(np.float32)
+    a, b = (cp.asarray(t) for t in _operands(op, x, w, dy))
+    out = cp.asarray(old) if beta != 0 else cp.full(out_shape, cp.nan, dtype=cp.float32)
+    cfg = _config(problem, op, ts, tiles, math)
+    ws = cp.cuda.alloc(cfg.workspace_bytes)
+    cp.ndarray((cfg.workspace_bytes,), cp.uint8, ws).fill(0xFF)
+    FftSource().prepare(op, problem, cfg)(Operands(a.data.ptr, b.data.ptr, out.data.ptr), ws.ptr,
+                                          cfg.workspace_bytes, alpha, beta)
+    expect = alpha * _reference(op, problem, x, w, dy) + (beta * old.astype(np.float64) if beta != 0 else 0)
+    return out.get(), expect
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_every_offered_tile_size_matches_the_float64_reference(name, op):
+    problem = CASES[name]
+    for ts in tile_sizes(problem, op):
+        got, expect = _launch_once(problem, op, ts=ts)
+        _close(got, expect, "FMA", f"{name} {op} t{ts}")
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("name", ["alexnet-conv2-b2", "c1-odd-pad0", "nhwc-5x5", "1x7"])
+def test_tile_chunks_and_tf32(name, op):
+    problem = CASES[name]
+    geo = Geometry.of(problem, op, tile_sizes(problem, op)[-1])
+    # a chunk of 3 tiles: ranges start mid-row and cross image boundaries; many chunks accumulate (backward filter)
+    got, expect = _launch_once(problem, op, ts=geo.ts, tiles=3, seed=4)
+    _close(got, expect, "FMA", f"{name} {op} chunks of 3 tiles")
+    got, expect = _launch_once(problem, op, seed=5, math="TENSOR_OP")
+    _close(got, expect, "TENSOR_OP", f"{name} {op} TF32")
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("name", ["5x3-pad12", "nhwc-5x5"])
+def test_alpha_and_beta_scale_and_accumulate(name, op):
+    got, expect = _launch_once(CASES[name], op, tiles=5, alpha=-0.75, beta=0.5, seed=3)
+    _close(got, expect, "FMA", f"{name} {op}")
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("name", ["alexnet-conv2-b2", "c3-7x7-pad3", "nhwc-5x5"])
+def test_matches_undivided_cudnn(name, op):
+    import cupy as cp
+
+    problem = CASES[name]
+    x, w, dy = _host(problem, 5)
+    a, b = (cp.asarray(t) for t in _operands(op, x, w, dy))
+    ref = undivided(problem, op, a, b, cp.empty(problem.operand_shapes(op)[2], cp.float32))
+    got, expect = _launch_once(problem, op, seed=5)
+    _close(ref.get(), expect, "FMA", f"{name} {op}: cuDNN itself")
+    _close(got, ref.get().astype(np.float64), "FMA", f"{name} {op} vs cuDNN")
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_channel_slice_runs_on_the_wide_tensors_view(op):
+    """k of k_total channels: y (dy) addressed through the wide tensor's strides, other channels untouched."""
+    import cupy as cp
+
+    from ucudnn.measure.sources.base import Operands
+    from ucudnn.measure.sources.fft import FftSource
+
+    wide = ConvProblem(3, 16, 19, 14, 24, 5, 5, pad=2)
+    k0, k = 8, 8
+    sl = wide.with_channels(k, wide.k)
+    x, w, y = _host(wide, 11)
+    cx, cw, cy = cp.asarray(x), cp.asarray(w), cp.asarray(y)
+    per_channel = 4 * wide.p * wide.q
+    w_slice = cp.ascontiguousarray(cw[k0:k0 + k])
+    cfg = _config(sl, op)
+    ws = cp.cuda.alloc(cfg.workspace_bytes)
+    launch = FftSource().prepare(op, sl, cfg)
+    if op == "forward":
+        launch(Operands(cx.data.ptr, w_slice.data.ptr, cy.data.ptr + k0 * per_channel), ws.ptr, cfg.workspace_bytes,
+               1.0, 0.0)
+        got = cy.get()
+        _close(got[:, k0:k0 + k], _reference("forward", wide, x, w, y)[:, k0:k0 + k], "FMA", "slice")
+        keep = np.r_[0:k0, k0 + k:wide.k]
+        np.testing.assert_array_equal(got[:, keep], y[:, keep])
+    elif op == "backward_filter":
+        dw = cp.full(w_slice.shape, cp.nan, cp.float32)
+        launch(Operands(cx.data.ptr, cy.data.ptr + k0 * per_channel, dw.data.ptr), ws.ptr, cfg.workspace_bytes,
+               1.0, 0.0)
+        _close(dw.get(), _reference("backward_filter", wide, x, w, y)[k0:k0 + k], "FMA", "slice dw")
+    else:
+        dx = cp.zeros(wide.x_shape(), cp.float32)
+        launch(Operands(w_slice.data.ptr, cy.data.ptr + k0 * per_channel, dx.data.ptr), ws.ptr, cfg.workspace_bytes,
+               1.0, 0.0)
+        yk = y.copy()
+        yk[:, :k0] = 0
+        yk[:, k0 + k:] = 0
+        _close(dx.get(), _reference("backward_data", wide, x, w, yk), "FMA", "slice dx")
+
+
+def _plan(problem, op, steps):
+    from ucudnn.planning.plan import KernelPlan, MicroConfig
+
+    configs = []
+    for mb, source, tiles in steps:
+        if source == "fft":
+            configs.append(MicroConfig.of(_config(problem, op, tiles=tiles, n=mb)))
+        else:
+            configs.append(MicroConfig.of(Measurement(mb, tiles, "FMA", 1.0, 0, "legacy")))
+    return KernelPlan(f"test/fft/{op}", op, problem, configs)
+
+
+SPLITS = [[(2, "fft", 3), (2, "fft", None), (1, "fft", None)], [(3, "fft", 2), (2, "legacy", 0)]]
+
+
+@pytest.mark.parametrize("replay", [False, True])
+@pytest.mark.parametrize("split", range(len(SPLITS)))
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("name", ["c1-odd-pad0", "nhwc-5x5"])
+def test_micro_batched_plans_through_the_executor(name, op, split, replay):
+    import cupy as cp
+
+    from ucudnn.execute.executor import Executor
+
+    problem = CASES[name]   # n = 5
+    plan = _plan(problem, op, SPLITS[split])
+    x, w, dy = _host(problem, 7)
+    out_shape = problem.operand_shapes(op)[2]
+    old = np.random.default_rng(8).standard_normal(out_shape).astype(np.float32)
+    alpha, beta = (0.5, 0.25)
+    ex = Executor(plan, replay=replay)
+    a, b = (cp.asarray(t) for t in _operands(op, x, w, dy))
+    out, ws = cp.empty(out_shape, cp.float32), cp.cuda.alloc(ex.workspace_bytes)
+    for _ in range(2 if replay else 1):   # replay: captured on the first call, replayed on the second
+        out.set(old)
+        ex(a, b, out, alpha=alpha, beta=beta, workspace=ws, workspace_bytes=ex.workspace_bytes)
+        expect = alpha * _reference(op, problem, x, w, dy) + beta * old
+        _close(out.get(), expect, "FMA", f"{name} {op} {SPLITS[split]} replay={replay}")
+    assert ex.replay_failures == []
+    assert len(ex._graphs) == (1 if replay else 0)
+
+
+def test_measure_records_labelled_rows_with_exact_workspace():
+    import cupy as cp
+
+    from ucudnn.measure.benchmarking import Buffers
+    from ucudnn.measure.sources.base import BenchSettings
+    from ucudnn.measure.sources.fft import FftSource, parse
+
+    problem = CASES["alexnet-conv2-b2"].with_batch(4)
+    buf = Buffers(problem)
+    for numerics, label in (("strict", "FMA"), ("tf32", "TENSOR_OP")):
+        settings = BenchSettings(numerics, repeat=2, warmup=1, max_workspace=256 << 20)
+        ws = cp.cuda.alloc(settings.max_workspace)
+        for op in OPS:
+            ms, sk = FftSource().measure(op, problem, buf.operands(op, problem.n), ws.ptr, settings)
+            assert ms and not sk, sk
+            seen = set()
+            for m in ms:
+                ts, tiles = parse(m)
+                geo = Geometry.of(problem, op, ts)
+                total = 4 * geo.tiles_per_image
+                assert m.source == "fft" and m.math_type == label and m.time_ms > 0
+                assert m.workspace_bytes == geo.workspace_bytes(total if tiles is None else tiles)
+                assert (tiles is None) == ("tiles" not in m.extra["fft"])
+                seen.add((ts, total if tiles is None else tiles))
+            # every tile size the source ranks first, with every chunk size under the cap
+            assert seen == {(ts, t) for ts in tile_sizes(problem, op)
+                            for t in chunk_sizes(Geometry.of(problem, op, ts), 4)}
