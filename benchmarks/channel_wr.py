@@ -80,7 +80,8 @@ def main() -> None:
     from ucudnn.units import parse_size
 
     prov = provenance()
-    kernels = distinct_kernels(load_network(args.network).kernels(args.batch, args.dtype, args.layout))
+    net = load_network(args.network)   # a shipped name or a ucudnn-network/1 file: reports use its name
+    kernels = distinct_kernels(net.kernels(args.batch, args.dtype, args.layout))
     numerics = num.normalize(args.numerics, args.dtype)
     bench_s = None
     if args.table:
@@ -157,13 +158,13 @@ def main() -> None:
                 row["vs_pytorch"] = round(torch_ms / row["channels"]["executed_ms"], 3)
     counts = {"whole": sum(m.channels is None for k in table.kernels for m in k.measurements),
               "sliced": sum(m.channels is not None for k in table.kernels for m in k.measurements)}
-    doc = {"provenance": prov, "network": args.network, "batch": args.batch, "dtype": args.dtype,
+    doc = {"provenance": prov, "network": net.name, "batch": args.batch, "dtype": args.dtype,
            "layout": args.layout, "numerics": numerics, "sources": args.sources,
            "channel_policy": args.channel_policy, "without": args.without, "benchmark_s": bench_s,
            "timing": "replay" if args.replay else "eager",
            "rows_recorded": counts,
            "unbounded_limit": unb_limit, "unbounded": unbounded, "pytorch_ms": torch_ms, "rows": rows}
-    tag = f"channel_wr_{args.network}-b{args.batch}-{args.dtype}-{args.layout}-{numerics}{args.suffix}"
+    tag = f"channel_wr_{net.name}-b{args.batch}-{args.dtype}-{args.layout}-{numerics}{args.suffix}"
     write(args.out, tag, doc, markdown(prov, doc))
 
 
