@@ -20,8 +20,10 @@
 // tiles from t0: the local tile t indexes V / M, the global tile t0 + t picks where it reads and writes.  Tensors
 // are addressed through element strides (n, c, h, w): NCHW, NHWC and channel slices are one code path.
 //
-// The DFTs are direct sums over the tile (TS <= 32, a template parameter, so every loop unrolls and each thread
-// keeps its row or column in registers); the twiddles cos / sin(2 pi j / TS) sit in shared memory.
+// The DFTs are direct sums over the tile (TS <= 32, even, a template parameter, so every loop unrolls and each thread
+// keeps its row or column in registers), with the twiddles folded in as constants (FftTwiddles) and the symmetric
+// pairs (j, TS - j) summed and differenced first, which halves the multiply-adds (a quarter on the input's
+// columns); fft_filter and fft_filter_grad read them from shared memory.
 //
 // fft_filter:  one thread per (f, o, i): U[f][o][i] = conj(DFT(w[o][i]))[f].  Grid (ceil(F*Co*Ci / 256)).
 // fft_input:   a block per (G tiles, channel): the TS x TS tiles -> V[f][c][t] (rows, then columns).
@@ -152,7 +154,7 @@ fft_input(const float* __restrict__ x, float2* __restrict__ V, int C, int T, lon
           int MW, int H, int W, int OH, int OW, int WH, int WW, long long sn, long long sc, long long sh,
           long long sw)
 {
-    constexpr int HF = TS / 2 + 1;
+    constexpr int HF = TS / 2 + 1, H2 = TS / 2;
     constexpr int LD = TS + 1;
     __shared__ float d[G][TS][LD];
     __shared__ float2 R[G][TS][HF + 1];
@@ -181,13 +183,20 @@ fft_input(const float* __restrict__ x, float2* __restrict__ V, int C, int T, lon
         float row[TS];
 #pragma unroll
         for (int b = 0; b < TS; ++b) row[b] = d[g][a][b];
+        // b and TS - b share cos and negate sin: sums and differences halve the multiply-adds
+        float ps[H2], ds[H2];
+#pragma unroll
+        for (int b = 1; b < H2; ++b) {
+            ps[b] = row[b] + row[TS - b];
+            ds[b] = row[b] - row[TS - b];
+        }
 #pragma unroll
         for (int kb = 0; kb < HF; ++kb) {
-            float re = 0.f, im = 0.f;
+            float re = row[0] + ((kb & 1) ? -row[H2] : row[H2]), im = 0.f;
 #pragma unroll
-            for (int b = 0; b < TS; ++b) {
-                re = fmaf(row[b], TWD.c[(kb * b) % TS], re);
-                im = fmaf(-row[b], TWD.s[(kb * b) % TS], im);
+            for (int b = 1; b < H2; ++b) {
+                re = fmaf(ps[b], TWD.c[(kb * b) % TS], re);
+                im = fmaf(-ds[b], TWD.s[(kb * b) % TS], im);
             }
             R[g][a][kb] = make_float2(re, im);
         }
@@ -203,16 +212,28 @@ fft_input(const float* __restrict__ x, float2* __restrict__ V, int C, int T, lon
         for (int a = 0; a < TS; ++a) col[a] = R[g][a][kb];
         float2* out = V + (long long)c * T + t;
         const long long plane = (long long)C * T;
+        // rows a and TS - a summed and differenced; outputs ka and TS - ka from the same two sums:
+        // V[ka] = A - iB, V[TS - ka] = A + iB with A = sum of sums x cos, B = sum of differences x sin
+        float2 cs[H2], cd[H2];
 #pragma unroll
-        for (int ka = 0; ka < TS; ++ka) {
-            float re = 0.f, im = 0.f;
+        for (int a = 1; a < H2; ++a) {
+            cs[a] = make_float2(col[a].x + col[TS - a].x, col[a].y + col[TS - a].y);
+            cd[a] = make_float2(col[a].x - col[TS - a].x, col[a].y - col[TS - a].y);
+        }
 #pragma unroll
-            for (int a = 0; a < TS; ++a) {
-                const float ec = TWD.c[(ka * a) % TS], es = TWD.s[(ka * a) % TS];   // (x + iy)(cos - i sin)
-                re = fmaf(col[a].x, ec, fmaf(col[a].y, es, re));
-                im = fmaf(col[a].y, ec, fmaf(-col[a].x, es, im));
+        for (int ka = 0; ka <= H2; ++ka) {
+            const float sg = (ka & 1) ? -1.f : 1.f;
+            float ar = fmaf(sg, col[H2].x, col[0].x), ai = fmaf(sg, col[H2].y, col[0].y), br = 0.f, bi = 0.f;
+#pragma unroll
+            for (int a = 1; a < H2; ++a) {
+                const float ec = TWD.c[(ka * a) % TS], es = TWD.s[(ka * a) % TS];
+                ar = fmaf(cs[a].x, ec, ar);
+                ai = fmaf(cs[a].y, ec, ai);
+                br = fmaf(cd[a].x, es, br);
+                bi = fmaf(cd[a].y, es, bi);
             }
-            out[(long long)(ka * HF + kb) * plane] = make_float2(re, im);
+            out[(long long)(ka * HF + kb) * plane] = make_float2(ar + bi, ai - br);
+            if (ka > 0 && ka < H2) out[(long long)((TS - ka) * HF + kb) * plane] = make_float2(ar - bi, ai + br);
         }
     }
 }
@@ -222,7 +243,8 @@ __global__ void __launch_bounds__(FFT_THREADS)
 fft_output(const float2* __restrict__ M, float* __restrict__ y, int K, int T, long long t0, int TH, int TW, int MH,
            int MW, int Ho, int Wo, long long sn, long long sc, long long sh, long long sw, float alpha, float beta)
 {
-    constexpr int HF = TS / 2 + 1;
+    constexpr int HF = TS / 2 + 1, H2 = TS / 2;
+    static_assert(TS % 2 == 0, "even tiles: the half spectrum's last column is real");
     __shared__ float2 Sx[G][TS][HF + 1];
     __shared__ float out[G][TS][TS];
     __shared__ long long base[G];
@@ -241,17 +263,29 @@ fft_output(const float2* __restrict__ M, float* __restrict__ y, int K, int T, lo
         float2 col[TS];
 #pragma unroll
         for (int ka = 0; ka < TS; ++ka) col[ka] = in[(long long)(ka * HF + kb) * plane];
+        // points ka and TS - ka summed and differenced; rows a and TS - a from the same two sums:
+        // S[a] = base + P + iQ, S[TS - a] = base + P - iQ with P = sum of sums x cos, Q = sum of differences x sin
+        float2 ms[H2], md[H2];
 #pragma unroll
-        for (int a = 0; a < TS; ++a) {
-            if (a < MH) {
-                float re = 0.f, im = 0.f;
+        for (int ka = 1; ka < H2; ++ka) {
+            ms[ka] = make_float2(col[ka].x + col[TS - ka].x, col[ka].y + col[TS - ka].y);
+            md[ka] = make_float2(col[ka].x - col[TS - ka].x, col[ka].y - col[TS - ka].y);
+        }
 #pragma unroll
-                for (int ka = 0; ka < TS; ++ka) {
-                    const float ec = TWD.c[(ka * a) % TS], es = TWD.s[(ka * a) % TS];   // (x + iy)(cos + i sin)
-                    re = fmaf(col[ka].x, ec, fmaf(-col[ka].y, es, re));
-                    im = fmaf(col[ka].x, es, fmaf(col[ka].y, ec, im));
+        for (int a = 0; a <= H2; ++a) {
+            if (a < MH || (a > 0 && TS - a < MH)) {
+                const float sg = (a & 1) ? -1.f : 1.f;
+                float pr = fmaf(sg, col[H2].x, col[0].x), pi = fmaf(sg, col[H2].y, col[0].y), qr = 0.f, qi = 0.f;
+#pragma unroll
+                for (int ka = 1; ka < H2; ++ka) {
+                    const float ec = TWD.c[(ka * a) % TS], es = TWD.s[(ka * a) % TS];
+                    pr = fmaf(ms[ka].x, ec, pr);
+                    pi = fmaf(ms[ka].y, ec, pi);
+                    qr = fmaf(md[ka].x, es, qr);
+                    qi = fmaf(md[ka].y, es, qi);
                 }
-                Sx[g][a][kb] = make_float2(re, im);
+                if (a < MH) Sx[g][a][kb] = make_float2(pr - qi, pi + qr);
+                if (a > 0 && a < H2 && TS - a < MH) Sx[g][TS - a][kb] = make_float2(pr + qi, pi - qr);
             }
         }
     }
@@ -267,14 +301,18 @@ fft_output(const float2* __restrict__ M, float* __restrict__ y, int K, int T, lo
             const float wk = (kb == 0 || 2 * kb == TS) ? scale : 2.f * scale;
             sp[kb] = make_float2(wk * Sx[g][a][kb].x, wk * Sx[g][a][kb].y);
         }
+        // columns b and TS - b share cos and negate sin: y[b] = P - Q, y[TS - b] = P + Q
 #pragma unroll
-        for (int b = 0; b < TS; ++b) {
-            if (b < MW) {
-                float acc = 0.f;
+        for (int b = 0; b <= H2; ++b) {
+            if (b < MW || (b > 0 && TS - b < MW)) {
+                float pc = 0.f, qs = 0.f;
 #pragma unroll
-                for (int kb = 0; kb < HF; ++kb)
-                    acc = fmaf(sp[kb].x, TWD.c[(kb * b) % TS], fmaf(-sp[kb].y, TWD.s[(kb * b) % TS], acc));
-                out[g][a][b] = acc;
+                for (int kb = 0; kb < HF; ++kb) {
+                    pc = fmaf(sp[kb].x, TWD.c[(kb * b) % TS], pc);
+                    qs = fmaf(sp[kb].y, TWD.s[(kb * b) % TS], qs);
+                }
+                if (b < MW) out[g][a][b] = pc - qs;
+                if (b > 0 && b < H2 && TS - b < MW) out[g][a][TS - b] = pc + qs;
             }
         }
     }

@@ -265,3 +265,83 @@ def test_source_is_registered_and_declines_3x3_as_a_skipped_row():
     p = ConvProblem(2, 4, 9, 9, 4, 3, 3, (1, 1))
     rows, skipped = src.measure("forward", p, Operands(0, 0, 0), 0, BenchSettings("strict"))
     assert rows == [] and len(skipped) == 1 and "3x3" in skipped[0].reason
+
+
+# ---- fft.cu's paired sums (the kernels' loops, transcribed) ----------------------------------------------------
+def _paired_row(row: np.ndarray, ts: int) -> np.ndarray:
+    """fft_input's row pass: b and TS - b summed and differenced (real row -> half spectrum)."""
+    h2, c, s = ts // 2, np.cos(2 * np.pi * np.arange(ts) / ts), np.sin(2 * np.pi * np.arange(ts) / ts)
+    out = np.zeros(h2 + 1, complex)
+    for kb in range(h2 + 1):
+        re, im = row[0] + (-row[h2] if kb & 1 else row[h2]), 0.0
+        for b in range(1, h2):
+            re += (row[b] + row[ts - b]) * c[kb * b % ts]
+            im -= (row[b] - row[ts - b]) * s[kb * b % ts]
+        out[kb] = re + 1j * im
+    return out
+
+
+def _paired_col(col: np.ndarray, ts: int) -> np.ndarray:
+    """fft_input's column pass: V[ka] = A - iB, V[TS - ka] = A + iB."""
+    h2, c, s = ts // 2, np.cos(2 * np.pi * np.arange(ts) / ts), np.sin(2 * np.pi * np.arange(ts) / ts)
+    out = np.full(ts, np.nan, complex)
+    for ka in range(h2 + 1):
+        sg = -1 if ka & 1 else 1
+        a_, b_ = col[0] + sg * col[h2], 0j
+        for a in range(1, h2):
+            a_ += (col[a] + col[ts - a]) * c[ka * a % ts]
+            b_ += (col[a] - col[ts - a]) * s[ka * a % ts]
+        out[ka] = complex(a_.real + b_.imag, a_.imag - b_.real)
+        if 0 < ka < h2:
+            out[ts - ka] = complex(a_.real - b_.imag, a_.imag + b_.real)
+    return out
+
+
+def _paired_inverse_col(col: np.ndarray, ts: int, mh: int) -> np.ndarray:
+    """fft_output's column pass: S[a] = base + P + iQ, S[TS - a] = base + P - iQ, rows below MH."""
+    h2, c, s = ts // 2, np.cos(2 * np.pi * np.arange(ts) / ts), np.sin(2 * np.pi * np.arange(ts) / ts)
+    out = np.full(ts, np.nan, complex)
+    for a in range(h2 + 1):
+        if not (a < mh or (a > 0 and ts - a < mh)):
+            continue
+        sg = -1 if a & 1 else 1
+        p, q = col[0] + sg * col[h2], 0j
+        for ka in range(1, h2):
+            p += (col[ka] + col[ts - ka]) * c[ka * a % ts]
+            q += (col[ka] - col[ts - ka]) * s[ka * a % ts]
+        if a < mh:
+            out[a] = complex(p.real - q.imag, p.imag + q.real)
+        if 0 < a < h2 and ts - a < mh:
+            out[ts - a] = complex(p.real + q.imag, p.imag - q.real)
+    return out[:mh]
+
+
+def _paired_inverse_row(sp: np.ndarray, ts: int, mw: int) -> np.ndarray:
+    """fft_output's row pass on the weighted half spectrum: y[b] = P - Q, y[TS - b] = P + Q, columns below MW."""
+    h2, c, s = ts // 2, np.cos(2 * np.pi * np.arange(ts) / ts), np.sin(2 * np.pi * np.arange(ts) / ts)
+    out = np.full(ts, np.nan)
+    for b in range(h2 + 1):
+        if not (b < mw or (b > 0 and ts - b < mw)):
+            continue
+        pc = sum(sp[kb].real * c[kb * b % ts] for kb in range(h2 + 1))
+        qs = sum(sp[kb].imag * s[kb * b % ts] for kb in range(h2 + 1))
+        if b < mw:
+            out[b] = pc - qs
+        if 0 < b < h2 and ts - b < mw:
+            out[ts - b] = pc + qs
+    return out[:mw]
+
+
+@pytest.mark.parametrize("ts", [8, 10, 18, 32])
+def test_the_kernels_paired_sums_are_the_dft(ts):
+    rng = np.random.default_rng(ts)
+    tile = rng.standard_normal((ts, ts))
+    rows = np.array([_paired_row(r, ts) for r in tile])                                 # [a, kb]
+    np.testing.assert_allclose(rows, np.fft.rfft(tile, axis=1), atol=1e-9)
+    spec = np.array([_paired_col(rows[:, kb], ts) for kb in range(ts // 2 + 1)]).T      # [ka, kb]
+    np.testing.assert_allclose(spec, np.fft.rfft2(tile), atol=1e-9)
+    for mh, mw in [(ts, ts), (ts - 4, ts - 6), (2, 3), (ts // 2 + 1, ts // 2)]:
+        cols = np.array([_paired_inverse_col(spec[:, kb], ts, mh) for kb in range(ts // 2 + 1)]).T   # [a, kb]
+        weighted = cols * np.r_[1, np.full(ts // 2 - 1, 2.0), 1] / (ts * ts)
+        got = np.array([_paired_inverse_row(weighted[a], ts, mw) for a in range(mh)])
+        np.testing.assert_allclose(got, tile[:mh, :mw], atol=1e-9)
