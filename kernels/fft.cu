@@ -33,7 +33,8 @@
 //              y = alpha * v + beta * y (y not read when beta == 0), edge tiles clipped; a thread per output row
 //              of a tile in the second pass, staged in shared memory and written by consecutive threads.  Grid (ceil(T/G), Co).
 // fft_filter_grad: one thread per (r, o, i): Gc[f][o][i] -> the S taps of row r of dw = alpha * IDFT + beta * dw
-//              (dw not read when beta == 0).  Grid (ceil(R*Co*Ci / 256)).
+//              (dw not read when beta == 0); with PARTS > 1 Gc is the sum of PARTS buffers PSTRIDE complex apart
+//              (chunks over streams: one per stream).  Grid (ceil(R*Co*Ci / 256)).
 #include "common.cuh"
 
 #define FFT_THREADS 256
@@ -333,7 +334,7 @@ fft_output(const float2* __restrict__ M, float* __restrict__ y, int K, int T, lo
 template <int TS>
 __global__ void __launch_bounds__(FFT_THREADS)
 fft_filter_grad(const float2* __restrict__ Gc, float* __restrict__ dw, int Co, int Ci, int R, int S, long long so,
-                long long si, long long sr, long long ss, float alpha, float beta)
+                long long si, long long sr, long long ss, float alpha, float beta, int parts, long long pstride)
 {
     constexpr int HF = TS / 2 + 1;
     __shared__ float2 tw[TS];
@@ -352,7 +353,13 @@ fft_filter_grad(const float2* __restrict__ Gc, float* __restrict__ dw, int Co, i
     for (int ka = 0; ka < TS; ++ka) {
         const float2 ea = tw[ja];
         for (int kb = 0; kb < HF; ++kb) {
-            const float2 gv = Gc[(long long)(ka * HF + kb) * oi_count + oi];
+            const long long at = (long long)(ka * HF + kb) * oi_count + oi;
+            float2 gv = Gc[at];
+            for (int p = 1; p < parts; ++p) {   // chunks over streams: one Gc per stream, summed here
+                const float2 q = Gc[p * pstride + at];
+                gv.x += q.x;
+                gv.y += q.y;
+            }
             // z = conj(gv) e^{+2 pi i ka r / TS}
             const float zx = gv.x * ea.x + gv.y * ea.y, zy = gv.x * ea.y - gv.y * ea.x;
             const float wk = (kb == 0 || 2 * kb == TS) ? 1.f : 2.f;
@@ -393,7 +400,7 @@ fft_filter_grad(const float2* __restrict__ Gc, float* __restrict__ dw, int Co, i
     template __global__ void fft_output<TS, G>(const float2*, float*, int, int, long long, int, int, int, int, int,    \
                                                int, long long, long long, long long, long long, float, float);       \
     template __global__ void fft_filter_grad<TS>(const float2*, float*, int, int, int, int, long long, long long,      \
-                                                 long long, long long, float, float);
+                                                 long long, long long, float, float, int, long long);
 FFT_INSTANTIATE(8, 32)
 FFT_INSTANTIATE(16, 16)
 FFT_INSTANTIATE(18, 16)

@@ -62,6 +62,8 @@ MIN_FILTER = 4
 MAX_FILTER = 16
 #: tile sizes measured per problem (the cheapest by :func:`tile_cost`)
 TILE_CHOICES = 2
+#: streams a chunked call may spread its chunks over (a V and M each; for backward filter a Gc each too)
+STREAMS = (1, 2, 3)
 #: shared memory a block of fft_input / fft_output may use (the static limit)
 _SMEM = 48 * 1024
 
@@ -220,18 +222,38 @@ class Geometry:
     def tiles_per_image(self) -> int:
         return self.tiles_h * self.tiles_w
 
-    def segments(self, tiles: int) -> tuple[tuple[str, int, int], ...]:
-        """(name, byte offset, bytes) of U, V and M for chunks of ``tiles`` tiles (complex64, 256-byte aligned)."""
+    def segments(self, tiles: int, streams: int = 1) -> tuple[tuple[str, int, int], ...]:
+        """(name, byte offset, bytes) of U, V and M for chunks of ``tiles`` tiles (complex64, 256-byte aligned);
+        with ``streams`` > 1 a V and M per stream after U (``V``, ``M``, ``V1``, ``M1``, ...: chunk i runs on stream
+        i % streams), and for backward filter a Gc per stream first (``U``, ``U1``, ...: :meth:`partials`)."""
+        if streams not in STREAMS:
+            raise InputError(f"must be one of {STREAMS}, got {streams!r}", "streams")
+        us = streams if self.op == "backward_filter" else 1
+        parts = [(f"U{k or ''}", self.co * self.ci) for k in range(us)] + [
+            (f"{name}{k or ''}", elements) for k in range(streams)
+            for name, elements in (("V", self.ci * tiles), ("M", self.co * tiles))]
         out, off = [], 0
-        for name, elements in (("U", self.co * self.ci), ("V", self.ci * tiles), ("M", self.co * tiles)):
+        for name, elements in parts:
             out.append((name, off, 8 * self.f * elements))
             off = align_up(off + 8 * self.f * elements)
         return tuple(out)
 
-    def workspace_bytes(self, tiles: int) -> int:
-        """Exactly what chunks of ``tiles`` tiles touch: ``8 * F * (Co*Ci + Ci*T + Co*T)`` bytes (U and V
-        aligned)."""
-        return max(off + size for _, off, size in self.segments(tiles))
+    def workspace_bytes(self, tiles: int, streams: int = 1) -> int:
+        """Exactly what chunks of ``tiles`` tiles touch: ``8 * F * (Co*Ci + Ci*T + Co*T)`` bytes (U and V aligned);
+        a V and M per stream with ``streams`` (and for backward filter a Gc per stream)."""
+        return max(off + size for _, off, size in self.segments(tiles, streams))
+
+    def stream_buffers(self, k: int) -> dict[str, str]:
+        """The segment names stream ``k`` uses for the GEMM's buffer names U, V, M (U shared, but for backward
+        filter: each stream accumulates its own Gc)."""
+        own = f"{k or ''}"
+        return {"U": "U" + own if self.op == "backward_filter" else "U", "V": "V" + own, "M": "M" + own}
+
+    def partials(self, streams: int, chunks: int) -> tuple[int, int]:
+        """(parts, stride in complex elements) of backward filter's per-stream Gc over a call of ``chunks`` chunks:
+        the streams that ran a chunk, their Gc buffers that far apart (evenly spaced: same size, aligned)."""
+        parts = min(streams, chunks)
+        return parts, (align_up(8 * self.f * self.co * self.ci) // 8 if parts > 1 else 0)
 
     def chunk_refusal(self, tiles: int, n: int) -> str | None:
         """Why chunks of ``tiles`` tiles of a call on ``n`` images do not run (32-bit kernel indices), or None."""
@@ -374,8 +396,12 @@ def emulate_output(geo: Geometry, M: np.ndarray, y: np.ndarray, t0: int, count: 
     y[idx] = new
 
 
-def emulate_filter_grad(geo: Geometry, Gc: np.ndarray, dw: np.ndarray, alpha: float, beta: float) -> None:
-    """fft_filter_grad: ``dw = alpha * IDFT(conj(Gc))[:R, :S] + beta * dw`` from ``Gc [F][Co][Ci]``."""
+def emulate_filter_grad(geo: Geometry, Gc: np.ndarray, dw: np.ndarray, alpha: float, beta: float, parts: int = 1,
+                        pstride: int = 0) -> None:
+    """fft_filter_grad: ``dw = alpha * IDFT(conj(Gc))[:R, :S] + beta * dw`` from ``Gc [F][Co][Ci]`` (flat), the sum
+    of ``parts`` buffers ``pstride`` elements apart."""
+    n = geo.f * geo.co * geo.ci
+    Gc = sum(Gc.ravel()[p * pstride:p * pstride + n] for p in range(parts)).reshape(geo.f, geo.co, geo.ci)
     so, si, sr, ss = geo.filter_strides
     spec = np.conj(Gc).transpose(1, 2, 0).reshape(geo.co, geo.ci, geo.ts, half(geo.ts))
     vals = inverse(spec, geo.ts, geo.r, geo.s)                                   # [co, ci, r, s]
@@ -487,9 +513,11 @@ def launchers(geo: Geometry, itemsize: int = 4) -> tuple[FilterFn, FilterFn, Fil
     return filter_, input_, output_
 
 
-def backward_filter_launchers(geo: Geometry, itemsize: int = 4) -> tuple[FilterFn, FilterFn, FilterFn]:
+def backward_filter_launchers(geo: Geometry, itemsize: int = 4, parts: int = 1,
+                              pstride: int = 0) -> tuple[FilterFn, FilterFn, FilterFn]:
     """Backward filter: ``input(x, D, t0, tiles, stream)``, ``dy(dy, E, t0, tiles, stream)`` (the MH x MW dy tiles,
-    zero-padded) and ``grad(Gc, dw, alpha, beta, stream)``, compiled here like :func:`launchers`."""
+    zero-padded) and ``grad(Gc, dw, alpha, beta, stream)`` (Gc the sum of ``parts`` buffers ``pstride`` complex
+    elements apart: :meth:`Geometry.partials`), compiled here like :func:`launchers`."""
     _checked(itemsize)
     if geo.op != "backward_filter":
         raise InputError(f"backward_filter_launchers takes backward_filter geometry, got {geo.op!r}", "geo")
@@ -502,7 +530,7 @@ def backward_filter_launchers(geo: Geometry, itemsize: int = 4) -> tuple[FilterF
     count = geo.co * geo.ci * geo.r
     grad = _compile.packed(kg, (-(-count // _THREADS),), (_THREADS,), (PTR, PTR) + (
         np.int32(geo.co), np.int32(geo.ci), np.int32(geo.r), np.int32(geo.s)) + tuple(
-        np.int64(v) for v in geo.filter_strides) + (F32, F32))
+        np.int64(v) for v in geo.filter_strides) + (F32, F32, np.int32(parts), np.int64(pstride)))
 
     def input_(x: int, D: int, t0: int, tiles: int, stream: int | None = None) -> None:
         inputs(t0, tiles)(x, D, stream=stream)

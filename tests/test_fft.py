@@ -243,18 +243,75 @@ def test_tile_size_errors_name_the_field():
 
 # ---- the source ------------------------------------------------------------------------------------------------
 def test_algo_names_round_trip_and_bad_names_are_refused():
-    for ts, tiles in [(18, None), (32, 12), (8, 4096)]:
-        m = Measurement(4, algo_name(ts, tiles), "FMA", 1.0, 0, "fft")
-        assert parse(m) == (ts, tiles)
-        m2 = Measurement(4, "x", "FMA", 1.0, 0, "fft", None, {"fft": {"tile": ts, "tiles": tiles}})
-        assert parse(m2) == (ts, tiles)
-    for bad in ("fft", "fft-18", "fft-t18-128", "wino-f4", "fft-t18-c"):
+    for ts, tiles, streams in [(18, None, 1), (32, 12, 1), (8, 4096, 3), (20, 256, 2)]:
+        m = Measurement(4, algo_name(ts, tiles, streams), "FMA", 1.0, 0, "fft")
+        assert parse(m) == (ts, tiles, streams)
+        extra = {"tile": ts, "tiles": tiles, **({"streams": streams} if streams > 1 else {})}
+        m2 = Measurement(4, "x", "FMA", 1.0, 0, "fft", None, {"fft": extra})
+        assert parse(m2) == (ts, tiles, streams)
+    assert algo_name(20, 256, 2) == "fft-t20-c256-p2" and algo_name(18, None, 3) == "fft-t18-p3"
+    for bad in ("fft", "fft-18", "fft-t18-128", "wino-f4", "fft-t18-c", "fft-t18-p2-c4", "fft-t18-c4-c4",
+                "fft-t18-x2"):
         with pytest.raises(InputError) as e:
             parse(Measurement(4, bad, "FMA", 1.0, 0, "fft"))
-        assert e.value.field == "algo"
+        assert e.value.field == "algo", bad
     with pytest.raises(InputError) as e:
         parse(Measurement(4, "x", "FMA", 1.0, 0, "fft", None, {"fft": {"tile": 18, "tiles": 0}}))
     assert e.value.field == "extra.fft.tiles"
+    with pytest.raises(InputError) as e:
+        parse(Measurement(4, "fft-t18-p4", "FMA", 1.0, 0, "fft"))
+    assert e.value.field == "extra.fft.streams"
+
+
+def test_streams_get_their_own_buffers_and_backward_filter_its_own_gc():
+    p = ConvProblem(4, 8, 20, 20, 12, 5, 5, (2, 2))
+    for op in ("forward", "backward_filter"):
+        geo = Geometry.of(p, op, 16)
+        one, three = geo.workspace_bytes(40), geo.workspace_bytes(40, 3)
+        vm = 8 * geo.f * (geo.ci + geo.co) * 40
+        u = 8 * geo.f * geo.co * geo.ci
+        assert three - one == (2 * vm + (2 * u if op == "backward_filter" else 0))
+        names = [n for n, _, _ in geo.segments(40, 3)]
+        assert names == (["U", "U1", "U2"] if op == "backward_filter" else ["U"]) + [
+            "V", "M", "V1", "M1", "V2", "M2"]
+        assert geo.stream_buffers(2) == {"U": "U2" if op == "backward_filter" else "U", "V": "V2", "M": "M2"}
+    geo = Geometry.of(p, "backward_filter", 16)
+    assert geo.partials(3, 2) == (2, dict((n, o) for n, o, _ in geo.segments(40, 3))["U1"] // 8)
+    assert geo.partials(3, 1) == (1, 0)
+    with pytest.raises(InputError) as e:
+        geo.segments(40, 4)
+    assert e.value.field == "streams"
+
+
+@pytest.mark.parametrize("streams", [2, 3])
+def test_chunks_over_streams_compute_the_same_gradient(streams):
+    """Backward filter with chunk i adding into stream i % streams' Gc, the inverse summing the parts."""
+    p = ConvProblem(3, 3, 11, 9, 4, 5, 3, (2, 1))
+    rng = np.random.default_rng(5)
+    x, dy = rng.standard_normal((p.n, p.c, p.h, p.w)), rng.standard_normal((p.n, p.k, p.p, p.q))
+    geo = Geometry.of(p, "backward_filter", 12)
+    tiles = 2
+    ranges = geo.ranges(p.n, tiles)
+    total = geo.workspace_bytes(tiles, streams)
+    ws = np.full(total // 8, np.nan + 0j)
+    seg = {n: ws[o // 8:(o + sz) // 8] for n, o, sz in geo.segments(tiles, streams)}
+    for i, (t0, count) in enumerate(ranges):
+        k = i % streams
+        bufs = {key: seg[name] for key, name in geo.stream_buffers(k).items()}
+        D = emulate_input(geo, x.ravel(), t0, count, geo.ci, geo.in_strides, (geo.hi, geo.wi),
+                          (-geo.pad[0], -geo.pad[1]), (geo.ts, geo.ts))
+        E = emulate_input(geo, dy.ravel(), t0, count, geo.co, geo.out_strides, (geo.ho, geo.wo), (0, 0),
+                          (geo.mh, geo.mw))
+        bufs["V"][:D.size] = D.ravel()
+        bufs["M"][:E.size] = E.ravel()
+        run_cgemm(geo.gemm(count, accumulate=i >= streams), bufs)
+    parts, pstride = geo.partials(streams, len(ranges))
+    dw = np.zeros(p.k * p.c * p.r * p.s)
+    u0 = dict((n, o) for n, o, _ in geo.segments(tiles, streams))["U"] // 8
+    emulate_filter_grad(geo, ws[u0:], dw, 1.0, 0.0, parts, pstride)
+    xp = np.pad(x, ((0, 0), (0, 0), (p.pad[0], p.pad[0]), (p.pad[1], p.pad[1])))
+    win = np.lib.stride_tricks.sliding_window_view(xp, (p.p, p.q), axis=(2, 3))[:, :, :p.r, :p.s]
+    np.testing.assert_allclose(dw.reshape(p.k, p.c, p.r, p.s), np.einsum("ncrspq,nkpq->kcrs", win, dy), atol=1e-9)
 
 
 def test_source_is_registered_and_declines_3x3_as_a_skipped_row():
@@ -345,3 +402,9 @@ def test_the_kernels_paired_sums_are_the_dft(ts):
         weighted = cols * np.r_[1, np.full(ts // 2 - 1, 2.0), 1] / (ts * ts)
         got = np.array([_paired_inverse_row(weighted[a], ts, mw) for a in range(mh)])
         np.testing.assert_allclose(got, tile[:mh, :mw], atol=1e-9)
+
+
+def test_measured_stream_counts_need_as_many_chunks():
+    from ucudnn.measure.sources.fft import stream_counts
+
+    assert stream_counts(1) == [1] and stream_counts(2) == [1, 2] and stream_counts(40) == [1, 2]

@@ -1,7 +1,8 @@
 """The fft source on the GPU (skipped without one): forward, backward data and backward filter against a float64
 direct correlation and undivided cuDNN on AlexNet's conv2 shape (5x5) and awkward shapes (C = 1 and 3, odd H / W,
 non-square 1x7 / 7x1 / 5x3 filters, pad 0 to R - 1, n = 1 and 5), NCHW and NHWC, FP32 strict and TF32, every tile
-size the source offers; chunks of tiles crossing image boundaries; alpha / beta; a channel slice's view of y;
+size the source offers; chunks of tiles crossing image boundaries; chunks over 2 and 3 streams; alpha / beta; a
+channel slice's view of y;
 micro-batched plans through the Executor mixed with legacy steps, eager and CUDA-graph replayed (backward filter
 accumulating across micro-batches); measure()'s rows with exact workspace.  No timing is asserted."""
 from __future__ import annotations
@@ -30,7 +31,7 @@ CASES = {
 TOL = {"FMA": 1e-4, "TENSOR_OP": 3e-2}   # max error / max |reference|
 
 
-def _config(problem, op, ts=None, tiles=None, math="FMA", n=None):
+def _config(problem, op, ts=None, tiles=None, math="FMA", n=None, streams=1):
     from ucudnn.measure.sources.fft import algo_name
 
     n = problem.n if n is None else n
@@ -39,7 +40,10 @@ def _config(problem, op, ts=None, tiles=None, math="FMA", n=None):
     geo = Geometry.of(p, op, ts)
     t = n * geo.tiles_per_image if tiles is None else min(tiles, n * geo.tiles_per_image)
     extra = {"tile": ts} if tiles is None else {"tile": ts, "tiles": tiles}
-    return Measurement(n, algo_name(ts, tiles), math, 1.0, geo.workspace_bytes(t), "fft", None, {"fft": extra})
+    if streams > 1:
+        extra["streams"] = streams
+    return Measurement(n, algo_name(ts, tiles, streams), math, 1.0, geo.workspace_bytes(t, streams), "fft", None,
+                       {"fft": extra})
 
 
 def _nchw(a, layout):
@@ -78,7 +82,7 @@ def _close(got, ref, math, what=""):
     return err
 
 
-def _launch_once(problem, op, ts=None, tiles=None, alpha=1.0, beta=0.0, seed=0, math="FMA"):
+def _launch_once(problem, op, ts=None, tiles=None, alpha=1.0, beta=0.0, seed=0, math="FMA", streams=1):
     """(result, float64 expectation) of one prepared launch with exactly the reported workspace (NaN-filled)."""
     import cupy as cp
 
@@ -90,7 +94,7 @@ def _launch_once(problem, op, ts=None, tiles=None, alpha=1.0, beta=0.0, seed=0, 
     old = np.random.default_rng(seed + 1).standard_normal(out_shape).astype(np.float32)
     a, b = (cp.asarray(t) for t in _operands(op, x, w, dy))
     out = cp.asarray(old) if beta != 0 else cp.full(out_shape, cp.nan, dtype=cp.float32)
-    cfg = _config(problem, op, ts, tiles, math)
+    cfg = _config(problem, op, ts, tiles, math, streams=streams)
     ws = cp.cuda.alloc(cfg.workspace_bytes)
     cp.ndarray((cfg.workspace_bytes,), cp.uint8, ws).fill(0xFF)
     FftSource().prepare(op, problem, cfg)(Operands(a.data.ptr, b.data.ptr, out.data.ptr), ws.ptr,
@@ -125,6 +129,15 @@ def test_tile_chunks_and_tf32(name, op):
 def test_alpha_and_beta_scale_and_accumulate(name, op):
     got, expect = _launch_once(CASES[name], op, tiles=5, alpha=-0.75, beta=0.5, seed=3)
     _close(got, expect, "FMA", f"{name} {op}")
+
+
+@pytest.mark.parametrize("streams", [2, 3])
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("name", ["alexnet-conv2-b2", "c1-odd-pad0", "nhwc-5x5"])
+def test_chunks_over_streams(name, op, streams):
+    """Chunk i on stream i % streams (own V and M; backward filter its own Gc), alpha / beta, 4 to 20 chunks."""
+    got, expect = _launch_once(CASES[name], op, tiles=2, alpha=0.5, beta=0.25, seed=6, streams=streams)
+    _close(got, expect, "FMA", f"{name} {op} on {streams} streams")
 
 
 @pytest.mark.parametrize("op", OPS)
@@ -187,13 +200,15 @@ def _plan(problem, op, steps):
     configs = []
     for mb, source, tiles in steps:
         if source == "fft":
-            configs.append(MicroConfig.of(_config(problem, op, tiles=tiles, n=mb)))
+            configs.append(MicroConfig.of(_config(problem, op, tiles=tiles, n=mb, streams=2 if tiles == 1 else 1)))
         else:
             configs.append(MicroConfig.of(Measurement(mb, tiles, "FMA", 1.0, 0, "legacy")))
     return KernelPlan(f"test/fft/{op}", op, problem, configs)
 
 
-SPLITS = [[(2, "fft", 3), (2, "fft", None), (1, "fft", None)], [(3, "fft", 2), (2, "legacy", 0)]]
+# tiles 1: that step on 2 streams
+SPLITS = [[(2, "fft", 3), (2, "fft", None), (1, "fft", None)], [(3, "fft", 2), (2, "legacy", 0)],
+          [(2, "fft", 1), (3, "fft", None)]]
 
 
 @pytest.mark.parametrize("replay", [False, True])
@@ -228,7 +243,7 @@ def test_measure_records_labelled_rows_with_exact_workspace():
 
     from ucudnn.measure.benchmarking import Buffers
     from ucudnn.measure.sources.base import BenchSettings
-    from ucudnn.measure.sources.fft import FftSource, parse
+    from ucudnn.measure.sources.fft import MEASURED_STREAMS, FftSource, parse
 
     problem = CASES["alexnet-conv2-b2"].with_batch(4)
     buf = Buffers(problem)
@@ -240,13 +255,19 @@ def test_measure_records_labelled_rows_with_exact_workspace():
             assert ms and not sk, sk
             seen = set()
             for m in ms:
-                ts, tiles = parse(m)
+                ts, tiles, streams = parse(m)
                 geo = Geometry.of(problem, op, ts)
                 total = 4 * geo.tiles_per_image
+                t = total if tiles is None else tiles
                 assert m.source == "fft" and m.math_type == label and m.time_ms > 0
-                assert m.workspace_bytes == geo.workspace_bytes(total if tiles is None else tiles)
+                assert m.workspace_bytes == geo.workspace_bytes(t, streams)
                 assert (tiles is None) == ("tiles" not in m.extra["fft"])
-                seen.add((ts, total if tiles is None else tiles))
-            # every tile size the source ranks first, with every chunk size under the cap
-            assert seen == {(ts, t) for ts in tile_sizes(problem, op)
-                            for t in chunk_sizes(Geometry.of(problem, op, ts), 4)}
+                assert m.extra["fft"].get("streams", 1) == streams <= m.extra["fft"]["chunks"]
+                seen.add((ts, t, streams))
+            # every tile size the source ranks first, with every chunk size, on 1 or 2 streams as chunks allow
+            want = set()
+            for ts in tile_sizes(problem, op):
+                geo = Geometry.of(problem, op, ts)
+                for t in chunk_sizes(geo, 4):
+                    want |= {(ts, t, st) for st in MEASURED_STREAMS if st <= len(geo.ranges(4, t))}
+            assert seen == want

@@ -93,6 +93,7 @@ from ...planning.table import Measurement, Skipped
 from ...problem import ConvProblem
 from .base import BenchSettings, Launch, Operands, Prepared, Pruner, measured_or_skipped, timed_beta
 from .mec import _Scalars, compute_for
+from .streams import StreamSet as _StreamSet
 
 ALGO = "wino-f4"
 #: the fused kernel's configuration (forward and backward data): one kernel, only U in the workspace
@@ -320,37 +321,6 @@ def _launch_streams(cp: Any, geo: Any, op: str, n: int, chunk: int, compute: str
         fan.join(main)
 
     return launch
-
-
-class _StreamSet:
-    """The caller's stream and side streams 1 .. streams - 1 (:func:`ucudnn.binding.gpu.side_stream`), a cuBLAS
-    handle each (:func:`ucudnn.binding.cublas.side_handle`), and the events that fork the side streams from the
-    caller's work so far and join them back: between ``fork`` and ``join`` work may go to any of them, and the call
-    is still one stream's work to its caller and to a CUDA graph capture."""
-
-    def __init__(self, cp: Any, streams: int) -> None:
-        from ...binding.gpu import side_stream
-
-        self.sides = [side_stream(k) for k in range(1, streams)]
-        self.handles = [cublas.side_handle(k) for k in range(streams)]
-        self._fork = cp.cuda.Event(block=False, disable_timing=True)
-        self._joins = [cp.cuda.Event(block=False, disable_timing=True) for _ in self.sides]
-
-    def fork(self, main: Any) -> list[Any]:
-        """Bind each handle to its stream, make the side streams wait for ``main``; the streams, ``main`` first."""
-        order = [main, *self.sides]
-        for h, st in zip(self.handles, order):
-            cublas.bind(h, st.ptr)
-        self._fork.record(main)
-        for st in self.sides:
-            st.wait_event(self._fork)
-        return order
-
-    def join(self, main: Any) -> None:
-        """Make ``main`` wait for everything enqueued on the side streams."""
-        for st, done in zip(self.sides, self._joins):
-            done.record(st)
-            main.wait_event(done)
 
 
 def _gemm_call(geo: Any, count: int, compute: str, accumulate: bool = False) -> Callable[[int, dict[str, int]], None]:
