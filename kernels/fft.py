@@ -46,7 +46,6 @@ from ucudnn.problem import ConvProblem
 from . import _compile
 from ._compile import F32, PTR
 from .mec import align_up
-from .winograd import _packed_strides
 
 SOURCE = "fft.cu"
 OPS = ("forward", "backward_data", "backward_filter")
@@ -188,11 +187,8 @@ class Geometry:
             raise InputError(f"must be one of {TILE_SIZES}, got {ts!r}", "tile")
         if ts < max(p.r, p.s) + 1:
             raise InputError(f"a {ts}x{ts} tile holds no 2-point output tile of a {p.r}x{p.s} filter", "tile")
-        x_str = _packed_strides(p.layout, p.c, p.h, p.w)
-        y_str = p.y_strides()
-        rs = p.r * p.s
-        # w: NCHW [K][C][R][S], NHWC [K][R][S][C]: strides of (k, c, r, s)
-        wk, wc, wr, ws = (p.c * rs, rs, p.s, 1) if p.layout == "NCHW" else (rs * p.c, 1, p.s * p.c, p.c)
+        x_str, y_str = p.x_strides(), p.y_strides()
+        wk, wc, wr, ws = p.w_strides()   # (k, c, r, s): NCHW [K][C][R][S], NHWC [K][R][S][C]
         if op != "backward_data":
             return cls(op, p.c, p.k, p.h, p.w, p.p, p.q, p.r, p.s, p.pad, x_str, y_str, (wk, wc, wr, ws), False, ts)
         pad = (p.r - 1 - p.pad[0], p.s - 1 - p.pad[1])

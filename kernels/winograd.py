@@ -155,11 +155,6 @@ def refusal(problem: ConvProblem, op: str) -> str | None:
     return None
 
 
-def _packed_strides(layout: str, c: int, h: int, w: int) -> tuple[int, int, int, int]:
-    """Element strides (n, c, h, w) of a packed tensor."""
-    return (c * h * w, h * w, w, 1) if layout == "NCHW" else (h * w * c, 1, w * c, c)
-
-
 @dataclass(frozen=True)
 class Geometry:
     """One op of one problem as the kernels see it: an input of ``ci`` channels (``hi x wi``) correlated into an
@@ -186,10 +181,8 @@ class Geometry:
         if why:
             raise InputError(f"winograd cannot run {op} of {problem.describe()}: {why}", "problem")
         p = problem
-        x_str = _packed_strides(p.layout, p.c, p.h, p.w)
-        y_str = p.y_strides()
-        # w: NCHW [K][C][3][3], NHWC [K][3][3][C]: strides of (k, c, r, s)
-        wk, wc, wr, ws = (p.c * 9, 9, 3, 1) if p.layout == "NCHW" else (9 * p.c, 1, 3 * p.c, p.c)
+        x_str, y_str = p.x_strides(), p.y_strides()
+        wk, wc, wr, ws = p.w_strides()   # (k, c, r, s): NCHW [K][C][3][3], NHWC [K][3][3][C]
         cminor = p.layout == "NHWC"
         if op != "backward_data":   # forward, and backward filter (the same tiles, differentiated)
             return cls(op, p.c, p.k, p.h, p.w, p.p, p.q, p.pad, x_str, y_str, (wk, wc, wr, ws), False, cminor)

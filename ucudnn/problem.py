@@ -128,6 +128,17 @@ class ConvProblem:
         """``k`` of this problem's output channels as a slice of its y (``k_total``: default this problem's k)."""
         return dataclasses.replace(self, k=k, k_total=self.k if k_total is None else k_total)
 
+    def x_strides(self) -> tuple[int, int, int, int]:
+        """Element strides of a packed x in (n, c, h, w) order, in the problem's layout."""
+        c, h, w = self.c, self.h, self.w
+        return (c * h * w, h * w, w, 1) if self.layout == "NCHW" else (h * w * c, 1, w * c, c)
+
+    def w_strides(self) -> tuple[int, int, int, int]:
+        """Element strides of a packed filter in (k, c, r, s) order: [K][C/G][R][S] for NCHW, [K][R][S][C/G] for
+        NHWC."""
+        cg, r, s = self.c // self.groups, self.r, self.s
+        return (cg * r * s, r * s, s, 1) if self.layout == "NCHW" else (r * s * cg, 1, s * cg, cg)
+
     def y_strides(self) -> tuple[int, int, int, int]:
         """Element strides of y (dy) in (n, k, p, q) order: packed, or a channel slice's view of the wider y."""
         kt = self.k if self.k_total is None else self.k_total
