@@ -1,12 +1,16 @@
 """ucudnn's own tiled-FFT convolution (issue 18 part 2, for filters of 4 taps and more), as an algorithm source
 named ``fft``.
 
-Why: AlexNet conv2 (5x5, 64 -> 192 channels, 27x27, b256, FP32 strict) runs cuDNN's FFT_TILING / FFT unbounded
-(0.79 ms forward with 476 MiB, 0.79 ms backward data with 750 MiB on the H200), and at 64 MiB a 16-image
-WINOGRAD_NONFUSED plan at 1.37 / 1.42 ms: cuDNN's transform-domain algorithms size their workspace for the batch and
-transform the filter again each micro-batch.  Winograd F(4x4, 3x3) (the ``winograd`` source) does not take 5x5.
-This source's configuration transforms the filter once per call and runs the micro-batch in chunks of T tiles, so
-its workspace is what it touches: ``8 * F * (Co*Ci + Ci*T + Co*T)`` bytes.
+Why: the shipped AlexNet's conv2 (5x5, 96 -> 256 channels, 27x27, b256, FP32 strict) runs cuDNN's FFT_TILING / FFT
+unbounded (0.79 ms forward with 476 MiB, 0.78 ms backward data with 750 MiB on the H200), and at 64 MiB 16
+micro-batches of WINOGRAD_NONFUSED at 1.42 / 1.46 ms: cuDNN's transform-domain algorithms size their workspace for
+the batch and transform the filter again each micro-batch.  Winograd F(4x4, 3x3) (the ``winograd`` source) does not
+take 5x5.  This source's configuration transforms the filter once per call and runs the micro-batch in chunks of T
+tiles, so its workspace is what it touches: ``8 * F * (Co*Ci + Ci*T + Co*T)`` bytes.
+
+Measured (H200, ``benchmarks/results/README.md``): in no plan of that AlexNet (its U alone is 35 MiB at TS 18, and
+its complex GEMMs alone take as long as cuDNN's whole FFT); on public large-filter layers (SRCNN, Inception-v3,
+GoogLeNet; ``benchmarks/networks/large_filters.json``) WR at 64 MiB 1.29x faster with it, 1.43x at 32 MiB.
 
 A configuration (``kernels/fft.py`` describes and emulates every step; ``kernels/fft.cu`` holds the transforms):
 TS x TS tiles (``fft-t<TS>``; the two cheapest tile sizes by :func:`ucudnn.kernels.fft.tile_cost` are measured),
@@ -21,11 +25,11 @@ Numerics: the GEMM's compute type and the recorded math label come from :func:`u
 DFTs run in FP32 with double-precision twiddles.  Deterministic.  float32, NCHW and NHWC (tensors through strides,
 so channel slices of y run too), stride 1, no dilation or groups.
 
-Chunks over streams (``-p2``, measured, and ``-p3``, ``extra.fft.streams``; calls of at least that many chunks): chunk i runs on
-stream i % streams with its own V and M (:class:`~ucudnn.measure.sources.streams.StreamSet`, as the winograd
-source's), so one chunk's DFTs (memory- and FMA-bound) run beside another's GEMMs; backward filter gives each stream
-its own Gc, summed by the inverse.  Workspace ``8 * F * (Co*Ci + streams * (Ci*T + Co*T))`` (backward filter:
-``streams`` Gc).
+Chunks over streams (``-p2``, measured, and ``-p3``, ``extra.fft.streams``; calls of at least that many chunks):
+chunk i runs on stream i % streams with its own V and M (:class:`~ucudnn.measure.sources.streams.StreamSet`, as
+the winograd source's), so one chunk's DFTs (memory- and FMA-bound) run beside another's GEMMs; backward filter
+gives each stream its own Gc, summed by the inverse.  Workspace ``8 * F * (Co*Ci + streams * (Ci*T + Co*T))``
+(backward filter: ``streams`` Gc).
 
 A launch allocates nothing and never synchronises (kernels are compiled in ``prepare``), so plans with fft steps
 capture into CUDA graphs.  cuBLAS's own per-handle workspace is outside ucudnn's count, as for mec and winograd.
