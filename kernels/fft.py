@@ -45,7 +45,7 @@ from ucudnn.problem import ConvProblem
 
 from . import _compile
 from ._compile import F32, PTR
-from .mec import align_up
+from . import transform_workspace as workspace
 
 SOURCE = "fft.cu"
 OPS = ("forward", "backward_data", "backward_filter")
@@ -61,8 +61,6 @@ MIN_FILTER = 4
 MAX_FILTER = 16
 #: tile sizes measured per problem (the cheapest by :func:`tile_cost`)
 TILE_CHOICES = 2
-#: streams a chunked call may spread its chunks over (a V and M each; for backward filter a Gc each too)
-STREAMS = (1, 2, 3)
 #: shared memory a block of fft_input / fft_output may use (the static limit)
 _SMEM = 48 * 1024
 
@@ -222,17 +220,7 @@ class Geometry:
         """(name, byte offset, bytes) of U, V and M for chunks of ``tiles`` tiles (complex64, 256-byte aligned);
         with ``streams`` > 1 a V and M per stream after U (``V``, ``M``, ``V1``, ``M1``, ...: chunk i runs on stream
         i % streams), and for backward filter a Gc per stream first (``U``, ``U1``, ...: :meth:`partials`)."""
-        if streams not in STREAMS:
-            raise InputError(f"must be one of {STREAMS}, got {streams!r}", "streams")
-        us = streams if self.op == "backward_filter" else 1
-        parts = [(f"U{k or ''}", self.co * self.ci) for k in range(us)] + [
-            (f"{name}{k or ''}", elements) for k in range(streams)
-            for name, elements in (("V", self.ci * tiles), ("M", self.co * tiles))]
-        out, off = [], 0
-        for name, elements in parts:
-            out.append((name, off, 8 * self.f * elements))
-            off = align_up(off + 8 * self.f * elements)
-        return tuple(out)
+        return workspace.segments(self.op == "backward_filter", self.co, self.ci, tiles, streams, 8 * self.f)
 
     def workspace_bytes(self, tiles: int, streams: int = 1) -> int:
         """Exactly what chunks of ``tiles`` tiles touch: ``8 * F * (Co*Ci + Ci*T + Co*T)`` bytes (U and V aligned);
@@ -242,14 +230,12 @@ class Geometry:
     def stream_buffers(self, k: int) -> dict[str, str]:
         """The segment names stream ``k`` uses for the GEMM's buffer names U, V, M (U shared, but for backward
         filter: each stream accumulates its own Gc)."""
-        own = f"{k or ''}"
-        return {"U": "U" + own if self.op == "backward_filter" else "U", "V": "V" + own, "M": "M" + own}
+        return workspace.stream_buffers(self.op == "backward_filter", k)
 
     def partials(self, streams: int, chunks: int) -> tuple[int, int]:
         """(parts, stride in complex elements) of backward filter's per-stream Gc over a call of ``chunks`` chunks:
         the streams that ran a chunk, their Gc buffers that far apart (evenly spaced: same size, aligned)."""
-        parts = min(streams, chunks)
-        return parts, (align_up(8 * self.f * self.co * self.ci) // 8 if parts > 1 else 0)
+        return workspace.partials(streams, chunks, 8 * self.f * self.co * self.ci, 8)
 
     def chunk_refusal(self, tiles: int, n: int) -> str | None:
         """Why chunks of ``tiles`` tiles of a call on ``n`` images do not run (32-bit kernel indices), or None."""

@@ -45,7 +45,9 @@ from ucudnn.problem import ConvProblem
 
 from . import _compile
 from ._compile import F32, PTR
+from . import transform_workspace as workspace
 from .mec import WORKSPACE_ALIGN, Gemm, align_up, run_gemms
+from .transform_workspace import STREAMS
 
 SOURCE = "winograd.cu"
 #: output tile (m), filter size (r) and input tile (alpha = m + r - 1) of F(4x4, 3x3)
@@ -58,8 +60,6 @@ OPS = ("forward", "backward_data", "backward_filter")
 DTYPES = ("float32",)
 #: input-channel slices a forward or backward-data call may run in (:meth:`Geometry.slice`)
 CSPLITS = (1, 2, 4)
-#: streams a chunked call may spread its chunks over (a V and M buffer each; for backward filter a dU each too)
-STREAMS = (1, 2, 3)
 
 # Lavin & Gray's F(4, 3) matrices (interpolation points 0, +-1, +-2, inf)
 BT = np.array([[4, 0, -5, 0, 1, 0],
@@ -226,33 +226,20 @@ class Geometry:
         (float32, 256-byte aligned); with ``csplit`` input-channel slices U and V hold one slice; with ``streams``
         > 1 a V and M per stream after U (``V``, ``M``, ``V1``, ``M1``, ...: chunk i runs on stream i % streams),
         and for backward filter a dU per stream first (``U``, ``U1``, ...: :meth:`partials`)."""
-        if streams not in STREAMS:
-            raise InputError(f"must be one of {STREAMS}, got {streams!r}", "streams")
         t = self._chunk_tiles(chunk, tiles)
-        ci = self.ci // csplit
-        out, off = [], 0
-        us = streams if self.op == "backward_filter" else 1
-        parts = [(f"U{k or ''}", self.co * ci) for k in range(us)] + [
-            (f"{name}{k or ''}", elements) for k in range(streams)
-            for name, elements in (("V", ci * t), ("M", self.co * t))]
-        for name, elements in parts:
-            out.append((name, off, 4 * POINTS * elements))
-            off = align_up(off + 4 * POINTS * elements)
-        return tuple(out)
+        return workspace.segments(self.op == "backward_filter", self.co, self.ci // csplit, t, streams, 4 * POINTS)
 
     def stream_buffers(self, k: int) -> dict[str, str]:
         """The segment names stream ``k`` uses for the GEMM's buffer names U, V, M (U shared, but for backward
         filter: each stream accumulates its own dU)."""
-        own = f"{k or ''}"
-        return {"U": "U" + own if self.op == "backward_filter" else "U", "V": "V" + own, "M": "M" + own}
+        return workspace.stream_buffers(self.op == "backward_filter", k)
 
     def partials(self, streams: int, chunks: int) -> tuple[int, int]:
         """(parts, stride in floats) of backward filter's per-stream dU on ``streams`` streams over a call of
         ``chunks`` chunks: the streams that ran a chunk (each wrote its dU), their dU buffers that far apart (every
         dU the same size, 256-byte aligned, so evenly spaced).  Why: a stream's GEMMs add into its own dU, so no
         two streams add into one buffer; the inverse filter transform sums them once per call."""
-        parts = min(streams, chunks)
-        return parts, (align_up(4 * POINTS * self.co * self.ci) // 4 if parts > 1 else 0)
+        return workspace.partials(streams, chunks, 4 * POINTS * self.co * self.ci, 4)
 
     def _chunk_tiles(self, chunk: int, tiles: int | None) -> int:
         return chunk * self.tiles_per_image if tiles is None else tiles

@@ -69,7 +69,7 @@ def algo_name(ts: int, tiles: int | None, streams: int = 1) -> str:
 def parse(config: Measurement) -> tuple[int, int | None, int]:
     """(tile size, tiles per chunk or None, streams) of a recorded configuration: ``extra.fft`` where present, else
     its algorithm's name ``fft-t<TS>[-c<T>][-p<S>]``."""
-    from ucudnn.kernels.fft import STREAMS
+    from ucudnn.kernels.transform_workspace import STREAMS
 
     info = config.extra.get("fft") or {}
     ts, tiles, streams = info.get("tile"), info.get("tiles"), info.get("streams", 1)
