@@ -11,7 +11,8 @@ the benchmark's own report (e.g. ``channel_wr_*.md``).  Use it to see which part
 ``ucudnn.measure.sources.winograd.MAX_CHUNKS`` leaves unmeasured), and reports the recorded time of the rows left out.
 
 ``--drop-slices`` plans once more without the winograd source's input-channel slices (``-s2`` / ``-s4`` rows);
-``--drop-streams`` without its chunks over streams (``-p2`` / ``-p3`` rows).
+``--drop-streams`` without its chunks over streams (``-p2`` / ``-p3`` rows); ``--drop-groups`` without its
+backward filter's point groups (``-g2`` / ``-g3`` / ``-g4`` rows).
 
 ``--chunk-penalty A[,A...]`` asks what the winograd source's chunking costs the plans: each chunked winograd row
 (``wino-f4-cN`` / ``-tN``) slower than the one-chunk row (``wino-f4``) of the same kernel and micro-batch is set to
@@ -72,11 +73,13 @@ def main() -> None:
                     help="also plan without the winograd source's input-channel slices (rows -s2 / -s4)")
     ap.add_argument("--drop-streams", action="store_true",
                     help="also plan without the winograd source's chunks over streams (rows -p2 / -p3)")
+    ap.add_argument("--drop-groups", action="store_true",
+                    help="also plan without the winograd source's point groups (rows -g2 / -g3 / -g4)")
     ap.add_argument("--out", default=None, help="write <out>/<--name>.json and .md")
     ap.add_argument("--name", default="table_ablation")
     args = ap.parse_args()
 
-    from ucudnn.measure.sources.winograd import csplit_of, streams_of
+    from ucudnn.measure.sources.winograd import csplit_of, groups_of, streams_of
     from ucudnn.planning.planner import plan
     from ucudnn.planning.table import BenchmarkTable
 
@@ -92,6 +95,8 @@ def main() -> None:
         if args.drop_streams:
             variants.append(("without winograd's chunks over streams",
                              table.filtered(lambda k, m: streams_of(m) == 1)))
+        if args.drop_groups:
+            variants.append(("without winograd's point groups", table.filtered(lambda k, m: groups_of(m) == 1)))
         if args.chunk_penalty:
             variants += [(f"winograd chunk penalty x{a}", chunk_penalty(table, float(a)))
                          for a in args.chunk_penalty.split(",")]

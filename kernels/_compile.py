@@ -100,16 +100,18 @@ def compute_capability() -> int:
 
 
 class Slot:
-    """A kernel argument filled at each call of a :class:`PackedLaunch` (its C type: ``ptr`` or ``f32``)."""
+    """A kernel argument filled at each call of a :class:`PackedLaunch` (its C type: ``ptr``, ``f32`` or ``i32``)."""
 
     def __init__(self, kind: str) -> None:
-        if kind not in ("ptr", "f32"):
-            raise InputError(f"slot kind must be 'ptr' or 'f32', got {kind!r}", "kind")
+        if kind not in _SLOT_CTYPES:
+            raise InputError(f"slot kind must be one of {sorted(_SLOT_CTYPES)}, got {kind!r}", "kind")
         self.kind = kind
 
 
+#: the ctypes type (name) and zero of each slot kind
+_SLOT_CTYPES = {"ptr": ("c_void_p", 0), "f32": ("c_float", 0.0), "i32": ("c_int32", 0)}
 #: the per-call argument markers of :func:`packed`
-PTR, F32 = Slot("ptr"), Slot("f32")
+PTR, F32, I32 = Slot("ptr"), Slot("f32"), Slot("i32")
 #: the ctypes type of each NumPy scalar type a packed launch takes as a fixed argument
 _CTYPES = {"int32": "c_int32", "int64": "c_int64", "uint32": "c_uint32", "uint64": "c_uint64",
            "float32": "c_float", "float64": "c_double"}
@@ -139,7 +141,8 @@ class PackedLaunch:
         values, slots = [], []
         for i, a in enumerate(args):
             if isinstance(a, Slot):
-                v = ctypes.c_void_p(0) if a.kind == "ptr" else ctypes.c_float(0.0)
+                name, zero = _SLOT_CTYPES[a.kind]
+                v = getattr(ctypes, name)(zero)
                 slots.append(v)
             elif isinstance(a, np.generic) and a.dtype.name in _CTYPES:
                 v = getattr(ctypes, _CTYPES[a.dtype.name])(a.item())

@@ -31,6 +31,10 @@
 // wino_filter_grad: one thread per (o, i): 36 values dU[xi][o][i] -> the 9 taps dw = alpha * G^T dU G + beta * dw
 //               (dw not read when beta == 0); with PARTS > 1 dU is the sum of PARTS partial dU, PSTRIDE floats
 //               apart (chunks over streams: one per stream).  Grid (ceil(Co*Ci / 256)).
+// Point groups (backward filter, -g<G>): wino_input and wino_dy store only the NP points p0 .. p0 + NP - 1 (at
+//               xi - p0: V and Z are [NP][...]), wino_filter_grad reads only those (dU [NP][Co][Ci], the other points
+//               zero), so a call runs its tiles once per group of points with dU, V and Z a group's size and adds each
+//               group's G^T dU G into dw.  Forward and backward data pass p0 = 0, NP = 36.
 #include "common.cuh"
 #include "mma.cuh"
 
@@ -167,7 +171,7 @@ __device__ __forceinline__ WinoTile wino_tile(int idx, int C, int T_, int t0, in
 template <typename T, bool CMINOR>
 __global__ void __launch_bounds__(256) wino_input(const T* __restrict__ x, float* __restrict__ V, int Ci, int T_,
                                                   int t0, int TH, int TW, int Hi, int Wi, int PH, int PW, long long sn,
-                                                  long long sc, long long sh, long long sw)
+                                                  long long sc, long long sh, long long sw, int p0, int np_)
 {
     const int idx = blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= Ci * T_) return;
@@ -192,7 +196,8 @@ __global__ void __launch_bounds__(256) wino_input(const T* __restrict__ x, float
     for (int a = 0; a < 6; ++a) wino_bt(tmp + 6 * a, 1, d + 6 * a, 1);    // d = (B^T d) B (rows)
     const long long plane = (long long)Ci * T_;
 #pragma unroll
-    for (int xi = 0; xi < 36; ++xi) V[xi * plane + idx] = d[xi];
+    for (int xi = 0; xi < 36; ++xi)
+        if (xi >= p0 && xi < p0 + np_) V[(xi - p0) * plane + idx] = d[xi];
 }
 
 template <typename T, bool CMINOR>
@@ -214,7 +219,7 @@ __global__ void __launch_bounds__(256) wino_output(const float* __restrict__ M, 
 template <typename T, bool CMINOR>
 __global__ void __launch_bounds__(256) wino_dy(const T* __restrict__ dy, float* __restrict__ Z, int Co, int T_, int t0,
                                                int TH, int TW, int Ho, int Wo, long long sn, long long sc,
-                                               long long sh, long long sw)
+                                               long long sh, long long sw, int p0, int np_)
 {
     const int idx = blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= Co * T_) return;
@@ -236,13 +241,15 @@ __global__ void __launch_bounds__(256) wino_dy(const T* __restrict__ dy, float* 
     for (int a = 0; a < 6; ++a) wino_a(tmp + 4 * a, 1, z + 6 * a, 1);    // z [6][6] = (A dy) A^T (rows)
     const long long plane = (long long)Co * T_;
 #pragma unroll
-    for (int xi = 0; xi < 36; ++xi) Z[xi * plane + idx] = z[xi];
+    for (int xi = 0; xi < 36; ++xi)
+        if (xi >= p0 && xi < p0 + np_) Z[(xi - p0) * plane + idx] = z[xi];
 }
 
 template <typename T>
 __global__ void __launch_bounds__(256) wino_filter_grad(const float* __restrict__ U, T* __restrict__ w, int Co, int Ci,
                                                         long long so, long long si, long long sr, long long ss,
-                                                        float alpha, float beta, int parts, long long pstride)
+                                                        float alpha, float beta, int parts, long long pstride,
+                                                        int p0, int np_)
 {
     const int idx = blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= Co * Ci) return;
@@ -250,12 +257,13 @@ __global__ void __launch_bounds__(256) wino_filter_grad(const float* __restrict_
     const long long plane = (long long)Co * Ci;
     float u[36], tmp[18], g[9];
 #pragma unroll
-    for (int xi = 0; xi < 36; ++xi) u[xi] = U[xi * plane + idx];
+    for (int xi = 0; xi < 36; ++xi) u[xi] = (xi >= p0 && xi < p0 + np_) ? U[(xi - p0) * plane + idx] : 0.f;
     // chunks over streams: each stream accumulated its own dU, pstride floats apart; summed here, in stream order
     for (int p = 1; p < parts; ++p) {
         const float* Up = U + p * pstride;
 #pragma unroll
-        for (int xi = 0; xi < 36; ++xi) u[xi] += Up[xi * plane + idx];
+        for (int xi = 0; xi < 36; ++xi)
+            if (xi >= p0 && xi < p0 + np_) u[xi] += Up[(xi - p0) * plane + idx];
     }
 #pragma unroll
     for (int b = 0; b < 6; ++b) wino_gt(u + b, 6, tmp + b, 6);           // tmp [3][6] = G^T u (columns)
@@ -466,19 +474,19 @@ template __global__ void wino_filter<float, false>(const float*, float*, int, in
 template __global__ void wino_filter<float, true>(const float*, float*, int, int, long long, long long, long long,
                                                   long long);
 template __global__ void wino_input<float, false>(const float*, float*, int, int, int, int, int, int, int, int, int,
-                                                  long long, long long, long long, long long);
+                                                  long long, long long, long long, long long, int, int);
 template __global__ void wino_input<float, true>(const float*, float*, int, int, int, int, int, int, int, int, int,
-                                                 long long, long long, long long, long long);
+                                                 long long, long long, long long, long long, int, int);
 template __global__ void wino_output<float, false>(const float*, float*, int, int, int, int, int, int, int, long long,
                                                    long long, long long, long long, float, float);
 template __global__ void wino_output<float, true>(const float*, float*, int, int, int, int, int, int, int, long long,
                                                   long long, long long, long long, float, float);
 template __global__ void wino_dy<float, false>(const float*, float*, int, int, int, int, int, int, int, long long,
-                                               long long, long long, long long);
+                                               long long, long long, long long, int, int);
 template __global__ void wino_dy<float, true>(const float*, float*, int, int, int, int, int, int, int, long long,
-                                              long long, long long, long long);
+                                              long long, long long, long long, int, int);
 template __global__ void wino_filter_grad<float>(const float*, float*, int, int, long long, long long, long long,
-                                                 long long, float, float, int, long long);
+                                                 long long, float, float, int, long long, int, int);
 template __global__ void wino_filter_fused<float, false>(const float*, float*, int, int, int, int, long long,
                                                          long long, long long, long long);
 template __global__ void wino_filter_fused<float, true>(const float*, float*, int, int, int, int, long long,

@@ -44,7 +44,7 @@ from ucudnn.errors import InputError
 from ucudnn.problem import ConvProblem
 
 from . import _compile
-from ._compile import F32, PTR
+from ._compile import F32, I32, PTR
 from . import transform_workspace as workspace
 from .mec import WORKSPACE_ALIGN, Gemm, align_up, run_gemms
 from .transform_workspace import STREAMS
@@ -60,6 +60,8 @@ OPS = ("forward", "backward_data", "backward_filter")
 DTYPES = ("float32",)
 #: input-channel slices a forward or backward-data call may run in (:meth:`Geometry.slice`)
 CSPLITS = (1, 2, 4)
+#: groups of transform-domain points a backward-filter call may run its tiles in (:meth:`Geometry.points`)
+POINT_GROUPS = (1, 2, 3, 4)
 
 # Lavin & Gray's F(4, 3) matrices (interpolation points 0, +-1, +-2, inf)
 BT = np.array([[4, 0, -5, 0, 1, 0],
@@ -220,36 +222,53 @@ class Geometry:
         c0 = part * (self.ci // csplit)
         return c0 * self.filter_strides[1], c0 * self.in_strides[1]
 
+    def points(self, groups: int = 1) -> int:
+        """The transform-domain points of one of ``groups`` point groups (backward filter).  Why: backward
+        filter's GEMMs reduce over the chunk's tiles into dU (``36 * Co * Ci`` floats: 37.7 MB of VGG-16's
+        512-channel layers), so under a tight limit its chunks are short and each one reads and writes all of dU
+        for little work (conv4_2 at 64 MiB: 192-tile chunks, 2.23 ms against 1.77 in one chunk).  A group of
+        36 / G points needs dU, V and Z of that size, so the same workspace holds G times the tiles a chunk; the
+        call reads x and dy once per group (each group's transforms store only its points) and adds each group's
+        share of the inverse transform into dw."""
+        if groups not in POINT_GROUPS:
+            raise InputError(f"must be one of {POINT_GROUPS}, got {groups!r}", "groups")
+        if groups > 1 and self.op != "backward_filter":
+            raise InputError("only backward filter runs its points in groups", "groups")
+        return POINTS // groups
+
     def segments(self, chunk: int, tiles: int | None = None, csplit: int = 1,
-                 streams: int = 1) -> tuple[tuple[str, int, int], ...]:
+                 streams: int = 1, groups: int = 1) -> tuple[tuple[str, int, int], ...]:
         """(name, byte offset, bytes) of U, V and M for chunks of ``chunk`` images, or of ``tiles`` tiles when given
         (float32, 256-byte aligned); with ``csplit`` input-channel slices U and V hold one slice; with ``streams``
         > 1 a V and M per stream after U (``V``, ``M``, ``V1``, ``M1``, ...: chunk i runs on stream i % streams),
-        and for backward filter a dU per stream first (``U``, ``U1``, ...: :meth:`partials`)."""
+        and for backward filter a dU per stream first (``U``, ``U1``, ...: :meth:`partials`); with ``groups``
+        (backward filter) every segment holds one group's points (:meth:`points`)."""
         t = self._chunk_tiles(chunk, tiles)
-        return workspace.segments(self.op == "backward_filter", self.co, self.ci // csplit, t, streams, 4 * POINTS)
+        return workspace.segments(self.op == "backward_filter", self.co, self.ci // csplit, t, streams,
+                                  4 * self.points(groups))
 
     def stream_buffers(self, k: int) -> dict[str, str]:
         """The segment names stream ``k`` uses for the GEMM's buffer names U, V, M (U shared, but for backward
         filter: each stream accumulates its own dU)."""
         return workspace.stream_buffers(self.op == "backward_filter", k)
 
-    def partials(self, streams: int, chunks: int) -> tuple[int, int]:
+    def partials(self, streams: int, chunks: int, groups: int = 1) -> tuple[int, int]:
         """(parts, stride in floats) of backward filter's per-stream dU on ``streams`` streams over a call of
         ``chunks`` chunks: the streams that ran a chunk (each wrote its dU), their dU buffers that far apart (every
         dU the same size, 256-byte aligned, so evenly spaced).  Why: a stream's GEMMs add into its own dU, so no
         two streams add into one buffer; the inverse filter transform sums them once per call."""
-        return workspace.partials(streams, chunks, 4 * POINTS * self.co * self.ci, 4)
+        return workspace.partials(streams, chunks, 4 * self.points(groups) * self.co * self.ci, 4)
 
     def _chunk_tiles(self, chunk: int, tiles: int | None) -> int:
         return chunk * self.tiles_per_image if tiles is None else tiles
 
-    def workspace_bytes(self, chunk: int, tiles: int | None = None, csplit: int = 1, streams: int = 1) -> int:
+    def workspace_bytes(self, chunk: int, tiles: int | None = None, csplit: int = 1, streams: int = 1,
+                        groups: int = 1) -> int:
         """Exactly what a configuration running chunks of ``chunk`` images (or of ``tiles`` tiles) touches: U, V and
         M (the last not padded): ``36 * 4 * (Co*Cs (aligned) + Cs*T (aligned) + Co*T)`` bytes, T = chunk * tiles
         per image (or ``tiles``), Cs = Ci / ``csplit``; a V and M per stream with ``streams`` (and for backward
-        filter a dU per stream)."""
-        return max(off + size for _, off, size in self.segments(chunk, tiles, csplit, streams))
+        filter a dU per stream); 36 / ``groups`` points in place of 36 with point groups."""
+        return max(off + size for _, off, size in self.segments(chunk, tiles, csplit, streams, groups))
 
     def chunk_refusal(self, chunk: int, tiles: int | None = None, n: int | None = None) -> str | None:
         """Why chunks of ``chunk`` images (or ``tiles`` tiles) of a call on ``n`` images do not run (32-bit thread
@@ -262,21 +281,23 @@ class Geometry:
             return f"{n * self.tiles_per_image} tiles in the call, over 2^31"
         return None
 
-    def gemm(self, images: int, tiles: int | None = None, accumulate: bool = False) -> Gemm:
+    def gemm(self, images: int, tiles: int | None = None, accumulate: bool = False, groups: int = 1) -> Gemm:
         """The 36 products of a chunk of ``images`` images, or of ``tiles`` tiles when given (row-major, over the
         workspace buffers U, V, M).  Backward filter: ``U[xi] (Co x Ci) = M[xi] V[xi]^T`` over the chunk's tiles,
-        added to U when ``accumulate`` (every chunk of a call after its first).  Forward and backward data add into M
-        when ``accumulate`` (an input-channel slice after the chunk's first: :meth:`slice`)."""
+        added to U when ``accumulate`` (every chunk of a call after its first), one group's points with ``groups``.
+        Forward and backward data add into M when ``accumulate`` (an input-channel slice after the chunk's first:
+        :meth:`slice`)."""
         t = self._chunk_tiles(images, tiles)
         ci, co = self.ci, self.co
+        points = self.points(groups)
         if self.op == "backward_filter":
             beta = 1.0 if accumulate else 0.0
             if self.cminor:   # M [T][Co], V [T][Ci]: U = M^T @ V
                 return Gemm(a="M", b="V", c="U", m=co, n=ci, k=t, lda=co, ldb=ci, ldc=ci, stride_a=co * t,
-                            stride_b=ci * t, stride_c=co * ci, batch=POINTS, trans_a=True, alpha=1.0, beta=beta)
+                            stride_b=ci * t, stride_c=co * ci, batch=points, trans_a=True, alpha=1.0, beta=beta)
             # M [Co][T], V [Ci][T]: U = M @ V^T
             return Gemm(a="M", b="V", c="U", m=co, n=ci, k=t, lda=t, ldb=t, ldc=ci, stride_a=co * t,
-                        stride_b=ci * t, stride_c=co * ci, batch=POINTS, trans_b=True, alpha=1.0, beta=beta)
+                        stride_b=ci * t, stride_c=co * ci, batch=points, trans_b=True, alpha=1.0, beta=beta)
         beta = 1.0 if accumulate else 0.0
         if self.cminor:   # M[xi] (T x Co) = V[xi] (T x Ci) @ U[xi]^T
             return Gemm(a="V", b="U", c="M", m=t, n=co, k=ci, lda=ci, ldb=ci, ldc=co, stride_a=ci * t,
@@ -408,20 +429,25 @@ def _gather(flat: np.ndarray, base: np.ndarray, strides: tuple[int, int], h0: np
     return out
 
 
-def _scatter(block: list[list[np.ndarray]], dst: np.ndarray, plane: int, idx: np.ndarray) -> None:
-    """The 36 transform-domain values of each thread into ``dst`` ([36][plane], the thread's offset ``idx``)."""
+def _scatter(block: list[list[np.ndarray]], dst: np.ndarray, plane: int, idx: np.ndarray, p0: int = 0,
+             points: int = POINTS) -> None:
+    """The transform-domain values ``p0 .. p0 + points - 1`` of each thread into ``dst`` ([points][plane] from
+    ``p0``, the thread's offset ``idx``)."""
     for a in range(6):
         for b in range(6):
-            dst[(a * 6 + b) * plane + idx] = block[a][b]
+            if p0 <= a * 6 + b < p0 + points:
+                dst[(a * 6 + b - p0) * plane + idx] = block[a][b]
 
 
-def emulate_input(geo: Geometry, x: np.ndarray, V: np.ndarray, t0: int, t_count: int) -> None:
-    """wino_input on tiles ``t0 .. t0 + t_count`` of flat ``x`` (image 0 at the view's start)."""
+def emulate_input(geo: Geometry, x: np.ndarray, V: np.ndarray, t0: int, t_count: int, p0: int = 0,
+                  points: int = POINTS) -> None:
+    """wino_input on tiles ``t0 .. t0 + t_count`` of flat ``x`` (image 0 at the view's start), storing points
+    ``p0 .. p0 + points - 1``."""
     idx = np.arange(geo.ci * t_count)
     c, n, th, tw = _tile_of(geo, idx, geo.ci, t_count, t0)
     sn, sc, sh, sw = geo.in_strides
     d = _gather(x, n * sn + c * sc, (sh, sw), 4 * th - geo.pad[0], 4 * tw - geo.pad[1], A_TILE, (geo.hi, geo.wi))
-    _scatter(_separable(_bt, d), V, geo.ci * t_count, idx)
+    _scatter(_separable(_bt, d), V, geo.ci * t_count, idx, p0, points)
 
 
 def emulate_output(geo: Geometry, M: np.ndarray, y: np.ndarray, t0: int, t_count: int, alpha: float,
@@ -453,28 +479,32 @@ def _gt(u0, u1, u2, u3, u4, u5):
     return (0.25 * u0 - (u1 + u2) / 6 + (u3 + u4) / 24, (u2 - u1) / 6 + (u3 - u4) / 12, (u3 + u4 - u1 - u2) / 6 + u5)
 
 
-def emulate_dy(geo: Geometry, dy: np.ndarray, Z: np.ndarray, t0: int, t_count: int) -> None:
+def emulate_dy(geo: Geometry, dy: np.ndarray, Z: np.ndarray, t0: int, t_count: int, p0: int = 0,
+               points: int = POINTS) -> None:
     """wino_dy on tiles ``t0 .. t0 + t_count`` of flat ``dy`` (image 0 at the view's start): Z = A dy A^T, the 4x4
-    tile zero past Ho x Wo, in M's layout."""
+    tile zero past Ho x Wo, in M's layout, points ``p0 .. p0 + points - 1``."""
     idx = np.arange(geo.co * t_count)
     k, n, th, tw = _tile_of(geo, idx, geo.co, t_count, t0)
     sn, sc, sh, sw = geo.out_strides
     d = _gather(dy, n * sn + k * sc, (sh, sw), 4 * th, 4 * tw, M_TILE, (geo.ho, geo.wo))
-    _scatter(_separable(_a, d), Z, geo.co * t_count, idx)
+    _scatter(_separable(_a, d), Z, geo.co * t_count, idx, p0, points)
 
 
 def emulate_filter_grad(geo: Geometry, U: np.ndarray, w: np.ndarray, alpha: float, beta: float, parts: int = 1,
-                        stride: int = 0) -> None:
+                        stride: int = 0, p0: int = 0, points: int = POINTS) -> None:
     """wino_filter_grad: flat ``w`` (the filter's strides) = alpha * G^T dU G + beta * w, dU the sum of ``parts``
-    buffers ``stride`` floats apart from the start of flat ``U``."""
+    buffers ``stride`` floats apart from the start of flat ``U``, holding points ``p0 .. p0 + points - 1`` (the
+    others zero)."""
     idx = np.arange(geo.co * geo.ci)
     o, i = idx // geo.ci, idx % geo.ci
     plane = geo.co * geo.ci
 
     def point(xi: int) -> np.ndarray:
-        total = U[xi * plane + idx]
+        if not p0 <= xi < p0 + points:
+            return np.zeros(idx.shape)
+        total = U[(xi - p0) * plane + idx]
         for p in range(1, parts):
-            total = total + U[p * stride + xi * plane + idx]
+            total = total + U[p * stride + (xi - p0) * plane + idx]
         return total
 
     g = _separable(_gt, [[point(a * 6 + b) for b in range(6)] for a in range(6)])
@@ -489,25 +519,31 @@ def emulate_filter_grad(geo: Geometry, U: np.ndarray, w: np.ndarray, alpha: floa
 def emulate_backward_filter(geo: Geometry, x: np.ndarray, dy: np.ndarray, w: np.ndarray, n: int, chunk: int,
                             alpha: float = 1.0, beta: float = 0.0, workspace: np.ndarray | None = None,
                             gemm: Callable[[list[Gemm], dict[str, np.ndarray]], None] | None = None,
-                            tiles: int | None = None, streams: int = 1) -> np.ndarray:
+                            tiles: int | None = None, streams: int = 1, groups: int = 1) -> np.ndarray:
     """One backward-filter launch on the CPU, as the source runs it (flat ``x``, ``dy``, ``w`` addressed by the
     geometry's strides; chunks and workspace as :func:`emulate`).  With ``streams``, chunk i accumulates into
-    stream i % streams's own dU (its first chunk overwriting) and the inverse transform sums them.  Returns the
-    workspace."""
+    stream i % streams's own dU (its first chunk overwriting) and the inverse transform sums them.  With
+    ``groups``, the chunks run once per group of points (:meth:`Geometry.points`), each group's inverse transform
+    adding into dw after the first's.  Returns the workspace."""
     if geo.op != "backward_filter":
         raise InputError(f"emulate_backward_filter runs backward_filter geometry, got {geo.op!r}", "geo")
-    words = geo.workspace_bytes(chunk, tiles, 1, streams) // 4
+    words = geo.workspace_bytes(chunk, tiles, 1, streams, groups) // 4
     ws = np.full(words, np.nan) if workspace is None else workspace
-    every = {name: ws[off // 4: off // 4 + size // 4] for name, off, size in geo.segments(chunk, tiles, 1, streams)}
+    every = {name: ws[off // 4: off // 4 + size // 4]
+             for name, off, size in geo.segments(chunk, tiles, 1, streams, groups)}
     run = gemm or (lambda gms, bufs: run_gemms(gms, bufs))
     ranges = geo.ranges(n, chunk, tiles)
-    for i, (t0, count) in enumerate(ranges):
-        seg = {name: every[buf] for name, buf in geo.stream_buffers(i % streams).items()}
-        emulate_input(geo, x, seg["V"], t0, count)
-        emulate_dy(geo, dy, seg["M"], t0, count)
-        run([geo.gemm(0, count, accumulate=i >= streams)], seg)
-    parts, stride = geo.partials(streams, len(ranges))
-    emulate_filter_grad(geo, ws, w, alpha, beta, parts, stride)   # U, the first dU, at the workspace's start
+    points = geo.points(groups)
+    parts, stride = geo.partials(streams, len(ranges), groups)
+    for g in range(groups):
+        p0 = g * points
+        for i, (t0, count) in enumerate(ranges):
+            seg = {name: every[buf] for name, buf in geo.stream_buffers(i % streams).items()}
+            emulate_input(geo, x, seg["V"], t0, count, p0, points)
+            emulate_dy(geo, dy, seg["M"], t0, count, p0, points)
+            run([geo.gemm(0, count, accumulate=i >= streams, groups=groups)], seg)
+        # U, the first dU, at the workspace's start; groups after the first add into dw
+        emulate_filter_grad(geo, ws, w, alpha, beta if g == 0 else 1.0, parts, stride, p0, points)
     return ws
 
 
@@ -676,7 +712,7 @@ def launchers(geo: Geometry, itemsize: int = 4) -> tuple[FilterFn, InputFn, Outp
     f_args = (np.int32(geo.co), np.int32(geo.ci)) + tuple(np.int64(v) for v in geo.filter_strides)
     filt = _compile.packed(kf, (-(-geo.co * geo.ci // _THREADS),), (_THREADS,), (PTR, PTR) + f_args)
     shapes = _TileArgs(geo)
-    inputs = shapes.packed(ki, 0, (PTR, PTR), ())
+    inputs = shapes.packed(ki, 0, (PTR, PTR), (np.int32(0), np.int32(POINTS)))   # every point
     outputs = shapes.packed(ko, 1, (PTR, PTR), (F32, F32))
 
     def filter_(w: int, U: int, stream: int | None = None) -> None:
@@ -691,10 +727,11 @@ def launchers(geo: Geometry, itemsize: int = 4) -> tuple[FilterFn, InputFn, Outp
     return filter_, input_, output_
 
 
-def backward_filter_launchers(geo: Geometry, itemsize: int = 4) -> tuple[InputFn, InputFn, GradFn]:
-    """Backward filter: ``input(x, V, t0, tiles)`` (the forward's), ``dy(dy, Z, t0, tiles)`` (Z = A dy A^T into M's
-    buffer) and ``grad(dU, w, alpha, beta, parts=1, stride=0)`` (w = alpha * G^T dU G + beta * w, dU the sum of
-    ``parts`` buffers ``stride`` floats apart: :meth:`Geometry.partials`), compiled here like :func:`launchers`."""
+def backward_filter_launchers(geo: Geometry, itemsize: int = 4, groups: int = 1) -> tuple[InputFn, InputFn, GradFn]:
+    """Backward filter: ``input(x, V, t0, tiles, stream, group)`` (the forward's), ``dy(dy, Z, t0, tiles, stream,
+    group)`` (Z = A dy A^T into M's buffer) and ``grad(dU, w, alpha, beta, parts=1, stride=0, group=0)`` (w = alpha
+    * G^T dU G + beta * w, dU the sum of ``parts`` buffers ``stride`` floats apart: :meth:`Geometry.partials`), each
+    on point group ``group`` of ``groups`` (:meth:`Geometry.points`), compiled here like :func:`launchers`."""
     _checked(geo, itemsize)
     if geo.op != "backward_filter":
         raise InputError(f"backward_filter_launchers takes backward_filter geometry, got {geo.op!r}", "geo")
@@ -703,19 +740,20 @@ def backward_filter_launchers(geo: Geometry, itemsize: int = 4) -> tuple[InputFn
                   for name in (f"wino_input<float,{cm}>", f"wino_dy<float,{cm}>", "wino_filter_grad<float>"))
     g_args = (np.int32(geo.co), np.int32(geo.ci)) + tuple(np.int64(v) for v in geo.filter_strides)
     g_grid = (-(-geo.co * geo.ci // _THREADS),)
+    points = geo.points(groups)
     shapes = _TileArgs(geo)
-    inputs = shapes.packed(ki, 0, (PTR, PTR), ())
-    dys = shapes.packed(kd, 1, (PTR, PTR), ())
+    inputs = shapes.packed(ki, 0, (PTR, PTR), (I32, np.int32(points)))
+    dys = shapes.packed(kd, 1, (PTR, PTR), (I32, np.int32(points)))
 
-    def input_(x: int, V: int, t0: int, tiles: int, stream: int | None = None) -> None:
-        inputs(t0, tiles)(x, V, stream=stream)
+    def input_(x: int, V: int, t0: int, tiles: int, stream: int | None = None, group: int = 0) -> None:
+        inputs(t0, tiles)(x, V, group * points, stream=stream)
 
-    def dy_(dy: int, Z: int, t0: int, tiles: int, stream: int | None = None) -> None:
-        dys(t0, tiles)(dy, Z, stream=stream)
+    def dy_(dy: int, Z: int, t0: int, tiles: int, stream: int | None = None, group: int = 0) -> None:
+        dys(t0, tiles)(dy, Z, group * points, stream=stream)
 
-    def grad_(U: int, w: int, alpha: float, beta: float, parts: int = 1, stride: int = 0) -> None:
+    def grad_(U: int, w: int, alpha: float, beta: float, parts: int = 1, stride: int = 0, group: int = 0) -> None:
         kg(g_grid, (_THREADS,), (U, w) + g_args + (np.float32(alpha), np.float32(beta), np.int32(parts),
-                                                   np.int64(stride)))
+                                                   np.int64(stride), np.int32(group * points), np.int32(points)))
 
     return input_, dy_, grad_
 
@@ -761,6 +799,7 @@ __all__ = [
     "AT",
     "BT",
     "CSPLITS",
+    "POINT_GROUPS",
     "FUSED_BC",
     "FUSED_BK",
     "FUSED_BT",

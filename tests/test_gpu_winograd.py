@@ -33,22 +33,25 @@ CASES = {
 TOL = {"FMA": 1e-4, "TENSOR_OP": 3e-2}   # max error / max |reference|
 
 
-def _config(problem, op, chunk=None, math="FMA", n=None, tiles=None, csplit=1, fused=False, streams=1):
+def _config(problem, op, chunk=None, math="FMA", n=None, tiles=None, csplit=1, fused=False, streams=1, groups=1):
     n = problem.n if n is None else n
     if fused:
         ws = fused_workspace_bytes(Geometry.of(problem.with_batch(n), op))
         return Measurement(n, "wino-f4-fused", "FMA", 1.0, ws, "winograd", None, {"winograd": {"fused": True}})
     split = {"csplit": csplit} if csplit > 1 else {}
     suffix = f"-s{csplit}" if csplit > 1 else ""
+    if groups > 1:
+        split["groups"] = groups
+        suffix += f"-g{groups}"
     if streams > 1:
         split["streams"] = streams
         suffix += f"-p{streams}"
     if tiles is not None:
-        ws = Geometry.of(problem.with_batch(n), op).workspace_bytes(0, tiles, csplit, streams)
+        ws = Geometry.of(problem.with_batch(n), op).workspace_bytes(0, tiles, csplit, streams, groups)
         return Measurement(n, f"wino-f4-t{tiles}{suffix}", math, 1.0, ws, "winograd", None,
                            {"winograd": {"tiles": tiles, **split}})
     chunk = n if chunk is None else min(chunk, n)
-    ws = Geometry.of(problem.with_batch(n), op).workspace_bytes(chunk, None, csplit, streams)
+    ws = Geometry.of(problem.with_batch(n), op).workspace_bytes(chunk, None, csplit, streams, groups)
     algo = ("wino-f4" if chunk >= n else f"wino-f4-c{chunk}") + suffix
     return Measurement(n, algo, math, 1.0, ws, "winograd", None, {"winograd": {"chunk": chunk, **split}})
 
@@ -89,7 +92,7 @@ def _close(got, ref, math, what=""):
 
 
 def _launch_once(problem, op, chunk=None, alpha=1.0, beta=0.0, seed=0, math="FMA", tiles=None, reference=True,
-                 csplit=1, fused=False, streams=1):
+                 csplit=1, fused=False, streams=1, groups=1):
     """(result, float64 expectation) of one prepared launch with exactly the reported workspace (NaN-filled)."""
     import cupy as cp
 
@@ -101,7 +104,7 @@ def _launch_once(problem, op, chunk=None, alpha=1.0, beta=0.0, seed=0, math="FMA
     old = np.random.default_rng(seed + 1).standard_normal(out_shape).astype(np.float32)
     a, b = (cp.asarray(t) for t in _operands(op, x, w, dy))
     out = cp.asarray(old) if beta != 0 else cp.full(out_shape, cp.nan, dtype=cp.float32)
-    cfg = _config(problem, op, chunk, math, tiles=tiles, csplit=csplit, fused=fused, streams=streams)
+    cfg = _config(problem, op, chunk, math, tiles=tiles, csplit=csplit, fused=fused, streams=streams, groups=groups)
     ws = cp.cuda.alloc(cfg.workspace_bytes)
     cp.ndarray((cfg.workspace_bytes,), cp.uint8, ws).fill(0xFF)
     WinogradSource().prepare(op, problem, cfg)(Operands(a.data.ptr, b.data.ptr, out.data.ptr), ws.ptr,
@@ -276,6 +279,28 @@ def test_chunks_over_streams_match_cudnn_and_float64(name, op, streams):
     _close(got, expect, "FMA", f"{name} {op} {streams} streams, alpha / beta")
 
 
+@pytest.mark.parametrize("groups", [2, 3, 4])
+@pytest.mark.parametrize("name", ["vgg-64x56", "odd-27-pad2", "nhwc-odd", "c13-nonsquare-pad12", "vgg-128x28"])
+def test_backward_filter_point_groups_match_cudnn_and_float64(name, groups):
+    """Backward filter with its 36 points in 2, 3 or 4 groups (the chunks once per group, dU / V / Z a group's
+    size, each group's inverse transform adding into dw): one stream and 2 / 3 streams, image and tile chunks
+    crossing images, equal cuDNN; alpha / beta into live data equal float64 (the first group applies beta, the
+    others add); TF32 within TF32's tolerance."""
+    problem, op = CASES[name], "backward_filter"
+    ref = _cudnn(problem, op, 16)
+    tpi = Geometry.of(problem, op).tiles_per_image
+    for streams in (1, 2, 3):
+        got, _ = _launch_once(problem, op, chunk=1, seed=16, reference=False, streams=streams, groups=groups)
+        _close(got, ref, "FMA", f"{name} one-image chunks, {groups} groups on {streams} streams vs cuDNN")
+        got, _ = _launch_once(problem, op, seed=16, tiles=tpi + 5, reference=False, streams=streams, groups=groups)
+        _close(got, ref, "FMA", f"{name} chunks of {tpi + 5} tiles, {groups} groups on {streams} streams vs cuDNN")
+    got, expect = _launch_once(problem, op, alpha=-0.75, beta=0.5, seed=17, tiles=tpi // 2 + 1, streams=2,
+                               groups=groups)
+    _close(got, expect, "FMA", f"{name} {groups} groups, alpha / beta")
+    got, expect = _launch_once(problem, op, seed=18, math="TENSOR_OP", groups=groups)
+    _close(got, expect, "TENSOR_OP", f"{name} {groups} groups TF32")
+
+
 @pytest.mark.parametrize("replay", [False, True])
 @pytest.mark.parametrize("op", OPS)
 def test_stream_steps_in_plans_through_the_executor_eager_and_replayed(op, replay):
@@ -289,8 +314,9 @@ def test_stream_steps_in_plans_through_the_executor_eager_and_replayed(op, repla
 
     problem = CASES["nhwc-odd"]
     tpi = Geometry.of(problem, op).tiles_per_image
-    steps = [_config(problem, op, 1, n=3, streams=3), _config(problem, op, n=1, tiles=tpi // 2, streams=2),
-             _config(problem, op, 1, n=1)]
+    grouped = 3 if op == "backward_filter" else 1   # backward filter: one step's points in groups as well
+    steps = [_config(problem, op, 1, n=3, streams=3), _config(problem, op, n=1, tiles=tpi // 2, streams=2,
+                                                               groups=grouped), _config(problem, op, 1, n=1)]
     plan = KernelPlan(f"test/winograd-streams/{op}", op, problem, [MicroConfig.of(m) for m in steps])
     ex = Executor(plan, replay=replay)
     out_shape = problem.operand_shapes(op)[2]
@@ -487,7 +513,7 @@ def test_measure_records_labelled_rows_with_exact_workspace():
 
     from ucudnn.measure.benchmarking import Buffers
     from ucudnn.measure.sources.base import BenchSettings
-    from ucudnn.measure.sources.winograd import WinogradSource, csplits
+    from ucudnn.measure.sources.winograd import WinogradSource, csplits, point_groups
 
     problem = CASES["vgg-128x28"].with_batch(4)
     buf = Buffers(problem)
@@ -511,9 +537,21 @@ def test_measure_records_labelled_rows_with_exact_workspace():
                 st, t = info["streams"], info.get("tiles")
                 assert st in (2, 3) and m.algo.endswith(f"-p{st}")
                 assert "csplit" not in info and info["chunks"] >= st
-                assert m.workspace_bytes == geo.workspace_bytes(0 if t is not None else info["chunk"], t, 1, st)
+                assert m.workspace_bytes == geo.workspace_bytes(0 if t is not None else info["chunk"], t, 1, st,
+                                                                info.get("groups", 1))
             assert any("streams" in m.extra["winograd"] for m in ms)
-            ms = [m for m in ms if "streams" not in m.extra["winograd"]]
+            # point groups: backward filter only, where point_groups offers them, named and sized for one group
+            for m in ms:
+                info = m.extra["winograd"]
+                if "groups" not in info:
+                    continue
+                gr, st, t = info["groups"], info.get("streams", 1), info.get("tiles")
+                tt = t if t is not None else info["chunk"] * geo.tiles_per_image
+                assert op == "backward_filter" and gr in point_groups(geo, op, tt, st) and gr > 1
+                assert f"-g{gr}" in m.algo and info["points_per_group"] == 36 // gr
+                assert m.workspace_bytes == geo.workspace_bytes(0 if t is not None else info["chunk"], t, 1, st, gr)
+            assert any("groups" in m.extra["winograd"] for m in ms) is (op == "backward_filter")
+            ms = [m for m in ms if "streams" not in m.extra["winograd"] and "groups" not in m.extra["winograd"]]
             whole = [m for m in ms if "csplit" not in m.extra["winograd"]]
             images = [m for m in whole if "chunk" in m.extra["winograd"]]
             tiled = [m for m in whole if "tiles" in m.extra["winograd"]]

@@ -11,7 +11,7 @@ import pytest
 
 from ucudnn.errors import InputError
 from ucudnn.kernels import _compile
-from ucudnn.kernels._compile import F32, PTR, packed
+from ucudnn.kernels._compile import F32, I32, PTR, packed
 
 
 @pytest.fixture
@@ -41,16 +41,17 @@ def _read(params: int, types_: list) -> list:
 
 
 def test_fixed_arguments_are_packed_once_and_slots_are_written_at_each_call(driver):
-    launch = packed(_kernel(), (7,), (256,), (PTR, np.int32(-3), PTR, np.int64(1 << 40), F32, np.float32(0.5)))
-    launch(0x1000, 0x2000, 1.25)
-    launch(0x3000, 0x4000, -2.0, stream=77)
-    layout = [ctypes.c_void_p, ctypes.c_int32, ctypes.c_void_p, ctypes.c_int64, ctypes.c_float, ctypes.c_float]
+    launch = packed(_kernel(), (7,), (256,), (PTR, np.int32(-3), PTR, np.int64(1 << 40), F32, np.float32(0.5), I32))
+    launch(0x1000, 0x2000, 1.25, 9)
+    launch(0x3000, 0x4000, -2.0, -18, stream=77)
+    layout = [ctypes.c_void_p, ctypes.c_int32, ctypes.c_void_p, ctypes.c_int64, ctypes.c_float, ctypes.c_float,
+              ctypes.c_int32]
     first, second = driver
     assert (first["f"], first["grid"], first["block"], first["shared"], first["extra"]) == (0xABC, (7, 1, 1),
                                                                                          (256, 1, 1), 0, 0)
     assert first["stream"] == 4242 and second["stream"] == 77   # CuPy's current stream unless one is named
     assert first["params"] == second["params"]                  # one block, refilled
-    assert _read(second["params"], layout) == [0x3000, -3, 0x4000, 1 << 40, -2.0, 0.5]
+    assert _read(second["params"], layout) == [0x3000, -3, 0x4000, 1 << 40, -2.0, 0.5, -18]
 
 
 def test_wrong_arguments_are_refused_naming_the_field(driver):

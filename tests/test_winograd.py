@@ -113,21 +113,22 @@ def _expected(op, problem, x, wt, dy):
     return dx
 
 
-def _run(op, problem, chunk, alpha, beta, seed, how="row", tiles=None, csplit=1, fused=False, streams=1):
+def _run(op, problem, chunk, alpha, beta, seed, how="row", tiles=None, csplit=1, fused=False, streams=1, groups=1):
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((problem.n, problem.c, problem.h, problem.w))
     wt = rng.standard_normal((problem.k, problem.c, 3, 3))
     dy = rng.standard_normal((problem.n, problem.k, problem.p, problem.q))
     lay = problem.layout
     geo = Geometry.of(problem, op)
-    size = fused_workspace_bytes(geo) if fused else geo.workspace_bytes(chunk, tiles, csplit, streams)
+    size = fused_workspace_bytes(geo) if fused else geo.workspace_bytes(chunk, tiles, csplit, streams, groups)
     ws = np.full(size // 4, np.nan)   # exactly the reported size: NaN shows
     gemm = (lambda gms, bufs: run_column_major(gms, bufs, 1.0, 0.0)) if how == "column" else None
     if op == "backward_filter":
         old = rng.standard_normal(wt.shape)
         out = _to_layout(old, lay).reshape(-1).copy()
         emulate_backward_filter(geo, _to_layout(x, lay).reshape(-1), _to_layout(dy, lay).reshape(-1), out, problem.n,
-                                chunk, alpha, beta, workspace=ws, gemm=gemm, tiles=tiles, streams=streams)
+                                chunk, alpha, beta, workspace=ws, gemm=gemm, tiles=tiles, streams=streams,
+                                groups=groups)
         got = _from_layout(out.reshape(problem.w_shape()), lay)
         return got, alpha * _expected(op, problem, x, wt, dy) + beta * old
     w_flat = (wt if lay == "NCHW" else wt.transpose(0, 2, 3, 1)).reshape(-1).copy()
@@ -238,6 +239,81 @@ def test_chunks_over_streams_use_a_v_and_m_each_and_compute_the_convolution(shap
     parts, stride = geo.partials(streams, chunks)
     assert parts == min(streams, chunks) and all(offsets[u] == 4 * i * stride for i, u in enumerate(us) if parts > 1)
     assert geo.stream_buffers(2) == {"U": "U2" if own else "U", "V": "V2", "M": "M2"}
+
+
+@settings(max_examples=80, deadline=None)
+@given(shapes(), st.sampled_from(["NCHW", "NHWC"]), st.sampled_from([2, 3, 4]), st.sampled_from([1, 2, 3]),
+       st.data(), st.sampled_from([(1.0, 0.0), (-0.5, 1.0), (2.0, 0.25)]), st.sampled_from(["row", "column"]),
+       st.integers(0, 2**31 - 1))
+def test_backward_filter_point_groups_add_up_to_the_gradient(shape, layout, groups, streams, data, scalars, how,
+                                                              seed):
+    """Backward filter with its 36 points in ``groups`` groups: every chunk once per group, dU, V and Z holding one
+    group's points (36 / groups), each group's inverse transform adding into dw after the first's (which applies
+    the caller's beta): the float64 gradient equals the reference at exactly the reported workspace (NaN
+    elsewhere), image or tile chunks, on one to three streams."""
+    n, c, h, w, k, pad = shape
+    problem = ConvProblem(n, c, h, w, k, 3, 3, pad=pad, layout=layout)
+    geo = Geometry.of(problem, "backward_filter")
+    t = data.draw(st.one_of(st.none(), st.integers(1, n * geo.tiles_per_image + 2)))
+    got, expect = _run("backward_filter", problem, 1 if t is None else 0, *scalars, seed, how, tiles=t,
+                       streams=streams, groups=groups)
+    assert _scale_err(got, expect) < 1e-11
+    tt = geo.tiles_per_image if t is None else t
+    pts = 36 // groups
+    assert geo.points(groups) == pts
+    assert {name: size for name, _, size in geo.segments(0, tt, 1, streams, groups)} == {
+        **{f"U{i or ''}": 4 * pts * geo.co * geo.ci for i in range(streams)},
+        **{f"{b}{i or ''}": 4 * pts * ch * tt for i in range(streams) for b, ch in (("V", geo.ci), ("M", geo.co))}}
+    g = geo.gemm(0, tt, groups=groups)
+    assert (g.m, g.n, g.k, g.batch) == (geo.co, geo.ci, tt, pts)
+
+
+def test_point_groups_shrink_the_workspace_and_only_backward_filter_runs_them():
+    """VGG-16 conv4_2 b64 (512 x 512, 28x28): ungrouped, 64 MiB holds 192-tile chunks on one stream; with four
+    groups of 9 points it holds 640-tile chunks on two streams (dU 9.4 MB each)."""
+    wide = ConvProblem(64, 512, 28, 28, 512, 3, 3, pad=1)
+    geo = Geometry.of(wide, "backward_filter")
+    mib64 = 64 << 20
+    assert geo.workspace_bytes(0, 192) <= mib64 < geo.workspace_bytes(0, 256)
+    assert geo.workspace_bytes(0, 640, 1, 2, 4) <= mib64 < geo.workspace_bytes(0, 640, 1, 2, 3)
+    assert geo.workspace_bytes(0, 384, 1, 2, 3) <= mib64
+    for groups in (2, 3, 4):
+        assert geo.workspace_bytes(0, 320, 1, 1, groups) * groups == pytest.approx(geo.workspace_bytes(0, 320),
+                                                                                   rel=1e-4)
+    for op in ("forward", "backward_data"):
+        with pytest.raises(InputError) as e:
+            Geometry.of(wide, op).segments(0, 64, 1, 1, 2)
+        assert e.value.field == "groups"
+    with pytest.raises(InputError):
+        geo.points(5)
+
+
+def test_point_groups_are_measured_for_wide_backward_filters_and_recorded_for_prepare():
+    from ucudnn.measure.sources.winograd import groups_of, point_groups
+
+    wide = ConvProblem(64, 512, 28, 28, 512, 3, 3, pad=1)
+    bwf = Geometry.of(wide, "backward_filter")
+    assert point_groups(bwf, "backward_filter", 640) == [1, 2, 3, 4] == point_groups(bwf, "backward_filter", 640, 2)
+    assert point_groups(bwf, "backward_filter", 896) == [1]                   # dU under a quarter of the workspace
+    assert point_groups(bwf, "backward_filter", 640, 3) == [1]                # three streams: not measured
+    assert point_groups(Geometry.of(wide, "forward"), "forward", 640) == [1]
+    _, sk = WinogradSource().measure("backward_filter", wide, Operands(0, 0, 0), 0, BenchSettings("strict"))
+    names = {str(s.algo) for s in sk}
+    assert {"wino-f4-t640-g4-p2", "wino-f4-t640-g3", "wino-f4-t192-g2-p2"} <= names
+    assert not any("-g" in a and a.endswith("-p3") for a in names)
+    _, sk = WinogradSource().measure("forward", wide, Operands(0, 0, 0), 0, BenchSettings("strict"))
+    assert not any("-g" in str(s.algo) for s in sk)
+    row = Measurement(64, "wino-f4-t640-g4-p2", "FMA", 1.0, 0, "winograd", None,
+                      {"winograd": {"tiles": 640, "groups": 4, "streams": 2}})
+    assert groups_of(row) == 4 and tiles_of(row) == 640
+    assert groups_of(Measurement(8, "wino-f4", "FMA", 1.0, 0, "winograd")) == 1
+    with pytest.raises(InputError) as e:
+        groups_of(Measurement(8, "x", "FMA", 1.0, 0, "winograd", None, {"winograd": {"groups": 5}}))
+    assert e.value.field == "extra.winograd.groups"
+    with pytest.raises(InputError) as e:
+        WinogradSource().prepare("forward", wide, Measurement(64, "wino-f4-t640-g2", "FMA", 1.0, 0, "winograd", None,
+                                                              {"winograd": {"tiles": 640, "groups": 2}}))
+    assert e.value.field == "extra.winograd.groups"
 
 
 def test_stream_counts_are_offered_where_chunks_can_overlap():
@@ -721,12 +797,16 @@ def test_a_sliced_launch_transforms_each_slice_at_its_channel_and_adds_its_gemm_
     assert log == expect
 
 
+@pytest.mark.parametrize("groups", [1, 3])
 @pytest.mark.parametrize("streams", [1, 2, 3])
-def test_a_backward_filter_launch_on_streams_gives_each_stream_its_own_du_and_sums_them_once(streams, monkeypatch):
+def test_a_backward_filter_launch_on_streams_gives_each_stream_its_own_du_and_sums_them_once(streams, groups,
+                                                                                             monkeypatch):
     """The launch's order of work on streams, recorded with the kernels, cuBLAS and the streams replaced (CPU):
     chunk i's transforms on stream i % streams (named at each launch, no stream context), its GEMM on that stream's
     handle into that stream's dU (overwriting on the stream's first chunk), then after the join one inverse
-    transform summing every stream's dU from the first, one dU apart."""
+    transform summing every stream's dU from the first, one dU apart.  With point groups all of that once per
+    group, the transforms and the inverse transform told the group, the inverse transform's beta 1 after the
+    first group's."""
     import types
 
     from ucudnn.kernels import winograd as kw
@@ -756,25 +836,28 @@ def test_a_backward_filter_launch_on_streams_gives_each_stream_its_own_du_and_su
     monkeypatch.setattr(src, "_StreamSet", FakeStreams)
     monkeypatch.setattr(cublas, "handle", lambda: 10)   # one stream: CuPy's handle, bound to the caller's stream
     monkeypatch.setattr(cublas, "bind", lambda h, s: log.append(("bind", h, s)))
-    monkeypatch.setattr(kw, "backward_filter_launchers", lambda g: (
-        lambda x, V, t0, t, s=None: log.append(("input", V, t0, t, s)),
-        lambda dy, Z, t0, t, s=None: log.append(("dy", Z, t0, t, s)),
-        lambda U, w, a, b, parts=1, stride=0: log.append(("grad", U, parts, stride))))
-    monkeypatch.setattr(src, "_gemm_call", lambda g, count, compute, accumulate=False:
-                        lambda h, bufs: log.append(("gemm", h, bufs["U"], count, accumulate)))
-    launch = src._launch(p, "backward_filter", 0, "32F_PEDANTIC", tiles=20, streams=streams)
+    monkeypatch.setattr(kw, "backward_filter_launchers", lambda g, itemsize, gr: (
+        lambda x, V, t0, t, s=None, grp=0: log.append(("input", V, t0, t, s, grp)),
+        lambda dy, Z, t0, t, s=None, grp=0: log.append(("dy", Z, t0, t, s, grp)),
+        lambda U, w, a, b, parts=1, stride=0, grp=0: log.append(("grad", U, b, parts, stride, grp))))
+    monkeypatch.setattr(src, "_gemm_call", lambda g, count, compute, accumulate=False, groups=1:
+                        lambda h, bufs: log.append(("gemm", h, bufs["U"], count, accumulate, groups)))
+    launch = src._launch(p, "backward_filter", 0, "32F_PEDANTIC", tiles=20, streams=streams, groups=groups)
     ws = 1 << 24
-    launch(Operands(1 << 20, 2 << 20, 3 << 20), ws, geo.workspace_bytes(0, 20, 1, streams), 1.0, 1.0)
-    seg = {name: ws + off for name, off, _ in geo.segments(0, 20, 1, streams)}
+    launch(Operands(1 << 20, 2 << 20, 3 << 20), ws, geo.workspace_bytes(0, 20, 1, streams, groups), 1.0, 0.5)
+    seg = {name: ws + off for name, off, _ in geo.segments(0, 20, 1, streams, groups)}
     ranges = geo.ranges(3, 0, 20)
-    expect = [("fork", 100)] if streams > 1 else [("bind", 10, 100)]   # one stream: the caller's, nothing forked
-    for i, (t0, count) in enumerate(ranges):
-        k = i % streams
-        own = {b: seg[n] for b, n in geo.stream_buffers(k).items()}
-        expect += [("input", own["V"], t0, count, 100 + k), ("dy", own["M"], t0, count, 100 + k),
-                   ("gemm", 10 + k, own["U"], count, i >= streams)]
-    parts, stride = geo.partials(streams, len(ranges))
-    expect += ([("join", 100)] if streams > 1 else []) + [("grad", seg["U"], parts, stride)]
+    parts, stride = geo.partials(streams, len(ranges), groups)
+    expect = [] if streams > 1 else [("bind", 10, 100)]   # one stream: the caller's, nothing forked
+    for g in range(groups):
+        expect += [("fork", 100)] if streams > 1 else []
+        for i, (t0, count) in enumerate(ranges):
+            k = i % streams
+            own = {b: seg[n] for b, n in geo.stream_buffers(k).items()}
+            expect += [("input", own["V"], t0, count, 100 + k, g), ("dy", own["M"], t0, count, 100 + k, g),
+                       ("gemm", 10 + k, own["U"], count, i >= streams, groups)]
+        expect += ([("join", 100)] if streams > 1 else []) + [("grad", seg["U"], 0.5 if g == 0 else 1.0, parts,
+                                                               stride, g)]
     assert log == expect
     assert parts == min(streams, len(ranges))
     if streams > 1:

@@ -71,6 +71,16 @@ returns, so a call is still one stream's work (and captures into one graph).  Wo
 ``U1``, ...: no two streams add into one buffer, so the sum stays deterministic), and the inverse filter transform
 sums them in stream order after the join; workspace ``36 * 4 * streams * (Co*Ci + Ci*T + Co*T)``.
 
+Point groups (``-g2`` / ``-g3`` / ``-g4`` after the chunk's name, ``extra["winograd"]["groups"]``; backward
+filter on one or two streams, where dU is at least a quarter of the ungrouped workspace: :func:`point_groups`):
+the call runs its chunks once per group of 36 / G transform-domain points, dU, V and Z holding one group's points,
+and each group's inverse transform adds into dw (beta 1 after the first).  Why: backward filter's GEMMs reduce over
+the chunk's tiles into dU (``36 * Co * Ci`` floats), so under a tight limit a large-channel layer's chunks are
+short and each reads and writes all of dU for little work (VGG-16 conv4_2 b64 at 64 MiB: 192-tile chunks, 2.23 ms
+against 1.77 in one chunk); a group's dU is 1/G of it, so its chunks hold about G times the tiles, at the price of
+reading and transforming x and dy once per group (conv4_2 in chunks of 8 images on two streams: 1.57 ms in one
+group, 1.82 in two).  Workspace ``36 / G * 4 * streams * (Co*Ci + Ci*T + Co*T)``.
+
 Fused (``wino-f4-fused``, ``extra["winograd"]["fused"]``; forward and backward data, sm_90): one kernel
 (``wino_fused``) transforms its tiles into shared memory and keeps the 36 points' products in registers, so the
 workspace is U alone (``36 * 4 * Cp * Kp`` bytes, channels padded to the kernel's blocks: 0.56 MiB for 64 channels,
@@ -161,6 +171,29 @@ def csplits(geo: Any, op: str, tiles: int) -> list[int]:
     return [cs for cs in CSPLITS if geo.ci % cs == 0]
 
 
+def groups_of(config: Measurement) -> int:
+    """The point groups a recorded backward-filter configuration runs (``extra.winograd.groups``; 1 where
+    absent)."""
+    from ucudnn.kernels.winograd import POINT_GROUPS
+
+    return _choice(config, "groups", POINT_GROUPS)
+
+
+def point_groups(geo: Any, op: str, tiles: int, streams: int = 1) -> list[int]:
+    """The point groups measured for backward-filter chunks of ``tiles`` tiles on ``streams`` streams: 1, and 2, 3
+    and 4 on one or two streams while dU is at least a quarter of the ungrouped workspace (the rule :func:`csplits`
+    uses) -- where it is less, a group saves little workspace and reads x and dy again.  Why these cuts: on the
+    H200's VGG-16 b64 table (``table_ablation --drop-groups``) every group count is in some plan from 16 to 64 MiB
+    (32 MiB: 65.8 -> 59.2 ms planned; 48 MiB 54.3 -> 52.7; 64 MiB 48.5 -> 48.3), but offering them wherever dU is an
+    eighth of the workspace and on three streams as well doubled backward filter's benchmark time; this rule keeps
+    54% of those rows and plans within 0.4% of all of them at every limit."""
+    from ucudnn.kernels.winograd import POINT_GROUPS
+
+    if op != "backward_filter" or streams > 2 or 3 * geo.co * geo.ci < (geo.ci + geo.co) * tiles:
+        return [1]
+    return list(POINT_GROUPS)
+
+
 def is_fused(config: Measurement) -> bool:
     """Whether a recorded configuration runs the fused kernel (``extra.winograd.fused``, else its algorithm's
     name)."""
@@ -231,10 +264,11 @@ def chunk_of(config: Measurement, n: int) -> int:
 
 
 def _launch(problem: ConvProblem, op: str, chunk: int, compute: str, tiles: int | None = None,
-            csplit: int = 1, streams: int = 1) -> Launch:
+            csplit: int = 1, streams: int = 1, groups: int = 1) -> Launch:
     """The launch of ``op`` at ``problem.n`` in chunks of ``chunk`` images, or of ``tiles`` tiles when given; forward
     and backward data with their input channels in ``csplit`` slices (each slice's filter and input transformed per
-    chunk, its GEMM adding into M after the first), or with their chunks over ``streams`` streams."""
+    chunk, its GEMM adding into M after the first), or with their chunks over ``streams`` streams; backward filter
+    with its points in ``groups`` groups."""
     from ...binding.gpu import cupy
     from ucudnn.kernels.winograd import Geometry
 
@@ -246,7 +280,8 @@ def _launch(problem: ConvProblem, op: str, chunk: int, compute: str, tiles: int 
     if why:
         raise InputError(f"winograd cannot run {op} of {problem.describe()}: {why}", "chunk")
     if op == "backward_filter":
-        return _launch_backward_filter(cp, geo, problem.n, chunk, compute, tiles, streams)
+        return _launch_backward_filter(cp, geo, problem.n, chunk, compute, tiles, streams, groups)
+    geo.points(groups)   # forward and backward data: refuses groups > 1
     if streams > 1:
         return _launch_streams(cp, geo, op, problem.n, chunk, compute, tiles, streams)
     from ucudnn.kernels.winograd import launchers
@@ -323,10 +358,12 @@ def _launch_streams(cp: Any, geo: Any, op: str, n: int, chunk: int, compute: str
     return launch
 
 
-def _gemm_call(geo: Any, count: int, compute: str, accumulate: bool = False) -> Callable[[int, dict[str, int]], None]:
+def _gemm_call(geo: Any, count: int, compute: str, accumulate: bool = False,
+               groups: int = 1) -> Callable[[int, dict[str, int]], None]:
     """``call(handle, buffers)``: the cublasGemmStridedBatchedEx of a chunk of ``count`` tiles as ``geo.gemm``
-    describes it (operands by workspace buffer name, its alpha and beta as host constants)."""
-    gm = geo.gemm(0, count, accumulate)
+    describes it (operands by workspace buffer name, its alpha and beta as host constants; one point group's
+    products with ``groups``)."""
+    gm = geo.gemm(0, count, accumulate, groups)
     cm = gm.column_major()
     ta, tb = cublas.OPERATIONS[cm["transa"]], cublas.OPERATIONS[cm["transb"]]
     dtype, ctype = cublas.DATA_TYPES["float32"], cublas.COMPUTE_TYPES[compute]
@@ -343,24 +380,26 @@ def _gemm_call(geo: Any, count: int, compute: str, accumulate: bool = False) -> 
 
 
 def _launch_backward_filter(cp: Any, geo: Any, n: int, chunk: int, compute: str, tiles: int | None,
-                            streams: int = 1) -> Launch:
+                            streams: int = 1, groups: int = 1) -> Launch:
     """Backward filter of ``geo``'s problem at its micro-batch: per chunk V, Z and dU (+)= Z V^T, then dw once.
     With ``streams`` > 1, chunk i on stream i % streams adding into that stream's own dU (its first chunk
-    overwriting), and the inverse transform summing them on the caller's stream after the join."""
+    overwriting), and the inverse transform summing them on the caller's stream after the join.  With ``groups``
+    > 1 all of that once per group of transform-domain points (V, Z and dU one group's size), each group's inverse
+    transform adding into dw (beta 1 after the first group)."""
     from ucudnn.kernels.winograd import backward_filter_launchers
 
-    input_, dy_, grad_ = backward_filter_launchers(geo)
-    need = geo.workspace_bytes(chunk, tiles, 1, streams)
-    offsets = {name: off for name, off, _ in geo.segments(chunk, tiles, 1, streams)}
+    input_, dy_, grad_ = backward_filter_launchers(geo, 4, groups)
+    need = geo.workspace_bytes(chunk, tiles, 1, streams, groups)
+    offsets = {name: off for name, off, _ in geo.segments(chunk, tiles, 1, streams, groups)}
     names = [geo.stream_buffers(k) for k in range(streams)]
     ranges = geo.ranges(n, chunk, tiles)
     # a stream's GEMM overwrites its dU on its first chunk and adds to it after (geo.gemm's beta)
-    steps = [(t0, count, i % streams, _gemm_call(geo, count, compute, accumulate=i >= streams))
+    steps = [(t0, count, i % streams, _gemm_call(geo, count, compute, accumulate=i >= streams, groups=groups))
              for i, (t0, count) in enumerate(ranges)]
-    parts, stride = geo.partials(streams, len(ranges))
+    parts, stride = geo.partials(streams, len(ranges), groups)
     fan = _StreamSet(cp, streams) if streams > 1 else None
     what = (f"chunks of {chunk} images" if tiles is None else f"chunks of {tiles} tiles") + (
-        f" on {streams} streams" if streams > 1 else "")
+        f" on {streams} streams" if streams > 1 else "") + (f", points in {groups} groups" if groups > 1 else "")
 
     def launch(ops: Operands, workspace: int, workspace_bytes: int, alpha: float, beta: float) -> None:
         if workspace_bytes < need:
@@ -372,15 +411,16 @@ def _launch_backward_filter(cp: Any, geo: Any, n: int, chunk: int, compute: str,
         if fan is None:   # one stream: the caller's, with CuPy's handle
             handles, ptrs = [cublas.handle()], [main.ptr]
             cublas.bind(handles[0], main.ptr)
-        else:
-            ptrs, handles = [st.ptr for st in fan.fork(main)], fan.handles
-        for t0, count, k, gemm in steps:
-            input_(x, bufs[k]["V"], t0, count, ptrs[k])
-            dy_(dy, bufs[k]["M"], t0, count, ptrs[k])
-            gemm(handles[k], bufs[k])
-        if fan is not None:
-            fan.join(main)
-        grad_(bufs[0]["U"], dw, alpha, beta, parts, stride)
+        for g in range(groups):
+            if fan is not None:   # each group's chunks start after the previous group's inverse transform
+                ptrs, handles = [st.ptr for st in fan.fork(main)], fan.handles
+            for t0, count, k, gemm in steps:
+                input_(x, bufs[k]["V"], t0, count, ptrs[k], g)
+                dy_(dy, bufs[k]["M"], t0, count, ptrs[k], g)
+                gemm(handles[k], bufs[k])
+            if fan is not None:
+                fan.join(main)
+            grad_(bufs[0]["U"], dw, alpha, beta if g == 0 else 1.0, parts, stride, g)
 
     return launch
 
@@ -418,18 +458,20 @@ class WinogradSource(Prepared):
         variants = sorted(((t, c, tl, len(geo.ranges(mb, c, tl))) for t, c, tl in sizes), reverse=True,
                           key=lambda v: v[0])
         # calls of more than MAX_CHUNKS chunks are measured at the smaller micro-batches only
-        runs = ((t, c, tl, n, cs, st) for t, c, tl, n in variants if n <= MAX_CHUNKS for cs in csplits(geo, op, t)
-                for st in stream_counts(op, n, cs))
+        runs = ((t, c, tl, n, cs, st, gr) for t, c, tl, n in variants if n <= MAX_CHUNKS
+                for cs in csplits(geo, op, t) for st in stream_counts(op, n, cs) for gr in point_groups(geo, op, t, st))
         if op != "backward_filter":
             row = self._measure_fused(op, problem, geo, ops, workspace, beta, settings, pruner)
             (measured if isinstance(row, Measurement) else skipped).append(row)  # type: ignore[arg-type]
-        for _, chunk, tiles, n_chunks, csplit, streams in runs:
+        for _, chunk, tiles, n_chunks, csplit, streams, groups in runs:
             algo = algo_name(chunk, mb) if tiles is None else tile_algo_name(tiles)
             if csplit > 1:
                 algo += f"-s{csplit}"
+            if groups > 1:
+                algo += f"-g{groups}"
             if streams > 1:
                 algo += f"-p{streams}"
-            ws = geo.workspace_bytes(chunk, tiles, csplit, streams)
+            ws = geo.workspace_bytes(chunk, tiles, csplit, streams, groups)
             why = geo.chunk_refusal(chunk, tiles, mb)
             if why:
                 skipped.append(Skipped(mb, algo, label, f"winograd: {why}"))
@@ -445,6 +487,8 @@ class WinogradSource(Prepared):
                 info.update(csplit=csplit, filter_transform="per chunk and input-channel slice")
             if streams > 1:
                 info["streams"] = streams
+            if groups > 1:
+                info.update(groups=groups, points_per_group=geo.points(groups))
             if tiles is None:
                 info["chunk"] = chunk
             else:
@@ -480,9 +524,12 @@ class WinogradSource(Prepared):
         if is_fused(config):
             return _launch_fused(problem, op)
         compute = compute_for(config.math_type, problem.dtype)
-        tiles, csplit, streams = tiles_of(config), csplit_of(config), streams_of(config)
+        tiles, csplit, streams, groups = tiles_of(config), csplit_of(config), streams_of(config), groups_of(config)
         if csplit > 1 and streams > 1:
             raise InputError("input-channel slices run on one stream", "extra.winograd.streams")
+        if groups > 1 and op != "backward_filter":
+            raise InputError("only backward filter runs its points in groups", "extra.winograd.groups")
         if tiles is not None:
-            return _launch(problem, op, 0, compute, tiles, csplit, streams)
-        return _launch(problem, op, chunk_of(config, problem.n), compute, csplit=csplit, streams=streams)
+            return _launch(problem, op, 0, compute, tiles, csplit, streams, groups)
+        return _launch(problem, op, chunk_of(config, problem.n), compute, csplit=csplit, streams=streams,
+                       groups=groups)
