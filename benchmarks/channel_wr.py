@@ -12,7 +12,8 @@ rows, so every plan is made from the same measurements:
 * ``pytorch`` — ``cudnn.benchmark``, unbounded workspace (``--torch``);
 * ``without`` — with ``--without SRC[,SRC]``: WR at the limit from the same table without those sources' rows
   (wrapped ones included, ``own_sources.restricted``), channel slices kept: issue 18's "with and without the new
-  configurations" executed in the same run.
+  configurations" executed in the same run.  ``--without winograd:groups`` leaves out only the winograd source's
+  point-group rows (``-gG``: backward filter's transform-domain points in groups).
 
 Each plan is executed (median of event-timed runs of each kernel's plan, summed; ``execute_plan`` of
 core_wr.py) and reported with its largest per-kernel workspace.  ``--replay``: configurations are timed captured
@@ -119,9 +120,14 @@ def main() -> None:
         row["channels"], ch_plan = run(table, limit)
         if args.without:
             from own_sources import restricted
+            from ucudnn.measure.sources.winograd import groups_of
 
-            kept = set(table.extra.get("sources") or args.sources.split(",")) - set(args.without.split(","))
-            row["without"], _ = run(restricted(table, kept), limit)
+            drop = set(args.without.split(","))
+            kept = set(table.extra.get("sources") or args.sources.split(",")) - drop
+            t = restricted(table, kept)
+            if "winograd:groups" in drop:
+                t = t.filtered(lambda k, m: groups_of(m) == 1)
+            row["without"], _ = run(t, limit)
             wo = row["without"]
             if "executed_ms" in wo and "executed_ms" in row["channels"]:
                 row["speedup_vs_without"] = round(wo["executed_ms"] / row["channels"]["executed_ms"], 3)

@@ -61,6 +61,8 @@ MIN_FILTER = 4
 MAX_FILTER = 16
 #: tile sizes measured per problem (the cheapest by :func:`tile_cost`)
 TILE_CHOICES = 2
+#: and up to this many more, each the cheapest whose U is at most half the smallest U offered before it
+SMALL_U_CHOICES = 2
 #: shared memory a block of fft_input / fft_output may use (the static limit)
 _SMEM = 48 * 1024
 
@@ -296,11 +298,24 @@ def tile_cost(problem: ConvProblem, op: str, ts: int) -> float:
     return float(g.tiles_per_image * g.f * work)
 
 
-def tile_sizes(problem: ConvProblem, op: str, choices: int = TILE_CHOICES) -> list[int]:
+def tile_sizes(problem: ConvProblem, op: str, choices: int = TILE_CHOICES,
+               smaller: int = SMALL_U_CHOICES) -> list[int]:
     """The ``choices`` cheapest tile sizes for ``op`` of ``problem`` by :func:`tile_cost` (ties: the smaller tile,
-    whose U is smaller), cheapest first."""
-    ok = [ts for ts in TILE_SIZES if ts >= max(problem.r, problem.s) + 1]
-    return sorted(ok, key=lambda ts: (tile_cost(problem, op, ts), ts))[:choices]
+    whose U is smaller), cheapest first; then up to ``smaller`` more, each the cheapest whose U (``F`` points of
+    ``Co x Ci``) is at most half the smallest U offered so far.  Why: U is the call's fixed workspace, so a limit
+    under it rules a tile size out whatever the chunk -- AlexNet conv2 (96 -> 256, 27x27) b256 offered TS 32 and 18
+    only (U 107 and 35 MB), and at 32 MiB its plans fell back to cuDNN's zero-workspace kernels at 6.8-7.7 ms an op
+    (``channel_wr_alexnet-b256-float32-NCHW-strict-winograd-groups-replay.md``)."""
+    ok = sorted((ts for ts in TILE_SIZES if ts >= max(problem.r, problem.s) + 1),
+                key=lambda ts: (tile_cost(problem, op, ts), ts))
+    out = ok[:choices]
+    for _ in range(smaller if out else 0):
+        cap = min(points(ts) for ts in out) // 2
+        nxt = next((ts for ts in ok if points(ts) <= cap), None)
+        if nxt is None:
+            break
+        out.append(nxt)
+    return out
 
 
 #: a call runs at most this many chunks (more is measured as smaller micro-batches: the winograd source's rule)

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from ucudnn.errors import InputError
 from ucudnn.kernels.fft import (MAX_CHUNKS, TILE_SIZES, CGemm, Geometry, chunk_sizes, emulate_filter,
                                 emulate_filter_grad, emulate_input, emulate_output, inverse, points,
-                                refusal, spectrum, tile_sizes, tiles_per_block)
+                                refusal, spectrum, tile_cost, tile_sizes, tiles_per_block)
 from ucudnn.kernels.reference import conv2d_nchw as direct_correlation
 from ucudnn.measure.sources import registry
 from ucudnn.measure.sources.fft import FftSource, algo_name, parse
@@ -192,13 +192,23 @@ def test_alexnet_conv2_geometry_and_workspace():
     assert (bd.ci, bd.co, bd.pad, bd.rot) == (192, 64, (2, 2), True)
 
 
-def test_tile_sizes_rank_by_work_and_need_room_for_the_filter():
+def test_tile_sizes_rank_by_work_then_halve_u_and_need_room_for_the_filter():
+    """The two cheapest tile sizes, then the cheapest whose U is at most half the smallest offered so far, twice:
+    AlexNet conv2's TS 32 and 18 (one 28x28 output tile an image; four 14x14) need U of 107 and 35 MB, so under
+    32 MiB only TS 12 (84 points: 16.5 MB) or 8 (40: 7.9 MB) run at all."""
     alex = ConvProblem(256, 64, 27, 27, 192, 5, 5, (2, 2))
-    assert tile_sizes(alex, "forward") == [32, 18]          # one 28x28 tile an image; four 14x14
-    for p in [alex, ConvProblem(3, 1, 17, 17, 5, 1, 7, (0, 3)), ConvProblem(1, 3, 224, 224, 8, 7, 5, (3, 2))]:
+    assert tile_sizes(alex, "forward") == [32, 18, 12, 8]
+    assert tile_sizes(alex, "forward", smaller=0) == [32, 18]
+    for p in [alex, ConvProblem(3, 1, 17, 17, 5, 1, 7, (0, 3)), ConvProblem(1, 3, 224, 224, 8, 7, 5, (3, 2)),
+              ConvProblem(2, 4, 11, 11, 4, 9, 9, (4, 4))]:
         for op in ("forward", "backward_data", "backward_filter"):
             sizes = tile_sizes(p, op)
-            assert len(sizes) == 2 and all(ts in TILE_SIZES and ts > max(p.r, p.s) for ts in sizes)
+            assert all(ts in TILE_SIZES and ts > max(p.r, p.s) for ts in sizes) and len(set(sizes)) == len(sizes)
+            ranked = sorted((ts for ts in TILE_SIZES if ts > max(p.r, p.s)), key=lambda ts: (tile_cost(p, op, ts), ts))
+            assert sizes[:2] == ranked[:2] and 2 <= len(sizes) <= 4
+            for k in range(2, len(sizes)):   # each later one: the cheapest with at most half the smallest U before
+                cap = min(points(ts) for ts in sizes[:k]) // 2
+                assert sizes[k] == next(ts for ts in ranked if points(ts) <= cap)
 
 
 @settings(max_examples=60, deadline=None)

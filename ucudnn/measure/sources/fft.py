@@ -13,7 +13,9 @@ its complex GEMMs alone take as long as cuDNN's whole FFT); on public large-filt
 GoogLeNet; ``benchmarks/networks/large_filters.json``) WR at 64 MiB 1.29x faster with it, 1.43x at 32 MiB.
 
 A configuration (``kernels/fft.py`` describes and emulates every step; ``kernels/fft.cu`` holds the transforms):
-TS x TS tiles (``fft-t<TS>``; the two cheapest tile sizes by :func:`ucudnn.kernels.fft.tile_cost` are measured),
+TS x TS tiles (``fft-t<TS>``; the two cheapest tile sizes by :func:`ucudnn.kernels.fft.tile_cost` are measured,
+and up to two more whose U, the call's fixed workspace, is at most half the smallest before:
+:func:`ucudnn.kernels.fft.tile_sizes`),
 U = conj(DFT(w)) once per call at the start of the workspace, then per chunk of T tiles (``-c<T>``; no suffix: the
 whole micro-batch in one chunk) the input DFTs, one complex ``cublasGemmStridedBatchedEx`` over the F = TS * (TS/2
 + 1) points, and the inverse DFT of each output tile.  Backward filter accumulates ``conj(dW)`` in the transform
