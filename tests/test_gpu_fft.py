@@ -9,16 +9,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conv_checks import OPS, close, host as _host, operands as _operands, reference as _reference, run_plan
 from cudnn_reference import undivided
 
 from ucudnn.kernels.fft import Geometry, chunk_sizes, tile_sizes
-from ucudnn.kernels.reference import conv2d_nchw as direct_correlation
 from ucudnn.planning.table import Measurement
 from ucudnn.problem import ConvProblem
 
 pytestmark = pytest.mark.gpu
 
-OPS = ("forward", "backward_data", "backward_filter")
 CASES = {
     "alexnet-conv2-b2": ConvProblem(2, 64, 27, 27, 192, 5, 5, pad=2),
     "c1-odd-pad0": ConvProblem(5, 1, 13, 11, 6, 5, 5, pad=0),
@@ -46,40 +45,8 @@ def _config(problem, op, ts=None, tiles=None, math="FMA", n=None, streams=1):
                        {"fft": extra})
 
 
-def _nchw(a, layout):
-    return a if layout == "NCHW" else a.transpose(0, 3, 1, 2)
-
-
-def _host(p: ConvProblem, seed: int):
-    rng = np.random.default_rng(seed)
-    return tuple(rng.standard_normal(s).astype(np.float32) for s in (p.x_shape(), p.w_shape(), p.y_shape()))
-
-
-def _reference(op, p, x, w, dy):
-    """float64, in p's layout."""
-    lay = p.layout
-    x64, w64, dy64 = (_nchw(a.astype(np.float64), lay) for a in (x, w, dy))
-    if op == "forward":
-        out = direct_correlation(x64, w64, p.pad)
-    elif op == "backward_data":
-        out = direct_correlation(dy64, w64[:, :, ::-1, ::-1].transpose(1, 0, 2, 3),
-                                 (p.r - 1 - p.pad[0], p.s - 1 - p.pad[1]))[:, :, :p.h, :p.w]
-    else:
-        ph, pw = p.pad
-        xp = np.pad(x64, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
-        win = np.lib.stride_tricks.sliding_window_view(xp, (p.p, p.q), axis=(2, 3))[:, :, :p.r, :p.s]
-        out = np.einsum("ncrspq,nkpq->kcrs", win, dy64)
-    return out if lay == "NCHW" else out.transpose(0, 2, 3, 1)
-
-
-def _operands(op, x, w, dy):
-    return {"forward": (x, w), "backward_data": (w, dy), "backward_filter": (x, dy)}[op]
-
-
 def _close(got, ref, math, what=""):
-    err = np.abs(np.asarray(got, np.float64) - ref).max() / max(np.abs(ref).max(), 1e-30)
-    assert err < TOL[math], f"{what}: relative error {err:.3g}"
-    return err
+    return close(got, ref, TOL[math], what)
 
 
 def _launch_once(problem, op, ts=None, tiles=None, alpha=1.0, beta=0.0, seed=0, math="FMA", streams=1):
@@ -216,26 +183,7 @@ SPLITS = [[(2, "fft", 3), (2, "fft", None), (1, "fft", None)], [(3, "fft", 2), (
 @pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("name", ["c1-odd-pad0", "nhwc-5x5"])
 def test_micro_batched_plans_through_the_executor(name, op, split, replay):
-    import cupy as cp
-
-    from ucudnn.execute.executor import Executor
-
-    problem = CASES[name]   # n = 5
-    plan = _plan(problem, op, SPLITS[split])
-    x, w, dy = _host(problem, 7)
-    out_shape = problem.operand_shapes(op)[2]
-    old = np.random.default_rng(8).standard_normal(out_shape).astype(np.float32)
-    alpha, beta = (0.5, 0.25)
-    ex = Executor(plan, replay=replay)
-    a, b = (cp.asarray(t) for t in _operands(op, x, w, dy))
-    out, ws = cp.empty(out_shape, cp.float32), cp.cuda.alloc(ex.workspace_bytes)
-    for _ in range(2 if replay else 1):   # replay: captured on the first call, replayed on the second
-        out.set(old)
-        ex(a, b, out, alpha=alpha, beta=beta, workspace=ws, workspace_bytes=ex.workspace_bytes)
-        expect = alpha * _reference(op, problem, x, w, dy) + beta * old
-        _close(out.get(), expect, "FMA", f"{name} {op} {SPLITS[split]} replay={replay}")
-    assert ex.replay_failures == []
-    assert len(ex._graphs) == (1 if replay else 0)
+    run_plan(_plan(CASES[name], op, SPLITS[split]), CASES[name], op, replay, TOL["FMA"])   # n = 5
 
 
 def test_measure_records_labelled_rows_with_exact_workspace():

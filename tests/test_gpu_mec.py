@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conv_checks import close, host as _host, operands as _operands, run_plan
 from cudnn_reference import undivided
 from test_mec import direct_backward_data, direct_backward_filter, direct_forward
 from ucudnn.kernels.mec import VARIANTS, MecGeometry, program, refusal
@@ -33,12 +34,6 @@ def _config(problem, op, variant, n=None):
     return Measurement(n, f"mec-{variant}", MATH[problem.dtype], 1.0, ws, "mec", None, {"mec": {"variant": variant}})
 
 
-def _host(p: ConvProblem, seed: int):
-    rng = np.random.default_rng(seed)
-    dt = np.dtype(p.dtype)
-    return tuple(rng.standard_normal(s).astype(dt) for s in (p.x_shape(), p.w_shape(), p.y_shape()))
-
-
 def _reference(op, p, x, w, dy):
     g = MecGeometry.of(p.with_batch(x.shape[0]))
     x, w, dy = (a.astype(np.float64) for a in (x, w, dy))
@@ -46,13 +41,8 @@ def _reference(op, p, x, w, dy):
             "backward_filter": lambda: direct_backward_filter(x, dy, g)}[op]()
 
 
-def _operands(op, x, w, dy):
-    return {"forward": (x, w), "backward_data": (w, dy), "backward_filter": (x, dy)}[op]
-
-
 def _close(got, ref, dtype, what=""):
-    err = np.abs(np.asarray(got, np.float64) - ref).max() / max(np.abs(ref).max(), 1e-30)
-    assert err < TOL[dtype], f"{what}: relative error {err:.3g}"
+    close(got, ref, TOL[dtype], what)
 
 
 def _launch_once(problem, op, variant, alpha=1.0, beta=0.0, seed=0):
@@ -136,28 +126,12 @@ SPLITS = [[(2, "mec", "A"), (2, "mec", "B"), (3, "mec", "A")], [(4, "mec", "A"),
 @pytest.mark.parametrize("split", range(len(SPLITS)))
 @pytest.mark.parametrize("op", sorted(VARIANTS))
 def test_micro_batched_plans_through_the_executor(op, split, replay):
-    import cupy as cp
-
-    from ucudnn.execute.executor import Executor
-
     problem = CASES["nonsquare-pad-stride12"]       # n = 7
     steps = [(mb, s, w if s != "mec" or not refusal(MecGeometry.of(problem), op, w, mb) else "A")
              for mb, s, w in SPLITS[split]]
     plan = _plan(problem, op, steps)
-    x, w, dy = _host(problem, 7)
-    out_shape = problem.operand_shapes(op)[2]
-    old = np.random.default_rng(8).standard_normal(out_shape).astype(np.float32)
     alpha, beta = (0.5, 0.25) if op == "backward_filter" else (1.0, 0.0)
-    ex = Executor(plan, replay=replay)
-    a, b = (cp.asarray(t) for t in _operands(op, x, w, dy))
-    out, ws = cp.empty(out_shape, cp.float32), cp.cuda.alloc(ex.workspace_bytes)
-    for _ in range(2 if replay else 1):   # replay: captured on the first call, replayed on the second
-        out.set(old)
-        ex(a, b, out, alpha=alpha, beta=beta, workspace=ws, workspace_bytes=ex.workspace_bytes)
-        expect = alpha * _reference(op, problem, x, w, dy) + (beta * old if beta != 0 else 0)
-        _close(out.get(), expect, "float32", f"{op} {steps} replay={replay}")
-    assert ex.replay_failures == []
-    assert len(ex._graphs) == (1 if replay else 0)
+    ex = run_plan(plan, problem, op, replay, TOL["float32"], _reference, alpha, beta)
     assert ex.workspace_bytes == max(c.workspace_bytes for c in plan.configs)
 
 

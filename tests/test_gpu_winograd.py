@@ -12,15 +12,16 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conv_checks import OPS, close, host as _host, nchw as _nchw, operands as _operands, reference as _reference
+from conv_checks import run_plan
 from cudnn_reference import undivided
-from ucudnn.kernels.winograd import Geometry, direct_correlation, fused_workspace_bytes, tile_chunk_sizes
+from ucudnn.kernels.winograd import Geometry, fused_workspace_bytes, tile_chunk_sizes
 
 from ucudnn.planning.table import Measurement
 from ucudnn.problem import ConvProblem
 
 pytestmark = pytest.mark.gpu
 
-OPS = ("forward", "backward_data", "backward_filter")
 CASES = {
     "vgg-64x56": ConvProblem(3, 64, 56, 56, 64, 3, 3, pad=1),
     "vgg-128x28": ConvProblem(3, 128, 28, 28, 128, 3, 3, pad=1),
@@ -56,39 +57,8 @@ def _config(problem, op, chunk=None, math="FMA", n=None, tiles=None, csplit=1, f
     return Measurement(n, algo, math, 1.0, ws, "winograd", None, {"winograd": {"chunk": chunk, **split}})
 
 
-def _nchw(a, layout):
-    return a if layout == "NCHW" else a.transpose(0, 3, 1, 2)
-
-
-def _host(p: ConvProblem, seed: int):
-    rng = np.random.default_rng(seed)
-    return tuple(rng.standard_normal(s).astype(np.float32) for s in (p.x_shape(), p.w_shape(), p.y_shape()))
-
-
-def _reference(op, p, x, w, dy):
-    """float64, in p's layout."""
-    lay = p.layout
-    x64, w64, dy64 = (_nchw(a.astype(np.float64), lay) for a in (x, w, dy))
-    if op == "forward":
-        out = direct_correlation(x64, w64, p.pad)
-    elif op == "backward_data":   # the full correlation of dy with the rotated, transposed filter
-        out = direct_correlation(dy64, w64[:, :, ::-1, ::-1].transpose(1, 0, 2, 3), (2 - p.pad[0], 2 - p.pad[1]))
-    else:   # dw[k, c, r, s] = sum over n, p, q of x_padded[n, c, p + r, q + s] dy[n, k, p, q]
-        ph, pw = p.pad
-        xp = np.pad(x64, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
-        win = np.lib.stride_tricks.sliding_window_view(xp, (3, 3), axis=(2, 3))[:, :, :p.p, :p.q]
-        out = np.einsum("ncpqrs,nkpq->kcrs", win, dy64)
-    return out if lay == "NCHW" else out.transpose(0, 2, 3, 1)
-
-
-def _operands(op, x, w, dy):
-    return {"forward": (x, w), "backward_data": (w, dy), "backward_filter": (x, dy)}[op]
-
-
 def _close(got, ref, math, what=""):
-    err = np.abs(np.asarray(got, np.float64) - ref).max() / max(np.abs(ref).max(), 1e-30)
-    assert err < TOL[math], f"{what}: relative error {err:.3g}"
-    return err
+    return close(got, ref, TOL[math], what)
 
 
 def _launch_once(problem, op, chunk=None, alpha=1.0, beta=0.0, seed=0, math="FMA", tiles=None, reference=True,
@@ -464,26 +434,7 @@ SPLITS = [[(2, "winograd", 2), (2, "winograd", 1), (1, "winograd", 1)], [(3, "wi
 @pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("name", ["odd-13-pad0", "nhwc-odd"])
 def test_micro_batched_plans_through_the_executor(name, op, split, replay):
-    import cupy as cp
-
-    from ucudnn.execute.executor import Executor
-
-    problem = CASES[name]   # n = 5
-    plan = _plan(problem, op, SPLITS[split])
-    x, w, dy = _host(problem, 7)
-    out_shape = problem.operand_shapes(op)[2]
-    old = np.random.default_rng(8).standard_normal(out_shape).astype(np.float32)
-    alpha, beta = (0.5, 0.25)
-    ex = Executor(plan, replay=replay)
-    a, b = (cp.asarray(t) for t in _operands(op, x, w, dy))
-    out, ws = cp.empty(out_shape, cp.float32), cp.cuda.alloc(ex.workspace_bytes)
-    for _ in range(2 if replay else 1):   # replay: captured on the first call, replayed on the second
-        out.set(old)
-        ex(a, b, out, alpha=alpha, beta=beta, workspace=ws, workspace_bytes=ex.workspace_bytes)
-        expect = alpha * _reference(op, problem, x, w, dy) + beta * old
-        _close(out.get(), expect, "FMA", f"{name} {op} {SPLITS[split]} replay={replay}")
-    assert ex.replay_failures == []
-    assert len(ex._graphs) == (1 if replay else 0)
+    run_plan(_plan(CASES[name], op, SPLITS[split]), CASES[name], op, replay, TOL["FMA"])   # n = 5
 
 
 def test_a_captured_graph_replays_on_new_data():
