@@ -25,7 +25,10 @@
 // pairs (j, TS - j) summed and differenced first, which halves the multiply-adds (a quarter on the input's
 // columns); fft_filter and fft_filter_grad read them from shared memory.
 //
-// fft_filter:  one thread per (f, o, i): U[f][o][i] = conj(DFT(w[o][i]))[f].  Grid (ceil(F*Co*Ci / 256)).
+// fft_filter:  one thread per (part, kb, o, i): rows ka of column kb of U[f][o][i] = conj(DFT(w[o][i]))[f] in its
+//              PART of PARTS equal ranges, separably (the R rows' DFTs at kb, then down its part of the column:
+//              R*S + TS/PARTS*R products against TS/PARTS*R*S point by point); PARTS > 1 only where Co*Ci pairs
+//              would leave the device idle.  Grid (ceil(PARTS*(TS/2+1)*Co*Ci / 256)).
 // fft_input:   a block per (G tiles, channel): the TS x TS tiles -> V[f][c][t] (rows, then columns).
 //              The tile's window: element (a, b) is read where a < WH and b < WW (TS x TS for x; the MH x MW dy
 //              tile of backward filter, zero-padded), at (MH*th + OH + a, MW*tw + OW + b).  Grid (ceil(T/G), Ci).
@@ -38,7 +41,7 @@
 #include "common.cuh"
 
 #define FFT_THREADS 256
-//: the widest filter row fft_filter_grad keeps in registers
+//: the widest filter row fft_filter_grad keeps in registers (and the most rows fft_filter's column pass keeps)
 #define FFT_MAX_S 16
 
 // (cos, sin)(2 pi j / TS) for j < TS into tw (shared), by the block's threads
@@ -118,7 +121,7 @@ __device__ __forceinline__ void fft_tile_table(long long t0, int tb, int T, int 
 template <int TS, bool ROT>
 __global__ void __launch_bounds__(FFT_THREADS)
 fft_filter(const float* __restrict__ w, float2* __restrict__ U, int Co, int Ci, int R, int S, long long so,
-           long long si, long long sr, long long ss)
+           long long si, long long sr, long long ss, int parts)
 {
     constexpr int HF = TS / 2 + 1;
     __shared__ float2 tw[TS];
@@ -126,27 +129,48 @@ fft_filter(const float* __restrict__ w, float2* __restrict__ U, int Co, int Ci, 
     __syncthreads();
     const long long oi_count = (long long)Co * Ci;
     const long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= oi_count * TS * HF) return;
+    if (idx >= oi_count * HF * parts) return;
     const long long oi = idx % oi_count;
-    const int f = (int)(idx / oi_count);
-    const int ka = f / HF, kb = f - ka * HF;
+    const int kb = (int)((idx / oi_count) % HF), part = (int)(idx / (oi_count * HF));
+    const int span = (TS + parts - 1) / parts, ka0 = part * span, ka1 = min(TS, ka0 + span);
     const int o = (int)(oi / Ci), i = (int)(oi - (long long)o * Ci);
     const float* g = w + o * so + i * si;
-    float re = 0.f, im = 0.f;
-    for (int r = 0; r < R; ++r) {
-        const int rr = ROT ? R - 1 - r : r;
-        int j = (ka * r) % TS;
-        for (int s = 0; s < S; ++s) {
-            const int sc = ROT ? S - 1 - s : s;
-            const float v = g[rr * sr + sc * ss];
-            const float2 t = tw[j];
-            re = fmaf(v, t.x, re);          // conj(sum v e^{-i theta}) = sum v cos + i sum v sin
-            im = fmaf(v, t.y, im);
-            j += kb;
-            if (j >= TS) j -= TS;
+    // the rows' DFTs at column kb: X[r] = sum_s g[r][s] e^{+2 pi i kb s / TS}
+    float2 X[FFT_MAX_S];
+#pragma unroll
+    for (int r = 0; r < FFT_MAX_S; ++r) {
+        float re = 0.f, im = 0.f;
+        if (r < R) {
+            const int rr = ROT ? R - 1 - r : r;
+            int j = 0;
+            for (int s = 0; s < S; ++s) {
+                const int sc = ROT ? S - 1 - s : s;
+                const float v = __ldg(g + rr * sr + sc * ss);
+                const float2 t = tw[j];
+                re = fmaf(v, t.x, re);          // conj(sum v e^{-i theta}) = sum v cos + i sum v sin
+                im = fmaf(v, t.y, im);
+                j += kb;
+                if (j >= TS) j -= TS;
+            }
         }
+        X[r] = make_float2(re, im);
     }
-    U[idx] = make_float2(re, im);
+    // then down the column, rows ka0 .. ka1 - 1 of it: U[ka][kb] = sum_r X[r] e^{+2 pi i ka r / TS}
+    for (int ka = ka0; ka < ka1; ++ka) {
+        float re = 0.f, im = 0.f;
+        int j = 0;
+#pragma unroll
+        for (int r = 0; r < FFT_MAX_S; ++r) {
+            if (r < R) {
+                const float2 t = tw[j];
+                re = fmaf(X[r].x, t.x, fmaf(-X[r].y, t.y, re));
+                im = fmaf(X[r].x, t.y, fmaf(X[r].y, t.x, im));
+                j += ka;
+                if (j >= TS) j -= TS;
+            }
+        }
+        U[(long long)(ka * HF + kb) * oi_count + oi] = make_float2(re, im);
+    }
 }
 
 template <int TS, int G>
@@ -392,9 +416,9 @@ fft_filter_grad(const float2* __restrict__ Gc, float* __restrict__ dw, int Co, i
 #ifdef UCUDNN_NVCC_CHECK
 #define FFT_INSTANTIATE(TS, G)                                                                                       \
     template __global__ void fft_filter<TS, false>(const float*, float2*, int, int, int, int, long long, long long,    \
-                                                   long long, long long);                                             \
+                                                   long long, long long, int);                                        \
     template __global__ void fft_filter<TS, true>(const float*, float2*, int, int, int, int, long long, long long,     \
-                                                  long long, long long);                                              \
+                                                  long long, long long, int);                                         \
     template __global__ void fft_input<TS, G>(const float*, float2*, int, int, long long, int, int, int, int, int, int, \
                                               int, int, int, int, long long, long long, long long, long long);       \
     template __global__ void fft_output<TS, G>(const float2*, float*, int, int, long long, int, int, int, int, int,    \

@@ -57,7 +57,7 @@ TILE_SIZES = tuple(range(8, 33, 2))
 #: filters this wide or wider in either dimension are offered; 3x3 (and smaller) is Winograd F(4x4, 3x3)'s, which
 #: needs 2.25 products an output against a TS-tile's 4 * F / (MH * MW) (3.6 at TS 16): the FFT tiles do not pay
 MIN_FILTER = 4
-#: the widest filter row fft_filter_grad keeps in registers (FFT_MAX_S in fft.cu)
+#: the widest filter row fft_filter_grad keeps in registers, the most rows fft_filter keeps (FFT_MAX_S in fft.cu)
 MAX_FILTER = 16
 #: tile sizes measured per problem (the cheapest by :func:`tile_cost`)
 TILE_CHOICES = 2
@@ -289,6 +289,21 @@ class CGemm:
     beta: float
 
 
+#: fft_filter splits each spectrum column into parts until it runs about this many threads (or a thread a point)
+FILTER_THREADS = 1 << 16
+
+
+def filter_parts(geo: "Geometry") -> int:
+    """How many parts fft_filter splits each column of a filter's spectrum into: 1 where the Co x Ci filters' TS/2 + 1
+    columns make :data:`FILTER_THREADS` threads, else more, up to TS (a thread a point).  Why: a thread per column
+    computes the R row DFTs once and walks down the column (measured on the H200 against a thread per point, the
+    HEAD kernel: AlexNet conv2's 256 x 96 filters at TS 18 115 -> 31 us, TS 32 327 -> 69 us), but a few hundred
+    filters make too few threads to fill the device (SRCNN's 64 x 3 9x9 at TS 12: 9.4 -> 13.0 us):
+    ``benchmarks/results/fft_filter_ab.md``."""
+    columns = geo.co * geo.ci * half(geo.ts)
+    return max(1, min(geo.ts, -(-FILTER_THREADS // columns)))
+
+
 def tile_cost(problem: ConvProblem, op: str, ts: int) -> float:
     """A tile size's work, in multiply-adds (a ranking, not a time): the complex GEMMs (4 per point and channel
     pair), the transforms (about 6 * TS multiply-adds per point and channel) and the transform-domain traffic
@@ -490,10 +505,11 @@ def launchers(geo: Geometry, itemsize: int = 4) -> tuple[FilterFn, FilterFn, Fil
     kf = _compile.get_kernel(SOURCE, f"fft_filter<{geo.ts},{'true' if geo.rot else 'false'}>")
     ki = _compile.get_kernel(SOURCE, f"fft_input<{geo.ts},{g}>")
     ko = _compile.get_kernel(SOURCE, f"fft_output<{geo.ts},{g}>")
-    count = geo.co * geo.ci * geo.f
+    parts = filter_parts(geo)
+    count = geo.co * geo.ci * half(geo.ts) * parts   # fft_filter: a thread per part of a column of a spectrum
     filt = _compile.packed(kf, (-(-count // _THREADS),), (_THREADS,), (PTR, PTR) + (
         np.int32(geo.co), np.int32(geo.ci), np.int32(geo.r), np.int32(geo.s)) + tuple(
-        np.int64(v) for v in geo.filter_strides))
+        np.int64(v) for v in geo.filter_strides) + (np.int32(parts),))
     inputs = _tile_launches(geo, ki, geo.ci, (geo.ts, geo.ts), (-geo.pad[0], -geo.pad[1]), (geo.hi, geo.wi),
                             geo.in_strides, False)
     outputs = _tile_launches(geo, ko, geo.co, (0, 0), (0, 0), (geo.ho, geo.wo), geo.out_strides, True)

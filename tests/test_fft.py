@@ -13,8 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ucudnn.errors import InputError
-from ucudnn.kernels.fft import (MAX_CHUNKS, TILE_SIZES, CGemm, Geometry, chunk_sizes, emulate_filter,
-                                emulate_filter_grad, emulate_input, emulate_output, inverse, points,
+from ucudnn.kernels.fft import (FILTER_THREADS, MAX_CHUNKS, TILE_SIZES, CGemm, Geometry, chunk_sizes, emulate_filter,
+                                emulate_filter_grad, emulate_input, emulate_output, filter_parts, half, inverse,
+                                points,
                                 refusal, spectrum, tile_cost, tile_sizes, tiles_per_block)
 from ucudnn.kernels.reference import conv2d_nchw as direct_correlation
 from ucudnn.measure.sources import registry
@@ -418,3 +419,18 @@ def test_measured_stream_counts_need_as_many_chunks():
     from ucudnn.measure.sources.fft import stream_counts
 
     assert stream_counts(1) == [1] and stream_counts(2) == [1, 2] and stream_counts(40) == [1, 2]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 512), st.integers(1, 512), st.sampled_from(TILE_SIZES))
+def test_the_filter_transform_splits_columns_only_where_the_filters_leave_the_device_idle(co, ci, ts):
+    """A thread per column of each filter's spectrum where that makes FILTER_THREADS threads (AlexNet conv2's
+    256 x 96 filters: 1 part), more parts a column for few filters, never more than a thread a point."""
+    geo = Geometry.of(ConvProblem(1, ci, 40, 40, co, 5, 5, (2, 2)), "forward", ts)
+    parts = filter_parts(geo)
+    columns = co * ci * half(geo.ts)
+    assert 1 <= parts <= geo.ts
+    assert (parts == 1) is (columns >= FILTER_THREADS)
+    assert parts == geo.ts or columns * parts >= FILTER_THREADS
+    assert parts == 1 or columns * (parts - 1) < FILTER_THREADS
+    assert filter_parts(Geometry.of(ConvProblem(1, 96, 27, 27, 256, 5, 5, (2, 2)), "forward", 18)) == 1
