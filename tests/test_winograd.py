@@ -296,6 +296,7 @@ def test_point_groups_are_measured_for_wide_backward_filters_and_recorded_for_pr
     assert point_groups(bwf, "backward_filter", 640) == [1, 2, 3, 4] == point_groups(bwf, "backward_filter", 640, 2)
     assert point_groups(bwf, "backward_filter", 896) == [1]                   # dU under a quarter of the workspace
     assert point_groups(bwf, "backward_filter", 640, 3) == [1]                # three streams: not measured
+    assert point_groups(bwf, "backward_filter", 49) == [1]                    # under 64 tiles: part of a tile row
     assert point_groups(Geometry.of(wide, "forward"), "forward", 640) == [1]
     _, sk = WinogradSource().measure("backward_filter", wide, Operands(0, 0, 0), 0, BenchSettings("strict"))
     names = {str(s.algo) for s in sk}

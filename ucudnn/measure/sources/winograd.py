@@ -182,14 +182,18 @@ def groups_of(config: Measurement) -> int:
 def point_groups(geo: Any, op: str, tiles: int, streams: int = 1) -> list[int]:
     """The point groups measured for backward-filter chunks of ``tiles`` tiles on ``streams`` streams: 1, and 2, 3
     and 4 on one or two streams while dU is at least a quarter of the ungrouped workspace (the rule :func:`csplits`
-    uses) -- where it is less, a group saves little workspace and reads x and dy again.  Why these cuts: on the
-    H200's VGG-16 b64 table (``table_ablation --drop-groups``) every group count is in some plan from 16 to 64 MiB
-    (32 MiB: 65.8 -> 59.2 ms planned; 48 MiB 54.3 -> 52.7; 64 MiB 48.5 -> 48.3), but offering them wherever dU is an
-    eighth of the workspace and on three streams as well measured 4092 grouped rows there (backward filter's
-    benchmark 23.5 -> 69.8 s); this rule keeps 2208 of them and plans within 0.4% of all of them at every limit."""
-    from ucudnn.kernels.winograd import POINT_GROUPS
+    uses) -- where it is less, a group saves little workspace and reads x and dy again -- for chunks of at least
+    ``TILE_CHUNK_ALIGN`` tiles (a group exists to make chunks longer; below it they are parts of a tile row).  Why
+    these cuts: on the H200's VGG-16 b64 table (``table_ablation --drop-groups``) every group count is in some plan
+    from 16 to 64 MiB (32 MiB: 65.8 -> 59.2 ms planned; 48 MiB 54.3 -> 52.7; 64 MiB 48.5 -> 48.3), but offering them
+    wherever dU is an eighth of the workspace and on three streams as well measured 4092 grouped rows there
+    (backward filter's benchmark 23.5 -> 69.8 s); the quarter and two streams keep 2208 of them and plan within 0.4%
+    of all of them at every limit, and the 64-tile floor leaves out 930 more with the same plans at 16, 32 and 64 MiB
+    (AlexNet b256 and ResNet-50 b128 tables: 756 and 879 rows left out, plans the same)."""
+    from ucudnn.kernels.winograd import POINT_GROUPS, TILE_CHUNK_ALIGN
 
-    if op != "backward_filter" or streams > 2 or 3 * geo.co * geo.ci < (geo.ci + geo.co) * tiles:
+    if (op != "backward_filter" or tiles < TILE_CHUNK_ALIGN or streams > 2
+            or 3 * geo.co * geo.ci < (geo.ci + geo.co) * tiles):
         return [1]
     return list(POINT_GROUPS)
 
