@@ -40,9 +40,7 @@ def main() -> None:
     from ucudnn.kernels.fft import Geometry, filter_parts, half
     from ucudnn.problem import ConvProblem
 
-    kernels_dir = Path(_compile.__file__).resolve().parent
-    old_src = _compile._INCLUDE.sub(lambda m: (kernels_dir / m.group(1)).read_text(),
-                                    Path(args.old_source).read_text())
+    old_src = _compile.expand_includes(Path(args.old_source).read_text())
     new_src = _compile.source("fft.cu")
 
     def timed(k, grid, call_args):

@@ -37,20 +37,27 @@ def source_names() -> list[str]:
 @lru_cache(maxsize=None)
 def source(name: str) -> str:
     """The text of ``name`` with its local ``#include "x.cuh"`` lines replaced by the headers' text."""
+    return expand_includes(resources.files(__package__).joinpath(name).read_text())
+
+
+def expand_includes(text: str) -> str:
+    """``text`` (a CUDA source) with its local ``#include "x.cuh"`` lines replaced by the shipped headers' text,
+    each header once (every header is ``#pragma once``): what NVRTC compiles, for a shipped source (:func:`source`)
+    or another version of one (``benchmarks/fft_filter_ab.py`` compiles an earlier kernel beside the current)."""
     root = resources.files(__package__)
     seen: set[str] = set()
 
-    def expand(text: str) -> str:
+    def expand(part: str) -> str:
         def sub(m: re.Match) -> str:
             header = m.group(1)
-            if header in seen:  # every header is #pragma once
+            if header in seen:
                 return ""
             seen.add(header)
             return expand(root.joinpath(header).read_text())
 
-        return _INCLUDE.sub(sub, text)
+        return _INCLUDE.sub(sub, part)
 
-    return expand(root.joinpath(name).read_text())
+    return expand(text)
 
 
 def cupy() -> Any:
