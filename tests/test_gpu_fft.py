@@ -7,10 +7,8 @@ micro-batched plans through the Executor mixed with legacy steps, eager and CUDA
 accumulating across micro-batches); measure()'s rows with exact workspace.  No timing is asserted."""
 from __future__ import annotations
 
-import numpy as np
 import pytest
-from conv_checks import OPS, close, host as _host, operands as _operands, reference as _reference, run_plan
-from cudnn_reference import undivided
+from conv_checks import OPS, check_channel_slice, close, launch_once, run_plan, undivided_cudnn
 
 from ucudnn.kernels.fft import Geometry, chunk_sizes, tile_sizes
 from ucudnn.planning.table import Measurement
@@ -51,23 +49,10 @@ def _close(got, ref, math, what=""):
 
 def _launch_once(problem, op, ts=None, tiles=None, alpha=1.0, beta=0.0, seed=0, math="FMA", streams=1):
     """(result, float64 expectation) of one prepared launch with exactly the reported workspace (NaN-filled)."""
-    import cupy as cp
-
-    from ucudnn.measure.sources.base import Operands
     from ucudnn.measure.sources.fft import FftSource
 
-    x, w, dy = _host(problem, seed)
-    out_shape = problem.operand_shapes(op)[2]
-    old = np.random.default_rng(seed + 1).standard_normal(out_shape).astype(np.float32)
-    a, b = (cp.asarray(t) for t in _operands(op, x, w, dy))
-    out = cp.asarray(old) if beta != 0 else cp.full(out_shape, cp.nan, dtype=cp.float32)
-    cfg = _config(problem, op, ts, tiles, math, streams=streams)
-    ws = cp.cuda.alloc(cfg.workspace_bytes)
-    cp.ndarray((cfg.workspace_bytes,), cp.uint8, ws).fill(0xFF)
-    FftSource().prepare(op, problem, cfg)(Operands(a.data.ptr, b.data.ptr, out.data.ptr), ws.ptr,
-                                          cfg.workspace_bytes, alpha, beta)
-    expect = alpha * _reference(op, problem, x, w, dy) + (beta * old.astype(np.float64) if beta != 0 else 0)
-    return out.get(), expect
+    return launch_once(FftSource(), _config(problem, op, ts, tiles, math, streams=streams), problem, op, alpha, beta,
+                       seed)
 
 
 @pytest.mark.parametrize("op", OPS)
@@ -110,55 +95,19 @@ def test_chunks_over_streams(name, op, streams):
 @pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("name", ["alexnet-conv2-b2", "c3-7x7-pad3", "nhwc-5x5"])
 def test_matches_undivided_cudnn(name, op):
-    import cupy as cp
-
     problem = CASES[name]
-    x, w, dy = _host(problem, 5)
-    a, b = (cp.asarray(t) for t in _operands(op, x, w, dy))
-    ref = undivided(problem, op, a, b, cp.empty(problem.operand_shapes(op)[2], cp.float32))
+    ref = undivided_cudnn(problem, op, 5)
     got, expect = _launch_once(problem, op, seed=5)
-    _close(ref.get(), expect, "FMA", f"{name} {op}: cuDNN itself")
-    _close(got, ref.get().astype(np.float64), "FMA", f"{name} {op} vs cuDNN")
+    _close(ref, expect, "FMA", f"{name} {op}: cuDNN itself")
+    _close(got, ref, "FMA", f"{name} {op} vs cuDNN")
 
 
 @pytest.mark.parametrize("op", OPS)
 def test_channel_slice_runs_on_the_wide_tensors_view(op):
     """k of k_total channels: y (dy) addressed through the wide tensor's strides, other channels untouched."""
-    import cupy as cp
-
-    from ucudnn.measure.sources.base import Operands
     from ucudnn.measure.sources.fft import FftSource
 
-    wide = ConvProblem(3, 16, 19, 14, 24, 5, 5, pad=2)
-    k0, k = 8, 8
-    sl = wide.with_channels(k, wide.k)
-    x, w, y = _host(wide, 11)
-    cx, cw, cy = cp.asarray(x), cp.asarray(w), cp.asarray(y)
-    per_channel = 4 * wide.p * wide.q
-    w_slice = cp.ascontiguousarray(cw[k0:k0 + k])
-    cfg = _config(sl, op)
-    ws = cp.cuda.alloc(cfg.workspace_bytes)
-    launch = FftSource().prepare(op, sl, cfg)
-    if op == "forward":
-        launch(Operands(cx.data.ptr, w_slice.data.ptr, cy.data.ptr + k0 * per_channel), ws.ptr, cfg.workspace_bytes,
-               1.0, 0.0)
-        got = cy.get()
-        _close(got[:, k0:k0 + k], _reference("forward", wide, x, w, y)[:, k0:k0 + k], "FMA", "slice")
-        keep = np.r_[0:k0, k0 + k:wide.k]
-        np.testing.assert_array_equal(got[:, keep], y[:, keep])
-    elif op == "backward_filter":
-        dw = cp.full(w_slice.shape, cp.nan, cp.float32)
-        launch(Operands(cx.data.ptr, cy.data.ptr + k0 * per_channel, dw.data.ptr), ws.ptr, cfg.workspace_bytes,
-               1.0, 0.0)
-        _close(dw.get(), _reference("backward_filter", wide, x, w, y)[k0:k0 + k], "FMA", "slice dw")
-    else:
-        dx = cp.zeros(wide.x_shape(), cp.float32)
-        launch(Operands(w_slice.data.ptr, cy.data.ptr + k0 * per_channel, dx.data.ptr), ws.ptr, cfg.workspace_bytes,
-               1.0, 0.0)
-        yk = y.copy()
-        yk[:, :k0] = 0
-        yk[:, k0 + k:] = 0
-        _close(dx.get(), _reference("backward_data", wide, x, w, yk), "FMA", "slice dx")
+    check_channel_slice(FftSource(), ConvProblem(3, 16, 19, 14, 24, 5, 5, pad=2), _config, op, TOL["FMA"])
 
 
 def _plan(problem, op, steps):

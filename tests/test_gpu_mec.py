@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conv_checks import close, host as _host, operands as _operands, run_plan
-from cudnn_reference import undivided
+from conv_checks import close, host as _host, launch_once, run_plan, undivided_cudnn
 from test_mec import direct_backward_data, direct_backward_filter, direct_forward
 from ucudnn.kernels.mec import VARIANTS, MecGeometry, program, refusal
 
@@ -46,25 +45,10 @@ def _close(got, ref, dtype, what=""):
 
 
 def _launch_once(problem, op, variant, alpha=1.0, beta=0.0, seed=0):
-    """(result, float64 expectation) of one prepared launch with exactly the reported workspace."""
-    import cupy as cp
-
-    from ucudnn.measure.sources.base import Operands
+    """(result, float64 expectation) of one prepared launch with exactly the reported workspace (NaN-filled)."""
     from ucudnn.measure.sources.mec import MecSource
 
-    x, w, dy = _host(problem, seed)
-    out_shape = problem.operand_shapes(op)[2]
-    old = np.random.default_rng(seed + 1).standard_normal(out_shape).astype(problem.dtype)
-    a, b = (cp.asarray(t) for t in _operands(op, x, w, dy))
-    out = cp.asarray(old) if beta != 0 else cp.full(out_shape, cp.nan, dtype=problem.dtype)
-    cfg = _config(problem, op, variant)
-    ws = cp.cuda.alloc(max(cfg.workspace_bytes, 1))
-    ws_view = cp.ndarray((max(cfg.workspace_bytes, 1),), cp.uint8, ws)
-    ws_view.fill(0xFF)   # NaN patterns: a step reading what no step wrote shows
-    MecSource().prepare(op, problem, cfg)(Operands(a.data.ptr, b.data.ptr, out.data.ptr), ws.ptr,
-                                         cfg.workspace_bytes, alpha, beta)
-    expect = alpha * _reference(op, problem, x, w, dy) + (beta * old.astype(np.float64) if beta != 0 else 0)
-    return out.get(), expect
+    return launch_once(MecSource(), _config(problem, op, variant), problem, op, alpha, beta, seed, _reference)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
@@ -96,14 +80,9 @@ def test_alpha_and_beta_scale_and_accumulate(op, variant):
 @pytest.mark.parametrize("op", sorted(VARIANTS))
 @pytest.mark.parametrize("name", ["conv1-like-stride4", "alexnet-conv2"])
 def test_matches_undivided_cudnn(name, op):
-    import cupy as cp
-
     problem = CASES[name]
-    x, w, dy = _host(problem, 5)
-    a, b = (cp.asarray(t) for t in _operands(op, x, w, dy))
-    ref = undivided(problem, op, a, b, cp.empty(problem.operand_shapes(op)[2], cp.float32))
     got, _ = _launch_once(problem, op, "A", seed=5)
-    _close(got, ref.get().astype(np.float64), "float32", f"{name} {op} vs cuDNN")
+    _close(got, undivided_cudnn(problem, op, 5), "float32", f"{name} {op} vs cuDNN")
 
 
 def _plan(problem, op, steps):

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conv_checks import OPS, close, host as _host, nchw as _nchw, operands as _operands, reference as _reference
-from conv_checks import run_plan
-from cudnn_reference import undivided
+from conv_checks import OPS, check_channel_slice, close, host as _host, launch_once, nchw as _nchw
+from conv_checks import operands as _operands
+from conv_checks import reference as _reference, run_plan, undivided_cudnn as _cudnn
 from ucudnn.kernels.winograd import Geometry, fused_workspace_bytes, tile_chunk_sizes
 
 from ucudnn.planning.table import Measurement
@@ -64,25 +64,10 @@ def _close(got, ref, math, what=""):
 def _launch_once(problem, op, chunk=None, alpha=1.0, beta=0.0, seed=0, math="FMA", tiles=None, reference=True,
                  csplit=1, fused=False, streams=1, groups=1):
     """(result, float64 expectation) of one prepared launch with exactly the reported workspace (NaN-filled)."""
-    import cupy as cp
-
-    from ucudnn.measure.sources.base import Operands
     from ucudnn.measure.sources.winograd import WinogradSource
 
-    x, w, dy = _host(problem, seed)
-    out_shape = problem.operand_shapes(op)[2]
-    old = np.random.default_rng(seed + 1).standard_normal(out_shape).astype(np.float32)
-    a, b = (cp.asarray(t) for t in _operands(op, x, w, dy))
-    out = cp.asarray(old) if beta != 0 else cp.full(out_shape, cp.nan, dtype=cp.float32)
     cfg = _config(problem, op, chunk, math, tiles=tiles, csplit=csplit, fused=fused, streams=streams, groups=groups)
-    ws = cp.cuda.alloc(cfg.workspace_bytes)
-    cp.ndarray((cfg.workspace_bytes,), cp.uint8, ws).fill(0xFF)
-    WinogradSource().prepare(op, problem, cfg)(Operands(a.data.ptr, b.data.ptr, out.data.ptr), ws.ptr,
-                                               cfg.workspace_bytes, alpha, beta)
-    if not reference:
-        return out.get(), None
-    expect = alpha * _reference(op, problem, x, w, dy) + (beta * old.astype(np.float64) if beta != 0 else 0)
-    return out.get(), expect
+    return launch_once(WinogradSource(), cfg, problem, op, alpha, beta, seed, _reference if reference else None)
 
 
 @pytest.mark.parametrize("op", OPS)
@@ -113,15 +98,11 @@ def test_alpha_and_beta_scale_and_accumulate(name, op):
 @pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("name", ["vgg-64x56", "vgg-128x28", "odd-27-pad2", "nhwc-vgg"])
 def test_matches_undivided_cudnn(name, op):
-    import cupy as cp
-
     problem = CASES[name]
-    x, w, dy = _host(problem, 5)
-    a, b = (cp.asarray(t) for t in _operands(op, x, w, dy))
-    ref = undivided(problem, op, a, b, cp.empty(problem.operand_shapes(op)[2], cp.float32))
+    ref = _cudnn(problem, op, 5)
     got, expect = _launch_once(problem, op, seed=5)
-    _close(ref.get(), expect, "FMA", f"{name} {op}: cuDNN itself")
-    _close(got, ref.get().astype(np.float64), "FMA", f"{name} {op} vs cuDNN")
+    _close(ref, expect, "FMA", f"{name} {op}: cuDNN itself")
+    _close(got, ref, "FMA", f"{name} {op} vs cuDNN")
 
 
 @pytest.mark.parametrize("op", OPS)
@@ -129,59 +110,10 @@ def test_matches_undivided_cudnn(name, op):
 def test_channel_slice_runs_on_the_wide_tensors_view(layout, op):
     """k of k_total channels: y (dy) addressed through the wide tensor's strides, other channels untouched; backward
     filter reads the slice of dy and writes that slice's dw."""
-    import cupy as cp
-
-    from ucudnn.measure.sources.base import Operands
     from ucudnn.measure.sources.winograd import WinogradSource
 
-    wide = ConvProblem(3, 16, 19, 14, 24, 3, 3, pad=1, layout=layout)
-    k0, k = 8, 8
-    sl = wide.with_channels(k, wide.k)
-    x, w, y = _host(wide, 11)
-    cx, cw, cy = cp.asarray(x), cp.asarray(w), cp.asarray(y)
-    per_channel = 4 * (wide.p * wide.q if layout == "NCHW" else 1)
-    w_slice = cp.ascontiguousarray(cw[k0:k0 + k])
-    cfg = _config(sl, op)
-    ws = cp.cuda.alloc(cfg.workspace_bytes)
-    launch = WinogradSource().prepare(op, sl, cfg)
-    if op == "forward":
-        launch(Operands(cx.data.ptr, w_slice.data.ptr, cy.data.ptr + k0 * per_channel), ws.ptr, cfg.workspace_bytes,
-               1.0, 0.0)
-        got = _nchw(cy.get(), layout)
-        ref = _nchw(_reference("forward", wide, x, w, y), layout)
-        _close(got[:, k0:k0 + k], ref[:, k0:k0 + k], "FMA", "slice")
-        keep = np.r_[0:k0, k0 + k:wide.k]
-        np.testing.assert_array_equal(got[:, keep], _nchw(y, layout)[:, keep])
-    elif op == "backward_filter":
-        dw = cp.full(w_slice.shape, cp.nan, cp.float32)
-        launch(Operands(cx.data.ptr, cy.data.ptr + k0 * per_channel, dw.data.ptr), ws.ptr, cfg.workspace_bytes,
-               1.0, 0.0)
-        _close(dw.get(), _reference("backward_filter", wide, x, w, y)[k0:k0 + k], "FMA", "slice dw")
-    else:
-        dx = cp.zeros(wide.x_shape(), cp.float32)
-        launch(Operands(w_slice.data.ptr, cy.data.ptr + k0 * per_channel, dx.data.ptr), ws.ptr, cfg.workspace_bytes,
-               1.0, 0.0)
-        yk = _nchw(y, layout).copy()
-        yk[:, :k0] = 0
-        yk[:, k0 + k:] = 0
-        yk = yk if layout == "NCHW" else yk.transpose(0, 2, 3, 1)
-        _close(dx.get(), _reference("backward_data", wide, x, w, yk), "FMA", "slice dx")
-
-
-def _cudnn(problem, op, seed):
-    """Undivided cuDNN's result (FMA descriptors, no workspace) on _host(problem, seed)'s data."""
-    import cupy as cp
-
-    from ucudnn.binding import cudnn
-    from ucudnn.binding.gpu import descriptors, handle
-
-    x, w, dy = _host(problem, seed)
-    a, b = (cp.asarray(t) for t in _operands(op, x, w, dy))
-    d = descriptors(problem, "FMA")
-    da, db, do = d.operands(op)
-    ref = cp.empty(problem.operand_shapes(op)[2], cp.float32)
-    cudnn.convolution(handle(), op, 1.0, da, a.data.ptr, db, b.data.ptr, d.conv, 0, 0, 0, 0.0, do, ref.data.ptr)
-    return ref.get().astype(np.float64)
+    check_channel_slice(WinogradSource(), ConvProblem(3, 16, 19, 14, 24, 3, 3, pad=1, layout=layout), _config, op,
+                        TOL["FMA"])
 
 
 def _tile_counts(problem, op):
