@@ -14,7 +14,9 @@ The levers (FP32 strict, NCHW, every configuration as the source prepares it, or
 - ``splitk``: each chunk's GEMM split along its tiles into S parts (S = 2, 4, 8), each adding into its own copy of dU
   (the inverse transform sums streams x S copies), composed from the source's launchers: part s of a chunk's tiles
   transformed into its own V / Z (S launches of the transforms), one GEMM of 36 x S products; at the configuration
-  the limit's plan runs and at the unbounded plan's (both checked against the unsplit call);
+  the limit's plan runs and at the unbounded plan's (both checked against the unsplit call).  This measurement is
+  why the source now splits reductions itself (``-kS``: one transform launch storing every part, so short chunks do
+  not pay S launches; ``channel_wr_*-winograd-ksplit-replay.md``);
 - ``chunkcap``: calls of up to 256 chunks (the source measures at most ``MAX_CHUNKS`` = 64 a call, smaller
   micro-batches past that), the largest chunk that fits for each micro-batch, stream count and point group count.
 

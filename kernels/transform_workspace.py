@@ -17,14 +17,15 @@ STREAMS = (1, 2, 3)
 
 
 def segments(backward_filter: bool, co: int, ci: int, tiles: int, streams: int,
-             point_bytes: int) -> tuple[tuple[str, int, int], ...]:
+             point_bytes: int, u_copies: int = 1) -> tuple[tuple[str, int, int], ...]:
     """(name, byte offset, bytes) of U (``co x ci``), then V (``ci x tiles``) and M (``co x tiles``) per stream, for
     ``point_bytes`` bytes per element of every transform-domain point (winograd: 36 floats; fft: F complex values);
-    backward filter has a U per stream first (``U``, ``U1``, ...)."""
+    backward filter has a U per stream first (``U``, ``U1``, ...), each ``u_copies`` U's long (split GEMMs: a copy
+    per part of the chunk's tiles)."""
     if streams not in STREAMS:
         raise InputError(f"must be one of {STREAMS}, got {streams!r}", "streams")
     us = streams if backward_filter else 1
-    parts = [(f"U{k or ''}", co * ci) for k in range(us)] + [
+    parts = [(f"U{k or ''}", co * ci * u_copies) for k in range(us)] + [
         (f"{name}{k or ''}", elements) for k in range(streams)
         for name, elements in (("V", ci * tiles), ("M", co * tiles))]
     out, off = [], 0

@@ -168,14 +168,39 @@ __device__ __forceinline__ WinoTile wino_tile(int idx, int C, int T_, int t0, in
     return {c, n, th, tw};
 }
 
+// Where thread idx of a transform over C channels x T_ tiles stores its values when the tiles are kept in S parts of
+// TS = ceil(T_ / S) (backward filter's split GEMMs: part s of the chunk's tiles is its own [NP][C][TS] block, so each
+// part's products read plain strided matrices and add into their own dU copy): the part's base offset plus the
+// thread's offset in a point's plane (channel-minor when CMINOR), the plane's size, and the thread's tile t
+// (t >= T_: a padding tile of the last parts, stored as zeros).  S == 1 is the unsplit layout: offset idx.
+struct WinoSlot {
+    long long base, plane;
+    int t;
+};
+
+template <bool CMINOR>
+__device__ __forceinline__ WinoSlot wino_slot(int idx, int C, int Tp, int TS, int np_)
+{
+    int c, t;
+    if (CMINOR) { t = idx / C; c = idx - t * C; }
+    else { c = idx / Tp; t = idx - c * Tp; }
+    const int s = t / TS, tl = t - s * TS;
+    const long long plane = (long long)C * TS;
+    const long long local = CMINOR ? (long long)tl * C + c : (long long)c * TS + tl;
+    return {(long long)s * np_ * plane + local, plane, t};
+}
+
 template <typename T, bool CMINOR>
 __global__ void __launch_bounds__(256) wino_input(const T* __restrict__ x, float* __restrict__ V, int Ci, int T_,
                                                   int t0, int TH, int TW, int Hi, int Wi, int PH, int PW, long long sn,
-                                                  long long sc, long long sh, long long sw, int p0, int np_)
+                                                  long long sc, long long sh, long long sw, int p0, int np_, int S)
 {
     const int idx = blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= Ci * T_) return;
-    const WinoTile at = wino_tile<CMINOR>(idx, Ci, T_, t0, TH, TW);
+    const int TS = (T_ + S - 1) / S, Tp = S * TS;   // tiles a part, and the tiles padded to S whole parts
+    if (idx >= Ci * Tp) return;
+    const WinoTile at = wino_tile<CMINOR>(idx, Ci, Tp, t0, TH, TW);
+    const WinoSlot slot = wino_slot<CMINOR>(idx, Ci, Tp, TS, np_);
+    const bool live = slot.t < T_;
     const int c = at.ch, n = at.n, th = at.th, tw = at.tw;
     const int h0 = 4 * th - PH, w0 = 4 * tw - PW;
     const T* base = x + (long long)n * sn + (long long)c * sc;
@@ -183,7 +208,7 @@ __global__ void __launch_bounds__(256) wino_input(const T* __restrict__ x, float
 #pragma unroll
     for (int a = 0; a < 6; ++a) {
         const int h = h0 + a;
-        const bool hin = h >= 0 && h < Hi;
+        const bool hin = live && h >= 0 && h < Hi;
 #pragma unroll
         for (int b = 0; b < 6; ++b) {
             const int ww = w0 + b;
@@ -194,10 +219,9 @@ __global__ void __launch_bounds__(256) wino_input(const T* __restrict__ x, float
     for (int b = 0; b < 6; ++b) wino_bt(d + b, 6, tmp + b, 6);            // tmp = B^T d (columns)
 #pragma unroll
     for (int a = 0; a < 6; ++a) wino_bt(tmp + 6 * a, 1, d + 6 * a, 1);    // d = (B^T d) B (rows)
-    const long long plane = (long long)Ci * T_;
 #pragma unroll
     for (int xi = 0; xi < 36; ++xi)
-        if (xi >= p0 && xi < p0 + np_) V[(xi - p0) * plane + idx] = d[xi];
+        if (xi >= p0 && xi < p0 + np_) V[slot.base + (xi - p0) * slot.plane] = d[xi];
 }
 
 template <typename T, bool CMINOR>
@@ -219,18 +243,20 @@ __global__ void __launch_bounds__(256) wino_output(const float* __restrict__ M, 
 template <typename T, bool CMINOR>
 __global__ void __launch_bounds__(256) wino_dy(const T* __restrict__ dy, float* __restrict__ Z, int Co, int T_, int t0,
                                                int TH, int TW, int Ho, int Wo, long long sn, long long sc,
-                                               long long sh, long long sw, int p0, int np_)
+                                               long long sh, long long sw, int p0, int np_, int S)
 {
     const int idx = blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= Co * T_) return;
-    const WinoTile at = wino_tile<CMINOR>(idx, Co, T_, t0, TH, TW);
+    const int TS = (T_ + S - 1) / S, Tp = S * TS;   // as wino_input
+    if (idx >= Co * Tp) return;
+    const WinoTile at = wino_tile<CMINOR>(idx, Co, Tp, t0, TH, TW);
+    const WinoSlot slot = wino_slot<CMINOR>(idx, Co, Tp, TS, np_);
     const int k = at.ch, n = at.n, th = at.th, tw = at.tw;
     const T* base = dy + (long long)n * sn + (long long)k * sc;
     const int h0 = 4 * th, w0 = 4 * tw;
     float d[16], tmp[24], z[36];
 #pragma unroll
     for (int a = 0; a < 4; ++a) {
-        const bool hin = h0 + a < Ho;
+        const bool hin = slot.t < T_ && h0 + a < Ho;
 #pragma unroll
         for (int b = 0; b < 4; ++b)
             d[a * 4 + b] = (hin && w0 + b < Wo) ? to_float(base[(h0 + a) * sh + (w0 + b) * sw]) : 0.f;
@@ -239,10 +265,9 @@ __global__ void __launch_bounds__(256) wino_dy(const T* __restrict__ dy, float* 
     for (int b = 0; b < 4; ++b) wino_a(d + b, 4, tmp + b, 4);            // tmp [6][4] = A dy (columns)
 #pragma unroll
     for (int a = 0; a < 6; ++a) wino_a(tmp + 4 * a, 1, z + 6 * a, 1);    // z [6][6] = (A dy) A^T (rows)
-    const long long plane = (long long)Co * T_;
 #pragma unroll
     for (int xi = 0; xi < 36; ++xi)
-        if (xi >= p0 && xi < p0 + np_) Z[(xi - p0) * plane + idx] = z[xi];
+        if (xi >= p0 && xi < p0 + np_) Z[slot.base + (xi - p0) * slot.plane] = z[xi];
 }
 
 template <typename T>
@@ -474,17 +499,17 @@ template __global__ void wino_filter<float, false>(const float*, float*, int, in
 template __global__ void wino_filter<float, true>(const float*, float*, int, int, long long, long long, long long,
                                                   long long);
 template __global__ void wino_input<float, false>(const float*, float*, int, int, int, int, int, int, int, int, int,
-                                                  long long, long long, long long, long long, int, int);
+                                                  long long, long long, long long, long long, int, int, int);
 template __global__ void wino_input<float, true>(const float*, float*, int, int, int, int, int, int, int, int, int,
-                                                 long long, long long, long long, long long, int, int);
+                                                 long long, long long, long long, long long, int, int, int);
 template __global__ void wino_output<float, false>(const float*, float*, int, int, int, int, int, int, int, long long,
                                                    long long, long long, long long, float, float);
 template __global__ void wino_output<float, true>(const float*, float*, int, int, int, int, int, int, int, long long,
                                                   long long, long long, long long, float, float);
 template __global__ void wino_dy<float, false>(const float*, float*, int, int, int, int, int, int, int, long long,
-                                               long long, long long, long long, int, int);
+                                               long long, long long, long long, int, int, int);
 template __global__ void wino_dy<float, true>(const float*, float*, int, int, int, int, int, int, int, long long,
-                                              long long, long long, long long, int, int);
+                                              long long, long long, long long, int, int, int);
 template __global__ void wino_filter_grad<float>(const float*, float*, int, int, long long, long long, long long,
                                                  long long, float, float, int, long long, int, int);
 template __global__ void wino_filter_fused<float, false>(const float*, float*, int, int, int, int, long long,

@@ -22,6 +22,9 @@ differentiates the products: with V the forward's input transform of x and Z = A
 (``wino_dy``, zero past the output's edge; Z lives in M's buffer), per chunk one strided-batched GEMM adds
 ``dU[xi] (Co x Ci) += Z[xi] V[xi]^T`` (tiles reduced; the first chunk of a call overwrites), and once per call
 ``wino_filter_grad`` writes ``dw = alpha * G^T dU G + beta * dw``.  Its geometry is the forward's (Ci = C, Co = K).
+With a split reduction (``ksplit`` S) the transforms store a chunk's tiles in S parts of ceil(T / S) (part s its own
+``[36][C][T/S]`` block, the last parts padded with zero tiles), one GEMM of 36 x S products adds part s into dU
+copy s, and the inverse transform sums the copies (:meth:`Geometry.gemm`, :meth:`Geometry.ksplit_refusal`).
 
 Fused (``wino_fused``, forward and backward data, sm_90): U in its own layout ``[Cp][36][Kp]`` (channels padded to
 the kernel's step and block, :func:`fused_dims`) is the whole workspace; a block of the kernel transforms its tiles'
@@ -62,6 +65,9 @@ DTYPES = ("float32",)
 CSPLITS = (1, 2, 4)
 #: groups of transform-domain points a backward-filter call may run its tiles in (:meth:`Geometry.points`)
 POINT_GROUPS = (1, 2, 3, 4)
+#: parts a backward-filter chunk's tile reduction may be split into, each adding into its own dU copy
+#: (:meth:`Geometry.ksplit_refusal`)
+KSPLITS = (1, 2, 4, 8)
 
 # Lavin & Gray's F(4, 3) matrices (interpolation points 0, +-1, +-2, inf)
 BT = np.array([[4, 0, -5, 0, 1, 0],
@@ -237,43 +243,77 @@ class Geometry:
         return POINTS // groups
 
     def segments(self, chunk: int, tiles: int | None = None, csplit: int = 1,
-                 streams: int = 1, groups: int = 1) -> tuple[tuple[str, int, int], ...]:
+                 streams: int = 1, groups: int = 1, ksplit: int = 1) -> tuple[tuple[str, int, int], ...]:
         """(name, byte offset, bytes) of U, V and M for chunks of ``chunk`` images, or of ``tiles`` tiles when given
         (float32, 256-byte aligned); with ``csplit`` input-channel slices U and V hold one slice; with ``streams``
         > 1 a V and M per stream after U (``V``, ``M``, ``V1``, ``M1``, ...: chunk i runs on stream i % streams),
         and for backward filter a dU per stream first (``U``, ``U1``, ...: :meth:`partials`); with ``groups``
-        (backward filter) every segment holds one group's points (:meth:`points`)."""
+        (backward filter) every segment holds one group's points (:meth:`points`); with ``ksplit`` (backward
+        filter) each stream's dU is ``ksplit`` copies and V and M hold the chunk's tiles padded to whole parts
+        (:meth:`part_tiles`)."""
         t = self._chunk_tiles(chunk, tiles)
-        return workspace.segments(self.op == "backward_filter", self.co, self.ci // csplit, t, streams,
-                                  4 * self.points(groups))
+        return workspace.segments(self.op == "backward_filter", self.co, self.ci // csplit,
+                                  ksplit * self.part_tiles(t, ksplit), streams, 4 * self.points(groups), ksplit)
+
+    @staticmethod
+    def part_tiles(tiles: int, ksplit: int = 1) -> int:
+        """Tiles in each of the ``ksplit`` parts of a chunk of ``tiles`` tiles (the last part padded with zero
+        tiles): the K of each part's GEMM."""
+        return -(-tiles // ksplit)
+
+    def ksplit_refusal(self, ksplit: int, streams: int = 1, groups: int = 1) -> str | None:
+        """Why backward filter's chunk reduction does not split in ``ksplit`` parts here, or None.  Why split: a
+        chunk's GEMMs make only Co x Ci outputs a point and reduce over its tiles, so for narrow layers cuBLAS runs
+        few blocks with long loops (VGG-16 conv1_2's 64 x 64: 144 blocks of 32 x 32, 117 us for 3584 tiles, 43 us
+        in 8 parts: ``wino_bwf_levers-64MiB.md``); part s of the tiles is its own V / Z block and adds into its own
+        dU copy, summed by the inverse transform with the streams' copies.  Not with point groups; on several
+        streams only where a stream's copies end on the workspace's alignment (so every copy is one stride
+        apart)."""
+        if ksplit not in KSPLITS:
+            return f"must be one of {KSPLITS}, got {ksplit!r}"
+        if ksplit == 1:
+            return None
+        if self.op != "backward_filter":
+            return "only backward filter splits its chunks' reduction"
+        if groups > 1:
+            return "split reductions run without point groups"
+        if streams > 1 and (ksplit * 4 * POINTS * self.co * self.ci) % WORKSPACE_ALIGN:
+            return f"{ksplit} dU copies of {self.co} x {self.ci} do not end on {WORKSPACE_ALIGN}-byte alignment"
+        return None
 
     def stream_buffers(self, k: int) -> dict[str, str]:
         """The segment names stream ``k`` uses for the GEMM's buffer names U, V, M (U shared, but for backward
         filter: each stream accumulates its own dU)."""
         return workspace.stream_buffers(self.op == "backward_filter", k)
 
-    def partials(self, streams: int, chunks: int, groups: int = 1) -> tuple[int, int]:
+    def partials(self, streams: int, chunks: int, groups: int = 1, ksplit: int = 1) -> tuple[int, int]:
         """(parts, stride in floats) of backward filter's per-stream dU on ``streams`` streams over a call of
         ``chunks`` chunks: the streams that ran a chunk (each wrote its dU), their dU buffers that far apart (every
         dU the same size, 256-byte aligned, so evenly spaced).  Why: a stream's GEMMs add into its own dU, so no
-        two streams add into one buffer; the inverse filter transform sums them once per call."""
-        return workspace.partials(streams, chunks, 4 * self.points(groups) * self.co * self.ci, 4)
+        two streams add into one buffer; the inverse filter transform sums them once per call.  With ``ksplit``
+        every such stream wrote ``ksplit`` copies, one dU apart (:meth:`ksplit_refusal`)."""
+        u_bytes = 4 * self.points(groups) * self.co * self.ci
+        if ksplit == 1:
+            return workspace.partials(streams, chunks, u_bytes, 4)
+        return min(streams, chunks) * ksplit, u_bytes // 4
 
     def _chunk_tiles(self, chunk: int, tiles: int | None) -> int:
         return chunk * self.tiles_per_image if tiles is None else tiles
 
     def workspace_bytes(self, chunk: int, tiles: int | None = None, csplit: int = 1, streams: int = 1,
-                        groups: int = 1) -> int:
+                        groups: int = 1, ksplit: int = 1) -> int:
         """Exactly what a configuration running chunks of ``chunk`` images (or of ``tiles`` tiles) touches: U, V and
         M (the last not padded): ``36 * 4 * (Co*Cs (aligned) + Cs*T (aligned) + Co*T)`` bytes, T = chunk * tiles
         per image (or ``tiles``), Cs = Ci / ``csplit``; a V and M per stream with ``streams`` (and for backward
-        filter a dU per stream); 36 / ``groups`` points in place of 36 with point groups."""
-        return max(off + size for _, off, size in self.segments(chunk, tiles, csplit, streams, groups))
+        filter a dU per stream); 36 / ``groups`` points in place of 36 with point groups; ``ksplit`` dU copies a
+        stream and T padded to whole parts with split reductions."""
+        return max(off + size for _, off, size in self.segments(chunk, tiles, csplit, streams, groups, ksplit))
 
-    def chunk_refusal(self, chunk: int, tiles: int | None = None, n: int | None = None) -> str | None:
-        """Why chunks of ``chunk`` images (or ``tiles`` tiles) of a call on ``n`` images do not run (32-bit thread
-        and tile indices), or None."""
-        t = self._chunk_tiles(chunk, tiles)
+    def chunk_refusal(self, chunk: int, tiles: int | None = None, n: int | None = None,
+                      ksplit: int = 1) -> str | None:
+        """Why chunks of ``chunk`` images (or ``tiles`` tiles, padded to ``ksplit`` whole parts) of a call on ``n``
+        images do not run (32-bit thread and tile indices), or None."""
+        t = ksplit * self.part_tiles(self._chunk_tiles(chunk, tiles), ksplit)
         what = f"chunks of {chunk} images" if tiles is None else f"chunks of {tiles} tiles"
         if max(self.ci, self.co) * t > _INT_MAX:
             return f"{what}: {max(self.ci, self.co) * t} transformed elements per point, over 2^31"
@@ -281,10 +321,13 @@ class Geometry:
             return f"{n * self.tiles_per_image} tiles in the call, over 2^31"
         return None
 
-    def gemm(self, images: int, tiles: int | None = None, accumulate: bool = False, groups: int = 1) -> Gemm:
+    def gemm(self, images: int, tiles: int | None = None, accumulate: bool = False, groups: int = 1,
+             ksplit: int = 1) -> Gemm:
         """The 36 products of a chunk of ``images`` images, or of ``tiles`` tiles when given (row-major, over the
         workspace buffers U, V, M).  Backward filter: ``U[xi] (Co x Ci) = M[xi] V[xi]^T`` over the chunk's tiles,
-        added to U when ``accumulate`` (every chunk of a call after its first), one group's points with ``groups``.
+        added to U when ``accumulate`` (every chunk of a call after its first), one group's points with ``groups``;
+        with ``ksplit`` the tiles in that many parts, the products of part s (its own [points][C][T/ksplit] V and Z
+        block) into dU copy s: one batch of ``points * ksplit`` products.
         Forward and backward data add into M when ``accumulate`` (an input-channel slice after the chunk's first:
         :meth:`slice`)."""
         t = self._chunk_tiles(images, tiles)
@@ -292,12 +335,15 @@ class Geometry:
         points = self.points(groups)
         if self.op == "backward_filter":
             beta = 1.0 if accumulate else 0.0
+            t, batch = self.part_tiles(t, ksplit), points * ksplit
             if self.cminor:   # M [T][Co], V [T][Ci]: U = M^T @ V
                 return Gemm(a="M", b="V", c="U", m=co, n=ci, k=t, lda=co, ldb=ci, ldc=ci, stride_a=co * t,
-                            stride_b=ci * t, stride_c=co * ci, batch=points, trans_a=True, alpha=1.0, beta=beta)
+                            stride_b=ci * t, stride_c=co * ci, batch=batch, trans_a=True, alpha=1.0, beta=beta)
             # M [Co][T], V [Ci][T]: U = M @ V^T
             return Gemm(a="M", b="V", c="U", m=co, n=ci, k=t, lda=t, ldb=t, ldc=ci, stride_a=co * t,
-                        stride_b=ci * t, stride_c=co * ci, batch=points, trans_b=True, alpha=1.0, beta=beta)
+                        stride_b=ci * t, stride_c=co * ci, batch=batch, trans_b=True, alpha=1.0, beta=beta)
+        if ksplit != 1:
+            raise InputError("only backward filter splits its chunks' reduction", "ksplit")
         beta = 1.0 if accumulate else 0.0
         if self.cminor:   # M[xi] (T x Co) = V[xi] (T x Ci) @ U[xi]^T
             return Gemm(a="V", b="U", c="M", m=t, n=co, k=ci, lda=ci, ldb=ci, ldc=co, stride_a=ci * t,
@@ -439,15 +485,34 @@ def _scatter(block: list[list[np.ndarray]], dst: np.ndarray, plane: int, idx: np
                 dst[(a * 6 + b - p0) * plane + idx] = block[a][b]
 
 
+def _slots(geo: Geometry, channels: int, t_count: int, parts: int,
+           points: int) -> tuple[np.ndarray, int, np.ndarray, int, np.ndarray]:
+    """wino_slot for every thread of wino_input / wino_dy over ``t_count`` tiles stored in ``parts`` parts of
+    ceil(t_count / parts) tiles: (thread indices, tiles padded to whole parts, each thread's store offset of point
+    0, a point's plane, which threads hold a real tile)."""
+    ts = Geometry.part_tiles(t_count, parts)
+    tp = parts * ts
+    idx = np.arange(channels * tp)
+    if geo.cminor:
+        t, c = idx // channels, idx % channels
+    else:
+        c, t = idx // tp, idx % tp
+    s, tl = t // ts, t % ts
+    plane = channels * ts
+    local = tl * channels + c if geo.cminor else c * ts + tl
+    return idx, tp, s * points * plane + local, plane, t < t_count
+
+
 def emulate_input(geo: Geometry, x: np.ndarray, V: np.ndarray, t0: int, t_count: int, p0: int = 0,
-                  points: int = POINTS) -> None:
+                  points: int = POINTS, parts: int = 1) -> None:
     """wino_input on tiles ``t0 .. t0 + t_count`` of flat ``x`` (image 0 at the view's start), storing points
-    ``p0 .. p0 + points - 1``."""
-    idx = np.arange(geo.ci * t_count)
-    c, n, th, tw = _tile_of(geo, idx, geo.ci, t_count, t0)
+    ``p0 .. p0 + points - 1``, the tiles in ``parts`` parts (padded with zero tiles: :meth:`Geometry.gemm`)."""
+    idx, tp, dst, plane, live = _slots(geo, geo.ci, t_count, parts, points)
+    c, n, th, tw = _tile_of(geo, idx, geo.ci, tp, t0)
     sn, sc, sh, sw = geo.in_strides
-    d = _gather(x, n * sn + c * sc, (sh, sw), 4 * th - geo.pad[0], 4 * tw - geo.pad[1], A_TILE, (geo.hi, geo.wi))
-    _scatter(_separable(_bt, d), V, geo.ci * t_count, idx, p0, points)
+    d = _gather(x, np.where(live, n * sn + c * sc, 0), (sh, sw), np.where(live, 4 * th - geo.pad[0], -A_TILE),
+                4 * tw - geo.pad[1], A_TILE, (geo.hi, geo.wi))
+    _scatter(_separable(_bt, d), V, plane, dst, p0, points)
 
 
 def emulate_output(geo: Geometry, M: np.ndarray, y: np.ndarray, t0: int, t_count: int, alpha: float,
@@ -480,14 +545,16 @@ def _gt(u0, u1, u2, u3, u4, u5):
 
 
 def emulate_dy(geo: Geometry, dy: np.ndarray, Z: np.ndarray, t0: int, t_count: int, p0: int = 0,
-               points: int = POINTS) -> None:
+               points: int = POINTS, parts: int = 1) -> None:
     """wino_dy on tiles ``t0 .. t0 + t_count`` of flat ``dy`` (image 0 at the view's start): Z = A dy A^T, the 4x4
-    tile zero past Ho x Wo, in M's layout, points ``p0 .. p0 + points - 1``."""
-    idx = np.arange(geo.co * t_count)
-    k, n, th, tw = _tile_of(geo, idx, geo.co, t_count, t0)
+    tile zero past Ho x Wo, in M's layout, points ``p0 .. p0 + points - 1``, in ``parts`` parts as
+    :func:`emulate_input`."""
+    idx, tp, dst, plane, live = _slots(geo, geo.co, t_count, parts, points)
+    k, n, th, tw = _tile_of(geo, idx, geo.co, tp, t0)
     sn, sc, sh, sw = geo.out_strides
-    d = _gather(dy, n * sn + k * sc, (sh, sw), 4 * th, 4 * tw, M_TILE, (geo.ho, geo.wo))
-    _scatter(_separable(_a, d), Z, geo.co * t_count, idx, p0, points)
+    d = _gather(dy, np.where(live, n * sn + k * sc, 0), (sh, sw), np.where(live, 4 * th, geo.ho), 4 * tw, M_TILE,
+                (geo.ho, geo.wo))
+    _scatter(_separable(_a, d), Z, plane, dst, p0, points)
 
 
 def emulate_filter_grad(geo: Geometry, U: np.ndarray, w: np.ndarray, alpha: float, beta: float, parts: int = 1,
@@ -519,29 +586,35 @@ def emulate_filter_grad(geo: Geometry, U: np.ndarray, w: np.ndarray, alpha: floa
 def emulate_backward_filter(geo: Geometry, x: np.ndarray, dy: np.ndarray, w: np.ndarray, n: int, chunk: int,
                             alpha: float = 1.0, beta: float = 0.0, workspace: np.ndarray | None = None,
                             gemm: Callable[[list[Gemm], dict[str, np.ndarray]], None] | None = None,
-                            tiles: int | None = None, streams: int = 1, groups: int = 1) -> np.ndarray:
+                            tiles: int | None = None, streams: int = 1, groups: int = 1,
+                            ksplit: int = 1) -> np.ndarray:
     """One backward-filter launch on the CPU, as the source runs it (flat ``x``, ``dy``, ``w`` addressed by the
     geometry's strides; chunks and workspace as :func:`emulate`).  With ``streams``, chunk i accumulates into
     stream i % streams's own dU (its first chunk overwriting) and the inverse transform sums them.  With
     ``groups``, the chunks run once per group of points (:meth:`Geometry.points`), each group's inverse transform
-    adding into dw after the first's.  Returns the workspace."""
+    adding into dw after the first's.  With ``ksplit``, each chunk's tiles in that many parts, each part's
+    products into its own dU copy (:meth:`Geometry.gemm`), all copies summed by the inverse transform.  Returns
+    the workspace."""
     if geo.op != "backward_filter":
         raise InputError(f"emulate_backward_filter runs backward_filter geometry, got {geo.op!r}", "geo")
-    words = geo.workspace_bytes(chunk, tiles, 1, streams, groups) // 4
+    why = geo.ksplit_refusal(ksplit, streams, groups)
+    if why:
+        raise InputError(why, "ksplit")
+    words = geo.workspace_bytes(chunk, tiles, 1, streams, groups, ksplit) // 4
     ws = np.full(words, np.nan) if workspace is None else workspace
     every = {name: ws[off // 4: off // 4 + size // 4]
-             for name, off, size in geo.segments(chunk, tiles, 1, streams, groups)}
+             for name, off, size in geo.segments(chunk, tiles, 1, streams, groups, ksplit)}
     run = gemm or (lambda gms, bufs: run_gemms(gms, bufs))
     ranges = geo.ranges(n, chunk, tiles)
     points = geo.points(groups)
-    parts, stride = geo.partials(streams, len(ranges), groups)
+    parts, stride = geo.partials(streams, len(ranges), groups, ksplit)
     for g in range(groups):
         p0 = g * points
         for i, (t0, count) in enumerate(ranges):
             seg = {name: every[buf] for name, buf in geo.stream_buffers(i % streams).items()}
-            emulate_input(geo, x, seg["V"], t0, count, p0, points)
-            emulate_dy(geo, dy, seg["M"], t0, count, p0, points)
-            run([geo.gemm(0, count, accumulate=i >= streams, groups=groups)], seg)
+            emulate_input(geo, x, seg["V"], t0, count, p0, points, ksplit)
+            emulate_dy(geo, dy, seg["M"], t0, count, p0, points, ksplit)
+            run([geo.gemm(0, count, accumulate=i >= streams, groups=groups, ksplit=ksplit)], seg)
         # U, the first dU, at the workspace's start; groups after the first add into dw
         emulate_filter_grad(geo, ws, w, alpha, beta if g == 0 else 1.0, parts, stride, p0, points)
     return ws
@@ -665,14 +738,15 @@ class _TileArgs:
     """Grid and scalar arguments (after the two pointers) of the per-tile kernels for a tile range, built once per
     (t0, tiles): the input side (wino_input, over Ci channels) and the output side (wino_output / wino_dy, Co)."""
 
-    def __init__(self, geo: Geometry) -> None:
-        self.geo = geo
+    def __init__(self, geo: Geometry, ksplit: int = 1) -> None:
+        self.geo, self.ksplit = geo, ksplit
         self._cache: dict[tuple[int, int], tuple[tuple, tuple]] = {}
 
     def packed(self, kernel: Any, side: int, head: tuple, tail: tuple) -> Callable[[int, int], Any]:
         """``launch(t0, t)``: ``kernel``'s :class:`~ucudnn.kernels._compile.PackedLaunch` for that tile range
         (``side`` 0: the input side's grid and arguments, 1: the output side's), ``head`` and ``tail`` around
-        them; built at a range's first launch and kept, as a prepared call runs the same ranges every time."""
+        them (the grid covering the tiles padded to ``ksplit`` whole parts); built at a range's first launch and
+        kept, as a prepared call runs the same ranges every time."""
         made: dict[tuple[int, int], Any] = {}
 
         def launch(t0: int, t: int) -> Any:
@@ -689,10 +763,11 @@ class _TileArgs:
         if key not in self._cache:
             g, i32, i64 = self.geo, np.int32, np.int64
             th, tw = g.tiles_h, g.tiles_w
+            tp = self.ksplit * Geometry.part_tiles(t, self.ksplit)   # threads for the parts' padding tiles too
             self._cache[key] = (
-                ((-(-g.ci * t // _THREADS),), (i32(g.ci), i32(t), i32(t0), i32(th), i32(tw), i32(g.hi), i32(g.wi),
-                                                i32(g.pad[0]), i32(g.pad[1])) + tuple(i64(v) for v in g.in_strides)),
-                ((-(-g.co * t // _THREADS),), (i32(g.co), i32(t), i32(t0), i32(th), i32(tw), i32(g.ho), i32(g.wo))
+                ((-(-g.ci * tp // _THREADS),), (i32(g.ci), i32(t), i32(t0), i32(th), i32(tw), i32(g.hi), i32(g.wi),
+                                                 i32(g.pad[0]), i32(g.pad[1])) + tuple(i64(v) for v in g.in_strides)),
+                ((-(-g.co * tp // _THREADS),), (i32(g.co), i32(t), i32(t0), i32(th), i32(tw), i32(g.ho), i32(g.wo))
                  + tuple(i64(v) for v in g.out_strides)))
         return self._cache[key]
 
@@ -712,7 +787,7 @@ def launchers(geo: Geometry, itemsize: int = 4) -> tuple[FilterFn, InputFn, Outp
     f_args = (np.int32(geo.co), np.int32(geo.ci)) + tuple(np.int64(v) for v in geo.filter_strides)
     filt = _compile.packed(kf, (-(-geo.co * geo.ci // _THREADS),), (_THREADS,), (PTR, PTR) + f_args)
     shapes = _TileArgs(geo)
-    inputs = shapes.packed(ki, 0, (PTR, PTR), (np.int32(0), np.int32(POINTS)))   # every point
+    inputs = shapes.packed(ki, 0, (PTR, PTR), (np.int32(0), np.int32(POINTS), np.int32(1)))   # every point
     outputs = shapes.packed(ko, 1, (PTR, PTR), (F32, F32))
 
     def filter_(w: int, U: int, stream: int | None = None) -> None:
@@ -727,23 +802,28 @@ def launchers(geo: Geometry, itemsize: int = 4) -> tuple[FilterFn, InputFn, Outp
     return filter_, input_, output_
 
 
-def backward_filter_launchers(geo: Geometry, itemsize: int = 4, groups: int = 1) -> tuple[InputFn, InputFn, GradFn]:
+def backward_filter_launchers(geo: Geometry, itemsize: int = 4, groups: int = 1,
+                              ksplit: int = 1) -> tuple[InputFn, InputFn, GradFn]:
     """Backward filter: ``input(x, V, t0, tiles, stream, group)`` (the forward's), ``dy(dy, Z, t0, tiles, stream,
     group)`` (Z = A dy A^T into M's buffer) and ``grad(dU, w, alpha, beta, parts=1, stride=0, group=0)`` (w = alpha
     * G^T dU G + beta * w, dU the sum of ``parts`` buffers ``stride`` floats apart: :meth:`Geometry.partials`), each
-    on point group ``group`` of ``groups`` (:meth:`Geometry.points`), compiled here like :func:`launchers`."""
+    on point group ``group`` of ``groups`` (:meth:`Geometry.points`), the transforms storing a chunk's tiles in
+    ``ksplit`` parts (:meth:`Geometry.gemm`), compiled here like :func:`launchers`."""
     _checked(geo, itemsize)
     if geo.op != "backward_filter":
         raise InputError(f"backward_filter_launchers takes backward_filter geometry, got {geo.op!r}", "geo")
+    why = geo.ksplit_refusal(ksplit, groups=groups)
+    if why:
+        raise InputError(why, "ksplit")
     cm = "true" if geo.cminor else "false"
     ki, kd, kg = (_compile.get_kernel(SOURCE, name)
                   for name in (f"wino_input<float,{cm}>", f"wino_dy<float,{cm}>", "wino_filter_grad<float>"))
     g_args = (np.int32(geo.co), np.int32(geo.ci)) + tuple(np.int64(v) for v in geo.filter_strides)
     g_grid = (-(-geo.co * geo.ci // _THREADS),)
     points = geo.points(groups)
-    shapes = _TileArgs(geo)
-    inputs = shapes.packed(ki, 0, (PTR, PTR), (I32, np.int32(points)))
-    dys = shapes.packed(kd, 1, (PTR, PTR), (I32, np.int32(points)))
+    shapes = _TileArgs(geo, ksplit)
+    inputs = shapes.packed(ki, 0, (PTR, PTR), (I32, np.int32(points), np.int32(ksplit)))
+    dys = shapes.packed(kd, 1, (PTR, PTR), (I32, np.int32(points), np.int32(ksplit)))
 
     def input_(x: int, V: int, t0: int, tiles: int, stream: int | None = None, group: int = 0) -> None:
         inputs(t0, tiles)(x, V, group * points, stream=stream)
@@ -799,6 +879,7 @@ __all__ = [
     "AT",
     "BT",
     "CSPLITS",
+    "KSPLITS",
     "POINT_GROUPS",
     "FUSED_BC",
     "FUSED_BK",

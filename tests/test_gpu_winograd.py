@@ -34,7 +34,8 @@ CASES = {
 TOL = {"FMA": 1e-4, "TENSOR_OP": 3e-2}   # max error / max |reference|
 
 
-def _config(problem, op, chunk=None, math="FMA", n=None, tiles=None, csplit=1, fused=False, streams=1, groups=1):
+def _config(problem, op, chunk=None, math="FMA", n=None, tiles=None, csplit=1, fused=False, streams=1, groups=1,
+            ksplit=1):
     n = problem.n if n is None else n
     if fused:
         ws = fused_workspace_bytes(Geometry.of(problem.with_batch(n), op))
@@ -44,15 +45,18 @@ def _config(problem, op, chunk=None, math="FMA", n=None, tiles=None, csplit=1, f
     if groups > 1:
         split["groups"] = groups
         suffix += f"-g{groups}"
+    if ksplit > 1:
+        split["ksplit"] = ksplit
+        suffix += f"-k{ksplit}"
     if streams > 1:
         split["streams"] = streams
         suffix += f"-p{streams}"
     if tiles is not None:
-        ws = Geometry.of(problem.with_batch(n), op).workspace_bytes(0, tiles, csplit, streams, groups)
+        ws = Geometry.of(problem.with_batch(n), op).workspace_bytes(0, tiles, csplit, streams, groups, ksplit)
         return Measurement(n, f"wino-f4-t{tiles}{suffix}", math, 1.0, ws, "winograd", None,
                            {"winograd": {"tiles": tiles, **split}})
     chunk = n if chunk is None else min(chunk, n)
-    ws = Geometry.of(problem.with_batch(n), op).workspace_bytes(chunk, None, csplit, streams, groups)
+    ws = Geometry.of(problem.with_batch(n), op).workspace_bytes(chunk, None, csplit, streams, groups, ksplit)
     algo = ("wino-f4" if chunk >= n else f"wino-f4-c{chunk}") + suffix
     return Measurement(n, algo, math, 1.0, ws, "winograd", None, {"winograd": {"chunk": chunk, **split}})
 
@@ -62,11 +66,12 @@ def _close(got, ref, math, what=""):
 
 
 def _launch_once(problem, op, chunk=None, alpha=1.0, beta=0.0, seed=0, math="FMA", tiles=None, reference=True,
-                 csplit=1, fused=False, streams=1, groups=1):
+                 csplit=1, fused=False, streams=1, groups=1, ksplit=1):
     """(result, float64 expectation) of one prepared launch with exactly the reported workspace (NaN-filled)."""
     from ucudnn.measure.sources.winograd import WinogradSource
 
-    cfg = _config(problem, op, chunk, math, tiles=tiles, csplit=csplit, fused=fused, streams=streams, groups=groups)
+    cfg = _config(problem, op, chunk, math, tiles=tiles, csplit=csplit, fused=fused, streams=streams, groups=groups,
+                  ksplit=ksplit)
     return launch_once(WinogradSource(), cfg, problem, op, alpha, beta, seed, _reference if reference else None)
 
 
@@ -203,6 +208,28 @@ def test_backward_filter_point_groups_match_cudnn_and_float64(name, groups):
     _close(got, expect, "TENSOR_OP", f"{name} {groups} groups TF32")
 
 
+@pytest.mark.parametrize("ksplit", [2, 4, 8])
+@pytest.mark.parametrize("name", ["vgg-64x56", "odd-27-pad2", "nhwc-odd", "c13-nonsquare-pad12", "vgg-128x28"])
+def test_backward_filter_split_reductions_match_cudnn_and_float64(name, ksplit):
+    """Backward filter with each chunk's tiles in 2, 4 or 8 parts (part s its own V / Z block, the last parts padded
+    with zero tiles, adding into dU copy s; the inverse transform summing every copy): one stream and, where the
+    copies stay evenly spaced, 2 / 3 streams, image chunks and tile chunks crossing images (chunks shorter than the
+    parts too), equal cuDNN; alpha / beta into live data equal float64; TF32 within TF32's tolerance."""
+    problem, op = CASES[name], "backward_filter"
+    geo = Geometry.of(problem, op)
+    ref = _cudnn(problem, op, 16)
+    tpi = geo.tiles_per_image
+    for streams in (s for s in (1, 2, 3) if geo.ksplit_refusal(ksplit, s) is None):
+        for tiles in (None, tpi + 5, 3):
+            got, _ = _launch_once(problem, op, chunk=1 if tiles is None else None, seed=16, reference=False,
+                                  tiles=tiles, streams=streams, ksplit=ksplit)
+            _close(got, ref, "FMA", f"{name} chunks of {tiles or tpi} tiles in {ksplit} parts, {streams} streams")
+    got, expect = _launch_once(problem, op, alpha=-0.75, beta=0.5, seed=17, tiles=tpi // 2 + 1, ksplit=ksplit)
+    _close(got, expect, "FMA", f"{name} {ksplit} parts, alpha / beta")
+    got, expect = _launch_once(problem, op, seed=18, math="TENSOR_OP", ksplit=ksplit)
+    _close(got, expect, "TENSOR_OP", f"{name} {ksplit} parts TF32")
+
+
 @pytest.mark.parametrize("replay", [False, True])
 @pytest.mark.parametrize("op", OPS)
 def test_stream_steps_in_plans_through_the_executor_eager_and_replayed(op, replay):
@@ -217,8 +244,10 @@ def test_stream_steps_in_plans_through_the_executor_eager_and_replayed(op, repla
     problem = CASES["nhwc-odd"]
     tpi = Geometry.of(problem, op).tiles_per_image
     grouped = 3 if op == "backward_filter" else 1   # backward filter: one step's points in groups as well
+    split = 4 if op == "backward_filter" else 1      # and one step's reduction in parts
     steps = [_config(problem, op, 1, n=3, streams=3), _config(problem, op, n=1, tiles=tpi // 2, streams=2,
-                                                               groups=grouped), _config(problem, op, 1, n=1)]
+                                                               groups=grouped), _config(problem, op, 1, n=1,
+                                                                                        ksplit=split)]
     plan = KernelPlan(f"test/winograd-streams/{op}", op, problem, [MicroConfig.of(m) for m in steps])
     ex = Executor(plan, replay=replay)
     out_shape = problem.operand_shapes(op)[2]

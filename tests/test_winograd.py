@@ -113,14 +113,16 @@ def _expected(op, problem, x, wt, dy):
     return dx
 
 
-def _run(op, problem, chunk, alpha, beta, seed, how="row", tiles=None, csplit=1, fused=False, streams=1, groups=1):
+def _run(op, problem, chunk, alpha, beta, seed, how="row", tiles=None, csplit=1, fused=False, streams=1, groups=1,
+         ksplit=1):
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((problem.n, problem.c, problem.h, problem.w))
     wt = rng.standard_normal((problem.k, problem.c, 3, 3))
     dy = rng.standard_normal((problem.n, problem.k, problem.p, problem.q))
     lay = problem.layout
     geo = Geometry.of(problem, op)
-    size = fused_workspace_bytes(geo) if fused else geo.workspace_bytes(chunk, tiles, csplit, streams, groups)
+    size = (fused_workspace_bytes(geo) if fused
+            else geo.workspace_bytes(chunk, tiles, csplit, streams, groups, ksplit))
     ws = np.full(size // 4, np.nan)   # exactly the reported size: NaN shows
     gemm = (lambda gms, bufs: run_column_major(gms, bufs, 1.0, 0.0)) if how == "column" else None
     if op == "backward_filter":
@@ -128,7 +130,7 @@ def _run(op, problem, chunk, alpha, beta, seed, how="row", tiles=None, csplit=1,
         out = _to_layout(old, lay).reshape(-1).copy()
         emulate_backward_filter(geo, _to_layout(x, lay).reshape(-1), _to_layout(dy, lay).reshape(-1), out, problem.n,
                                 chunk, alpha, beta, workspace=ws, gemm=gemm, tiles=tiles, streams=streams,
-                                groups=groups)
+                                groups=groups, ksplit=ksplit)
         got = _from_layout(out.reshape(problem.w_shape()), lay)
         return got, alpha * _expected(op, problem, x, wt, dy) + beta * old
     w_flat = (wt if lay == "NCHW" else wt.transpose(0, 2, 3, 1)).reshape(-1).copy()
@@ -268,6 +270,79 @@ def test_backward_filter_point_groups_add_up_to_the_gradient(shape, layout, grou
     assert (g.m, g.n, g.k, g.batch) == (geo.co, geo.ci, tt, pts)
 
 
+@settings(max_examples=80, deadline=None)
+@given(shapes(), st.sampled_from(["NCHW", "NHWC"]), st.sampled_from([2, 4, 8]), st.sampled_from([1, 2, 3]),
+       st.data(), st.sampled_from([(1.0, 0.0), (-0.5, 1.0), (2.0, 0.25)]), st.sampled_from(["row", "column"]),
+       st.integers(0, 2**31 - 1))
+def test_backward_filter_split_reductions_add_up_to_the_gradient(shape, layout, ksplit, streams, data, scalars, how,
+                                                                 seed):
+    """Backward filter with each chunk's tiles in ``ksplit`` parts (the last padded with zero tiles), part s's
+    products into dU copy s, every stream's copies summed by the inverse transform: the float64 gradient equals
+    the reference at exactly the reported workspace (NaN elsewhere), image or tile chunks of any length (a part
+    of one tile, parts past the chunk's tiles), on one to three streams where the copies stay evenly spaced."""
+    n, c, h, w, k, pad = shape
+    problem = ConvProblem(n, c, h, w, k, 3, 3, pad=pad, layout=layout)
+    geo = Geometry.of(problem, "backward_filter")
+    if geo.ksplit_refusal(ksplit, streams) is not None:   # streams' copies off the alignment: refused, not run
+        with pytest.raises(InputError) as e:
+            _run("backward_filter", problem, 1, 1.0, 0.0, seed, streams=streams, ksplit=ksplit)
+        assert e.value.field == "ksplit"
+        return
+    t = data.draw(st.one_of(st.none(), st.integers(1, n * geo.tiles_per_image + 2)))
+    got, expect = _run("backward_filter", problem, 1 if t is None else 0, *scalars, seed, how, tiles=t,
+                       streams=streams, ksplit=ksplit)
+    assert _scale_err(got, expect) < 1e-11
+    tt = geo.tiles_per_image if t is None else t
+    part = -(-tt // ksplit)
+    assert geo.part_tiles(tt, ksplit) == part
+    assert {name: size for name, _, size in geo.segments(0, tt, 1, streams, 1, ksplit)} == {
+        **{f"U{i or ''}": 4 * 36 * ksplit * geo.co * geo.ci for i in range(streams)},
+        **{f"{b}{i or ''}": 4 * 36 * ch * ksplit * part for i in range(streams)
+           for b, ch in (("V", geo.ci), ("M", geo.co))}}
+    g = geo.gemm(0, tt, ksplit=ksplit)
+    assert (g.m, g.n, g.k, g.batch, g.stride_c) == (geo.co, geo.ci, part, 36 * ksplit, geo.co * geo.ci)
+
+
+def test_split_reductions_run_only_backward_filter_without_groups_and_are_measured_for_narrow_layers():
+    """Where a split reduction runs and which one the benchmark measures: backward filter only, no point groups, on
+    several streams only where each stream's copies end on the workspace's alignment; measured for layers of at
+    most 2^14 outputs a point, the largest S with S x outputs within 2^15 and 128 tiles a part."""
+    from ucudnn.measure.sources.winograd import ksplit_of, ksplits
+
+    vgg = ConvProblem(64, 64, 224, 224, 64, 3, 3, pad=1)
+    bwf = Geometry.of(vgg, "backward_filter")
+    assert ksplits(bwf, "backward_filter", 3584, 3) == [1, 8]
+    assert ksplits(bwf, "backward_filter", 896, 3) == [1, 4]          # 8 parts would hold 112 tiles
+    assert ksplits(bwf, "backward_filter", 128) == [1]
+    assert ksplits(bwf, "backward_filter", 3584, 2, groups=2) == [1]
+    assert ksplits(Geometry.of(vgg, "forward"), "forward", 3584) == [1]
+    assert ksplits(Geometry.of(ConvProblem(64, 128, 112, 112, 128, 3, 3, pad=1), "backward_filter"),
+                   "backward_filter", 1568, 3) == [1, 2]
+    assert ksplits(Geometry.of(ConvProblem(64, 256, 56, 56, 256, 3, 3, pad=1), "backward_filter"),
+                   "backward_filter", 784, 3) == [1]                   # 256 x 256: cuBLAS fills the device already
+    odd = Geometry.of(ConvProblem(8, 3, 64, 64, 5, 3, 3, pad=1), "backward_filter")   # 36*4*15 bytes a copy
+    assert odd.ksplit_refusal(2, streams=2) is not None and odd.ksplit_refusal(2) is None
+    assert ksplits(odd, "backward_filter", 1024, 2) == [1] and ksplits(odd, "backward_filter", 1024) == [1, 8]
+    assert "backward filter" in Geometry.of(vgg, "forward").ksplit_refusal(2)
+    assert "groups" in bwf.ksplit_refusal(2, groups=2)
+    assert "one of" in bwf.ksplit_refusal(3)
+    _recorded_choice(ksplit_of, "ksplit", {"tiles": 3584, "ksplit": 8, "streams": 3}, 8, 3, vgg)
+
+
+def _recorded_choice(parse, key, extra, value, bad, problem):
+    """``parse`` reads ``extra.winograd.<key>`` of a recorded row (``value``; 1 where absent), refuses ``bad`` naming
+    that field, and forward's prepare refuses the choice (a backward-filter one) naming it too."""
+    assert parse(Measurement(64, "x", "FMA", 1.0, 0, "winograd", None, {"winograd": extra})) == value
+    assert parse(Measurement(8, "wino-f4", "FMA", 1.0, 0, "winograd")) == 1
+    with pytest.raises(InputError) as e:
+        parse(Measurement(8, "x", "FMA", 1.0, 0, "winograd", None, {"winograd": {key: bad}}))
+    assert e.value.field == f"extra.winograd.{key}"
+    with pytest.raises(InputError) as e:
+        WinogradSource().prepare("forward", problem, Measurement(64, "x", "FMA", 1.0, 0, "winograd", None,
+                                                                 {"winograd": {"tiles": 640, key: 2}}))
+    assert e.value.field == f"extra.winograd.{key}"
+
+
 def test_point_groups_shrink_the_workspace_and_only_backward_filter_runs_them():
     """VGG-16 conv4_2 b64 (512 x 512, 28x28): ungrouped, 64 MiB holds 192-tile chunks on one stream; with four
     groups of 9 points it holds 640-tile chunks on two streams (dU 9.4 MB each)."""
@@ -304,17 +379,9 @@ def test_point_groups_are_measured_for_wide_backward_filters_and_recorded_for_pr
     assert not any("-g" in a and a.endswith("-p3") for a in names)
     _, sk = WinogradSource().measure("forward", wide, Operands(0, 0, 0), 0, BenchSettings("strict"))
     assert not any("-g" in str(s.algo) for s in sk)
-    row = Measurement(64, "wino-f4-t640-g4-p2", "FMA", 1.0, 0, "winograd", None,
-                      {"winograd": {"tiles": 640, "groups": 4, "streams": 2}})
-    assert groups_of(row) == 4 and tiles_of(row) == 640
-    assert groups_of(Measurement(8, "wino-f4", "FMA", 1.0, 0, "winograd")) == 1
-    with pytest.raises(InputError) as e:
-        groups_of(Measurement(8, "x", "FMA", 1.0, 0, "winograd", None, {"winograd": {"groups": 5}}))
-    assert e.value.field == "extra.winograd.groups"
-    with pytest.raises(InputError) as e:
-        WinogradSource().prepare("forward", wide, Measurement(64, "wino-f4-t640-g2", "FMA", 1.0, 0, "winograd", None,
-                                                              {"winograd": {"tiles": 640, "groups": 2}}))
-    assert e.value.field == "extra.winograd.groups"
+    assert tiles_of(Measurement(64, "wino-f4-t640-g4-p2", "FMA", 1.0, 0, "winograd", None,
+                                {"winograd": {"tiles": 640, "groups": 4}})) == 640
+    _recorded_choice(groups_of, "groups", {"tiles": 640, "groups": 4, "streams": 2}, 4, 5, wide)
 
 
 def test_stream_counts_are_offered_where_chunks_can_overlap():
@@ -798,16 +865,17 @@ def test_a_sliced_launch_transforms_each_slice_at_its_channel_and_adds_its_gemm_
     assert log == expect
 
 
-@pytest.mark.parametrize("groups", [1, 3])
+@pytest.mark.parametrize("groups,ksplit", [(1, 1), (3, 1), (1, 4)])
 @pytest.mark.parametrize("streams", [1, 2, 3])
-def test_a_backward_filter_launch_on_streams_gives_each_stream_its_own_du_and_sums_them_once(streams, groups,
+def test_a_backward_filter_launch_on_streams_gives_each_stream_its_own_du_and_sums_them_once(streams, groups, ksplit,
                                                                                              monkeypatch):
     """The launch's order of work on streams, recorded with the kernels, cuBLAS and the streams replaced (CPU):
     chunk i's transforms on stream i % streams (named at each launch, no stream context), its GEMM on that stream's
     handle into that stream's dU (overwriting on the stream's first chunk), then after the join one inverse
     transform summing every stream's dU from the first, one dU apart.  With point groups all of that once per
     group, the transforms and the inverse transform told the group, the inverse transform's beta 1 after the
-    first group's."""
+    first group's.  With a split reduction the same steps, the GEMMs told the split and the inverse transform
+    summing every stream's copies, one dU apart."""
     import types
 
     from ucudnn.kernels import winograd as kw
@@ -837,18 +905,20 @@ def test_a_backward_filter_launch_on_streams_gives_each_stream_its_own_du_and_su
     monkeypatch.setattr(src, "_StreamSet", FakeStreams)
     monkeypatch.setattr(cublas, "handle", lambda: 10)   # one stream: CuPy's handle, bound to the caller's stream
     monkeypatch.setattr(cublas, "bind", lambda h, s: log.append(("bind", h, s)))
-    monkeypatch.setattr(kw, "backward_filter_launchers", lambda g, itemsize, gr: (
+    monkeypatch.setattr(kw, "backward_filter_launchers", lambda g, itemsize, gr, ksplit=1: (
         lambda x, V, t0, t, s=None, grp=0: log.append(("input", V, t0, t, s, grp)),
         lambda dy, Z, t0, t, s=None, grp=0: log.append(("dy", Z, t0, t, s, grp)),
         lambda U, w, a, b, parts=1, stride=0, grp=0: log.append(("grad", U, b, parts, stride, grp))))
-    monkeypatch.setattr(src, "_gemm_call", lambda g, count, compute, accumulate=False, groups=1:
-                        lambda h, bufs: log.append(("gemm", h, bufs["U"], count, accumulate, groups)))
-    launch = src._launch(p, "backward_filter", 0, "32F_PEDANTIC", tiles=20, streams=streams, groups=groups)
+    monkeypatch.setattr(src, "_gemm_call", lambda g, count, compute, accumulate=False, groups=1, ksplit=1:
+                        lambda h, bufs: log.append(("gemm", h, bufs["U"], count, accumulate, groups, ksplit)))
+    launch = src._launch(p, "backward_filter", 0, "32F_PEDANTIC", tiles=20, streams=streams, groups=groups,
+                         ksplit=ksplit)
     ws = 1 << 24
-    launch(Operands(1 << 20, 2 << 20, 3 << 20), ws, geo.workspace_bytes(0, 20, 1, streams, groups), 1.0, 0.5)
-    seg = {name: ws + off for name, off, _ in geo.segments(0, 20, 1, streams, groups)}
+    launch(Operands(1 << 20, 2 << 20, 3 << 20), ws, geo.workspace_bytes(0, 20, 1, streams, groups, ksplit), 1.0,
+           0.5)
+    seg = {name: ws + off for name, off, _ in geo.segments(0, 20, 1, streams, groups, ksplit)}
     ranges = geo.ranges(3, 0, 20)
-    parts, stride = geo.partials(streams, len(ranges), groups)
+    parts, stride = geo.partials(streams, len(ranges), groups, ksplit)
     expect = [] if streams > 1 else [("bind", 10, 100)]   # one stream: the caller's, nothing forked
     for g in range(groups):
         expect += [("fork", 100)] if streams > 1 else []
@@ -856,10 +926,11 @@ def test_a_backward_filter_launch_on_streams_gives_each_stream_its_own_du_and_su
             k = i % streams
             own = {b: seg[n] for b, n in geo.stream_buffers(k).items()}
             expect += [("input", own["V"], t0, count, 100 + k, g), ("dy", own["M"], t0, count, 100 + k, g),
-                       ("gemm", 10 + k, own["U"], count, i >= streams, groups)]
+                       ("gemm", 10 + k, own["U"], count, i >= streams, groups, ksplit)]
         expect += ([("join", 100)] if streams > 1 else []) + [("grad", seg["U"], 0.5 if g == 0 else 1.0, parts,
                                                                stride, g)]
     assert log == expect
-    assert parts == min(streams, len(ranges))
+    assert parts == min(streams, len(ranges)) * ksplit
+    assert stride == (0 if parts == 1 else 36 // groups * geo.co * geo.ci)
     if streams > 1:
-        assert seg["U1"] - seg["U"] == 4 * stride
+        assert seg["U1"] - seg["U"] == 4 * stride * ksplit

@@ -81,6 +81,16 @@ against 1.77 in one chunk); a group's dU is 1/G of it, so its chunks hold about 
 reading and transforming x and dy once per group (conv4_2 in chunks of 8 images on two streams: 1.57 ms in one
 group, 1.82 in two).  Workspace ``36 / G * 4 * streams * (Co*Ci + Ci*T + Co*T)``.
 
+Split reductions (``-k2`` / ``-k4`` / ``-k8`` after the chunk's name, before ``-p``,
+``extra["winograd"]["ksplit"]``; backward filter of narrow layers, without point groups: :func:`ksplits`): each
+chunk's tiles in S parts, the transforms storing part s as its own V / Z block (the last part padded with zero
+tiles) and one GEMM of 36 x S products adding part s into dU copy s, the inverse transform summing the S copies of
+every stream.  Why: the GEMMs' outputs are only Co x Ci a point, so for 64- and 128-channel layers cuBLAS runs a few
+hundred small blocks with long loops over the tiles (VGG-16 conv1_2: 32 x 32 blocks, 117 us for a 3584-tile chunk,
+43 us split in 8; the whole call 5.31 -> 4.19 ms at S = 4 composed from separate launches:
+``benchmarks/results/wino_bwf_levers-64MiB.md``).  Workspace ``36 * 4 * streams * (S*Co*Ci + Ci*T' + Co*T')``,
+T' = T rounded up to S parts.
+
 Fused (``wino-f4-fused``, ``extra["winograd"]["fused"]``; forward and backward data, sm_90): one kernel
 (``wino_fused``) transforms its tiles into shared memory and keeps the 36 points' products in registers, so the
 workspace is U alone (``36 * 4 * Cp * Kp`` bytes, channels padded to the kernel's blocks: 0.56 MiB for 64 channels,
@@ -234,6 +244,34 @@ def streams_of(config: Measurement) -> int:
     return _choice(config, "streams", STREAMS)
 
 
+def ksplit_of(config: Measurement) -> int:
+    """The parts a recorded backward-filter configuration splits its chunks' reduction into
+    (``extra.winograd.ksplit``; 1 where absent)."""
+    from ucudnn.kernels.winograd import KSPLITS
+
+    return _choice(config, "ksplit", KSPLITS)
+
+
+#: a split reduction is offered while the parts' products number at most this many outputs (Co * Ci * S: VGG-16's
+#: 64 x 64 layers in 8 parts, 128 x 128 in 2) and each part holds at least KSPLIT_MIN_TILES tiles
+KSPLIT_OUTPUTS = 1 << 15
+KSPLIT_MIN_TILES = 128
+
+
+def ksplits(geo: Any, op: str, tiles: int, streams: int = 1, groups: int = 1) -> list[int]:
+    """The reduction splits measured for backward-filter chunks of ``tiles`` tiles: 1, and for narrow layers (Co x Ci
+    at most KSPLIT_OUTPUTS / 2) the largest S of KSPLITS with Co * Ci * S at most KSPLIT_OUTPUTS and at least
+    KSPLIT_MIN_TILES tiles a part, where the geometry allows it (:meth:`ucudnn.kernels.winograd.Geometry.
+    ksplit_refusal`).  One S, not every one: each doubles the layer's backward-filter rows."""
+    from ucudnn.kernels.winograd import KSPLITS
+
+    if op != "backward_filter" or groups > 1:
+        return [1]
+    fit = [k for k in KSPLITS if k > 1 and geo.co * geo.ci * k <= KSPLIT_OUTPUTS and tiles >= k * KSPLIT_MIN_TILES
+           and geo.ksplit_refusal(k, streams, groups) is None]
+    return [1] + fit[-1:]
+
+
 def stream_counts(op: str, chunks: int, csplit: int) -> list[int]:
     """The stream counts measured for a call of ``chunks`` chunks: 1, and 2 and 3 (unsliced, where the call has
     that many chunks).  Why: a chunk's transforms are memory-bound and its GEMMs compute-bound, so chunks on two or
@@ -268,11 +306,11 @@ def chunk_of(config: Measurement, n: int) -> int:
 
 
 def _launch(problem: ConvProblem, op: str, chunk: int, compute: str, tiles: int | None = None,
-            csplit: int = 1, streams: int = 1, groups: int = 1) -> Launch:
+            csplit: int = 1, streams: int = 1, groups: int = 1, ksplit: int = 1) -> Launch:
     """The launch of ``op`` at ``problem.n`` in chunks of ``chunk`` images, or of ``tiles`` tiles when given; forward
     and backward data with their input channels in ``csplit`` slices (each slice's filter and input transformed per
     chunk, its GEMM adding into M after the first), or with their chunks over ``streams`` streams; backward filter
-    with its points in ``groups`` groups."""
+    with its points in ``groups`` groups or its chunks' reduction in ``ksplit`` parts."""
     from ...binding.gpu import cupy
     from ucudnn.kernels.winograd import Geometry
 
@@ -280,11 +318,14 @@ def _launch(problem: ConvProblem, op: str, chunk: int, compute: str, tiles: int 
     geo = Geometry.of(problem, op)
     if tiles is not None:
         tiles = min(tiles, problem.n * geo.tiles_per_image)
-    why = geo.chunk_refusal(chunk, tiles, problem.n)
+    why = geo.chunk_refusal(chunk, tiles, problem.n, ksplit)
     if why:
         raise InputError(f"winograd cannot run {op} of {problem.describe()}: {why}", "chunk")
+    why = geo.ksplit_refusal(ksplit, streams, groups)
+    if why:
+        raise InputError(why, "extra.winograd.ksplit")
     if op == "backward_filter":
-        return _launch_backward_filter(cp, geo, problem.n, chunk, compute, tiles, streams, groups)
+        return _launch_backward_filter(cp, geo, problem.n, chunk, compute, tiles, streams, groups, ksplit)
     geo.points(groups)   # forward and backward data: refuses groups > 1
     if streams > 1:
         return _launch_streams(cp, geo, op, problem.n, chunk, compute, tiles, streams)
@@ -363,11 +404,11 @@ def _launch_streams(cp: Any, geo: Any, op: str, n: int, chunk: int, compute: str
 
 
 def _gemm_call(geo: Any, count: int, compute: str, accumulate: bool = False,
-               groups: int = 1) -> Callable[[int, dict[str, int]], None]:
+               groups: int = 1, ksplit: int = 1) -> Callable[[int, dict[str, int]], None]:
     """``call(handle, buffers)``: the cublasGemmStridedBatchedEx of a chunk of ``count`` tiles as ``geo.gemm``
     describes it (operands by workspace buffer name, its alpha and beta as host constants; one point group's
-    products with ``groups``)."""
-    gm = geo.gemm(0, count, accumulate, groups)
+    products with ``groups``, every part's with ``ksplit``)."""
+    gm = geo.gemm(0, count, accumulate, groups, ksplit)
     cm = gm.column_major()
     ta, tb = cublas.OPERATIONS[cm["transa"]], cublas.OPERATIONS[cm["transb"]]
     dtype, ctype = cublas.DATA_TYPES["float32"], cublas.COMPUTE_TYPES[compute]
@@ -384,26 +425,30 @@ def _gemm_call(geo: Any, count: int, compute: str, accumulate: bool = False,
 
 
 def _launch_backward_filter(cp: Any, geo: Any, n: int, chunk: int, compute: str, tiles: int | None,
-                            streams: int = 1, groups: int = 1) -> Launch:
+                            streams: int = 1, groups: int = 1, ksplit: int = 1) -> Launch:
     """Backward filter of ``geo``'s problem at its micro-batch: per chunk V, Z and dU (+)= Z V^T, then dw once.
     With ``streams`` > 1, chunk i on stream i % streams adding into that stream's own dU (its first chunk
     overwriting), and the inverse transform summing them on the caller's stream after the join.  With ``groups``
     > 1 all of that once per group of transform-domain points (V, Z and dU one group's size), each group's inverse
-    transform adding into dw (beta 1 after the first group)."""
+    transform adding into dw (beta 1 after the first group).  With ``ksplit`` > 1 each chunk's tiles in that many
+    parts, each adding into its own copy of the stream's dU (one GEMM for all parts), all copies summed by the
+    inverse transform."""
     from ucudnn.kernels.winograd import backward_filter_launchers
 
-    input_, dy_, grad_ = backward_filter_launchers(geo, 4, groups)
-    need = geo.workspace_bytes(chunk, tiles, 1, streams, groups)
-    offsets = {name: off for name, off, _ in geo.segments(chunk, tiles, 1, streams, groups)}
+    input_, dy_, grad_ = backward_filter_launchers(geo, 4, groups, ksplit=ksplit)
+    need = geo.workspace_bytes(chunk, tiles, 1, streams, groups, ksplit)
+    offsets = {name: off for name, off, _ in geo.segments(chunk, tiles, 1, streams, groups, ksplit)}
     names = [geo.stream_buffers(k) for k in range(streams)]
     ranges = geo.ranges(n, chunk, tiles)
     # a stream's GEMM overwrites its dU on its first chunk and adds to it after (geo.gemm's beta)
-    steps = [(t0, count, i % streams, _gemm_call(geo, count, compute, accumulate=i >= streams, groups=groups))
+    steps = [(t0, count, i % streams, _gemm_call(geo, count, compute, accumulate=i >= streams, groups=groups,
+                                                 ksplit=ksplit))
              for i, (t0, count) in enumerate(ranges)]
-    parts, stride = geo.partials(streams, len(ranges), groups)
+    parts, stride = geo.partials(streams, len(ranges), groups, ksplit)
     fan = _StreamSet(cp, streams) if streams > 1 else None
     what = (f"chunks of {chunk} images" if tiles is None else f"chunks of {tiles} tiles") + (
-        f" on {streams} streams" if streams > 1 else "") + (f", points in {groups} groups" if groups > 1 else "")
+        f" on {streams} streams" if streams > 1 else "") + (f", points in {groups} groups" if groups > 1 else "") + (
+        f", reductions in {ksplit} parts" if ksplit > 1 else "")
 
     def launch(ops: Operands, workspace: int, workspace_bytes: int, alpha: float, beta: float) -> None:
         if workspace_bytes < need:
@@ -462,21 +507,24 @@ class WinogradSource(Prepared):
         variants = sorted(((t, c, tl, len(geo.ranges(mb, c, tl))) for t, c, tl in sizes), reverse=True,
                           key=lambda v: v[0])
         # calls of more than MAX_CHUNKS chunks are measured at the smaller micro-batches only
-        runs = ((t, c, tl, n, cs, st, gr) for t, c, tl, n in variants if n <= MAX_CHUNKS
-                for cs in csplits(geo, op, t) for st in stream_counts(op, n, cs) for gr in point_groups(geo, op, t, st))
+        runs = ((t, c, tl, n, cs, st, gr, ks) for t, c, tl, n in variants if n <= MAX_CHUNKS
+                for cs in csplits(geo, op, t) for st in stream_counts(op, n, cs) for gr in point_groups(geo, op, t, st)
+                for ks in ksplits(geo, op, t, st, gr))
         if op != "backward_filter":
             row = self._measure_fused(op, problem, geo, ops, workspace, beta, settings, pruner)
             (measured if isinstance(row, Measurement) else skipped).append(row)  # type: ignore[arg-type]
-        for _, chunk, tiles, n_chunks, csplit, streams, groups in runs:
+        for _, chunk, tiles, n_chunks, csplit, streams, groups, ksplit in runs:
             algo = algo_name(chunk, mb) if tiles is None else tile_algo_name(tiles)
             if csplit > 1:
                 algo += f"-s{csplit}"
             if groups > 1:
                 algo += f"-g{groups}"
+            if ksplit > 1:
+                algo += f"-k{ksplit}"
             if streams > 1:
                 algo += f"-p{streams}"
-            ws = geo.workspace_bytes(chunk, tiles, csplit, streams, groups)
-            why = geo.chunk_refusal(chunk, tiles, mb)
+            ws = geo.workspace_bytes(chunk, tiles, csplit, streams, groups, ksplit)
+            why = geo.chunk_refusal(chunk, tiles, mb, ksplit)
             if why:
                 skipped.append(Skipped(mb, algo, label, f"winograd: {why}"))
                 continue
@@ -493,6 +541,8 @@ class WinogradSource(Prepared):
                 info["streams"] = streams
             if groups > 1:
                 info.update(groups=groups, points_per_group=geo.points(groups))
+            if ksplit > 1:
+                info["ksplit"] = ksplit
             if tiles is None:
                 info["chunk"] = chunk
             else:
@@ -529,11 +579,18 @@ class WinogradSource(Prepared):
             return _launch_fused(problem, op)
         compute = compute_for(config.math_type, problem.dtype)
         tiles, csplit, streams, groups = tiles_of(config), csplit_of(config), streams_of(config), groups_of(config)
+        ksplit = ksplit_of(config)
+        from ucudnn.kernels.winograd import Geometry
+
         if csplit > 1 and streams > 1:
             raise InputError("input-channel slices run on one stream", "extra.winograd.streams")
         if groups > 1 and op != "backward_filter":
             raise InputError("only backward filter runs its points in groups", "extra.winograd.groups")
+        if ksplit > 1:
+            why = Geometry.of(problem, op).ksplit_refusal(ksplit, streams, groups)
+            if why:
+                raise InputError(why, "extra.winograd.ksplit")
         if tiles is not None:
-            return _launch(problem, op, 0, compute, tiles, csplit, streams, groups)
+            return _launch(problem, op, 0, compute, tiles, csplit, streams, groups, ksplit)
         return _launch(problem, op, chunk_of(config, problem.n), compute, csplit=csplit, streams=streams,
-                       groups=groups)
+                       groups=groups, ksplit=ksplit)
