@@ -14,7 +14,8 @@ rows, so every plan is made from the same measurements:
   (wrapped ones included, ``own_sources.restricted``), channel slices kept: issue 18's "with and without the new
   configurations" executed in the same run.  ``--without winograd:groups`` leaves out only the winograd source's
   point-group rows (``-gG``: backward filter's transform-domain points in groups), ``winograd:ksplit`` its split
-  reductions (``-kS``: backward filter's chunk reductions in parts).
+  reductions (``-kS``), ``winograd:slices`` / ``winograd:streams`` its other variants
+  (``own_sources.source_variant``).
 
 Each plan is executed (median of event-timed runs of each kernel's plan, summed; ``execute_plan`` of
 core_wr.py) and reported with its largest per-kernel workspace.  ``--replay``: configurations are timed captured
@@ -120,15 +121,13 @@ def main() -> None:
         row["batch"], _ = run(plain, limit)
         row["channels"], ch_plan = run(table, limit)
         if args.without:
-            from own_sources import restricted
-            from ucudnn.measure.sources.winograd import groups_of, ksplit_of
+            from own_sources import restricted, source_variant
 
             drop = set(args.without.split(","))
             kept = set(table.extra.get("sources") or args.sources.split(",")) - drop
             t = restricted(table, kept)
-            for name, variant in (("winograd:groups", groups_of), ("winograd:ksplit", ksplit_of)):
-                if name in drop:
-                    t = t.filtered(lambda k, m, variant=variant: variant(m) == 1)
+            for keep in filter(None, map(source_variant, sorted(drop))):
+                t = t.filtered(keep)
             row["without"], _ = run(t, limit)
             wo = row["without"]
             if "executed_ms" in wo and "executed_ms" in row["channels"]:

@@ -37,6 +37,18 @@ def chain(m) -> list[str]:
     return names
 
 
+def source_variant(spec: str):
+    """``source:variant`` naming one of a source's optional configuration variants (the winograd source's
+    ``slices``, ``streams``, ``groups``, ``ksplit``: :func:`ucudnn.measure.sources.winograd.variants`): a
+    keep(kernel, measurement) predicate leaving out the rows that run it; None for any other spec (a source, or
+    ``source:op``).  One spelling for ``channel_wr.py --without`` and ``table_ablation.py --drop``."""
+    from ucudnn.measure.sources.winograd import variants
+
+    source, _, name = spec.partition(":")
+    read = variants().get(name) if source == "winograd" else None
+    return None if read is None else (lambda k, m: read(m) == 1)
+
+
 def restricted(table, sources: set[str]):
     """``table`` with only the rows every source of whose :func:`chain` is in ``sources`` (so "without mec"
     also drops relayout's and fold's rows that run mec inside)."""

@@ -10,9 +10,11 @@ the benchmark's own report (e.g. ``channel_wr_*.md``).  Use it to see which part
 ``--max-chunks N[,N...]`` plans without the winograd rows whose call runs more than N chunks (what
 ``ucudnn.measure.sources.winograd.MAX_CHUNKS`` leaves unmeasured), and reports the recorded time of the rows left out.
 
-``--drop-slices`` plans once more without the winograd source's input-channel slices (``-s2`` / ``-s4`` rows);
-``--drop-streams`` without its chunks over streams (``-p2`` / ``-p3`` rows); ``--drop-groups`` without its
-backward filter's point groups (``-g2`` / ``-g3`` / ``-g4`` rows).
+``--drop winograd:slices`` plans once more without the winograd source's input-channel slices (``-s2`` / ``-s4``
+rows); ``winograd:streams`` without its chunks over streams (``-p2`` / ``-p3``), ``winograd:groups`` without its
+backward filter's point groups (``-gG``), ``winograd:ksplit`` without its split reductions (``-kS``): the spelling
+``channel_wr.py --without`` takes.  ``--drop-slices`` / ``--drop-streams`` / ``--drop-groups`` are the same as
+those three.
 
 ``--chunk-penalty A[,A...]`` asks what the winograd source's chunking costs the plans: each chunked winograd row
 (``wino-f4-cN`` / ``-tN``) slower than the one-chunk row (``wino-f4``) of the same kernel and micro-batch is set to
@@ -27,12 +29,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _report import md_header, provenance, write  # noqa: E402
-from own_sources import chain  # noqa: E402
+from own_sources import chain, source_variant  # noqa: E402
 
 
 def dropper(spec: str):
     """``source`` or ``source:op``: a keep(kernel, measurement) predicate leaving out the rows that run that source
-    (itself or inside a wrapper: :func:`own_sources.chain`), of every op or of ``op`` only."""
+    (itself or inside a wrapper: :func:`own_sources.chain`), of every op or of ``op`` only; ``source:variant``
+    (``winograd:groups``, ...: :func:`own_sources.source_variant`) the rows that run that variant."""
+    variant = source_variant(spec)
+    if variant is not None:
+        return variant
     source, _, op = spec.partition(":")
     return lambda k, m: not (source in chain(m) and (not op or k.op == op))
 
@@ -79,7 +85,6 @@ def main() -> None:
     ap.add_argument("--name", default="table_ablation")
     args = ap.parse_args()
 
-    from ucudnn.measure.sources.winograd import csplit_of, groups_of, streams_of
     from ucudnn.planning.planner import plan
     from ucudnn.planning.table import BenchmarkTable
 
@@ -87,16 +92,12 @@ def main() -> None:
     rows = []
     for path in args.table:
         table = BenchmarkTable.load(path)
-        variants = [("all rows", table)] + [(f"without {d}", table.filtered(dropper(d))) for d in args.drop]
+        drops = args.drop + [f"winograd:{name}" for name, on in (("slices", args.drop_slices),
+                                                                   ("streams", args.drop_streams),
+                                                                   ("groups", args.drop_groups)) if on]
+        variants = [("all rows", table)] + [(f"without {d}", table.filtered(dropper(d))) for d in drops]
         for mx in (int(v) for v in args.max_chunks.split(",")) if args.max_chunks else ():
             variants.append((f"winograd calls of at most {mx} chunks", table.filtered(lambda k, m, mx=mx: chunks(m) <= mx)))
-        if args.drop_slices:
-            variants.append(("without winograd's input-channel slices", table.filtered(lambda k, m: csplit_of(m) == 1)))
-        if args.drop_streams:
-            variants.append(("without winograd's chunks over streams",
-                             table.filtered(lambda k, m: streams_of(m) == 1)))
-        if args.drop_groups:
-            variants.append(("without winograd's point groups", table.filtered(lambda k, m: groups_of(m) == 1)))
         if args.chunk_penalty:
             variants += [(f"winograd chunk penalty x{a}", chunk_penalty(table, float(a)))
                          for a in args.chunk_penalty.split(",")]

@@ -29,6 +29,26 @@ def test_a_source_op_is_dropped_for_that_op_only():
     assert _kept("winograd:backward_filter", "forward") == [(m.source, m.algo) for m in ROWS]
 
 
+def test_a_source_variant_is_dropped_where_it_runs_in_the_spelling_channel_wr_takes():
+    """``winograd:groups`` / ``winograd:ksplit`` / ``winograd:streams`` / ``winograd:slices``: the rows that run that
+    variant of the winograd source, whatever the op (``own_sources.source_variant``, which channel_wr's
+    ``--without`` uses too); other rows kept."""
+    rows = [Measurement(4, 1, "FMA", 1.0, 0, "legacy"),
+            Measurement(4, "wino-f4-t8-g2", "FMA", 1.0, 0, "winograd", None, {"winograd": {"tiles": 8, "groups": 2}}),
+            Measurement(4, "wino-f4-t8-k4-p2", "FMA", 1.0, 0, "winograd", None,
+                        {"winograd": {"tiles": 8, "ksplit": 4, "streams": 2}}),
+            Measurement(4, "wino-f4-c2-s2", "FMA", 1.0, 0, "winograd", None, {"winograd": {"chunk": 2, "csplit": 2}})]
+    k = KernelBench("k", "backward_filter", ConvProblem(4, 8, 8, 8, 8, 3, 3), rows)
+    ablation = load("table_ablation")
+    kept = {v: [m.algo for m in rows if ablation.dropper(f"winograd:{v}")(k, m)]
+            for v in ("groups", "ksplit", "streams", "slices")}
+    assert kept == {"groups": [1, "wino-f4-t8-k4-p2", "wino-f4-c2-s2"],
+                    "ksplit": [1, "wino-f4-t8-g2", "wino-f4-c2-s2"],
+                    "streams": [1, "wino-f4-t8-g2", "wino-f4-c2-s2"],
+                    "slices": [1, "wino-f4-t8-g2", "wino-f4-t8-k4-p2"]}
+    assert load("own_sources").source_variant("winograd:backward_filter") is None   # an op, not a variant
+
+
 def test_chunk_penalty_scales_chunked_winograd_rows_toward_the_one_chunk_row_of_their_micro_batch():
     from ucudnn.planning.table import BenchmarkTable
 
@@ -63,4 +83,4 @@ def test_drop_streams_plans_without_the_chunks_over_streams(tmp_path):
     subprocess.run([sys.executable, str(script), "--table", str(path), "--drop-streams", "--limits", "64MiB",
                     "--out", str(tmp_path), "--name", "ab"], check=True, capture_output=True, text=True, timeout=120)
     got = {r["rows"]: r["planned_ms"]["64MiB"] for r in json.loads((tmp_path / "ab.json").read_text())["rows"]}
-    assert got == {"all rows": 1.0, "without winograd's chunks over streams": 2.0}
+    assert got == {"all rows": 1.0, "without winograd:streams": 2.0}   # --drop-streams is --drop winograd:streams

@@ -252,6 +252,13 @@ def ksplit_of(config: Measurement) -> int:
     return _choice(config, "ksplit", KSPLITS)
 
 
+def variants() -> dict[str, Callable[[Measurement], int]]:
+    """The source's optional configuration variants by name, each read from a recorded row (1: the row runs
+    without it; rows of other sources read 1): what an ablation names to plan without one (``channel_wr.py
+    --without winograd:groups``, ``table_ablation.py --drop winograd:ksplit``)."""
+    return {"slices": csplit_of, "streams": streams_of, "groups": groups_of, "ksplit": ksplit_of}
+
+
 #: a split reduction is offered while the parts' products number at most this many outputs (Co * Ci * S: VGG-16's
 #: 64 x 64 layers in 8 parts, 128 x 128 in 2) and each part holds at least KSPLIT_MIN_TILES tiles
 KSPLIT_OUTPUTS = 1 << 15
