@@ -118,6 +118,38 @@ __device__ __forceinline__ void fft_tile_table(long long t0, int tb, int T, int 
     }
 }
 
+// The column DFT of col[0 .. TS-1] with its symmetric pairs folded: rows a and TS - a summed and differenced once,
+// then for each k <= TS/2 that NEED(k) asks for, P = col[0] + (-1)^k col[TS/2] + sum_a sums[a] cos(2 pi k a / TS) and
+// Q = sum_a differences[a] sin(2 pi k a / TS), handed to EMIT(k, P, Q): the forward transform's outputs k and TS - k
+// are P - iQ and P + iQ, the inverse's P + iQ and P - iQ (fft_input's columns, fft_output's inverse columns).
+template <int TS, typename Need, typename Emit>
+__device__ __forceinline__ void fft_paired_columns(const float2 (&col)[TS], Need need, Emit emit)
+{
+    constexpr int H2 = TS / 2;
+    constexpr FftTwiddles<TS> TWD{};
+    float2 cs[H2], cd[H2];
+#pragma unroll
+    for (int a = 1; a < H2; ++a) {
+        cs[a] = make_float2(col[a].x + col[TS - a].x, col[a].y + col[TS - a].y);
+        cd[a] = make_float2(col[a].x - col[TS - a].x, col[a].y - col[TS - a].y);
+    }
+#pragma unroll
+    for (int k = 0; k <= H2; ++k) {
+        if (!need(k)) continue;
+        const float sg = (k & 1) ? -1.f : 1.f;
+        float pr = fmaf(sg, col[H2].x, col[0].x), pi = fmaf(sg, col[H2].y, col[0].y), qr = 0.f, qi = 0.f;
+#pragma unroll
+        for (int a = 1; a < H2; ++a) {
+            const float ec = TWD.c[(k * a) % TS], es = TWD.s[(k * a) % TS];
+            pr = fmaf(cs[a].x, ec, pr);
+            pi = fmaf(cs[a].y, ec, pi);
+            qr = fmaf(cd[a].x, es, qr);
+            qi = fmaf(cd[a].y, es, qi);
+        }
+        emit(k, make_float2(pr, pi), make_float2(qr, qi));
+    }
+}
+
 template <int TS, bool ROT>
 __global__ void __launch_bounds__(FFT_THREADS)
 fft_filter(const float* __restrict__ w, float2* __restrict__ U, int Co, int Ci, int R, int S, long long so,
@@ -237,29 +269,11 @@ fft_input(const float* __restrict__ x, float2* __restrict__ V, int C, int T, lon
         for (int a = 0; a < TS; ++a) col[a] = R[g][a][kb];
         float2* out = V + (long long)c * T + t;
         const long long plane = (long long)C * T;
-        // rows a and TS - a summed and differenced; outputs ka and TS - ka from the same two sums:
-        // V[ka] = A - iB, V[TS - ka] = A + iB with A = sum of sums x cos, B = sum of differences x sin
-        float2 cs[H2], cd[H2];
-#pragma unroll
-        for (int a = 1; a < H2; ++a) {
-            cs[a] = make_float2(col[a].x + col[TS - a].x, col[a].y + col[TS - a].y);
-            cd[a] = make_float2(col[a].x - col[TS - a].x, col[a].y - col[TS - a].y);
-        }
-#pragma unroll
-        for (int ka = 0; ka <= H2; ++ka) {
-            const float sg = (ka & 1) ? -1.f : 1.f;
-            float ar = fmaf(sg, col[H2].x, col[0].x), ai = fmaf(sg, col[H2].y, col[0].y), br = 0.f, bi = 0.f;
-#pragma unroll
-            for (int a = 1; a < H2; ++a) {
-                const float ec = TWD.c[(ka * a) % TS], es = TWD.s[(ka * a) % TS];
-                ar = fmaf(cs[a].x, ec, ar);
-                ai = fmaf(cs[a].y, ec, ai);
-                br = fmaf(cd[a].x, es, br);
-                bi = fmaf(cd[a].y, es, bi);
-            }
-            out[(long long)(ka * HF + kb) * plane] = make_float2(ar + bi, ai - br);
-            if (ka > 0 && ka < H2) out[(long long)((TS - ka) * HF + kb) * plane] = make_float2(ar - bi, ai + br);
-        }
+        // V[ka] = P - iQ, V[TS - ka] = P + iQ
+        fft_paired_columns<TS>(col, [](int) { return true; }, [&](int ka, float2 P, float2 Q) {
+            out[(long long)(ka * HF + kb) * plane] = make_float2(P.x + Q.y, P.y - Q.x);
+            if (ka > 0 && ka < H2) out[(long long)((TS - ka) * HF + kb) * plane] = make_float2(P.x - Q.y, P.y + Q.x);
+        });
     }
 }
 
@@ -288,31 +302,12 @@ fft_output(const float2* __restrict__ M, float* __restrict__ y, int K, int T, lo
         float2 col[TS];
 #pragma unroll
         for (int ka = 0; ka < TS; ++ka) col[ka] = in[(long long)(ka * HF + kb) * plane];
-        // points ka and TS - ka summed and differenced; rows a and TS - a from the same two sums:
-        // S[a] = base + P + iQ, S[TS - a] = base + P - iQ with P = sum of sums x cos, Q = sum of differences x sin
-        float2 ms[H2], md[H2];
-#pragma unroll
-        for (int ka = 1; ka < H2; ++ka) {
-            ms[ka] = make_float2(col[ka].x + col[TS - ka].x, col[ka].y + col[TS - ka].y);
-            md[ka] = make_float2(col[ka].x - col[TS - ka].x, col[ka].y - col[TS - ka].y);
-        }
-#pragma unroll
-        for (int a = 0; a <= H2; ++a) {
-            if (a < MH || (a > 0 && TS - a < MH)) {
-                const float sg = (a & 1) ? -1.f : 1.f;
-                float pr = fmaf(sg, col[H2].x, col[0].x), pi = fmaf(sg, col[H2].y, col[0].y), qr = 0.f, qi = 0.f;
-#pragma unroll
-                for (int ka = 1; ka < H2; ++ka) {
-                    const float ec = TWD.c[(ka * a) % TS], es = TWD.s[(ka * a) % TS];
-                    pr = fmaf(ms[ka].x, ec, pr);
-                    pi = fmaf(ms[ka].y, ec, pi);
-                    qr = fmaf(md[ka].x, es, qr);
-                    qi = fmaf(md[ka].y, es, qi);
-                }
-                if (a < MH) Sx[g][a][kb] = make_float2(pr - qi, pi + qr);
-                if (a > 0 && a < H2 && TS - a < MH) Sx[g][TS - a][kb] = make_float2(pr + qi, pi - qr);
-            }
-        }
+        // the rows a < MH only: S[a] = P + iQ, S[TS - a] = P - iQ
+        fft_paired_columns<TS>(col, [&](int a) { return a < MH || (a > 0 && TS - a < MH); },
+                               [&](int a, float2 P, float2 Q) {
+            if (a < MH) Sx[g][a][kb] = make_float2(P.x - Q.y, P.y + Q.x);
+            if (a > 0 && a < H2 && TS - a < MH) Sx[g][TS - a][kb] = make_float2(P.x + Q.y, P.y - Q.x);
+        });
     }
     __syncthreads();
     // rows, inverse (half spectrum: weight 2 but for kb = 0 and kb = TS / 2): one thread per output row of a tile
