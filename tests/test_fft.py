@@ -7,8 +7,11 @@ padding up to R - 1); the tile-size and chunk choices; refusals; the source's na
 fft.cu for sm_80 and sm_90 (tests/test_kernels_compile.py)."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
+from conv_checks import reference
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -17,7 +20,6 @@ from ucudnn.kernels.fft import (FILTER_THREADS, MAX_CHUNKS, TILE_SIZES, CGemm, G
                                 emulate_filter_grad, emulate_input, emulate_output, filter_parts, half, inverse,
                                 points,
                                 refusal, spectrum, tile_cost, tile_sizes, tiles_per_block)
-from ucudnn.kernels.reference import conv2d_nchw as direct_correlation
 from ucudnn.measure.sources import registry
 from ucudnn.measure.sources.fft import FftSource, algo_name, parse
 from ucudnn.planning.table import Measurement
@@ -132,7 +134,7 @@ def _problem(d) -> ConvProblem | None:
 
 @settings(max_examples=40, deadline=None)
 @given(shapes, st.sampled_from([(1.0, 0.0), (0.5, 2.0)]))
-def test_forward_and_backward_data_emulations_match_direct_correlation(d, ab):
+def test_forward_and_backward_data_emulations_match_the_float64_reference(d, ab):
     p = _problem(d)
     if p is None:
         return
@@ -147,16 +149,16 @@ def test_forward_and_backward_data_emulations_match_direct_correlation(d, ab):
     y0 = rng.standard_normal((p.n, p.k, p.p, p.q))
     yf = _flat(y0, p.layout)
     run_forward(geo, wf, _flat(x, p.layout), yf, p.n, d["chunk"], alpha, beta)
-    ref = alpha * direct_correlation(x, w, p.pad) + beta * y0
+    pn = dataclasses.replace(p, layout="NCHW")   # the arrays here are NCHW; the kernels read p's layout
+    ref = alpha * reference("forward", pn, x, w, dy) + beta * y0
     np.testing.assert_allclose(_unflat(yf, y0.shape, p.layout), ref, atol=1e-9)
-    # backward data: the full correlation of dy with the rotated, transposed filter
+    # backward data
     geo = Geometry.of(p, "backward_data", d["tile"])
     dx0 = rng.standard_normal(x.shape)
     dxf = _flat(dx0, p.layout)
     run_forward(geo, wf, _flat(dy, p.layout), dxf, p.n, d["chunk"], alpha, beta)
-    wt = w[:, :, ::-1, ::-1].transpose(1, 0, 2, 3)
-    full = direct_correlation(dy, wt, (p.r - 1 - p.pad[0], p.s - 1 - p.pad[1]))[:, :, :p.h, :p.w]
-    np.testing.assert_allclose(_unflat(dxf, x.shape, p.layout), alpha * full + beta * dx0, atol=1e-9)
+    np.testing.assert_allclose(_unflat(dxf, x.shape, p.layout),
+                               alpha * reference("backward_data", pn, x, w, dy) + beta * dx0, atol=1e-9)
 
 
 @settings(max_examples=40, deadline=None)
@@ -173,9 +175,7 @@ def test_backward_filter_emulation_matches_the_gradient(d, ab):
     geo = Geometry.of(p, "backward_filter", d["tile"])
     dwf = _flat(w0, p.layout)
     run_backward_filter(geo, _flat(x, p.layout), _flat(dy, p.layout), dwf, p.n, d["chunk"], alpha, beta)
-    xp = np.pad(x, ((0, 0), (0, 0), (p.pad[0], p.pad[0]), (p.pad[1], p.pad[1])))
-    win = np.lib.stride_tricks.sliding_window_view(xp, (p.p, p.q), axis=(2, 3))[:, :, :p.r, :p.s]
-    ref = np.einsum("ncrspq,nkpq->kcrs", win, dy)
+    ref = reference("backward_filter", dataclasses.replace(p, layout="NCHW"), x, w0, dy)
     got = _unflat(dwf, w0.shape, p.layout) if p.layout == "NCHW" else dwf.reshape(p.k, p.r, p.s, p.c).transpose(
         0, 3, 1, 2)
     np.testing.assert_allclose(got, alpha * ref + beta * w0, atol=1e-9)
