@@ -42,10 +42,19 @@ def stream_buffers(backward_filter: bool, k: int) -> dict[str, str]:
     return {"U": "U" + own if backward_filter else "U", "V": "V" + own, "M": "M" + own}
 
 
-def partials(streams: int, chunks: int, u_bytes: int, elem_bytes: int) -> tuple[int, int]:
+def partials(streams: int, chunks: int, u_bytes: int, elem_bytes: int, u_copies: int = 1) -> tuple[int, int]:
     """(parts, stride in elements of ``elem_bytes``) of backward filter's per-stream U (``u_bytes`` each) over a call
     of ``chunks`` chunks: the streams that ran a chunk (each wrote its U), their buffers that far apart (every U the
     same size, 256-byte aligned, so evenly spaced).  Why: a stream's GEMMs add into its own U, so no two streams add
-    into one buffer; the inverse filter transform sums them once per call."""
-    parts = min(streams, chunks)
-    return parts, (align_up(u_bytes) // elem_bytes if parts > 1 else 0)
+    into one buffer; the inverse filter transform sums them once per call.  With ``u_copies`` (:func:`segments`)
+    each of those streams wrote that many copies, one U apart, and the next stream's start one U after its last copy
+    only where the copies end on the alignment: otherwise no single stride reaches every copy (refused)."""
+    used = min(streams, chunks)
+    parts = used * u_copies
+    if parts == 1:
+        return 1, 0
+    if u_copies == 1:
+        return parts, align_up(u_bytes) // elem_bytes
+    if used > 1 and align_up(u_copies * u_bytes) != u_copies * u_bytes:
+        raise InputError(f"{u_copies} copies of {u_bytes} bytes do not end on the workspace's alignment", "u_copies")
+    return parts, u_bytes // elem_bytes

@@ -151,10 +151,10 @@ __global__ void __launch_bounds__(256) wino_filter(const T* __restrict__ w, floa
 }
 
 // Thread idx's (channel, tile) of a transform over C channels x T_ tiles (channel-minor when CMINOR: idx = t * C + c,
-// else idx = c * T_ + t), the tile numbered from t0 over the whole call and split into (sample, tile row, tile column)
-// of a TH x TW tile grid.
+// else idx = c * T_ + t): the tile t within the range, and numbered from t0 over the whole call, split into (sample,
+// tile row, tile column) of a TH x TW tile grid.
 struct WinoTile {
-    int ch, n, th, tw;
+    int ch, n, th, tw, t;
 };
 
 template <bool CMINOR>
@@ -165,29 +165,25 @@ __device__ __forceinline__ WinoTile wino_tile(int idx, int C, int T_, int t0, in
     const int g = t0 + t;   // the tile's index over the whole call
     const int tw = g % TW, nt = g / TW;
     const int th = nt % TH, n = nt / TH;
-    return {c, n, th, tw};
+    return {c, n, th, tw, t};
 }
 
-// Where thread idx of a transform over C channels x T_ tiles stores its values when the tiles are kept in S parts of
+// Where channel c's tile t (wino_tile's, over C channels) stores its values when the tiles are kept in S parts of
 // TS = ceil(T_ / S) (backward filter's split GEMMs: part s of the chunk's tiles is its own [NP][C][TS] block, so each
 // part's products read plain strided matrices and add into their own dU copy): the part's base offset plus the
-// thread's offset in a point's plane (channel-minor when CMINOR), the plane's size, and the thread's tile t
-// (t >= T_: a padding tile of the last parts, stored as zeros).  S == 1 is the unsplit layout: offset idx.
+// thread's offset in a point's plane (channel-minor when CMINOR), and the plane's size; tiles t >= T_ are padding
+// of the last parts, stored as zeros.  S == 1 is the unsplit layout: offset idx.
 struct WinoSlot {
     long long base, plane;
-    int t;
 };
 
 template <bool CMINOR>
-__device__ __forceinline__ WinoSlot wino_slot(int idx, int C, int Tp, int TS, int np_)
+__device__ __forceinline__ WinoSlot wino_slot(int c, int t, int C, int TS, int np_)
 {
-    int c, t;
-    if (CMINOR) { t = idx / C; c = idx - t * C; }
-    else { c = idx / Tp; t = idx - c * Tp; }
     const int s = t / TS, tl = t - s * TS;
     const long long plane = (long long)C * TS;
     const long long local = CMINOR ? (long long)tl * C + c : (long long)c * TS + tl;
-    return {(long long)s * np_ * plane + local, plane, t};
+    return {(long long)s * np_ * plane + local, plane};
 }
 
 template <typename T, bool CMINOR>
@@ -199,8 +195,8 @@ __global__ void __launch_bounds__(256) wino_input(const T* __restrict__ x, float
     const int TS = (T_ + S - 1) / S, Tp = S * TS;   // tiles a part, and the tiles padded to S whole parts
     if (idx >= Ci * Tp) return;
     const WinoTile at = wino_tile<CMINOR>(idx, Ci, Tp, t0, TH, TW);
-    const WinoSlot slot = wino_slot<CMINOR>(idx, Ci, Tp, TS, np_);
-    const bool live = slot.t < T_;
+    const WinoSlot slot = wino_slot<CMINOR>(at.ch, at.t, Ci, TS, np_);
+    const bool live = at.t < T_;
     const int c = at.ch, n = at.n, th = at.th, tw = at.tw;
     const int h0 = 4 * th - PH, w0 = 4 * tw - PW;
     const T* base = x + (long long)n * sn + (long long)c * sc;
@@ -249,14 +245,14 @@ __global__ void __launch_bounds__(256) wino_dy(const T* __restrict__ dy, float* 
     const int TS = (T_ + S - 1) / S, Tp = S * TS;   // as wino_input
     if (idx >= Co * Tp) return;
     const WinoTile at = wino_tile<CMINOR>(idx, Co, Tp, t0, TH, TW);
-    const WinoSlot slot = wino_slot<CMINOR>(idx, Co, Tp, TS, np_);
+    const WinoSlot slot = wino_slot<CMINOR>(at.ch, at.t, Co, TS, np_);
     const int k = at.ch, n = at.n, th = at.th, tw = at.tw;
     const T* base = dy + (long long)n * sn + (long long)k * sc;
     const int h0 = 4 * th, w0 = 4 * tw;
     float d[16], tmp[24], z[36];
 #pragma unroll
     for (int a = 0; a < 4; ++a) {
-        const bool hin = slot.t < T_ && h0 + a < Ho;
+        const bool hin = at.t < T_ && h0 + a < Ho;
 #pragma unroll
         for (int b = 0; b < 4; ++b)
             d[a * 4 + b] = (hin && w0 + b < Wo) ? to_float(base[(h0 + a) * sh + (w0 + b) * sw]) : 0.f;

@@ -292,10 +292,7 @@ class Geometry:
         dU the same size, 256-byte aligned, so evenly spaced).  Why: a stream's GEMMs add into its own dU, so no
         two streams add into one buffer; the inverse filter transform sums them once per call.  With ``ksplit``
         every such stream wrote ``ksplit`` copies, one dU apart (:meth:`ksplit_refusal`)."""
-        u_bytes = 4 * self.points(groups) * self.co * self.ci
-        if ksplit == 1:
-            return workspace.partials(streams, chunks, u_bytes, 4)
-        return min(streams, chunks) * ksplit, u_bytes // 4
+        return workspace.partials(streams, chunks, 4 * self.points(groups) * self.co * self.ci, 4, ksplit)
 
     def _chunk_tiles(self, chunk: int, tiles: int | None) -> int:
         return chunk * self.tiles_per_image if tiles is None else tiles
@@ -448,15 +445,15 @@ def emulate_filter(geo: Geometry, w: np.ndarray, U: np.ndarray) -> None:
 
 
 def _tile_of(geo: Geometry, idx: np.ndarray, channels: int, t_count: int, t0: int = 0) -> tuple[np.ndarray, ...]:
-    """(channel, n, th, tw) of each thread of wino_input / wino_output (the kernels' decoding of ``idx``; the
-    thread's tile is ``t0 + t`` over the whole call)."""
+    """(channel, n, th, tw, t) of each thread of wino_input / wino_output (wino_tile's decoding of ``idx``; the
+    thread's tile t of the range is ``t0 + t`` over the whole call)."""
     if geo.cminor:
         t, c = idx // channels, idx % channels
     else:
         c, t = idx // t_count, idx % t_count
     g = t0 + t
     tw, nt = g % geo.tiles_w, g // geo.tiles_w
-    return c, nt // geo.tiles_h, nt % geo.tiles_h, tw
+    return c, nt // geo.tiles_h, nt % geo.tiles_h, tw, t
 
 
 def _gather(flat: np.ndarray, base: np.ndarray, strides: tuple[int, int], h0: np.ndarray, w0: np.ndarray, size: int,
@@ -485,30 +482,25 @@ def _scatter(block: list[list[np.ndarray]], dst: np.ndarray, plane: int, idx: np
                 dst[(a * 6 + b - p0) * plane + idx] = block[a][b]
 
 
-def _slots(geo: Geometry, channels: int, t_count: int, parts: int,
-           points: int) -> tuple[np.ndarray, int, np.ndarray, int, np.ndarray]:
-    """wino_slot for every thread of wino_input / wino_dy over ``t_count`` tiles stored in ``parts`` parts of
-    ceil(t_count / parts) tiles: (thread indices, tiles padded to whole parts, each thread's store offset of point
-    0, a point's plane, which threads hold a real tile)."""
+def _slots(geo: Geometry, channels: int, t_count: int, parts: int, points: int,
+           t0: int) -> tuple[np.ndarray, ...]:
+    """wino_tile and wino_slot for every thread of wino_input / wino_dy over tiles ``t0 .. t0 + t_count`` stored in
+    ``parts`` parts of ceil(t_count / parts) tiles: (channel, n, th, tw, each thread's store offset of point 0, a
+    point's plane, which threads hold a real tile)."""
     ts = Geometry.part_tiles(t_count, parts)
     tp = parts * ts
-    idx = np.arange(channels * tp)
-    if geo.cminor:
-        t, c = idx // channels, idx % channels
-    else:
-        c, t = idx // tp, idx % tp
+    c, n, th, tw, t = _tile_of(geo, np.arange(channels * tp), channels, tp, t0)
     s, tl = t // ts, t % ts
     plane = channels * ts
     local = tl * channels + c if geo.cminor else c * ts + tl
-    return idx, tp, s * points * plane + local, plane, t < t_count
+    return c, n, th, tw, s * points * plane + local, plane, t < t_count
 
 
 def emulate_input(geo: Geometry, x: np.ndarray, V: np.ndarray, t0: int, t_count: int, p0: int = 0,
                   points: int = POINTS, parts: int = 1) -> None:
     """wino_input on tiles ``t0 .. t0 + t_count`` of flat ``x`` (image 0 at the view's start), storing points
     ``p0 .. p0 + points - 1``, the tiles in ``parts`` parts (padded with zero tiles: :meth:`Geometry.gemm`)."""
-    idx, tp, dst, plane, live = _slots(geo, geo.ci, t_count, parts, points)
-    c, n, th, tw = _tile_of(geo, idx, geo.ci, tp, t0)
+    c, n, th, tw, dst, plane, live = _slots(geo, geo.ci, t_count, parts, points, t0)
     sn, sc, sh, sw = geo.in_strides
     d = _gather(x, np.where(live, n * sn + c * sc, 0), (sh, sw), np.where(live, 4 * th - geo.pad[0], -A_TILE),
                 4 * tw - geo.pad[1], A_TILE, (geo.hi, geo.wi))
@@ -520,7 +512,7 @@ def emulate_output(geo: Geometry, M: np.ndarray, y: np.ndarray, t0: int, t_count
     """wino_output on tiles ``t0 .. t0 + t_count`` of flat ``y`` (image 0 at the view's start;
     y = alpha * A^T M A + beta * y, clipped to Ho x Wo)."""
     idx = np.arange(geo.co * t_count)
-    k, n, th, tw = _tile_of(geo, idx, geo.co, t_count, t0)
+    k, n, th, tw, _ = _tile_of(geo, idx, geo.co, t_count, t0)
     plane = geo.co * t_count
     m = [[M[(a * 6 + b) * plane + idx] for b in range(6)] for a in range(6)]
     o = _separable(_at, m)
@@ -549,8 +541,7 @@ def emulate_dy(geo: Geometry, dy: np.ndarray, Z: np.ndarray, t0: int, t_count: i
     """wino_dy on tiles ``t0 .. t0 + t_count`` of flat ``dy`` (image 0 at the view's start): Z = A dy A^T, the 4x4
     tile zero past Ho x Wo, in M's layout, points ``p0 .. p0 + points - 1``, in ``parts`` parts as
     :func:`emulate_input`."""
-    idx, tp, dst, plane, live = _slots(geo, geo.co, t_count, parts, points)
-    k, n, th, tw = _tile_of(geo, idx, geo.co, tp, t0)
+    k, n, th, tw, dst, plane, live = _slots(geo, geo.co, t_count, parts, points, t0)
     sn, sc, sh, sw = geo.out_strides
     d = _gather(dy, np.where(live, n * sn + k * sc, 0), (sh, sw), np.where(live, 4 * th, geo.ho), 4 * tw, M_TILE,
                 (geo.ho, geo.wo))

@@ -323,6 +323,10 @@ def test_split_reductions_run_only_backward_filter_without_groups_and_are_measur
     odd = Geometry.of(ConvProblem(8, 3, 64, 64, 5, 3, 3, pad=1), "backward_filter")   # 36*4*15 bytes a copy
     assert odd.ksplit_refusal(2, streams=2) is not None and odd.ksplit_refusal(2) is None
     assert ksplits(odd, "backward_filter", 1024, 2) == [1] and ksplits(odd, "backward_filter", 1024) == [1, 8]
+    with pytest.raises(InputError) as e:   # and no stride reaches every copy, should a caller ask
+        odd.partials(2, 5, ksplit=2)
+    assert e.value.field == "u_copies"
+    assert odd.partials(1, 5, ksplit=2) == (2, 36 * 15)
     assert "backward filter" in Geometry.of(vgg, "forward").ksplit_refusal(2)
     assert "groups" in bwf.ksplit_refusal(2, groups=2)
     assert "one of" in bwf.ksplit_refusal(3)

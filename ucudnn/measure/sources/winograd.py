@@ -321,7 +321,6 @@ def _launch(problem: ConvProblem, op: str, chunk: int, compute: str, tiles: int 
     from ...binding.gpu import cupy
     from ucudnn.kernels.winograd import Geometry
 
-    cp = cupy()
     geo = Geometry.of(problem, op)
     if tiles is not None:
         tiles = min(tiles, problem.n * geo.tiles_per_image)
@@ -331,6 +330,7 @@ def _launch(problem: ConvProblem, op: str, chunk: int, compute: str, tiles: int 
     why = geo.ksplit_refusal(ksplit, streams, groups)
     if why:
         raise InputError(why, "extra.winograd.ksplit")
+    cp = cupy()   # after the refusals: a configuration that cannot run is refused without a GPU
     if op == "backward_filter":
         return _launch_backward_filter(cp, geo, problem.n, chunk, compute, tiles, streams, groups, ksplit)
     geo.points(groups)   # forward and backward data: refuses groups > 1
@@ -587,16 +587,10 @@ class WinogradSource(Prepared):
         compute = compute_for(config.math_type, problem.dtype)
         tiles, csplit, streams, groups = tiles_of(config), csplit_of(config), streams_of(config), groups_of(config)
         ksplit = ksplit_of(config)
-        from ucudnn.kernels.winograd import Geometry
-
         if csplit > 1 and streams > 1:
             raise InputError("input-channel slices run on one stream", "extra.winograd.streams")
         if groups > 1 and op != "backward_filter":
             raise InputError("only backward filter runs its points in groups", "extra.winograd.groups")
-        if ksplit > 1:
-            why = Geometry.of(problem, op).ksplit_refusal(ksplit, streams, groups)
-            if why:
-                raise InputError(why, "extra.winograd.ksplit")
         if tiles is not None:
             return _launch(problem, op, 0, compute, tiles, csplit, streams, groups, ksplit)
         return _launch(problem, op, chunk_of(config, problem.n), compute, csplit=csplit, streams=streams,
