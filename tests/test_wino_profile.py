@@ -1,0 +1,67 @@
+"""benchmarks/wino_profile.py's pure parts: the algorithm-name parser reads every configuration the winograd source
+names, the kernel kinds and the busy-time union are what its report claims, and its fixed configurations are what
+their plans' limits allow."""
+from __future__ import annotations
+
+import pytest
+
+from bench_scripts import load
+from ucudnn.kernels.winograd import Geometry
+
+MiB = 1 << 20
+prof = load("wino_profile")
+
+
+@pytest.mark.parametrize("algo, info", [
+    ("wino-f4", {}),
+    ("wino-f4-c8", {"chunk": 8}),
+    ("wino-f4-t1536-k8-p2", {"tiles": 1536, "ksplit": 8, "streams": 2}),
+    ("wino-f4-c8-g3-p2", {"chunk": 8, "groups": 3, "streams": 2}),
+    ("wino-f4-t192-s2", {"tiles": 192, "csplit": 2}),
+])
+def test_config_of_reads_the_source_names(algo, info):
+    assert prof.config_of(algo) == info
+
+
+@pytest.mark.parametrize("algo", ["wino-f4-fused", "wino-f4-t12x", "aeng3", "wino-f4-q2"])
+def test_config_of_refuses_other_names(algo):
+    with pytest.raises(ValueError):
+        prof.config_of(algo)
+
+
+def test_kind_of_names_transforms_before_gemms():
+    assert prof.kind_of("void wino_filter_grad<float>(...)") == "wino_filter_grad"
+    assert prof.kind_of("void wino_filter<float, false>(...)") == "wino_filter"
+    assert prof.kind_of("wino_dy<float,false>") == "wino_dy"
+    assert prof.kind_of("sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize64x64x8_stage3") == "gemm"
+
+
+def test_busy_is_the_union_of_intervals():
+    assert prof.busy([]) == 0.0
+    assert prof.busy([(0, 10), (5, 12), (20, 25)]) == 17.0
+    assert prof.busy([(20, 25), (0, 30)]) == 30.0
+
+
+@pytest.mark.parametrize("row", prof.CONFIGS, ids=lambda r: f"{r[0]}-{r[1]}-{r[5]}")
+def test_configurations_fit_their_plans_limits(row):
+    layer, op, mb, calls, algo, plan = row
+    base = prof.problem(layer)
+    assert mb * calls == base.n
+    info = prof.config_of(algo)
+    geo = Geometry.of(prof.problem(layer, mb), op)
+    need = geo.workspace_bytes(0 if "tiles" in info else info.get("chunk", mb), info.get("tiles"),
+                               info.get("csplit", 1), info.get("streams", 1), info.get("groups", 1),
+                               info.get("ksplit", 1))
+    assert (need <= 64 * MiB) == (plan == "64 MiB")
+
+
+def test_markdown_has_a_row_per_configuration_with_its_kernel_kinds():
+    row = {"plan": "64 MiB", "layer": "vgg16-conv4_2", "op": "forward", "micro_batch": 64, "calls": 1,
+           "algo": "wino-f4-t64-p3", "workspace_mib": 63.0, "ms_call": 2.0, "ms_call_eager": 2.1, "ms_layer": 2.0,
+           "kinds": {"wino_input": {"count": 49.0, "us": 954.0}, "gemm": {"count": 49.0, "us": 2507.0}},
+           "busy_us": 2240.0, "span_us": 3236.0, "gemm_tflops_in_call": 23.6, "gemm_tflops_alone": 26.3}
+    md = prof.markdown({"provenance": {"device": "X"}, "rows": [row, {**row, "plan": "unbounded"}]})
+    lines = [ln for ln in md.splitlines() if ln.startswith("| vgg16-conv4_2")]
+    assert len(lines) == 2
+    assert "| 954 (49) |" in lines[0] and "| 2507 (49) |" in lines[0] and "| 2240 / 3236 | 23.6 / 26.3 |" in lines[0]
+    assert "| 2.0 (2.1) |" in lines[0]
