@@ -11,7 +11,8 @@ workspace comes from torch's allocator, so it is counted).
 Modes: ``fp32`` (strict: TF32 off, as the issue's H100 numbers), ``default``
 (PyTorch's defaults: TF32 allowed in cuDNN convolutions), ``amp`` (autocast
 float16, channels_last).  PyTorch runs with ``cudnn.benchmark = True``.
-Implementations: ``torch``, ``ucudnn-64``, ``ucudnn-256`` (MiB per kernel), ``ucudnn-256-replay`` (``convert(replay=True)``)
+Implementations: ``torch``, ``ucudnn-16``, ``ucudnn-64``, ``ucudnn-256`` (MiB per kernel), ``ucudnn-256-replay``
+(``convert(replay=True)``)
 and ``ucudnn-64-py`` / ``ucudnn-256-py`` (on the Python launch path, ``UCUDNN_TORCH_FASTPATH=0``: the others take the
 compiled one, loaded before the first step; records say which ran, ``launch_path``, and how many launches each
 side made, ``launches_compiled`` / ``launches_python``).
@@ -59,8 +60,8 @@ from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
 OUT = RESULTS / "torch_train.jsonl"
-IMPLS = {"torch": None, "ucudnn-64": "64MiB", "ucudnn-256": "256MiB", "ucudnn-256-replay": "256MiB",
-         "ucudnn-64-py": "64MiB", "ucudnn-256-py": "256MiB"}
+IMPLS = {"torch": None, "ucudnn-16": "16MiB", "ucudnn-64": "64MiB", "ucudnn-256": "256MiB",
+         "ucudnn-256-replay": "256MiB", "ucudnn-64-py": "64MiB", "ucudnn-256-py": "256MiB"}
 #: implementations that run ucudnn.torch's Python launch path (UCUDNN_TORCH_FASTPATH=0); the others take the
 #: compiled one (``ucudnn/torch/csrc/launch.cpp``) where it builds, loaded before the first step
 PYTHON_PATH = {"ucudnn-64-py", "ucudnn-256-py"}
@@ -73,7 +74,8 @@ def worker(a: argparse.Namespace) -> dict:
 
     rec = {"model": a.model, "batch": a.batch, "mode": a.mode, "impl": a.impl, "cap_pct": a.cap_pct,
            "cap_bytes": a.cap_bytes, "device": torch.cuda.get_device_name(), "torch": torch.__version__,
-           "cudnn": torch.backends.cudnn.version(), "steps": a.steps, "warmup": a.warmup}
+           "cudnn": torch.backends.cudnn.version(), "steps": a.steps, "warmup": a.warmup,
+           "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF")}
     torch.backends.cudnn.benchmark = True
     torch.backends.cudnn.allow_tf32 = a.mode != "fp32"
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -323,7 +325,7 @@ def _measured_on(runs: list[dict]) -> dict[str, str]:
     """Device, torch and cuDNN of the runs, and their step counts, from the records ("not recorded" where they
     do not say)."""
     out = {}
-    for field in ("device", "torch", "cudnn", "warmup", "steps"):
+    for field in ("device", "torch", "cudnn", "warmup", "steps", "alloc_conf"):
         values = sorted({str(r[field]) for r in runs if r.get(field) is not None})
         missing = sum(1 for r in runs if r.get(field) is None)
         text = ", ".join(values) if values else NOT_RECORDED
@@ -420,7 +422,9 @@ def render(summary: dict, meta: dict) -> str:
     md = ["# Training steps: PyTorch vs ucudnn.torch.convert (issue 15)", "",
           f"- measured on: GPU {meta['device']}; torch {meta['torch']}; cuDNN {meta['cudnn']}; "
           f"when: {meta['recorded']}" + (f" (the runs predate these fields; their file is named `{meta['runs']}`)"
-                                         if unrecorded else ""),
+                                         if unrecorded else "")
+          + (f"; `PYTORCH_CUDA_ALLOC_CONF`: {meta['alloc_conf']}" if meta.get("alloc_conf", NOT_RECORDED)
+             != NOT_RECORDED else ""),
           f"- runs: `{meta['runs']}`: {meta['records']} records, {meta['distinct']} distinct runs reported (the "
           f"latest of a repeated one, or the median of its series' repeats where it has several), {meta['old_caps']} capped runs of an earlier cap definition (% of the "
           "allocated peak) left out",
@@ -429,8 +433,8 @@ def render(summary: dict, meta: dict) -> str:
           f"Synthetic data, SGD with momentum, one fresh process per run, warm-up steps: {meta['warmup']}, timed "
           f"steps: {meta['steps']}" + (" (the script's defaults are 2 and 10)" if meta["steps"] == NOT_RECORDED
                                        else "") + "; PyTorch "
-          "with `cudnn.benchmark = True` and an unbounded workspace; ucudnn-64 / ucudnn-256: "
-          "`ucudnn.torch.convert(workspace_limit=64 / 256 MiB per kernel)`. fp32 = strict FP32 (TF32 off), "
+          "with `cudnn.benchmark = True` and an unbounded workspace; ucudnn-16 / ucudnn-64 / ucudnn-256: "
+          "`ucudnn.torch.convert(workspace_limit=16 / 64 / 256 MiB per kernel)`. fp32 = strict FP32 (TF32 off), "
           "default = PyTorch's defaults (TF32 in cuDNN convolutions). Peak = `torch.cuda.max_memory_allocated()` "
           "(reserved: `max_memory_reserved()`) over the timed steps, ucudnn's workspace included. First step = "
           "host time of the first training step: for ucudnn it includes finding every plan, from the plan cache "
