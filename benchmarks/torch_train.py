@@ -6,7 +6,10 @@ a cap), running synthetic data: one first step (timed with the host clock: for
 ucudnn it includes finding plans, from the plan cache or by benchmarking),
 ``--warmup`` steps, then ``--steps`` steps timed with CUDA events.  Peak memory
 is ``torch.cuda.max_memory_allocated()`` over the timed steps (ucudnn's
-workspace comes from torch's allocator, so it is counted).
+workspace comes from torch's allocator, so it is counted); ``memory`` keeps
+the caching allocator's state beside it (``memory_summary``: allocated,
+reserved and inactive-split bytes, segments, retries), on an out-of-memory
+too, where it says what the allocator held when it gave up.
 
 Modes: ``fp32`` (strict: TF32 off, as the issue's H100 numbers), ``default``
 (PyTorch's defaults: TF32 allowed in cuDNN convolutions), ``amp`` (autocast
@@ -66,6 +69,26 @@ IMPLS = {"torch": None, "ucudnn-16": "16MiB", "ucudnn-64": "64MiB", "ucudnn-256"
 #: compiled one (``ucudnn/torch/csrc/launch.cpp``) where it builds, loaded before the first step
 PYTHON_PATH = {"ucudnn-64-py", "ucudnn-256-py"}
 MODES = ("fp32", "default", "amp")
+
+
+#: torch.cuda.memory_stats() keys a record keeps (current and peak where the allocator has both): what the caching
+#: allocator holds beside the allocations -- why a run can fail under a cap above its own allocated peak
+MEMORY_KEYS = ("allocated_bytes.all", "reserved_bytes.all", "inactive_split_bytes.all", "segment.all",
+               "allocated_bytes.large_pool", "reserved_bytes.large_pool", "allocated_bytes.small_pool",
+               "reserved_bytes.small_pool")
+MEMORY_COUNTS = ("num_alloc_retries", "num_ooms", "num_device_alloc", "num_device_free")
+
+
+def memory_summary(stats: dict) -> dict:
+    """The caching allocator's state from ``torch.cuda.memory_stats()``: each :data:`MEMORY_KEYS` entry's current
+    and peak value, and the :data:`MEMORY_COUNTS` counters (keys the allocator does not report are left out)."""
+    out: dict = {}
+    for key in MEMORY_KEYS:
+        for when in ("current", "peak"):
+            if f"{key}.{when}" in stats:
+                out[f"{key}.{when}"] = stats[f"{key}.{when}"]
+    out.update({k: stats[k] for k in MEMORY_COUNTS if k in stats})
+    return out
 
 
 def worker(a: argparse.Namespace) -> dict:
@@ -129,9 +152,11 @@ def worker(a: argparse.Namespace) -> dict:
             counts = list(torch.ops.ucudnn_c.stats())
             rec["launches_compiled"], rec["launches_python"] = sum(counts[:3]), sum(counts[3:])
         rec.update(status="ok", step_ms=ms, images_per_s=a.batch * 1000.0 / ms,
-                   peak_allocated=torch.cuda.max_memory_allocated(), peak_reserved=torch.cuda.max_memory_reserved())
+                   peak_allocated=torch.cuda.max_memory_allocated(), peak_reserved=torch.cuda.max_memory_reserved(),
+                   memory=memory_summary(torch.cuda.memory_stats()))
     except torch.cuda.OutOfMemoryError as e:
-        rec.update(status="oom", error=str(e).splitlines()[0][:200])
+        # the allocator's state where it gave up (peaks over the whole run: the failing step included)
+        rec.update(status="oom", error=str(e).splitlines()[0][:200], memory=memory_summary(torch.cuda.memory_stats()))
     return rec
 
 

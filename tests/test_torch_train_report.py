@@ -115,3 +115,13 @@ def test_another_workload_gets_its_rows_and_no_verdict_on_issue_15s_bars(tt, tmp
     assert "| mobilenet_v2 b128 | fp32 | ucudnn-64 | legacy,graph,direct,fold | 113 | 1.13x |" in text
     assert "## Issue 15's bars" not in text and "missed" not in text
     assert "none of them is in these records" in text
+
+
+def test_memory_summary_keeps_the_allocators_state_and_leaves_out_what_it_lacks(tt):
+    stats = {"allocated_bytes.all.current": 5, "allocated_bytes.all.peak": 9, "reserved_bytes.all.peak": 12,
+             "inactive_split_bytes.all.peak": 3, "num_alloc_retries": 2, "num_ooms": 1,
+             "active_bytes.all.peak": 99, "requested_bytes.all.peak": 98}
+    assert tt.memory_summary(stats) == {"allocated_bytes.all.current": 5, "allocated_bytes.all.peak": 9,
+                                        "reserved_bytes.all.peak": 12, "inactive_split_bytes.all.peak": 3,
+                                        "num_alloc_retries": 2, "num_ooms": 1}
+    assert tt.memory_summary({}) == {}
