@@ -11,6 +11,11 @@ cuBLAS call (FP32 pedantic), so "GEMM TFLOPS in the call" against "alone" says h
 (chunks over streams, transforms beside GEMMs) costs the GEMMs.
 
     python benchmarks/wino_profile.py --out benchmarks/results
+
+``--from-results channel_wr_X.json`` profiles, instead of the VGG-16 list above, every kernel that report lists
+under 90% of its unbounded speed at ``--limit`` (default 64 MiB) whose plan there, or unbounded, is one winograd
+configuration over equal micro-batches (``16x4 awino-f4-t1536-k8-p2/FMA``): the network's problems come from its
+spec (``ucudnn.planning.network.load_network``), so any network's plans can be read the same way.
 """
 from __future__ import annotations
 
@@ -42,6 +47,7 @@ CONFIGS = [
     ("vgg16-conv2_2", "forward", 32, 2, "wino-f4-t768-p3", "unbounded"),
 ]
 _TOKEN = re.compile(r"-([tcskgp])(\d+)")
+_PLAN = re.compile(r"^(\d+)(?:x(\d+))? a(wino-f4[-a-z0-9]*)/[A-Z_]+$")
 _KEYS = {"t": "tiles", "c": "chunk", "s": "csplit", "k": "ksplit", "g": "groups", "p": "streams"}
 
 
@@ -55,6 +61,51 @@ def config_of(algo: str) -> dict[str, int]:
     if "".join(f"-{k}{v}" for k, v in found) != rest:
         raise ValueError(f"unexpected part in {algo!r}")
     return {_KEYS[k]: int(v) for k, v in found}
+
+
+def plan_step(summary: str) -> tuple[int, int, str] | None:
+    """(micro-batch, calls, algorithm) of a kernel plan's summary that is one chunked winograd configuration over
+    equal micro-batches (``16x4 awino-f4-t1536-k8-p2/FMA`` -> 16, 4, ``wino-f4-t1536-k8-p2``), else None (other
+    sources, several steps, channel slices, the fused kernel)."""
+    m = _PLAN.match(summary.strip())
+    if m is None:
+        return None
+    try:
+        config_of(m.group(3))
+    except ValueError:
+        return None
+    return int(m.group(1)), int(m.group(2) or 1), m.group(3)
+
+
+def configs_from_results(doc: dict[str, Any], limit: int) -> list[tuple[str, str, Any, int, int, str, str]]:
+    """(layer, op, problem at its micro-batch, micro-batch, calls, algorithm, plan) for each kernel a channel_wr
+    report lists under 90% of unbounded at ``limit`` bytes whose plan there or unbounded is a winograd
+    configuration (:func:`plan_step`); the problems from the report's network spec at its batch, dtype and
+    layout."""
+    from ucudnn.planning.network import load_network
+
+    rows = [r for r in doc["rows"] if r["limit_bytes"] == limit]
+    if not rows:
+        raise ValueError(f"the report has no row at {limit} bytes (it has "
+                         f"{sorted(r['limit_bytes'] for r in doc['rows'])})")
+    specs = {k.name: k for k in load_network(doc["network"]).kernels(doc["batch"], doc["dtype"], doc["layout"])}
+    out = []
+    for short in rows[0]["short_kernels"]:
+        name = short["kernel"]
+        for summary, plan in ((short["plan"], f"{limit >> 20} MiB"), (short["unbounded_plan"], "unbounded")):
+            step = plan_step(summary)
+            if step is not None:
+                mb, calls, algo = step
+                spec = specs[name]
+                out.append((name.split("/")[0], spec.op, spec.problem.with_batch(mb), mb, calls, algo, plan))
+    return out
+
+
+def workspace_of(geo: Any, info: dict[str, int], mb: int) -> int:
+    """Bytes the configuration ``info`` (:func:`config_of`) of ``geo``'s problem touches at micro-batch ``mb``."""
+    return geo.workspace_bytes(0 if "tiles" in info else info.get("chunk", mb), info.get("tiles"),
+                               info.get("csplit", 1), info.get("streams", 1), info.get("groups", 1),
+                               info.get("ksplit", 1))
 
 
 def kind_of(name: str) -> str:
@@ -127,7 +178,8 @@ def profile(fn: Callable[[], None], calls: int = 3) -> dict[str, Any]:
             "span_us": round((max(e for _, e in spans) - min(s for s, _ in spans)) / calls, 1) if spans else 0.0}
 
 
-def measure(layer: str, op: str, mb: int, calls: int, algo: str, ws: Any, ws_bytes: int) -> dict[str, Any]:
+def measure(layer: str, op: str, p: Any, mb: int, calls: int, algo: str, ws: Any, ws_bytes: int) -> dict[str, Any]:
+    """One configuration of problem ``p`` (at micro-batch ``mb``) timed, replayed, profiled (see the module doc)."""
     import cupy as cp
 
     from ucudnn.binding import gpu
@@ -136,7 +188,6 @@ def measure(layer: str, op: str, mb: int, calls: int, algo: str, ws: Any, ws_byt
     from ucudnn.measure.sources.winograd import WinogradSource
     from ucudnn.planning.table import Measurement
 
-    p = problem(layer, mb)
     info = config_of(algo)
     a, b, out = (cp.random.standard_normal(s, dtype=cp.float32) for s in p.operand_shapes(op))
     cfg = Measurement(mb, algo, "FMA", 0.0, 0, "winograd", None, {"winograd": dict(info)})
@@ -161,9 +212,7 @@ def measure(layer: str, op: str, mb: int, calls: int, algo: str, ws: Any, ws_byt
     gm = [geo.gemm(0, count, False, info.get("groups", 1), info.get("ksplit", 1)).column_major()
           for _, count in geo.ranges(mb, chunk, info.get("tiles"))]
     call_gflop = info.get("groups", 1) * sum(2.0 * g["m"] * g["n"] * g["k"] * g["batchCount"] for g in gm) / 1e9
-    need = geo.workspace_bytes(0 if "tiles" in info else info.get("chunk", mb), info.get("tiles"),
-                               info.get("csplit", 1), info.get("streams", 1), info.get("groups", 1),
-                               info.get("ksplit", 1))
+    need = workspace_of(geo, info, mb)
     return {"layer": layer, "op": op, "micro_batch": mb, "calls": calls, "algo": algo, "workspace_mib":
             round(need / MiB, 2), "ms_call": round(ms, 4), "ms_call_eager": round(eager, 4),
             "ms_layer": round(ms * calls, 4), **prof, "gemm_gflop_call": round(call_gflop, 3),
@@ -174,7 +223,8 @@ def measure(layer: str, op: str, mb: int, calls: int, algo: str, ws: Any, ws_byt
 
 def markdown(doc: dict[str, Any]) -> str:
     kinds = ("wino_filter", "wino_input", "wino_dy", "gemm", "wino_output", "wino_filter_grad")
-    md = [md_header("Winograd calls kernel by kernel: VGG-16 b64, 64 MiB and unbounded plans", doc["provenance"]), "",
+    what = doc.get("what", "VGG-16 b64, 64 MiB and unbounded plans")
+    md = [md_header(f"Winograd calls kernel by kernel: {what}", doc["provenance"]), "",
           "FP32 strict NCHW.  ms: event-timed calls back to back, replayed from a CUDA graph of one call as "
           "channel_wr executes plans (layer = the plan's calls of its micro-batch; eager: the same call launched "
           "from Python).  Kernel columns: device us a replayed call summed over its kernels of that kind (count in "
@@ -199,19 +249,38 @@ def markdown(doc: dict[str, Any]) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="benchmarks/results")
-    ap.add_argument("--name", default="wino_profile-vgg16")
+    ap.add_argument("--name", default=None, help="results file name (default wino_profile-<network>)")
+    ap.add_argument("--from-results", default=None, metavar="JSON",
+                    help="profile the winograd plans of a channel_wr report's short kernels instead")
+    ap.add_argument("--limit", default="64MiB", help="with --from-results: the report's limit to read")
     args = ap.parse_args()
+    import json
+
     import cupy as cp
 
-    ws_bytes = 1 << 30
+    from ucudnn.units import parse_size
+
+    if args.from_results:
+        src = json.loads(Path(args.from_results).read_text())
+        todo = configs_from_results(src, parse_size(args.limit, "--limit"))
+        what = (f"{src['network']} b{src['batch']} {src['dtype']} {src['layout']}, the short kernels' plans at "
+                f"{args.limit} and unbounded ({Path(args.from_results).name})")
+        name = args.name or f"wino_profile-{src['network']}"
+    else:
+        todo = [(layer, op, problem(layer, mb), mb, calls, algo, plan) for layer, op, mb, calls, algo, plan in CONFIGS]
+        what, name = "VGG-16 b64, 64 MiB and unbounded plans", args.name or "wino_profile-vgg16"
+    from ucudnn.kernels.winograd import Geometry
+
+    # one workspace for every configuration: the largest any of them touches
+    ws_bytes = max(workspace_of(Geometry.of(p, op), config_of(algo), mb) for _, op, p, mb, _, algo, _ in todo)
     ws = cp.cuda.alloc(ws_bytes)
     rows = []
-    for layer, op, mb, calls, algo, plan in CONFIGS:
-        row = {"plan": plan, **measure(layer, op, mb, calls, algo, ws, ws_bytes)}
+    for layer, op, p, mb, calls, algo, plan in todo:
+        row = {"plan": plan, **measure(layer, op, p, mb, calls, algo, ws, ws_bytes)}
         print(row, flush=True)
         rows.append(row)
-    doc = {"provenance": provenance(), "rows": rows}
-    write(args.out, args.name, doc, markdown(doc))
+    doc = {"provenance": provenance(), "what": what, "rows": rows}
+    write(args.out, name, doc, markdown(doc))
 
 
 if __name__ == "__main__":

@@ -49,10 +49,7 @@ def test_configurations_fit_their_plans_limits(row):
     assert mb * calls == base.n
     info = prof.config_of(algo)
     geo = Geometry.of(prof.problem(layer, mb), op)
-    need = geo.workspace_bytes(0 if "tiles" in info else info.get("chunk", mb), info.get("tiles"),
-                               info.get("csplit", 1), info.get("streams", 1), info.get("groups", 1),
-                               info.get("ksplit", 1))
-    assert (need <= 64 * MiB) == (plan == "64 MiB")
+    assert (prof.workspace_of(geo, info, mb) <= 64 * MiB) == (plan == "64 MiB")
 
 
 def test_markdown_has_a_row_per_configuration_with_its_kernel_kinds():
@@ -65,3 +62,51 @@ def test_markdown_has_a_row_per_configuration_with_its_kernel_kinds():
     assert len(lines) == 2
     assert "| 954 (49) |" in lines[0] and "| 2507 (49) |" in lines[0] and "| 2240 / 3236 | 23.6 / 26.3 |" in lines[0]
     assert "| 2.0 (2.1) |" in lines[0]
+
+
+@pytest.mark.parametrize("summary, step", [
+    ("16x4 awino-f4-t1536-k8-p2/FMA", (16, 4, "wino-f4-t1536-k8-p2")),
+    ("64 awino-f4-c8-g3-p2/FMA", (64, 1, "wino-f4-c8-g3-p2")),
+    ("256 awino-f4/TENSOR_OP", (256, 1, "wino-f4")),
+    ("64 a5/FMA", None),                                   # cuDNN's
+    ("64 awino-f4-fused/FMA", None),                       # no chunks to profile
+    ("32x2 awino-f4-t768-p2/FMA + 16 a1/FMA", None),       # several steps
+    ("64x16 k64 a7/FMA", None),                            # a channel slice
+])
+def test_plan_step_reads_one_winograd_configuration(summary, step):
+    assert prof.plan_step(summary) == step
+
+
+def test_configs_from_results_take_each_short_kernels_winograd_plans():
+    doc = {"network": "vgg16", "batch": 64, "dtype": "float32", "layout": "NCHW", "rows": [
+        {"limit_bytes": 64 * MiB, "short_kernels": [
+            {"kernel": "conv1_2/backward_filter", "plan": "16x4 awino-f4-t1536-k8-p2/FMA",
+             "unbounded_plan": "64 awino-f4-t8192-k8-p3/FMA"},
+            {"kernel": "conv4_2/backward_data", "plan": "64 awino-f4-t64-p3/FMA", "unbounded_plan": "64 a5/FMA"}]},
+        {"limit_bytes": 128 * MiB, "short_kernels": []}]}
+    got = prof.configs_from_results(doc, 64 * MiB)
+    assert [(k, op, mb, calls, algo, plan) for k, op, _, mb, calls, algo, plan in got] == [
+        ("conv1_2", "backward_filter", 16, 4, "wino-f4-t1536-k8-p2", "64 MiB"),
+        ("conv1_2", "backward_filter", 64, 1, "wino-f4-t8192-k8-p3", "unbounded"),
+        ("conv4_2", "backward_data", 64, 1, "wino-f4-t64-p3", "64 MiB")]
+    p = got[0][2]
+    assert (p.n, p.c, p.k, p.h, p.r) == (16, 64, 64, 224, 3)
+    with pytest.raises(ValueError, match="no row"):
+        prof.configs_from_results(doc, 32 * MiB)
+
+
+@pytest.mark.parametrize("report", [
+    "channel_wr_vgg16-b64-float32-NCHW-strict-winograd-ksplit-replay.json",
+    "channel_wr_resnet50-b128-float32-NCHW-strict-winograd-ksplit-replay.json",
+    "channel_wr_alexnet-b256-float32-NCHW-strict-fft-small-u-replay.json"])
+def test_configs_from_recorded_reports_fit_the_limit_their_plan_ran_under(report):
+    import json
+    from pathlib import Path
+
+    doc = json.loads((Path(__file__).resolve().parents[1] / "benchmarks" / "results" / report).read_text())
+    got = prof.configs_from_results(doc, 64 * MiB)
+    assert got   # every recorded report has short kernels planned with winograd rows
+    for _, op, p, mb, calls, algo, plan in got:
+        assert p.n == mb and mb * calls == doc["batch"]
+        if plan == "64 MiB":
+            assert prof.workspace_of(Geometry.of(p, op), prof.config_of(algo), mb) <= 64 * MiB
