@@ -98,7 +98,7 @@ def worker(a: argparse.Namespace) -> dict:
     rec = {"model": a.model, "batch": a.batch, "mode": a.mode, "impl": a.impl, "cap_pct": a.cap_pct,
            "cap_bytes": a.cap_bytes, "device": torch.cuda.get_device_name(), "torch": torch.__version__,
            "cudnn": torch.backends.cudnn.version(), "steps": a.steps, "warmup": a.warmup,
-           "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF")}
+           "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or "default"}   # the caching allocator's settings
     torch.backends.cudnn.benchmark = True
     torch.backends.cudnn.allow_tf32 = a.mode != "fp32"
     torch.backends.cuda.matmul.allow_tf32 = False
