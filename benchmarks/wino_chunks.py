@@ -71,7 +71,7 @@ def main() -> None:
     from ucudnn.binding.timing import time_ms
     from ucudnn.measure.benchmarking import Buffers
     from ucudnn.measure.sources.base import Operands
-    from ucudnn.measure.sources.winograd import WinogradSource, _gemm_call, tile_algo_name
+    from ucudnn.measure.sources.winograd import WinogradSource, _gemm_call, configuration_name
     from ucudnn.planning.table import Measurement
     from ucudnn.problem import ConvProblem
     from ucudnn.units import parse_size
@@ -121,7 +121,7 @@ def main() -> None:
             chunks = len(geo.tile_chunks(n, t))
             size = geo.workspace_bytes(0, t, csplit)
             extra = {"tiles": t, **({"csplit": csplit} if csplit > 1 else {})}
-            config = Measurement(n, tile_algo_name(t) + (f"-s{csplit}" if csplit > 1 else ""), label, 0.0, size,
+            config = Measurement(n, configuration_name(0, n, t, csplit=csplit), label, 0.0, size,
                                  "winograd", None, {"winograd": extra})
             launch = WinogradSource().prepare("forward", p, config)
 

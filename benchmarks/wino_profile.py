@@ -46,33 +46,29 @@ CONFIGS = [
     ("vgg16-conv2_2", "forward", 32, 2, "wino-f4-t768-p2", "64 MiB"),
     ("vgg16-conv2_2", "forward", 32, 2, "wino-f4-t768-p3", "unbounded"),
 ]
-_TOKEN = re.compile(r"-([tcskgp])(\d+)")
 _PLAN = re.compile(r"^(\d+)(?:x(\d+))? a(wino-f4[-a-z0-9]*)/[A-Z_]+$")
-_KEYS = {"t": "tiles", "c": "chunk", "s": "csplit", "k": "ksplit", "g": "groups", "p": "streams"}
 
 
 def config_of(algo: str) -> dict[str, int]:
-    """``extra["winograd"]`` of a chunked winograd algorithm name (``wino-f4[-t<T>|-c<C>][-s<S>][-g<G>][-k<K>]
-    [-p<P>]``: the source's naming), e.g. ``wino-f4-t1536-k8-p2`` -> tiles 1536, ksplit 8, streams 2."""
-    if not algo.startswith("wino-f4"):
-        raise ValueError(f"not a winograd algorithm: {algo!r}")
-    rest = algo[len("wino-f4"):]
-    found = _TOKEN.findall(rest)
-    if "".join(f"-{k}{v}" for k, v in found) != rest:
-        raise ValueError(f"unexpected part in {algo!r}")
-    return {_KEYS[k]: int(v) for k, v in found}
+    """``extra["winograd"]`` of a chunked winograd configuration's name (the source's
+    :func:`~ucudnn.measure.sources.winograd.configuration_of`)."""
+    from ucudnn.measure.sources.winograd import configuration_of
+
+    return configuration_of(algo)
 
 
 def plan_step(summary: str) -> tuple[int, int, str] | None:
     """(micro-batch, calls, algorithm) of a kernel plan's summary that is one chunked winograd configuration over
     equal micro-batches (``16x4 awino-f4-t1536-k8-p2/FMA`` -> 16, 4, ``wino-f4-t1536-k8-p2``), else None (other
     sources, several steps, channel slices, the fused kernel)."""
+    from ucudnn.errors import InputError
+
     m = _PLAN.match(summary.strip())
     if m is None:
         return None
     try:
         config_of(m.group(3))
-    except ValueError:
+    except InputError:
         return None
     return int(m.group(1)), int(m.group(2) or 1), m.group(3)
 

@@ -25,7 +25,9 @@ def test_config_of_reads_the_source_names(algo, info):
 
 @pytest.mark.parametrize("algo", ["wino-f4-fused", "wino-f4-t12x", "aeng3", "wino-f4-q2"])
 def test_config_of_refuses_other_names(algo):
-    with pytest.raises(ValueError):
+    from ucudnn.errors import InputError
+
+    with pytest.raises(InputError):
         prof.config_of(algo)
 
 

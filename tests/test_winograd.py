@@ -721,6 +721,44 @@ def test_tile_chunk_names():
         chunk_of(Measurement(8, "wino-f4-t7", "FMA", 1.0, 0, "winograd"), 8)
 
 
+def test_configuration_names_carry_every_variant_in_one_order():
+    from ucudnn.measure.sources.winograd import configuration_name
+
+    assert configuration_name(64, 64) == "wino-f4" and configuration_name(8, 64) == "wino-f4-c8"
+    assert configuration_name(0, 16, 1536, ksplit=8, streams=2) == "wino-f4-t1536-k8-p2"
+    assert configuration_name(8, 64, groups=3, streams=2) == "wino-f4-c8-g3-p2"
+    assert configuration_name(0, 64, 192, csplit=2, streams=1) == "wino-f4-t192-s2"
+    with pytest.raises(InputError) as e:
+        configuration_name(8, 64, lanes=2)
+    assert e.value.field == "variants"
+
+
+@given(st.one_of(st.tuples(st.integers(1, 64), st.none()), st.tuples(st.just(0), st.integers(1, 9999))),
+       st.sampled_from([1, 2, 4]), st.sampled_from([1, 2, 3, 4]), st.sampled_from([1, 2, 4, 8]),
+       st.sampled_from([1, 2, 3]))
+def test_configuration_names_read_back(chunk_tiles, csplit, groups, ksplit, streams):
+    from ucudnn.measure.sources.winograd import configuration_name, configuration_of
+
+    chunk, tiles = chunk_tiles
+    name = configuration_name(chunk, 64, tiles, csplit=csplit, groups=groups, ksplit=ksplit, streams=streams)
+    expect = {k: v for k, v in dict(csplit=csplit, groups=groups, ksplit=ksplit, streams=streams).items() if v > 1}
+    if tiles is not None:
+        expect["tiles"] = tiles
+    elif chunk < 64:
+        expect["chunk"] = chunk
+    assert configuration_of(name) == expect
+
+
+@pytest.mark.parametrize("bad", ["wino-f4-fused", "wino-f4-t12x", "aeng3", "wino-f4-q2", "wino-f4-", "wino-f4t8",
+                                 "mec-A"])
+def test_configuration_of_refuses_other_names(bad):
+    from ucudnn.measure.sources.winograd import configuration_of
+
+    with pytest.raises(InputError) as e:
+        configuration_of(bad)
+    assert e.value.field == "algo"
+
+
 def test_input_channel_slices_are_measured_where_u_is_a_quarter_of_the_workspace_and_recorded_for_prepare():
     from ucudnn.measure.sources.winograd import csplit_of, csplits
 

@@ -105,6 +105,7 @@ offer slices to this source: chunk variants already multiply its rows).
 """
 from __future__ import annotations
 
+import re
 from typing import Any, Callable
 
 from ...binding import cublas
@@ -138,6 +139,34 @@ def algo_name(chunk: int, n: int) -> str:
 def tile_algo_name(tiles: int) -> str:
     """The recorded algorithm of chunks of ``tiles`` tiles."""
     return f"{ALGO}-t{tiles}"
+
+
+#: the name suffixes of a chunked configuration's variants, in the order its name carries them
+_SUFFIXES = (("csplit", "s"), ("groups", "g"), ("ksplit", "k"), ("streams", "p"))
+_SUFFIX = re.compile(r"-([tcsgkp])(\d+)")
+_NAMED = {"t": "tiles", "c": "chunk", "s": "csplit", "g": "groups", "k": "ksplit", "p": "streams"}
+
+
+def configuration_name(chunk: int, n: int, tiles: int | None = None, **variants: int) -> str:
+    """The recorded name of a chunked configuration at micro-batch ``n``: :func:`algo_name` or
+    :func:`tile_algo_name`, then ``-s<S>`` / ``-g<G>`` / ``-k<K>`` / ``-p<P>`` for the ``csplit`` / ``groups`` /
+    ``ksplit`` / ``streams`` above 1 (``wino-f4-t1536-k8-p2``)."""
+    unknown = set(variants) - {key for key, _ in _SUFFIXES}
+    if unknown:
+        raise InputError(f"unknown winograd variants {sorted(unknown)}", "variants")
+    name = algo_name(chunk, n) if tiles is None else tile_algo_name(tiles)
+    return name + "".join(f"-{tag}{variants[key]}" for key, tag in _SUFFIXES if variants.get(key, 1) > 1)
+
+
+def configuration_of(algo: str) -> dict[str, int]:
+    """What :func:`configuration_name` put in a name: ``tiles`` or ``chunk`` (neither: the whole micro-batch) and
+    the variants above 1 (``wino-f4-t1536-k8-p2`` -> tiles 1536, ksplit 8, streams 2); ``InputError`` (field
+    ``algo``) for any other name, the fused kernel's included (it runs no chunks)."""
+    rest = str(algo)[len(ALGO):] if str(algo).startswith(ALGO) else None
+    found = _SUFFIX.findall(rest) if rest is not None else []
+    if rest is None or "".join(f"-{tag}{value}" for tag, value in found) != rest:
+        raise InputError(f"not a chunked winograd configuration: {algo!r}", "algo")
+    return {_NAMED[tag]: int(value) for tag, value in found}
 
 
 def tiles_of(config: Measurement) -> int | None:
@@ -521,15 +550,7 @@ class WinogradSource(Prepared):
             row = self._measure_fused(op, problem, geo, ops, workspace, beta, settings, pruner)
             (measured if isinstance(row, Measurement) else skipped).append(row)  # type: ignore[arg-type]
         for _, chunk, tiles, n_chunks, csplit, streams, groups, ksplit in runs:
-            algo = algo_name(chunk, mb) if tiles is None else tile_algo_name(tiles)
-            if csplit > 1:
-                algo += f"-s{csplit}"
-            if groups > 1:
-                algo += f"-g{groups}"
-            if ksplit > 1:
-                algo += f"-k{ksplit}"
-            if streams > 1:
-                algo += f"-p{streams}"
+            algo = configuration_name(chunk, mb, tiles, csplit=csplit, groups=groups, ksplit=ksplit, streams=streams)
             ws = geo.workspace_bytes(chunk, tiles, csplit, streams, groups, ksplit)
             why = geo.chunk_refusal(chunk, tiles, mb, ksplit)
             if why:
