@@ -448,8 +448,7 @@ def render(summary: dict, meta: dict) -> str:
           f"- measured on: GPU {meta['device']}; torch {meta['torch']}; cuDNN {meta['cudnn']}; "
           f"when: {meta['recorded']}" + (f" (the runs predate these fields; their file is named `{meta['runs']}`)"
                                          if unrecorded else "")
-          + (f"; `PYTORCH_CUDA_ALLOC_CONF`: {meta['alloc_conf']}" if meta.get("alloc_conf", NOT_RECORDED)
-             != NOT_RECORDED else ""),
+          + (f"; `PYTORCH_CUDA_ALLOC_CONF`: {meta['alloc_conf']}" if meta["alloc_conf"] != NOT_RECORDED else ""),
           f"- runs: `{meta['runs']}`: {meta['records']} records, {meta['distinct']} distinct runs reported (the "
           f"latest of a repeated one, or the median of its series' repeats where it has several), {meta['old_caps']} capped runs of an earlier cap definition (% of the "
           "allocated peak) left out",

@@ -97,11 +97,16 @@ def configs_from_results(doc: dict[str, Any], limit: int) -> list[tuple[str, str
     return out
 
 
+def chunk_images(info: dict[str, int], mb: int) -> int:
+    """The images a chunk of configuration ``info`` holds at micro-batch ``mb`` (0 for tile chunks), as the
+    source's ``Geometry`` methods take it."""
+    return 0 if "tiles" in info else info.get("chunk", mb)
+
+
 def workspace_of(geo: Any, info: dict[str, int], mb: int) -> int:
     """Bytes the configuration ``info`` (:func:`config_of`) of ``geo``'s problem touches at micro-batch ``mb``."""
-    return geo.workspace_bytes(0 if "tiles" in info else info.get("chunk", mb), info.get("tiles"),
-                               info.get("csplit", 1), info.get("streams", 1), info.get("groups", 1),
-                               info.get("ksplit", 1))
+    return geo.workspace_bytes(chunk_images(info, mb), info.get("tiles"), info.get("csplit", 1),
+                               info.get("streams", 1), info.get("groups", 1), info.get("ksplit", 1))
 
 
 def kind_of(name: str) -> str:
@@ -126,29 +131,25 @@ def busy(intervals: list[tuple[float, float]]) -> float:
 
 
 def gemm_alone(geo: Any, tiles: int, ksplit: int, groups: int) -> tuple[float, float]:
-    """(us, GFLOP) of one chunk GEMM of ``tiles`` tiles run alone: the source's cuBLAS call on scratch buffers."""
+    """(us, GFLOP) of one chunk GEMM of ``tiles`` tiles run alone: the source's own cuBLAS call
+    (``winograd._gemm_call``, FP32 pedantic) on scratch buffers of its operands' names."""
     import cupy as cp
-    import numpy as np
 
     from ucudnn.binding import cublas
+    from ucudnn.measure.sources.winograd import _gemm_call
 
     cm = geo.gemm(0, tiles, False, groups, ksplit).column_major()
-    m, n, k, lda, sa, ldb, sb, ldc, sc, batch = (cm[x] for x in ("m", "n", "k", "lda", "strideA", "ldb", "strideB",
-                                                                  "ldc", "strideC", "batchCount"))
-    a = cp.random.standard_normal(sa * batch + 64, dtype=cp.float32)
-    b = cp.random.standard_normal(sb * batch + 64, dtype=cp.float32)
-    c = cp.zeros(sc * batch + 64, cp.float32)
-    one, zero = np.ones(1, np.float32), np.zeros(1, np.float32)
+    floats: dict[str, int] = {}
+    for operand, stride in (("A", "strideA"), ("B", "strideB"), ("C", "strideC")):
+        name, offset = cm[operand]
+        floats[name] = max(floats.get(name, 0), offset + cm[stride] * cm["batchCount"] + 64)
+    scratch = {name: cp.random.standard_normal(size, dtype=cp.float32) for name, size in floats.items()}
+    bufs = {name: a.data.ptr for name, a in scratch.items()}
+    call = _gemm_call(geo, tiles, "32F_PEDANTIC", groups=groups, ksplit=ksplit)
     h = cublas.handle()
     cublas.bind(h, cp.cuda.get_current_stream().ptr)
-    ta, tb = cublas.OPERATIONS[cm["transa"]], cublas.OPERATIONS[cm["transb"]]
-    f32, pedantic = cublas.DATA_TYPES["float32"], cublas.COMPUTE_TYPES["32F_PEDANTIC"]
-
-    def call() -> None:
-        cublas.gemm_strided_batched(h, ta, tb, m, n, k, one.ctypes.data, a.data.ptr, f32, lda, sa, b.data.ptr, f32,
-                                    ldb, sb, zero.ctypes.data, c.data.ptr, f32, ldc, sc, batch, pedantic)
-
-    return timed(call, 20) * 1e3, 2.0 * m * n * k * batch / 1e9
+    us = timed(lambda: call(h, bufs), 20) * 1e3
+    return us, 2.0 * cm["m"] * cm["n"] * cm["k"] * cm["batchCount"] / 1e9
 
 
 def profile(fn: Callable[[], None], calls: int = 3) -> dict[str, Any]:
@@ -194,7 +195,7 @@ def measure(layer: str, op: str, p: Any, mb: int, calls: int, algo: str, ws: Any
         launch(ops, ws.ptr, ws_bytes, 1.0, 0.0)
 
     geo = Geometry.of(p, op)
-    chunk = 0 if "tiles" in info else info.get("chunk", mb)
+    chunk = chunk_images(info, mb)
     tiles = info.get("tiles") or min(chunk, mb) * geo.tiles_per_image
     eager = timed(call, 12)
     call()                                  # launchers built before the capture
