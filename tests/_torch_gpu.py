@@ -102,3 +102,27 @@ def check_captured_training_step(model):
         torch.testing.assert_close(static_loss, want, rtol=1e-4, atol=1e-4)
     for p, q in zip(model.parameters(), reference.parameters()):
         torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-4)
+
+
+def check_biased_forward_holds_one_output():
+    """A converted biased layer's forward (training, so autograd records it) allocates y once: the bias is added
+    into y in place, as torch's own convolution adds it, not as a second output-sized tensor beside y.  Its plan
+    may take up to 1 MiB of workspace, transient too."""
+    import ucudnn.torch as ut
+
+    torch.manual_seed(0)
+    layer = ut.convert(nn.Conv2d(32, 64, 3, padding=1).cuda(), workspace_limit="1MiB", sources="legacy")
+    x = torch.randn(16, 32, 112, 112, device="cuda", requires_grad=True)
+    y = layer(x)   # plans made (and benchmarked) here, outside the measured call
+    expect = nn.functional.conv2d(x, layer.weight, layer.bias, padding=1)
+    torch.testing.assert_close(y, expect, rtol=2e-4, atol=2e-4)
+    y_bytes = y.numel() * 4
+    del y, expect
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    y = layer(x)
+    torch.cuda.synchronize()
+    assert torch.cuda.max_memory_allocated() - base <= y_bytes + (1 << 21)
+    y.sum().backward()   # the in-place add left autograd a valid graph: dx and the bias' gradient exist
+    assert x.grad is not None and layer.bias.grad is not None

@@ -13,7 +13,8 @@ pytestmark = [pytest.mark.gpu,
 
 import ucudnn.torch as ut  # noqa: E402
 from ucudnn.torch import runtime  # noqa: E402
-from _torch_gpu import CASES, check_captured_training_step, cnn, grads, strict_fp32, train  # noqa: E402,F401
+from _torch_gpu import CASES, check_biased_forward_holds_one_output, check_captured_training_step, cnn, grads  # noqa: E402,F401,E501
+from _torch_gpu import strict_fp32, train  # noqa: E402,F401
 
 LIMIT = "1MiB"   # small: most of these plans are micro-batched
 
@@ -183,3 +184,7 @@ def test_a_first_call_under_a_memory_cap_benchmarks_within_it_and_runs_ucudnn(mo
     assert not fell_back, fell_back
     assert sorted(launched) == ["backward_data", "backward_filter", "forward"]
     torch.testing.assert_close(y, plain(x), rtol=1e-4, atol=1e-4)
+
+
+def test_a_biased_forward_adds_its_bias_in_place():
+    check_biased_forward_holds_one_output()

@@ -14,7 +14,8 @@ pytestmark = [pytest.mark.gpu,
 
 import ucudnn.torch as ut  # noqa: E402
 from ucudnn.torch import fastpath  # noqa: E402
-from _torch_gpu import CASES, check_captured_training_step, cnn, grads, strict_fp32, train  # noqa: E402,F401
+from _torch_gpu import CASES, check_biased_forward_holds_one_output, check_captured_training_step, cnn, grads  # noqa: E402,F401,E501
+from _torch_gpu import strict_fp32, train  # noqa: E402,F401
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -155,3 +156,7 @@ def test_a_replaced_plan_makes_a_new_entry():
         after = {k: v for k, v in model._ucudnn_layers.items() if k in entries}
     assert entries and all(after[k][1] != entries[k][1] for k in entries)
     torch.testing.assert_close(y1, y0)
+
+
+def test_a_biased_forward_adds_its_bias_in_place():
+    check_biased_forward_holds_one_output()

@@ -125,7 +125,9 @@ class Conv2d(nn.Conv2d):
                 x, w, self.stride, self._padding(), self.dilation, self.groups, layout, self.workspace_limit,
                 self.batch_policy, self.sources, self.replay))
         y = ops.conv2d_layer(x, w, layer, runtime.numerics_for(x.dtype))
-        return y if b is None else y + b.view(1, -1, 1, 1)
+        # the bias into y in place (torch's convolution does the same): the op saved x and w, not y, so autograd
+        # allows it, and no second output-sized tensor lives beside y
+        return y if b is None else y.add_(b.view(1, -1, 1, 1))
 
 
 @torch.compiler.disable

@@ -305,7 +305,9 @@ struct Conv : public torch::autograd::Function<Conv> {
   }
 };
 
-// y = conv2d(x, w) + bias, autocast's casts first (``cast``: the autocast dtype Python saw, or none).
+// y = conv2d(x, w) + bias, autocast's casts first (``cast``: the autocast dtype Python saw, or none).  The bias is
+// added into y in place, as torch's own convolution adds it: the convolution's node saved x and w, not y, so autograd
+// allows it, and no second output-sized tensor lives beside y.
 Tensor conv2d(const Tensor& x, const Tensor& w, const std::optional<Tensor>& bias, int64_t layer,
               std::optional<at::ScalarType> cast) {
   Tensor xc = x, wc = w;
@@ -316,7 +318,7 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const std::optional<Tensor>& bia
     if (bias.has_value() && bias->defined()) bc = at::autocast::cached_cast(*cast, *bias, c10::DeviceType::CUDA);
   }
   Tensor y = Conv::apply(xc, wc, layer);
-  if (bc.has_value() && bc->defined()) y = y + bc->view({1, -1, 1, 1});
+  if (bc.has_value() && bc->defined()) y.add_(bc->view({1, -1, 1, 1}));
   return y;
 }
 
