@@ -710,10 +710,20 @@ def test_chunks_and_algorithm_names():
 
 
 def test_tile_chunk_names():
+    from ucudnn.measure.sources.winograd import csplit_of, groups_of, ksplit_of, streams_of
+
     assert tile_algo_name(3584) == "wino-f4-t3584"
     assert tiles_of(Measurement(8, "wino-f4-t3584", "FMA", 1.0, 0, "winograd")) == 3584
     assert tiles_of(Measurement(8, "wino-f4", "FMA", 1.0, 0, "winograd", None, {"winograd": {"tiles": 12}})) == 12
     assert tiles_of(Measurement(8, "wino-f4-c2", "FMA", 1.0, 0, "winograd")) is None
+    # a row that kept only its name reads every part of it, as configuration_of names them
+    bare = Measurement(8, "wino-f4-t1536-k8-p2", "FMA", 1.0, 0, "winograd")
+    assert (tiles_of(bare), ksplit_of(bare), streams_of(bare), groups_of(bare), csplit_of(bare)) == (1536, 8, 2, 1, 1)
+    grouped = Measurement(8, "wino-f4-c4-g2", "FMA", 1.0, 0, "winograd")
+    assert (chunk_of(grouped, 8), tiles_of(grouped), groups_of(grouped)) == (4, None, 2)
+    assert chunk_of(Measurement(8, "wino-f4-s2", "FMA", 1.0, 0, "winograd"), 8) == 8
+    # ... and the extra, where present, wins over the name
+    assert tiles_of(Measurement(8, "wino-f4-t1536", "FMA", 1.0, 0, "winograd", None, {"winograd": {"tiles": 12}})) == 12
     assert tiles_of(Measurement(8, "wino-f4", "FMA", 1.0, 0, "winograd")) is None
     with pytest.raises(InputError):
         tiles_of(Measurement(8, "wino-f4-t7", "FMA", 1.0, 0, "winograd", None, {"winograd": {"tiles": 0}}))

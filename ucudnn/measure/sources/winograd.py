@@ -169,24 +169,31 @@ def configuration_of(algo: str) -> dict[str, int]:
     return {_NAMED[tag]: int(value) for tag, value in found}
 
 
+def _named(config: Measurement) -> dict[str, int]:
+    """What a recorded configuration's name says (:func:`configuration_of`), or nothing for a name that is not a
+    chunked configuration's: the fallback of every reader below where ``extra.winograd`` does not say."""
+    try:
+        return configuration_of(str(config.algo))
+    except InputError:
+        return {}
+
+
 def tiles_of(config: Measurement) -> int | None:
     """The tile count per chunk of a recorded tile-chunk configuration (its extra, else its algorithm's name
-    ``wino-f4-t<T>``); None for whole-image chunks."""
+    ``wino-f4-t<T>...``); None for whole-image chunks."""
     info = config.extra.get("winograd") or {}
-    tiles = info.get("tiles")
+    tiles = info.get("tiles", _named(config).get("tiles"))
     if tiles is None:
-        algo = str(config.algo)
-        if not (algo.startswith(ALGO + "-t") and algo[len(ALGO) + 2:].isdigit()):
-            return None
-        tiles = int(algo[len(ALGO) + 2:])
+        return None
     if not isinstance(tiles, int) or tiles < 1:
         raise InputError(f"tiles must be a positive integer, got {tiles!r}", "tiles")
     return tiles
 
 
 def _choice(config: Measurement, key: str, allowed: tuple[int, ...]) -> int:
-    """``extra.winograd.<key>`` of a recorded configuration, one of ``allowed`` (1 where absent)."""
-    value = (config.extra.get("winograd") or {}).get(key, 1)
+    """``extra.winograd.<key>`` of a recorded configuration (else what its name says), one of ``allowed`` (1 where
+    neither says)."""
+    value = (config.extra.get("winograd") or {}).get(key, _named(config).get(key, 1))
     if value not in allowed or isinstance(value, bool):
         raise InputError(f"{key} must be one of {allowed}, got {value!r}", f"extra.winograd.{key}")
     return value
@@ -328,14 +335,11 @@ def chunk_of(config: Measurement, n: int) -> int:
     info = config.extra.get("winograd") or {}
     chunk = info.get("chunk")
     if chunk is None:
-        algo = str(config.algo)
-        if algo == ALGO:
-            chunk = n
-        elif algo.startswith(ALGO + "-c") and algo[len(ALGO) + 2:].isdigit():
-            chunk = int(algo[len(ALGO) + 2:])
-        else:
-            raise InputError(f"winograd records {ALGO}, {ALGO}-c<chunk> or {ALGO}-t<tiles>, got {config.algo!r}",
-                             "algo")
+        named = _named(config)
+        if (not named and str(config.algo) != ALGO) or "tiles" in named:
+            raise InputError(f"winograd records {ALGO}[-c<chunk>|-t<tiles>][-s|-g|-k|-p<n>] image chunks here, got "
+                             f"{config.algo!r}", "algo")
+        chunk = named.get("chunk", n)
     if not isinstance(chunk, int) or chunk < 1:
         raise InputError(f"chunk must be a positive integer, got {chunk!r}", "chunk")
     return min(chunk, n)
