@@ -126,3 +126,49 @@ def check_biased_forward_holds_one_output():
     assert torch.cuda.max_memory_allocated() - base <= y_bytes + (1 << 21)
     y.sum().backward()   # the in-place add left autograd a valid graph: dx and the bias' gradient exist
     assert x.grad is not None and layer.bias.grad is not None
+
+
+def check_workspace_out_of_memory_degrades_the_plan(monkeypatch):
+    """Under a memory cap that leaves room for a converted layer's output but not for its plan's workspace, the call
+    runs a smaller plan from the same measurements (not torch's convolution), equal to nn.Conv2d's result, and the
+    layer keeps it: the next call's allocations all succeed (torch's out-of-memory count does not move)."""
+    import ucudnn.torch as ut
+    from ucudnn.torch import ops, runtime
+
+    torch.manual_seed(0)
+    layer = ut.convert(nn.Conv2d(64, 64, 5, padding=2).cuda(), workspace_limit="256MiB", sources="legacy")
+    x = torch.randn(32, 64, 56, 56, device="cuda")
+    with torch.no_grad():
+        y = layer(x)   # planned (benchmarked) uncapped
+        y_bytes = y.numel() * 4
+        del y
+    settings = ops._settings(layer.workspace_limit, layer.batch_policy, layer.sources, layer.replay)
+    ws = runtime.executor(layer.problem(x), "forward", settings, runtime.numerics_for(x.dtype),
+                          x.device.index).workspace_bytes   # what the layer's call takes from torch's allocator
+    if ws < 4 << 20:
+        pytest.skip(f"this GPU's 256 MiB plan of the 5x5 layer takes {ws} bytes of workspace: nothing to cap")
+    with torch.no_grad():
+        expect = nn.functional.conv2d(x, layer.weight, layer.bias, padding=2)
+    fallbacks: list = []
+    monkeypatch.setattr(runtime, "note_fallback", lambda *args: fallbacks.append(args))
+    torch.cuda.empty_cache()
+    total = torch.cuda.get_device_properties(0).total_memory
+    # the cap limits what torch reserves: the output fits beside what is reserved now, the workspace does not
+    cap = torch.cuda.memory_reserved() + y_bytes + ws // 4 + (4 << 20)
+    try:
+        torch.cuda.set_per_process_memory_fraction(cap / total, 0)
+        with torch.no_grad():
+            got = layer(x).cpu()   # compared after the cap is lifted (a comparison allocates too)
+            limits = [s.workspace_limit for k, s in runtime._degraded.items() if k[0] == "forward"]
+            ooms = torch.cuda.memory_stats()["num_ooms"]
+            layer(x)
+            torch.cuda.synchronize()
+            assert torch.cuda.memory_stats()["num_ooms"] == ooms
+    finally:
+        torch.cuda.set_per_process_memory_fraction(1.0, 0)
+        runtime._degraded.clear()
+        runtime._calls.clear()
+        runtime._by_id.clear()
+    torch.testing.assert_close(got, expect.cpu(), rtol=2e-4, atol=2e-4)
+    assert fallbacks == [], "torch's convolution ran where a smaller plan fits"
+    assert limits and max(limits) < ws

@@ -501,3 +501,39 @@ def test_benchmarks_size_their_workspace_from_what_torchs_cap_leaves(monkeypatch
     assert gpu.free_memory(0) == 0
     monkeypatch.setattr(cuda, "get_per_process_memory_fraction", lambda d: 0.025, raising=False)
     assert gpu.free_memory(0) == 1 * GiB
+
+
+def test_a_workspace_that_did_not_fit_halves_the_limit_until_a_workspace_free_plan(monkeypatch):
+    """runtime.degrade: after a call's workspace of ``failed`` bytes did not fit, the kernel's settings get a limit
+    of at most half of it and half of what torch may still allocate, in whole MiB; each failure of the smaller
+    plan halves again (the limit strictly falls, so the retries end), 0 is the last; the prepared call is dropped
+    so the next launch is made with the new settings, and the compiled path is told plans changed."""
+    from ucudnn import api
+    from ucudnn.problem import ConvProblem
+
+    room = {"bytes": 1 << 30}
+    monkeypatch.setattr(runtime, "torch_free_memory", lambda device: room["bytes"])
+    generation = api.generation
+    monkeypatch.setattr(runtime, "_degraded", {})
+    monkeypatch.setattr(runtime, "_calls", {})
+    problem = ConvProblem(4, 8, 16, 16, 8, 3, 3, pad=1)
+    settings = runtime.Settings(256 << 20)
+    key = ("forward", problem, settings, "strict", 0, runtime._defaults_env(settings))
+    runtime._calls[key] = object()
+    assert runtime.degrade("forward", problem, settings, "strict", 0, 200 << 20)
+    assert runtime._degraded[key] == runtime.Settings(100 << 20) and key not in runtime._calls
+    assert api.generation > generation
+    room["bytes"] = 31 << 20          # the cap leaves 31 MiB: half of it, down to whole MiB
+    assert runtime.degrade("forward", problem, settings, "strict", 0, 100 << 20)
+    assert runtime._degraded[key].workspace_limit == 15 << 20
+    limits, failed = [], 15 << 20
+    for _ in range(8):   # bounded: a limit that did not fall would show as a wrong list, not a hang
+        if not runtime.degrade("forward", problem, settings, "strict", 0, failed):
+            break
+        failed = runtime._degraded[key].workspace_limit
+        limits.append(failed)
+        if failed == 0:
+            break
+    assert limits == [7 << 20, 3 << 20, 1 << 20, 0]
+    assert not runtime.degrade("forward", problem, settings, "strict", 0, 0)   # a workspace-free plan: nothing left
+    assert runtime._degraded[key].workspace_limit == 0

@@ -7,8 +7,10 @@ the forward op (``register_autograd``) and computes only what
 ``ctx.needs_input_grad`` asks for (no dx for a network's first layer).
 
 Every op runs ucudnn's plan when it can and PyTorch's own convolution when
-ucudnn cannot (no plan fits the limit, no libcudnn, out of memory for the
-workspace): the reason is logged once and the result is the same convolution.
+ucudnn cannot (no plan fits the limit, no libcudnn, out of memory even for a
+workspace-free plan: a workspace that does not fit first makes the layer's plan
+smaller, :func:`ucudnn.torch.runtime.degrade`): the reason is logged once and
+the result is the same convolution.
 """
 from __future__ import annotations
 

@@ -38,7 +38,7 @@ import functools
 import logging
 import os
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -280,9 +280,13 @@ class _Call:
     def workspace(self) -> tuple[torch.Tensor | None, int, int]:
         """(the tensor to keep alive for the launch or None, pointer, bytes): an installed WD plan's arena segment,
         else a ``torch.empty`` from torch's caching allocator, back to its pool when the caller drops it
-        (stream-ordered, so the launches finish with it first)."""
+        (stream-ordered, so the launches finish with it first).  Raises :class:`WorkspaceOutOfMemory` when the
+        allocator cannot give it."""
         if self.ws_bytes:
-            ws = torch.empty(self.ws_bytes, dtype=torch.uint8, device=self.torch_device)
+            try:
+                ws = torch.empty(self.ws_bytes, dtype=torch.uint8, device=self.torch_device)
+            except torch.cuda.OutOfMemoryError as e:
+                raise WorkspaceOutOfMemory(str(e), self.ws_bytes) from None
             return ws, ws.data_ptr(), self.ws_bytes
         return None, self.ws_ptr, self.ws_size
 
@@ -296,6 +300,46 @@ class _Call:
 
 #: (op, problem, settings, numerics, device, environment defaults) -> its prepared call
 _calls: dict[tuple, _Call] = {}
+#: the same keys -> the settings a kernel runs with since torch's allocator could not give its plan's workspace
+#: (:func:`degrade`): the layer's, with a smaller workspace limit
+_degraded: dict[tuple, Settings] = {}
+
+
+class WorkspaceOutOfMemory(torch.cuda.OutOfMemoryError):
+    """torch's allocator could not give a call's workspace of ``bytes`` bytes (a memory cap, or a full device):
+    :func:`launch` answers with a plan that needs less (:func:`degrade`), not with torch's convolution."""
+
+    def __init__(self, message: str, bytes_: int) -> None:
+        super().__init__(message)
+        self.bytes = bytes_
+
+
+def degrade(op: str, problem: ConvProblem, settings: Settings, numerics: str, device: int, failed: int) -> bool:
+    """After a workspace of ``failed`` bytes did not fit, make ``(op, problem)`` under these settings run with a
+    smaller workspace limit from now on: half of that workspace, and no more than half of what torch's allocator
+    may still take (:func:`torch_free_memory`: under a cap, the cap less what is allocated), in whole MiB, 0 at
+    the end (a plan of workspace-free configurations, which cannot fail this way).  False when there is nothing
+    smaller to try.
+
+    Why: PyTorch under ``set_per_process_memory_fraction`` picks algorithms whose workspace it can allocate; a
+    converted layer whose plan was made for its limit would otherwise fail that allocation on every call, each
+    failure releasing torch's cached blocks (a device synchronisation) before torch's convolution ran instead
+    (AlexNet b256 at 75% of PyTorch's peak, ucudnn at 256 MiB per kernel: 2335 images/s against 11352 at 64 MiB).
+    The plan comes from the same measurements (no benchmark); the layer keeps it for the process, and the
+    compiled launch path rebuilds its entries (:func:`ucudnn.api.plans_changed`)."""
+    if failed <= 0:
+        return False
+    key = (op, problem, settings, numerics, device, _defaults_env(settings))
+    limit = (min(failed // 2, torch_free_memory(device) // 2) >> 20) << 20
+    _degraded[key] = replace(settings, workspace_limit=limit)
+    _calls.pop(key, None)
+    _by_id.clear()
+    from .. import api
+
+    api.plans_changed()
+    log.warning("ucudnn: %s %s: torch's allocator could not give its plan's %d MiB of workspace; it runs with "
+                "%d MiB from now on", op, problem.describe(), failed >> 20, limit >> 20)
+    return True
 
 
 def _defaults_env(settings: Settings) -> tuple:
@@ -366,7 +410,7 @@ def prepared(op: str, problem: ConvProblem, settings: Settings, numerics: str, d
     key = (op, problem, settings, numerics, device, env)
     call = _calls.get(key)
     if call is None or not call.current():
-        call = _calls[key] = _Call(problem, op, settings, numerics, device)
+        call = _calls[key] = _Call(problem, op, _degraded.get(key, settings), numerics, device)
     if len(_by_id) >= _BY_ID_MAX:
         _by_id.clear()
     _by_id[fast] = (problem, settings, call)
@@ -383,15 +427,32 @@ def launch(op: str, problem: ConvProblem, a: torch.Tensor, b: torch.Tensor, out:
     device = a.get_device()
     if not _shared:
         share_torch_memory()
-    call = _ready(op, problem, settings, numerics, device, _defaults_env(settings))
-    if call is not None and call.direct is not None and _torch_device() == device:
-        # the one-step plans' shortcut: no CuPy context, no executor frames (``sources.base.Direct``)
-        ws, ptr, size = call.workspace()
-        if call.direct(a.data_ptr(), b.data_ptr(), out.data_ptr(), ptr, size, _raw_stream(device)):
+    try:
+        call = _ready(op, problem, settings, numerics, device, _defaults_env(settings))
+        if call is not None and call.direct is not None and _torch_device() == device:
+            # the one-step plans' shortcut: no CuPy context, no executor frames (``sources.base.Direct``)
+            ws, ptr, size = call.workspace()
+            if call.direct(a.data_ptr(), b.data_ptr(), out.data_ptr(), ptr, size, _raw_stream(device)):
+                return
+            del ws   # declined: the full launch takes its own
+        with _cp.cuda.Device(device), cupy_stream(device):
+            (call or prepared(op, problem, settings, numerics, device)).run(a, b, out)
+    except WorkspaceOutOfMemory as e:
+        _launch_degraded(op, problem, a, b, out, settings, numerics, device, e)
+
+
+def _launch_degraded(op: str, problem: ConvProblem, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor,
+                     settings: Settings, numerics: str, device: int, error: WorkspaceOutOfMemory) -> None:
+    """:func:`launch` after its workspace did not fit: smaller plans (:func:`degrade`) until one's does; the
+    error again when no smaller one is left (torch's convolution then runs it)."""
+    while degrade(op, problem, settings, numerics, device, error.bytes):
+        try:
+            with _cp.cuda.Device(device), cupy_stream(device):
+                prepared(op, problem, settings, numerics, device).run(a, b, out)
             return
-        del ws   # declined: the full launch takes its own
-    with _cp.cuda.Device(device), cupy_stream(device):
-        (call or prepared(op, problem, settings, numerics, device)).run(a, b, out)
+        except WorkspaceOutOfMemory as e:
+            error = e
+    raise error
 
 
 #: torch's current device (its internal getter when it has one, as for the stream)
