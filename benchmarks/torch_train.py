@@ -9,7 +9,8 @@ is ``torch.cuda.max_memory_allocated()`` over the timed steps (ucudnn's
 workspace comes from torch's allocator, so it is counted); ``memory`` keeps
 the caching allocator's state beside it (``memory_summary``: allocated,
 reserved and inactive-split bytes, segments, retries), on an out-of-memory
-too, where it says what the allocator held when it gave up.
+too, where it says what the allocator held when it gave up, and ``phase`` which
+step failed (the first, a warm-up or a timed one).
 
 Modes: ``fp32`` (strict: TF32 off, as the issue's H100 numbers), ``default``
 (PyTorch's defaults: TF32 allowed in cuDNN convolutions), ``amp`` (autocast
