@@ -133,21 +133,21 @@ def worker(a: argparse.Namespace) -> dict:
         loss.backward()
         opt.step()
 
+    phase = "first step"   # where an out-of-memory happens: the first step, a warm-up or a timed one
     try:
-        rec["phase"] = "first step"   # where an out-of-memory happened: the first step, a warm-up or a timed one
         t0 = time.perf_counter()
         step()
         torch.cuda.synchronize()
         rec["first_step_s"] = time.perf_counter() - t0
         for i in range(a.warmup):
-            rec["phase"] = f"warm-up step {i + 1}"
+            phase = f"warm-up step {i + 1}"
             step()
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         for i in range(a.steps):
-            rec["phase"] = f"timed step {i + 1}"
+            phase = f"timed step {i + 1}"
             step()
         end.record()
         torch.cuda.synchronize()
@@ -155,13 +155,13 @@ def worker(a: argparse.Namespace) -> dict:
         if rec.get("launch_path") == "compiled":   # launches from C++ / handed to Python, over all steps
             counts = list(torch.ops.ucudnn_c.stats())
             rec["launches_compiled"], rec["launches_python"] = sum(counts[:3]), sum(counts[3:])
-        del rec["phase"]
         rec.update(status="ok", step_ms=ms, images_per_s=a.batch * 1000.0 / ms,
                    peak_allocated=torch.cuda.max_memory_allocated(), peak_reserved=torch.cuda.max_memory_reserved(),
                    memory=memory_summary(torch.cuda.memory_stats()))
     except torch.cuda.OutOfMemoryError as e:
         # the allocator's state where it gave up (peaks over the whole run: the failing step included)
-        rec.update(status="oom", error=str(e).splitlines()[0][:400], memory=memory_summary(torch.cuda.memory_stats()))
+        rec.update(status="oom", phase=phase, error=str(e).splitlines()[0][:400],
+                   memory=memory_summary(torch.cuda.memory_stats()))
     return rec
 
 

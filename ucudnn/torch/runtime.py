@@ -329,7 +329,7 @@ def degrade(op: str, problem: ConvProblem, settings: Settings, numerics: str, de
     compiled launch path rebuilds its entries (:func:`ucudnn.api.plans_changed`)."""
     if failed <= 0:
         return False
-    key = (op, problem, settings, numerics, device, _defaults_env(settings))
+    key = _call_key(op, problem, settings, numerics, device)
     limit = (min(failed // 2, torch_free_memory(device) // 2) >> 20) << 20
     _degraded[key] = replace(settings, workspace_limit=limit)
     _calls.pop(key, None)
@@ -340,6 +340,12 @@ def degrade(op: str, problem: ConvProblem, settings: Settings, numerics: str, de
     log.warning("ucudnn: %s %s: torch's allocator could not give its plan's %d MiB of workspace; it runs with "
                 "%d MiB from now on", op, problem.describe(), failed >> 20, limit >> 20)
     return True
+
+
+def _call_key(op: str, problem: ConvProblem, settings: Settings, numerics: str, device: int) -> tuple:
+    """The key of a prepared call in :data:`_calls` and of its settings in :data:`_degraded` (environment defaults
+    last): :func:`prepared` and :func:`degrade` must agree on it."""
+    return op, problem, settings, numerics, device, _defaults_env(settings)
 
 
 def _defaults_env(settings: Settings) -> tuple:
@@ -402,12 +408,12 @@ def prepared(op: str, problem: ConvProblem, settings: Settings, numerics: str, d
     """The prepared call of ``(op, problem)`` for these settings on ``device``, made (lookup chain, maybe a
     benchmark) if there is none or the one there is no longer current.  Call with CuPy's device and stream set
     (:func:`launch` does): preparing may benchmark."""
-    env = _defaults_env(settings)
+    key = _call_key(op, problem, settings, numerics, device)
+    env = key[-1]
     call = _ready(op, problem, settings, numerics, device, env)
     if call is not None:
         return call
     fast = (op, id(problem), id(settings), numerics, device, env)
-    key = (op, problem, settings, numerics, device, env)
     call = _calls.get(key)
     if call is None or not call.current():
         call = _calls[key] = _Call(problem, op, _degraded.get(key, settings), numerics, device)

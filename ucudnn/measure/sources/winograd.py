@@ -143,8 +143,9 @@ def tile_algo_name(tiles: int) -> str:
 
 #: the name suffixes of a chunked configuration's variants, in the order its name carries them
 _SUFFIXES = (("csplit", "s"), ("groups", "g"), ("ksplit", "k"), ("streams", "p"))
-_SUFFIX = re.compile(r"-([tcsgkp])(\d+)")
-_NAMED = {"t": "tiles", "c": "chunk", "s": "csplit", "g": "groups", "k": "ksplit", "p": "streams"}
+#: every tag a chunked configuration's name may carry -> what it names: the chunk's size, then the variants
+_NAMED = {"t": "tiles", "c": "chunk", **{tag: key for key, tag in _SUFFIXES}}
+_SUFFIX = re.compile(r"-([" + "".join(_NAMED) + r"])(\d+)")
 
 
 def configuration_name(chunk: int, n: int, tiles: int | None = None, **variants: int) -> str:
@@ -182,7 +183,7 @@ def tiles_of(config: Measurement) -> int | None:
     """The tile count per chunk of a recorded tile-chunk configuration (its extra, else its algorithm's name
     ``wino-f4-t<T>...``); None for whole-image chunks."""
     info = config.extra.get("winograd") or {}
-    tiles = info.get("tiles", _named(config).get("tiles"))
+    tiles = info["tiles"] if "tiles" in info else _named(config).get("tiles")   # the name parsed only when needed
     if tiles is None:
         return None
     if not isinstance(tiles, int) or tiles < 1:
@@ -193,7 +194,8 @@ def tiles_of(config: Measurement) -> int | None:
 def _choice(config: Measurement, key: str, allowed: tuple[int, ...]) -> int:
     """``extra.winograd.<key>`` of a recorded configuration (else what its name says), one of ``allowed`` (1 where
     neither says)."""
-    value = (config.extra.get("winograd") or {}).get(key, _named(config).get(key, 1))
+    info = config.extra.get("winograd") or {}
+    value = info[key] if key in info else _named(config).get(key, 1)   # the name parsed only when needed
     if value not in allowed or isinstance(value, bool):
         raise InputError(f"{key} must be one of {allowed}, got {value!r}", f"extra.winograd.{key}")
     return value
