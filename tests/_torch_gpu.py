@@ -7,6 +7,7 @@ Imported only by tests that have already checked torch is installed.
 from __future__ import annotations
 
 import copy
+import gc
 
 import pytest
 import torch
@@ -128,6 +129,19 @@ def check_biased_forward_holds_one_output():
     assert x.grad is not None and layer.bias.grad is not None
 
 
+def _fill_cached_blocks() -> list:
+    """Tensors taking every free block of 1 MiB or more that torch's allocator keeps inside segments still in use
+    (``empty_cache`` releases only wholly free segments): largest first, so each takes a block of its own size
+    (the allocator's best fit).  Why: the first calls' benchmark buffers leave such blocks behind (86 MB in one
+    run), and an allocation that fits in one succeeds under any ``set_per_process_memory_fraction`` cap."""
+    sizes = sorted((b["size"] for seg in torch.cuda.memory_snapshot() if seg["segment_type"] == "large"
+                    for b in seg["blocks"] if b["state"] == "inactive" and b["size"] >= 1 << 20), reverse=True)
+    reserved = torch.cuda.memory_reserved()
+    fillers = [torch.empty(n, dtype=torch.uint8, device="cuda") for n in sizes]
+    assert torch.cuda.memory_reserved() == reserved, "a filler took new memory instead of a cached block"
+    return fillers
+
+
 def check_workspace_out_of_memory_degrades_the_plan(monkeypatch):
     """Under a memory cap that leaves room for a converted layer's output but not for its plan's workspace, the call
     runs a smaller plan from the same measurements (not torch's convolution), equal to nn.Conv2d's result, and the
@@ -151,7 +165,9 @@ def check_workspace_out_of_memory_degrades_the_plan(monkeypatch):
         expect = nn.functional.conv2d(x, layer.weight, layer.bias, padding=2)
     fallbacks: list = []
     monkeypatch.setattr(runtime, "note_fallback", lambda *args: fallbacks.append(args))
+    gc.collect()
     torch.cuda.empty_cache()
+    fillers = _fill_cached_blocks()   # the cap limits what torch reserves, not what it reuses from its cache
     total = torch.cuda.get_device_properties(0).total_memory
     # the cap limits what torch reserves: the output fits beside what is reserved now, the workspace does not
     cap = torch.cuda.memory_reserved() + y_bytes + ws // 4 + (4 << 20)
@@ -166,6 +182,7 @@ def check_workspace_out_of_memory_degrades_the_plan(monkeypatch):
             assert torch.cuda.memory_stats()["num_ooms"] == ooms
     finally:
         torch.cuda.set_per_process_memory_fraction(1.0, 0)
+        del fillers
         runtime._degraded.clear()
         runtime._calls.clear()
         runtime._by_id.clear()
