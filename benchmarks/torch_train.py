@@ -92,6 +92,25 @@ def memory_summary(stats: dict) -> dict:
     return out
 
 
+def count_plan_origins() -> dict:
+    """Counts, filled as the run goes, of where the lookup chain found each kernel's plan (``memory``, ``store``:
+    the user cache, ``server``, ``bundle``, ``benchmark``: measured here): the record's ``plans_from``, which says
+    whether a first step benchmarked (``benchmarks/torch_first_step.py`` compares a cold cache with a bundle)."""
+    from ucudnn.catalog import lookup
+
+    counts: dict = {}
+    chain = lookup.kernel_plan
+
+    def counted(*args, **kwargs):
+        found = chain(*args, **kwargs)
+        where = found.layer.split(":", 1)[0]
+        counts[where] = counts.get(where, 0) + 1
+        return found
+
+    lookup.kernel_plan = counted
+    return counts
+
+
 def worker(a: argparse.Namespace) -> dict:
     import torch
     import torchvision
@@ -118,6 +137,7 @@ def worker(a: argparse.Namespace) -> dict:
 
         ucudnn.torch.convert(model, workspace_limit=IMPLS[a.impl], sources=a.sources,
                              replay=a.impl.endswith("-replay"))
+        rec["plans_from"] = count_plan_origins()
         t0 = time.perf_counter()
         fastpath.start(wait=True)       # built once per machine (cached), loaded per process: not a step's cost
         rec["launch_path"] = "compiled" if fastpath.state() == "ready" else "python"
