@@ -145,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(RESULTS / "torch_first_step.jsonl"))
     ap.add_argument("--results", default=str(RESULTS))
     ap.add_argument("--name", default="torch_first_step")
+    ap.add_argument("--keep", metavar="DIR", help="keep the plan caches and bundles here (default: a temporary "
+                    "folder, removed at the end)")
     ap.add_argument("--report", metavar="JSONL", help="write the report from these records only (no GPU)")
     a = ap.parse_args(argv)
     a.models, a.modes = "", ""
@@ -158,8 +160,10 @@ def main(argv: list[str] | None = None) -> int:
     else:
         rows: list[dict] = []
         with tempfile.TemporaryDirectory(prefix="ucudnn-first-step-") as scratch:
+            where = Path(a.keep) if a.keep else Path(scratch)
+            where.mkdir(parents=True, exist_ok=True)
             for model, batch, mode in combinations(a):
-                rows += measure(model, batch, mode, a, Path(scratch))
+                rows += measure(model, batch, mode, a, where)
         doc = {"provenance": _report.provenance(), "rows": rows}
     _report.write(a.results, a.name, doc, markdown(doc))
     return 0

@@ -134,7 +134,10 @@ def _fill_cached_blocks() -> list:
     (``empty_cache`` releases only wholly free segments): largest first, so each takes a block of its own size
     (the allocator's best fit).  Why: the first calls' benchmark buffers leave such blocks behind (86 MB in one
     run), and an allocation that fits in one succeeds under any ``set_per_process_memory_fraction`` cap."""
-    sizes = sorted((b["size"] for seg in torch.cuda.memory_snapshot() if seg["segment_type"] == "large"
+    stream = torch.cuda.current_stream().cuda_stream   # a block serves allocations of its own stream only,
+    sizes = sorted((b["size"] for seg in torch.cuda.memory_snapshot()   # outside a graph's private pool
+                    if seg["segment_type"] == "large" and seg.get("stream", stream) == stream
+                    and tuple(seg.get("segment_pool_id", (0, 0))) == (0, 0)
                     for b in seg["blocks"] if b["state"] == "inactive" and b["size"] >= 1 << 20), reverse=True)
     reserved = torch.cuda.memory_reserved()
     fillers = [torch.empty(n, dtype=torch.uint8, device="cuda") for n in sizes]

@@ -15,6 +15,7 @@ import ucudnn.torch as ut  # noqa: E402
 from ucudnn.torch import runtime  # noqa: E402
 from _torch_gpu import CASES, check_biased_forward_holds_one_output, check_captured_training_step, cnn, grads  # noqa: E402,F401,E501
 from _torch_gpu import check_workspace_out_of_memory_degrades_the_plan  # noqa: E402
+from _torch_ddp import check_ddp_on_one_gpu  # noqa: E402
 from _torch_gpu import strict_fp32, train  # noqa: E402,F401
 
 LIMIT = "1MiB"   # small: most of these plans are micro-batched
@@ -99,6 +100,10 @@ def test_a_compiled_model_equals_eager():
     eager = model(x)
     compiled = torch.compile(model, fullgraph=True)
     torch.testing.assert_close(compiled(x), eager, rtol=1e-5, atol=1e-5)
+
+
+def test_ddp_trains_converted_models_as_it_trains_the_plain_one(tmp_path):
+    check_ddp_on_one_gpu(tmp_path, compiled=False)
 
 
 def test_a_cuda_graph_captured_training_step_replays_correctly():

@@ -16,6 +16,7 @@ import ucudnn.torch as ut  # noqa: E402
 from ucudnn.torch import fastpath  # noqa: E402
 from _torch_gpu import CASES, check_biased_forward_holds_one_output, check_captured_training_step, cnn, grads  # noqa: E402,F401,E501
 from _torch_gpu import check_workspace_out_of_memory_degrades_the_plan  # noqa: E402
+from _torch_ddp import check_ddp_on_one_gpu  # noqa: E402
 from _torch_gpu import strict_fp32, train  # noqa: E402,F401
 
 
@@ -135,6 +136,10 @@ def test_twenty_training_steps_follow_nn_conv2ds_loss_curve(limit):
     ours = train(ut.convert(cnn(), workspace_limit=limit))
     assert ours[-1] < ours[0]
     torch.testing.assert_close(torch.tensor(ours), torch.tensor(plain), rtol=2e-3, atol=2e-3)
+
+
+def test_ddp_trains_converted_models_as_it_trains_the_plain_one(tmp_path):
+    check_ddp_on_one_gpu(tmp_path, compiled=True)
 
 
 def test_a_cuda_graph_captured_training_step_replays_correctly():

@@ -73,6 +73,18 @@ def test_a_checkpoint_saved_before_convert_loads_after_it_and_back(tmp_path):
     assert torch.equal(model(x), plain(x))
 
 
+def test_ddp_trains_converted_models_as_it_trains_the_plain_one(tmp_path):
+    """Two CPU processes over gloo: converted before DDP wraps it or inside the wrapper, a model ends where the
+    plain one ends, every rank alike, and its checkpoint loads into a plain DDP model (``_torch_ddp``)."""
+    import torch.multiprocessing as mp
+
+    if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
+        pytest.skip("this torch has no gloo backend")
+    from _torch_ddp import spawned
+
+    mp.spawn(spawned, args=(2, str(tmp_path / "store")), nprocs=2, join=True)
+
+
 def test_subclasses_of_conv2d_and_other_convolutions_are_left_alone():
     class MyConv(nn.Conv2d):
         def forward(self, x):
