@@ -218,3 +218,53 @@ def test_the_library_refuses_a_bundle_of_another_device(h100_bundle, fake_gpu, m
     assert fake_gpu.calls == ["forward"]  # measured here instead
     assert f"bundle {h100_bundle} skipped: it holds plans for {H100} / cuDNN {CUDNN}, not for this {A100}" \
         in caplog.text
+
+
+# -- why a bundle did not answer ----------------------------------------------------------------------------
+def _key(n=96, dtype="float32", layout="NCHW", numerics="strict", op="forward", c=64, **extra):
+    problem = {"n": n, "c": c, "h": 27, "w": 27, "k": 192, "r": 5, "s": 5, "pad": [2, 2], "stride": [1, 1],
+               "dilation": [1, 1], "groups": 1, "dtype": dtype, "layout": layout}
+    return {"device": H100, "cudnn_version": CUDNN, "problem": problem, "op": op, "numerics": numerics,
+            "batch_policy": "powerOfTwo", **extra}
+
+
+def test_a_miss_names_the_batch_sizes_the_bundle_holds_the_convolution_at():
+    held = [_key(n=256), _key(n=128), _key(n=128, numerics="tf32")]
+    assert lookup.why_missing(_key(n=96), held) == \
+        "it holds this convolution at batch 128, batch 256 (this call: batch 96)"
+
+
+def test_a_miss_names_the_closest_keys_differences_and_says_when_the_convolution_is_not_there_at_all():
+    assert lookup.why_missing(_key(), [_key(dtype="float16", layout="NHWC", numerics="default")]) == \
+        "it holds this convolution at float16 (this call: float32); NHWC (this call: NCHW); " \
+        "numerics default (this call: numerics strict)"
+    # sources and the channel policy are left out of a key at their defaults (legacy alone, none)
+    assert lookup.why_missing(_key(sources="legacy,graph,fold"), [_key()]) == \
+        "it holds this convolution at sources legacy (this call: sources legacy,graph,fold)"
+    assert lookup.why_missing(_key(), [_key(channel_policy="halves")]) == \
+        "it holds this convolution at channel policy halves (this call: channel policy none)"
+    # another op or shape is another convolution
+    assert lookup.why_missing(_key(), [_key(op="backward_data"), _key(c=96)]) == \
+        "it holds no measurements of this convolution"
+    assert lookup.why_missing(_key(), []) == "it holds no measurements of this convolution"
+
+
+def test_a_bundle_without_the_kernel_is_said_once_at_warning_level_with_why_then_benchmarked(
+        h100_bundle, fake_gpu, monkeypatch, kb, caplog):
+    """The bundle holds AlexNet at batch 256; a job at batch 96 benchmarks, and the log says which batch the
+    bundle was made for (the first miss of a bundle at warning level, later ones at debug)."""
+    import dataclasses
+
+    monkeypatch.setenv("UCUDNN_BUNDLE_PATH", str(h100_bundle))
+    monkeypatch.setattr(lookup, "_warned_misses", set())
+    api = fake_gpu(H100)
+    problem = dataclasses.replace(kb.problem, n=96)
+    with caplog.at_level(logging.DEBUG, logger="ucudnn.lookup"):
+        api._plan_from_store_or_bench(problem, kb.op, LIMIT, "powerOfTwo", "strict")
+        api._plan_from_store_or_bench(dataclasses.replace(kb.problem, n=97), kb.op, LIMIT, "powerOfTwo", "strict")
+    assert fake_gpu.calls == ["forward", "forward"]   # measured here: the bundle has neither batch
+    misses = [r for r in caplog.records if "has no measurements" in r.getMessage()]
+    assert [r.levelno for r in misses] == [logging.WARNING, logging.DEBUG]
+    first = misses[0].getMessage()
+    assert f"bundle {h100_bundle} has no measurements of forward n96 c96 27x27 -> k256 5x5" in first
+    assert "it holds this convolution at batch 256 (this call: batch 96)" in first

@@ -15,7 +15,11 @@ stops at layer 2.  Every key names the device model and cuDNN version, so a
 result for another GPU or cuDNN is never picked up; a bundle that holds
 nothing for this pair is skipped with a logged reason (once per process), as
 is a server or bundle that cannot be read: a broken cache layer costs a
-benchmark, never a failed convolution.
+benchmark, never a failed convolution.  A bundle for this pair that lacks
+the kernel is named when the benchmark follows, with what it holds instead
+(:func:`why_missing`: the batch size it was precomputed at, another dtype,
+layout, numerics, batch policy or sources), at warning level for its first
+such kernel in a process and at debug level after that.
 
 This module is pure: callers pass the layers in (``ucudnn.api`` the real
 ones, tests fakes), and a layer is anything with the store's methods.
@@ -55,6 +59,89 @@ def _note(reasons: list[str], reason: str, level: int = logging.INFO) -> None:
     if reason not in _logged:
         _logged.add(reason)
         log.log(level, "ucudnn: %s", reason)
+
+
+#: the parts of a convolution a measurement key names besides its shape, in the order a reason lists them
+_ASPECTS = ("n", "dtype", "layout", "numerics", "batch_policy", "sources", "channel_policy")
+
+
+def _aspects(key: dict[str, Any]) -> tuple[tuple, dict[str, Any]]:
+    """(op and shape, the other aspects) of a measurement key."""
+    problem = dict(key.get("problem") or {})
+    aspects = {"n": problem.pop("n", None), "dtype": problem.pop("dtype", None),
+               "layout": problem.pop("layout", None), "numerics": key.get("numerics"),
+               "batch_policy": key.get("batch_policy"), "sources": key.get("sources"),
+               "channel_policy": key.get("channel_policy")}
+    return (key.get("op"), tuple(sorted((k, str(v)) for k, v in problem.items()))), aspects
+
+
+def _shown(aspect: str, value: Any) -> str:
+    """One aspect's value as a reason says it (a key leaves out sources for legacy alone and the channel policy
+    ``none``: ``ucudnn.api._cache_key``)."""
+    if aspect == "n":
+        return f"batch {value}"
+    if aspect in ("dtype", "layout"):
+        return str(value)
+    if value is None:
+        value = {"sources": "legacy", "channel_policy": "none"}.get(aspect, value)
+    return f"{aspect.replace('_', ' ')} {value}"
+
+
+def why_missing(wanted: dict[str, Any], held: Sequence[dict[str, Any]]) -> str:
+    """Why measurements under ``held`` keys do not answer ``wanted`` (a bench key of the same GPU and cuDNN): the
+    closest held keys of the same convolution (op and shape) and what they differ in -- the batch size a bundle was
+    precomputed at, its dtype or layout, numerics, batch policy, sources -- else that it holds no measurement of
+    this convolution.  Why: a bundle that does not answer costs a benchmark, and a user who installed one needs to
+    know which flag of ``ucudnn precompute`` to change."""
+    shape, want = _aspects(wanted)
+    near: list[dict[str, Any]] = []
+    for key in held:
+        other_shape, have = _aspects(key)
+        if other_shape == shape:
+            near.append({a: have[a] for a in _ASPECTS if have[a] != want[a]})
+    if not near:
+        return "it holds no measurements of this convolution"
+    fewest = min(len(d) for d in near)
+    if fewest == 0:   # the same aspects under a key that differs elsewhere (a field this ucudnn does not name)
+        return "it holds this convolution under a key this ucudnn does not write"
+    closest = [d for d in near if len(d) == fewest]
+    parts = []
+    for a in (a for a in _ASPECTS if any(a in d for d in closest)):
+        values = sorted({d[a] for d in closest if a in d}, key=lambda v: (v is None, v if a == "n" else str(v)))
+        parts.append(f"{', '.join(_shown(a, v) for v in values)} (this call: {_shown(a, want[a])})")
+    return "it holds this convolution at " + "; ".join(parts)
+
+
+def _describe(key: dict[str, Any]) -> str:
+    p = key.get("problem") or {}
+    try:
+        return (f"{key.get('op')} n{p['n']} c{p['c']} {p['h']}x{p['w']} -> k{p['k']} {p['r']}x{p['s']} "
+                f"stride{list(p['stride'])} {p['dtype']} {p['layout']}")
+    except (KeyError, TypeError):
+        return str(key.get("op"))
+
+
+#: bundle path -> (its file's (mtime, size), its measurement keys for the target asked): read once per version
+_held_keys: dict[str, tuple[tuple, tuple[str, int], list[dict[str, Any]]]] = {}
+#: bundles whose first miss this process has logged at warning level (later ones go to debug)
+_warned_misses: set[str] = set()
+
+
+def _miss(path: str | Path, reader: Any, bench_key: dict[str, Any], target: tuple[str, int]) -> str | None:
+    """The reason bundle ``path`` does not answer ``bench_key`` (None where the reader cannot list its keys)."""
+    keys_of = getattr(reader, "kernel_bench_keys", None)
+    if keys_of is None:
+        return None
+    try:
+        st = Path(path).stat()
+        version = (st.st_mtime_ns, st.st_size)
+    except OSError:
+        version = None
+    cached = _held_keys.get(str(path))
+    if cached is None or cached[0] != version or cached[1] != target or version is None:
+        cached = (version, target, keys_of(*target))
+        _held_keys[str(path)] = cached
+    return f"bundle {path} has no measurements of {_describe(bench_key)}: {why_missing(bench_key, cached[2])}"
 
 
 def _wr(kb: KernelBench, plan_key: dict[str, Any]) -> KernelPlan:
@@ -132,6 +219,7 @@ def kernel_plan(plan_key: dict[str, Any], bench_key: dict[str, Any], *, benchmar
             _note(reasons, f"plan server unavailable ({e}); skipped", logging.WARNING)
 
     # 4. installed bundles
+    misses: list[tuple[str, str]] = []   # (bundle, why it did not answer): said only if a benchmark follows
     if bundles:
         if open_bundle is None:
             from .bundle import BundleReader as open_bundle
@@ -163,6 +251,9 @@ def kernel_plan(plan_key: dict[str, Any], bench_key: dict[str, Any], *, benchmar
                     kp = _wr(kb, plan_key)
                     _remember(store, plan_key, bench_key, kb, kp)
                     return done(kp, f"bundle:{path}")
+                missed = _miss(path, reader, bench_key, target)
+                if missed is not None:
+                    misses.append((str(path), missed))
             except Exception as e:  # noqa: BLE001
                 _note(reasons, f"bundle {path} unreadable ({e}); skipped", logging.WARNING)
             finally:
@@ -171,6 +262,12 @@ def kernel_plan(plan_key: dict[str, Any], bench_key: dict[str, Any], *, benchmar
                     close()
 
     # 5. benchmark here
+    for path, reason in misses:
+        first = path not in _warned_misses
+        _warned_misses.add(path)
+        reasons.append(reason)
+        log.log(logging.WARNING if first else logging.DEBUG, "ucudnn: %s; benchmarking it here%s", reason,
+                " (further kernels this bundle lacks are logged at debug level)" if first else "")
     kb = benchmark()
     kp = _wr(kb, plan_key)
     _remember(store, plan_key, bench_key, kb, kp)

@@ -206,6 +206,14 @@ class Store:
     def get_kernel_bench(self, key: dict[str, Any]) -> KernelBench | None:
         return self.get_kernel_bench_by_id(key_id(key))
 
+    def kernel_bench_keys(self, device: str, cudnn_version: int) -> list[dict[str, Any]]:
+        """The keys of every kernel's measurements held for this GPU model and cuDNN version: what the lookup chain
+        compares a missed key with, to say why a bundle did not answer (:func:`ucudnn.catalog.lookup.why_missing`)."""
+        with Session(self.engine) as s:
+            rows = s.execute(select(KernelBenchRow.key).where(KernelBenchRow.device == device,
+                                                             KernelBenchRow.cudnn_version == int(cudnn_version)))
+            return [json.loads(k) for (k,) in rows]
+
     def get_kernel_bench_by_id(self, bench_id: str) -> KernelBench | None:
         """By ``key_id(key)``: what the plan service answers nodes that computed the key themselves."""
         with Session(self.engine) as s:
