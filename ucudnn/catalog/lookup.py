@@ -113,11 +113,12 @@ def why_missing(wanted: dict[str, Any], held: Sequence[dict[str, Any]]) -> str:
 
 
 def _describe(key: dict[str, Any]) -> str:
-    p = key.get("problem") or {}
+    """``forward n96 c96 27x27 -> k256 5x5 ...`` (:meth:`ConvProblem.describe`) for a key's op and problem."""
+    from ..problem import ConvProblem
+
     try:
-        return (f"{key.get('op')} n{p['n']} c{p['c']} {p['h']}x{p['w']} -> k{p['k']} {p['r']}x{p['s']} "
-                f"stride{list(p['stride'])} {p['dtype']} {p['layout']}")
-    except (KeyError, TypeError):
+        return f"{key.get('op')} {ConvProblem.from_dict(key['problem']).describe()}"
+    except Exception:  # noqa: BLE001 - a reason is never worth an error: a key of another version says its op
         return str(key.get("op"))
 
 
