@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 
 import pytest
+from hypothesis import given, strategies as st
 
 from ucudnn.catalog import lookup
 from ucudnn.catalog.store import key_id
@@ -251,20 +252,112 @@ def test_a_miss_names_the_closest_keys_differences_and_says_when_the_convolution
 
 def test_a_bundle_without_the_kernel_is_said_once_at_warning_level_with_why_then_benchmarked(
         h100_bundle, fake_gpu, monkeypatch, kb, caplog):
-    """The bundle holds AlexNet at batch 256; a job at batch 96 benchmarks, and the log says which batch the
-    bundle was made for (the first miss of a bundle at warning level, later ones at debug)."""
+    """The bundle holds AlexNet at batch 256; a job at batch 300 (no larger batch held either) benchmarks, and the
+    log says which batch the bundle was made for (the first miss of a bundle at warning level, later ones at
+    debug)."""
     import dataclasses
 
     monkeypatch.setenv("UCUDNN_BUNDLE_PATH", str(h100_bundle))
     monkeypatch.setattr(lookup, "_warned_misses", set())
     api = fake_gpu(H100)
-    problem = dataclasses.replace(kb.problem, n=96)
     with caplog.at_level(logging.DEBUG, logger="ucudnn.lookup"):
-        api._plan_from_store_or_bench(problem, kb.op, LIMIT, "powerOfTwo", "strict")
-        api._plan_from_store_or_bench(dataclasses.replace(kb.problem, n=97), kb.op, LIMIT, "powerOfTwo", "strict")
+        for n in (300, 301):
+            api._plan_from_store_or_bench(dataclasses.replace(kb.problem, n=n), kb.op, LIMIT, "powerOfTwo",
+                                          "strict")
     assert fake_gpu.calls == ["forward", "forward"]   # measured here: the bundle has neither batch
     misses = [r for r in caplog.records if "has no measurements" in r.getMessage()]
     assert [r.levelno for r in misses] == [logging.WARNING, logging.DEBUG]
     first = misses[0].getMessage()
-    assert f"bundle {h100_bundle} has no measurements of forward n96 c96 27x27 -> k256 5x5" in first
-    assert "it holds this convolution at batch 256 (this call: batch 96)" in first
+    assert f"bundle {h100_bundle} has no measurements of forward n300 c96 27x27 -> k256 5x5" in first
+    assert "it holds this convolution at batch 256 (this call: batch 300)" in first
+
+
+# -- a smaller batch from a larger batch's measurements -----------------------------------------------------------
+def _at(kb, n):
+    """``kb``'s kernel at mini-batch ``n`` (the problem only: its rows stay the larger batch's)."""
+    import dataclasses
+
+    return dataclasses.replace(kb.problem, n=n)
+
+
+def _bench_key(kb, n, policy="powerOfTwo"):
+    return {**keys(kb)[1], "problem": _at(kb, n).to_dict(), "batch_policy": policy}
+
+
+def _measured_at(kb, n):
+    """What measuring only micro-batch ``n`` gives, made from ``kb``'s rows at the next power of two (scaled)."""
+    import dataclasses
+
+    from ucudnn.planning.table import KernelBench
+
+    src = min(m for m in kb.micro_batches() if m >= n)
+    rows = [dataclasses.replace(m, micro_batch=n, time_ms=m.time_ms * n / src) for m in kb.measurements
+            if m.micro_batch == src]
+    return KernelBench(kb.name, kb.op, _at(kb, n), rows, [], 1.5)
+
+
+@pytest.mark.parametrize("n", [96, 200, 3, 65])
+def test_a_smaller_batch_takes_the_larger_batchs_micro_batches_and_measures_only_its_own_size(kb, n):
+    asked: list[int] = []
+    got = lookup.from_larger_batch(kb, _bench_key(kb, n), lambda: (asked.append(n), _measured_at(kb, n))[1])
+    assert asked == [n]
+    from ucudnn.policy import micro_batch_sizes
+
+    assert got.problem.n == n and got.micro_batches() == micro_batch_sizes("powerOfTwo", n)
+    for m in micro_batch_sizes("powerOfTwo", n)[:-1]:   # the larger batch's rows, as they are
+        assert [r for r in got.measurements if r.micro_batch == m] == [r for r in kb.measurements if r.micro_batch == m]
+    plan = lookup._wr(got, {**_bench_key(kb, n), "workspace_limit": LIMIT})
+    assert sum(c.micro_batch for c in plan.configs) == n
+
+
+def test_a_size_the_larger_batchs_policy_measured_needs_no_measurement_and_undivided_cannot_be_derived(kb):
+    def never():
+        raise AssertionError("nothing should be measured")
+
+    got = lookup.from_larger_batch(kb, _bench_key(kb, 64), never)   # 64 is one of 256's powers of two
+    assert got.micro_batches() == [1, 2, 4, 8, 16, 32, 64] and got.benchmark_seconds is None
+    assert lookup.from_larger_batch(kb, _bench_key(kb, 96, "undivided"), never) is None
+    assert lookup.from_larger_batch(kb, _bench_key(kb, 256), never) is None   # not smaller
+    assert lookup.from_larger_batch(kb, _bench_key(kb, 300), never) is None
+
+
+def test_the_library_plans_a_smaller_batch_from_a_bundles_larger_one_measuring_its_own_size_once(
+        h100_bundle, fake_gpu, monkeypatch, kb, caplog):
+    """The bundle holds AlexNet conv2 at batch 256: a job at batch 96 measures only micro-batch 96 (the undivided
+    policy) and plans with the bundle's micro-batches up to 64; at batch 64 it measures nothing; both are in the
+    user cache afterwards."""
+    import ucudnn.api as api_module
+    from ucudnn.catalog.store import Store
+
+    policies: list[str] = []
+
+    def benchmark(kernels, bp, nm, sources=None):
+        policies.append(bp)
+        return BenchmarkTable(H100, CUDNN, [_measured_at(kb, kernels[0].problem.n)], nm)
+
+    monkeypatch.setenv("UCUDNN_BUNDLE_PATH", str(h100_bundle))
+    api = fake_gpu(H100)
+    monkeypatch.setattr(api_module, "benchmark", benchmark)
+    store = Store(f"sqlite:///{h100_bundle.parent / 'user.db'}")
+    monkeypatch.setattr(api_module, "_store", store)
+    kp96 = api._plan_from_store_or_bench(_at(kb, 96), kb.op, LIMIT, "powerOfTwo", "strict")
+    assert policies == ["undivided"] and sum(c.micro_batch for c in kp96.configs) == 96
+    kp64 = api._plan_from_store_or_bench(_at(kb, 64), kb.op, LIMIT, "powerOfTwo", "strict")
+    assert policies == ["undivided"] and sum(c.micro_batch for c in kp64.configs) == 64
+    for n, kp in ((96, kp96), (64, kp64)):   # the next process finds both in its user cache
+        monkeypatch.setattr(api_module, "_plans", {})
+        assert api._plan_from_store_or_bench(_at(kb, n), kb.op, LIMIT, "powerOfTwo", "strict").configs == kp.configs
+    assert policies == ["undivided"]
+    held = store.get_kernel_bench(api_module._cache_key(_at(kb, 96), kb.op, "strict", "powerOfTwo"))
+    assert held.micro_batches() == [1, 2, 4, 8, 16, 32, 64, 96]
+
+
+
+@given(policy=st.sampled_from(["powerOfTwo", "powerOfTwoAndMidpoints", "all"]),
+       n=st.integers(1, 600), extra=st.integers(1, 600))
+def test_every_size_a_policy_measures_below_a_batch_it_measures_for_every_larger_batch(policy, n, extra):
+    """What from_larger_batch rests on: a smaller batch needs at most its own size measured."""
+    from ucudnn.policy import micro_batch_sizes
+
+    smaller, larger = micro_batch_sizes(policy, n), set(micro_batch_sizes(policy, n + extra))
+    assert [m for m in smaller if m not in larger] in ([], [n])

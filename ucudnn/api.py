@@ -141,8 +141,9 @@ class _Deferred(Exception):
 
 def _lookup(problem: ConvProblem, op: str, limit: int, bp: str, nm: str, names: tuple[str, ...],
             benchmark_now: bool = True) -> KernelPlan:
-    """The lookup chain (in-process, user cache, plan server, installed bundles: :mod:`ucudnn.catalog.lookup`),
-    then a benchmark here, or :class:`_Deferred` instead of one when ``benchmark_now`` is False."""
+    """The lookup chain (in-process, user cache, plan server, installed bundles, the same kernel at a larger batch:
+    :mod:`ucudnn.catalog.lookup`), then a benchmark here, or :class:`_Deferred` instead of one when
+    ``benchmark_now`` is False."""
     from .catalog import lookup
 
     def measure() -> Any:
@@ -150,10 +151,15 @@ def _lookup(problem: ConvProblem, op: str, limit: int, bp: str, nm: str, names: 
             raise _Deferred
         return benchmark([KernelSpec(f"{op}", op, problem)], bp, nm, sources=list(names)).kernels[0]
 
+    def measure_batch() -> Any:   # the mini-batch's own size only: the rest comes from a larger batch's table
+        if not benchmark_now:
+            raise _Deferred
+        return benchmark([KernelSpec(f"{op}", op, problem)], "undivided", nm, sources=list(names)).kernels[0]
+
     return lookup.kernel_plan(
         _cache_key(problem, op, nm, bp, limit, names), _cache_key(problem, op, nm, bp, sources=names),
         benchmark=measure, memory=_plans, store=_get_store(), server=lookup.server_from_env(),
-        bundles=lookup.installed_bundles()).plan
+        bundles=lookup.installed_bundles(), measure_batch=measure_batch).plan
 
 
 def _plan_from_store_or_bench(problem: ConvProblem, op: str, limit: int, bp: str, nm: str,

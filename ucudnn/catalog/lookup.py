@@ -8,7 +8,9 @@ timing cache, XLA's loaded autotune results, in one chain):
    a plan for this exact limit, else this kernel's measurements, planned now;
 3. **plan server** — ``UCUDNN_PLAN_SERVER``: measurements another node shared;
 4. **installed bundles** — the system bundle directory, then ``UCUDNN_BUNDLE_PATH``;
-5. **benchmark** on this GPU, shared back with the server when there is one.
+5. **a larger batch** — the same kernel's measurements at a larger mini-batch in the user cache or a bundle:
+   its micro-batches up to this one's, and this mini-batch's own size measured here (:func:`from_larger_batch`);
+6. **benchmark** on this GPU, shared back with the server when there is one.
 
 What a later layer finds is written to the user cache, so the next process
 stops at layer 2.  Every key names the device model and cuDNN version, so a
@@ -128,8 +130,9 @@ _held_keys: dict[str, tuple[tuple, tuple[str, int], list[dict[str, Any]]]] = {}
 _warned_misses: set[str] = set()
 
 
-def _miss(path: str | Path, reader: Any, bench_key: dict[str, Any], target: tuple[str, int]) -> str | None:
-    """The reason bundle ``path`` does not answer ``bench_key`` (None where the reader cannot list its keys)."""
+def _bundle_keys(path: str | Path, reader: Any, target: tuple[str, int]) -> list[dict[str, Any]] | None:
+    """The measurement keys bundle ``path`` holds for ``target`` (None where the reader cannot list them), read
+    once per version of its file: a cluster's bundle may hold thousands, and every kernel a job lacks asks."""
     keys_of = getattr(reader, "kernel_bench_keys", None)
     if keys_of is None:
         return None
@@ -142,7 +145,100 @@ def _miss(path: str | Path, reader: Any, bench_key: dict[str, Any], target: tupl
     if cached is None or cached[0] != version or cached[1] != target or version is None:
         cached = (version, target, keys_of(*target))
         _held_keys[str(path)] = cached
-    return f"bundle {path} has no measurements of {_describe(bench_key)}: {why_missing(bench_key, cached[2])}"
+    return cached[2]
+
+
+def _miss(path: str | Path, reader: Any, bench_key: dict[str, Any], target: tuple[str, int]) -> str | None:
+    """The reason bundle ``path`` does not answer ``bench_key`` (None where the reader cannot list its keys)."""
+    held = _bundle_keys(path, reader, target)
+    if held is None:
+        return None
+    return f"bundle {path} has no measurements of {_describe(bench_key)}: {why_missing(bench_key, held)}"
+
+
+def from_larger_batch(held: KernelBench, bench_key: dict[str, Any],
+                      measure_batch: Callable[[], KernelBench]) -> KernelBench | None:
+    """This kernel's measurements at mini-batch n (``bench_key``) from ``held``, the same kernel's at a larger
+    mini-batch N under the same batch policy: every micro-batch size the policy measures for n except n itself is
+    one it measured for N (powers of two, midpoints and ``all`` alike), and a micro-batch's rows do not depend on
+    the mini-batch it is part of (each is the convolution of that many images).  So they are taken as they are,
+    and only n itself is measured (``measure_batch``), unless the policy measured n for N too (n = 64 from
+    N = 128 under ``powerOfTwo``: nothing is measured).  None where the policy's sizes for n are not all there
+    (``undivided``): the caller benchmarks the whole kernel.
+
+    Why: a job whose batch differs from the one its plans were made at (a bundle precomputed at 128, a job at 96;
+    an epoch's last, smaller batch; an evaluation batch) would otherwise benchmark every kernel again, most of it
+    the same micro-batches."""
+    from ..planning.table import KernelBench as _KernelBench
+    from ..policy import micro_batch_sizes
+    from ..problem import ConvProblem
+
+    problem = ConvProblem.from_dict(bench_key["problem"])
+    policy = bench_key["batch_policy"]
+    n, big = problem.n, held.problem.n
+    if big <= n:
+        return None
+    wanted, measured = micro_batch_sizes(policy, n), set(micro_batch_sizes(policy, big))
+    lacking = [m for m in wanted if m not in measured]
+    if lacking not in ([], [n]) or len(lacking) == len(wanted):   # nothing to take (undivided): benchmark it
+        return None
+    keep = set(wanted)
+    rows = [m for m in held.measurements if m.micro_batch in keep]
+    skipped = [s for s in held.skipped if s.micro_batch in keep]
+    seconds = None
+    if lacking:
+        new = measure_batch()
+        rows += [m for m in new.measurements if m.micro_batch == n]
+        skipped += [s for s in new.skipped if s.micro_batch == n]
+        seconds = new.benchmark_seconds
+    return _KernelBench(held.name, held.op, problem, rows, skipped, seconds)
+
+
+def _larger_batch(bench_key: dict[str, Any], target: tuple[str, int], store: Any,
+                  bundles: Sequence[str | Path], open_bundle: Callable[[str | Path], Any] | None
+                  ) -> tuple[str, KernelBench] | None:
+    """(where, measurements) of this kernel at the smallest mini-batch larger than ``bench_key``'s that the user
+    cache or a bundle holds under an otherwise equal key; None if none does."""
+    problem = dict(bench_key["problem"])
+    n = problem.pop("n")
+    rest = {k: v for k, v in bench_key.items() if k != "problem"}
+
+    def larger_n(key: dict[str, Any]) -> int | None:
+        other = dict(key.get("problem") or {})
+        m = other.pop("n", None)
+        same = other == problem and {k: v for k, v in key.items() if k != "problem"} == rest
+        return m if same and isinstance(m, int) and m > n else None
+
+    best: tuple[int, str, Any, dict[str, Any]] | None = None
+    layers: list[tuple[str, Any, bool]] = [("store", store, False)] if store is not None else []
+    if bundles:
+        if open_bundle is None:
+            from .bundle import BundleReader as open_bundle
+        for path in bundles:
+            try:
+                layers.append((str(path), open_bundle(path), True))
+            except Exception:  # noqa: BLE001 - already reported by the bundle layer
+                continue
+    try:
+        for where, layer, is_bundle in layers:
+            if is_bundle:
+                held = _bundle_keys(where, layer, target) or []
+            else:
+                keys_of = getattr(layer, "kernel_bench_keys", None)
+                held = keys_of(*target) if keys_of is not None else []
+            for key in held:
+                m = larger_n(key)
+                if m is not None and (best is None or m < best[0]):
+                    best = (m, f"bundle:{where}" if is_bundle else where, layer, key)
+        if best is None:
+            return None
+        kb = best[2].get_kernel_bench(best[3])
+        return None if kb is None else (best[1], kb)
+    finally:
+        for _, layer, is_bundle in layers:
+            close = getattr(layer, "close", None) if is_bundle else None
+            if close is not None:
+                close()
 
 
 def _wr(kb: KernelBench, plan_key: dict[str, Any]) -> KernelPlan:
@@ -174,12 +270,18 @@ def _same_target(plan: Plan, plan_key: dict[str, Any]) -> bool:
 def kernel_plan(plan_key: dict[str, Any], bench_key: dict[str, Any], *, benchmark: Callable[[], KernelBench],
                 memory: MutableMapping[str, KernelPlan] | None = None, store: Any = None,
                 server: BenchLayer | None = None, bundles: Sequence[str | Path] = (),
-                open_bundle: Callable[[str | Path], Any] | None = None) -> Found:
+                open_bundle: Callable[[str | Path], Any] | None = None,
+                measure_batch: Callable[[], KernelBench] | None = None) -> Found:
     """The WR plan for ``plan_key`` (``ucudnn.api._cache_key`` with a limit) from the first layer that has it.
 
     ``bench_key`` is the same key without the limit (a kernel's
     measurements serve every limit).  ``benchmark`` measures the kernel on
-    this GPU; it runs only when no layer answers.
+    this GPU; it runs only when no layer answers.  ``measure_batch``
+    measures only the micro-batch of the whole mini-batch (the ``undivided``
+    policy's one size): given, a kernel that no layer has at its mini-batch
+    but the user cache or a bundle has at a larger one is planned from that
+    one's micro-batches (:func:`from_larger_batch`), measuring at most this
+    one size.
     """
     pid = key_id(plan_key)
     reasons: list[str] = []
@@ -262,7 +364,27 @@ def kernel_plan(plan_key: dict[str, Any], bench_key: dict[str, Any], *, benchmar
                 if close is not None:
                     close()
 
-    # 5. benchmark here
+    # 5. the same kernel measured at a larger mini-batch (user cache, bundles): its micro-batches are this one's
+    if measure_batch is not None:
+        try:
+            larger = _larger_batch(bench_key, target, store, bundles, open_bundle)
+        except Exception as e:  # noqa: BLE001 - a cache layer that cannot be searched costs a benchmark
+            _note(reasons, f"could not search the caches for this kernel at a larger batch ({e})", logging.WARNING)
+            larger = None
+        if larger is not None:
+            where, held = larger
+            kb = from_larger_batch(held, bench_key, measure_batch)
+            if kb is not None:
+                _note(reasons, f"{_describe(bench_key)}: planned from its measurements at batch {held.problem.n} "
+                               f"({where}), batch {bench_key['problem']['n']} itself measured here"
+                               if kb.benchmark_seconds is not None else
+                               f"{_describe(bench_key)}: planned from its measurements at batch {held.problem.n} "
+                               f"({where}), nothing measured")
+                kp = _wr(kb, plan_key)
+                _remember(store, plan_key, bench_key, kb, kp)
+                return done(kp, f"larger-batch:{where}")
+
+    # 6. benchmark here
     for path, reason in misses:
         first = path not in _warned_misses
         _warned_misses.add(path)
