@@ -11,7 +11,7 @@ import logging
 import pytest
 from hypothesis import given, strategies as st
 
-from ucudnn.catalog import lookup
+from ucudnn.catalog import lookup, near_keys
 from ucudnn.catalog.store import key_id
 from ucudnn.planning.plan import Plan
 from ucudnn.planning.table import BenchmarkTable
@@ -231,23 +231,23 @@ def _key(n=96, dtype="float32", layout="NCHW", numerics="strict", op="forward", 
 
 def test_a_miss_names_the_batch_sizes_the_bundle_holds_the_convolution_at():
     held = [_key(n=256), _key(n=128), _key(n=128, numerics="tf32")]
-    assert lookup.why_missing(_key(n=96), held) == \
+    assert near_keys.why_missing(_key(n=96), held) == \
         "it holds this convolution at batch 128, batch 256 (this call: batch 96)"
 
 
 def test_a_miss_names_the_closest_keys_differences_and_says_when_the_convolution_is_not_there_at_all():
-    assert lookup.why_missing(_key(), [_key(dtype="float16", layout="NHWC", numerics="default")]) == \
+    assert near_keys.why_missing(_key(), [_key(dtype="float16", layout="NHWC", numerics="default")]) == \
         "it holds this convolution at float16 (this call: float32); NHWC (this call: NCHW); " \
         "numerics default (this call: numerics strict)"
     # sources and the channel policy are left out of a key at their defaults (legacy alone, none)
-    assert lookup.why_missing(_key(sources="legacy,graph,fold"), [_key()]) == \
+    assert near_keys.why_missing(_key(sources="legacy,graph,fold"), [_key()]) == \
         "it holds this convolution at sources legacy (this call: sources legacy,graph,fold)"
-    assert lookup.why_missing(_key(), [_key(channel_policy="halves")]) == \
+    assert near_keys.why_missing(_key(), [_key(channel_policy="halves")]) == \
         "it holds this convolution at channel policy halves (this call: channel policy none)"
     # another op or shape is another convolution
-    assert lookup.why_missing(_key(), [_key(op="backward_data"), _key(c=96)]) == \
+    assert near_keys.why_missing(_key(), [_key(op="backward_data"), _key(c=96)]) == \
         "it holds no measurements of this convolution"
-    assert lookup.why_missing(_key(), []) == "it holds no measurements of this convolution"
+    assert near_keys.why_missing(_key(), []) == "it holds no measurements of this convolution"
 
 
 def test_a_bundle_without_the_kernel_is_said_once_at_warning_level_with_why_then_benchmarked(
@@ -299,7 +299,7 @@ def _measured_at(kb, n):
 @pytest.mark.parametrize("n", [96, 200, 3, 65])
 def test_a_smaller_batch_takes_the_larger_batchs_micro_batches_and_measures_only_its_own_size(kb, n):
     asked: list[int] = []
-    got = lookup.from_larger_batch(kb, _bench_key(kb, n), lambda: (asked.append(n), _measured_at(kb, n))[1])
+    got = near_keys.from_larger_batch(kb, _bench_key(kb, n), lambda: (asked.append(n), _measured_at(kb, n))[1])
     assert asked == [n]
     from ucudnn.policy import micro_batch_sizes
 
@@ -314,11 +314,11 @@ def test_a_size_the_larger_batchs_policy_measured_needs_no_measurement_and_undiv
     def never():
         raise AssertionError("nothing should be measured")
 
-    got = lookup.from_larger_batch(kb, _bench_key(kb, 64), never)   # 64 is one of 256's powers of two
+    got = near_keys.from_larger_batch(kb, _bench_key(kb, 64), never)   # 64 is one of 256's powers of two
     assert got.micro_batches() == [1, 2, 4, 8, 16, 32, 64] and got.benchmark_seconds is None
-    assert lookup.from_larger_batch(kb, _bench_key(kb, 96, "undivided"), never) is None
-    assert lookup.from_larger_batch(kb, _bench_key(kb, 256), never) is None   # not smaller
-    assert lookup.from_larger_batch(kb, _bench_key(kb, 300), never) is None
+    assert near_keys.from_larger_batch(kb, _bench_key(kb, 96, "undivided"), never) is None
+    assert near_keys.from_larger_batch(kb, _bench_key(kb, 256), never) is None   # not smaller
+    assert near_keys.from_larger_batch(kb, _bench_key(kb, 300), never) is None
 
 
 def test_the_library_plans_a_smaller_batch_from_a_bundles_larger_one_measuring_its_own_size_once(

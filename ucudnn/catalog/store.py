@@ -208,7 +208,8 @@ class Store:
 
     def kernel_bench_keys(self, device: str, cudnn_version: int) -> list[dict[str, Any]]:
         """The keys of every kernel's measurements held for this GPU model and cuDNN version: what the lookup chain
-        compares a missed key with, to say why a bundle did not answer (:func:`ucudnn.catalog.lookup.why_missing`)."""
+        compares a missed key with (:mod:`ucudnn.catalog.near_keys`: why a bundle did not answer, the same kernel
+        at a larger batch)."""
         with Session(self.engine) as s:
             rows = s.execute(select(KernelBenchRow.key).where(KernelBenchRow.device == device,
                                                              KernelBenchRow.cudnn_version == int(cudnn_version)))
