@@ -13,10 +13,13 @@ step's host time and where the lookup chain found each kernel's plan (``plans_fr
   ``ucudnn precompute --torch-model torchvision.models:NAME@B --input-shape 3,224,224 --workspace-limits 64MiB
   --out F.bundle`` wrote (its own store, its wall time recorded as ``precompute_s``): what a cluster's machines pay
   when plans were precomputed once for their GPU model.
+- ``bundle at bB`` (``--bundle-batch B``): the same with a bundle precomputed at a larger batch B: the lookup
+  chain plans the job's batch from B's micro-batches and measures only the job's own size (``larger-batch``);
 
 Writes ``results/torch_first_step.{json,md}`` (``--name``) and the raw records (``--out``, JSON lines).
 
     python benchmarks/torch_first_step.py --only resnet50@128:fp32,vgg16@64:fp32,alexnet@256:fp32,resnet50@128:amp
+    python benchmarks/torch_first_step.py --only resnet50@96:fp32 --bundle-batch 128
 """
 from __future__ import annotations
 
@@ -95,6 +98,13 @@ def measure(model: str, batch: int, mode: str, a: argparse.Namespace, scratch: P
                                                    "UCUDNN_BUNDLE_PATH": str(bundle)}, a) \
         if pre["status"] == "ok" else {"status": "skipped", "error": "precompute failed"}
     rows.append(dict(kind="bundle", precompute=pre, **rec))
+    if a.bundle_batch and a.bundle_batch > batch:   # a bundle made at a larger batch: the job's batch derived
+        big = scratch / f"{model}-b{a.bundle_batch}-{mode}.bundle"
+        pre = precompute(model, a.bundle_batch, mode, big, scratch / f"{tag}-precompute-{a.bundle_batch}.db", a)
+        rec = worker(model, batch, mode, "ucudnn-64", {"UCUDNN_DATABASE": str(scratch / f"{tag}-empty2.db"),
+                                                       "UCUDNN_BUNDLE_PATH": str(big)}, a) \
+            if pre["status"] == "ok" else {"status": "skipped", "error": "precompute failed"}
+        rows.append(dict(kind=f"bundle at b{a.bundle_batch}", precompute=pre, **rec))
     for r in rows:
         r.update(model=model, batch=batch, mode=mode, sources=a.sources, command=_report.provenance()["command"],
                  recorded_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
@@ -140,6 +150,9 @@ def main(argv: list[str] | None = None) -> int:
                     metavar="MODEL@BATCH:MODE,...")
     ap.add_argument("--sources", default=None, help="ucudnn's algorithm sources (convert's and precompute's; "
                     "default: the library's default)")
+    ap.add_argument("--bundle-batch", type=int, default=None, metavar="B",
+                    help="also precompute at this larger batch and run the job's batch with that bundle (its "
+                         "plans derived from the larger batch's micro-batches, the job's own size measured)")
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--timeout", type=int, default=400, help="seconds per process")
     ap.add_argument("--out", default=str(RESULTS / "torch_first_step.jsonl"))
