@@ -93,7 +93,7 @@ def test_the_first_layer_that_has_the_kernel_answers_and_later_ones_are_not_aske
     has = LAYERS[LAYERS.index(first):]
     memory = {}
     if "memory" in has:
-        memory[key_id(keys(kb)[0])] = lookup._wr(kb, keys(kb)[0])
+        memory[key_id(keys(kb)[0])] = lookup.wr_plan(kb, keys(kb)[0])
     store = Layer("store", log, kb if "store" in has else None)
     server = Layer("server", log, kb if "server" in has else None)
     bundle = Layer("bundle", log, kb if "bundle" in has else None)
@@ -101,7 +101,7 @@ def test_the_first_layer_that_has_the_kernel_answers_and_later_ones_are_not_aske
     assert found.layer.split(":")[0] == first
     asked = [entry.split(".")[0] for entry in log if ".put_" not in entry]
     assert all(LAYERS.index(a) <= LAYERS.index(first) for a in asked), log
-    assert found.plan.configs == lookup._wr(kb, keys(kb)[0]).configs
+    assert found.plan.configs == lookup.wr_plan(kb, keys(kb)[0]).configs
 
 
 def test_what_a_later_layer_finds_is_kept_in_the_user_cache(kb):
@@ -140,7 +140,7 @@ def test_a_plan_in_a_bundle_labelled_for_another_device_is_not_used(kb, caplog):
     log: list[str] = []
     plan_key, _ = keys(kb)
     odd = Layer("odd.bundle", log)
-    odd.plans[key_id(plan_key)] = Plan("wr", "powerOfTwo", [lookup._wr(kb, plan_key)], A100, CUDNN,
+    odd.plans[key_id(plan_key)] = Plan("wr", "powerOfTwo", [lookup.wr_plan(kb, plan_key)], A100, CUDNN,
                                        workspace_limit=LIMIT)
     found = run(kb, bundles=[odd], bench_log=log)
     assert found.layer == "benchmark" and any("is for NVIDIA A100" in r for r in found.skipped)
@@ -203,7 +203,7 @@ def test_the_library_plans_from_an_installed_bundle_without_benchmarking(h100_bu
     api = fake_gpu(H100)
     kp = api._plan_from_store_or_bench(kb.problem, kb.op, LIMIT, "powerOfTwo", "strict")
     assert fake_gpu.calls == []
-    assert kp.configs == lookup._wr(kb, keys(kb)[0]).configs
+    assert kp.configs == lookup.wr_plan(kb, keys(kb)[0]).configs
     # now in the user cache: found there with the bundle gone
     monkeypatch.delenv("UCUDNN_BUNDLE_PATH")
     monkeypatch.setattr(api, "_plans", {})
@@ -306,7 +306,7 @@ def test_a_smaller_batch_takes_the_larger_batchs_micro_batches_and_measures_only
     assert got.problem.n == n and got.micro_batches() == micro_batch_sizes("powerOfTwo", n)
     for m in micro_batch_sizes("powerOfTwo", n)[:-1]:   # the larger batch's rows, as they are
         assert [r for r in got.measurements if r.micro_batch == m] == [r for r in kb.measurements if r.micro_batch == m]
-    plan = lookup._wr(got, {**_bench_key(kb, n), "workspace_limit": LIMIT})
+    plan = lookup.wr_plan(got, {**_bench_key(kb, n), "workspace_limit": LIMIT})
     assert sum(c.micro_batch for c in plan.configs) == n
 
 
@@ -361,3 +361,28 @@ def test_every_size_a_policy_measures_below_a_batch_it_measures_for_every_larger
 
     smaller, larger = micro_batch_sizes(policy, n), set(micro_batch_sizes(policy, n + extra))
     assert [m for m in smaller if m not in larger] in ([], [n])
+
+
+def test_heuristic_mode_starts_a_smaller_batch_on_a_larger_batchs_measured_micro_batches(
+        h100_bundle, fake_gpu, monkeypatch, kb):
+    """UCUDNN_BENCHMARK=heuristic, a bundle at batch 256, a call at batch 96: the first plan is WR over the
+    bundle's micro-batches up to 64 (measured rows, not cuDNN's untimed heuristic choice), nothing is measured
+    now or stored for batch 96, and the background benchmark is asked for the kernel."""
+    import types
+
+    import ucudnn.api as api_module
+    from ucudnn.measure import heuristic
+
+    monkeypatch.setenv("UCUDNN_BUNDLE_PATH", str(h100_bundle))
+    monkeypatch.setenv("UCUDNN_BENCHMARK", "heuristic")
+    api = fake_gpu(H100)
+    submitted: list[tuple] = []
+    monkeypatch.setattr(api_module._background, "submit", submitted.append)
+    monkeypatch.setattr(api_module, "cupy", lambda: types.SimpleNamespace(
+        cuda=types.SimpleNamespace(Device=lambda: types.SimpleNamespace(id=0))))
+    monkeypatch.setattr(heuristic, "heuristic_plan", lambda *a: pytest.fail("cuDNN's heuristic plan was asked"))
+    kp = api._plan_from_store_or_bench(_at(kb, 96), kb.op, LIMIT, "powerOfTwo", "strict")
+    assert fake_gpu.calls == []                              # nothing measured in the call
+    assert sum(c.micro_batch for c in kp.configs) == 96 and max(c.micro_batch for c in kp.configs) <= 64
+    assert [key[1].n for key in submitted] == [96]           # the whole kernel, batch 96 included, in background
+    assert not api_module._plans                             # an incomplete table's plan is kept nowhere

@@ -196,7 +196,7 @@ def test_the_issue_command_on_the_local_engine_plans_every_unit_and_states_the_n
 
         found = lookup.kernel_plan({**bench, "workspace_limit": 64 << 20}, bench, benchmark=never, bundles=[out])
         assert found.layer == f"bundle:{out}"
-        assert found.plan.configs == lookup._wr(kb, {**bench, "workspace_limit": 64 << 20}).configs
+        assert found.plan.configs == lookup.wr_plan(kb, {**bench, "workspace_limit": 64 << 20}).configs
         # ... and never serves them to a caller of other numerics
         tf32 = {**bench, "numerics": "tf32"}
         asked = []

@@ -41,6 +41,7 @@ from .errors import InputError
 from .execute.executor import Executor
 from .measure.benchmarking import benchmark
 from .planning.plan import KernelPlan
+from .planning.table import KernelBench
 from .policy import normalize_policy
 from .problem import ConvProblem, KernelSpec
 from .units import parse_size
@@ -173,11 +174,34 @@ def _plan_from_store_or_bench(problem: ConvProblem, op: str, limit: int, bp: str
     try:
         return _lookup(problem, op, limit, bp, nm, names, benchmark_now=False)
     except _Deferred:
-        from .measure.heuristic import heuristic_plan
+        plan = _from_a_larger_batch_now(problem, op, limit, bp, nm, names)
+        if plan is None:
+            from .measure.heuristic import heuristic_plan
 
-        plan = heuristic_plan(problem, op, limit, bp, nm)
+            plan = heuristic_plan(problem, op, limit, bp, nm)
         _background.submit((cupy().cuda.Device().id, problem, op, limit, bp, nm, names, config.channel_policy()))
         return plan
+
+
+def _from_a_larger_batch_now(problem: ConvProblem, op: str, limit: int, bp: str, nm: str,
+                             names: tuple[str, ...]) -> KernelPlan | None:
+    """Heuristic mode's first plan where the user cache or a bundle holds this kernel at a larger batch: WR over
+    that batch's micro-batches below this one (measured plans, against cuDNN's untimed heuristic choice), not
+    stored (the batch's own size is missing: the background benchmark measures it and replaces the plan).  None
+    where there is no such batch or nothing below this one fits the limit."""
+    from .catalog import lookup, near_keys
+
+    bench_key = _cache_key(problem, op, nm, bp, sources=names)
+    try:
+        found = near_keys.find_larger_batch(bench_key, (bench_key["device"], bench_key["cudnn_version"]),
+                                            _get_store(), lookup.installed_bundles(), None)
+        if found is None:
+            return None
+        kb = near_keys.from_larger_batch(found[1], bench_key, lambda: KernelBench(op, op, problem, []))
+        return None if kb is None else lookup.wr_plan(kb, {**bench_key, "workspace_limit": limit})
+    except Exception as e:  # noqa: BLE001 - infeasible below this batch, an unreadable cache: cuDNN's heuristic
+        log.debug("ucudnn: no plan from a larger batch for %s %s: %s", op, problem.describe(), e)
+        return None
 
 
 class _Background:

@@ -70,7 +70,9 @@ def _note(reasons: list[str], reason: str, level: int = logging.INFO) -> None:
 _warned_misses: set[str] = set()
 
 
-def _wr(kb: KernelBench, plan_key: dict[str, Any]) -> KernelPlan:
+def wr_plan(kb: KernelBench, plan_key: dict[str, Any]) -> KernelPlan:
+    """The WR plan of a kernel's measurements under ``plan_key``'s limit and batch policy (what every layer's
+    answer is planned with)."""
     from ..planning import wr
 
     configs = [MicroConfig.of(m) for m in wr.plan_kernel(kb, plan_key["workspace_limit"], plan_key["batch_policy"])]
@@ -133,7 +135,7 @@ def kernel_plan(plan_key: dict[str, Any], bench_key: dict[str, Any], *, benchmar
                 return done(hit[1].kernels[0], "store")
             kb = store.get_kernel_bench(bench_key)
             if kb is not None:
-                kp = _wr(kb, plan_key)
+                kp = wr_plan(kb, plan_key)
                 _remember(store, plan_key, bench_key, None, kp)
                 return done(kp, "store")
         except Exception as e:  # noqa: BLE001 - a broken cache is skipped, not fatal
@@ -144,7 +146,7 @@ def kernel_plan(plan_key: dict[str, Any], bench_key: dict[str, Any], *, benchmar
         try:
             kb = server.get_kernel_bench(bench_key)
             if kb is not None:
-                kp = _wr(kb, plan_key)
+                kp = wr_plan(kb, plan_key)
                 _remember(store, plan_key, bench_key, kb, kp)
                 return done(kp, "server")
         except Exception as e:  # noqa: BLE001 - an unreachable server costs a benchmark, not the call
@@ -180,7 +182,7 @@ def kernel_plan(plan_key: dict[str, Any], bench_key: dict[str, Any], *, benchmar
                         return done(kp, f"bundle:{path}")
                 kb = reader.get_kernel_bench(bench_key)
                 if kb is not None:
-                    kp = _wr(kb, plan_key)
+                    kp = wr_plan(kb, plan_key)
                     _remember(store, plan_key, bench_key, kb, kp)
                     return done(kp, f"bundle:{path}")
                 missed = miss_reason(path, reader, bench_key, target)
@@ -209,7 +211,7 @@ def kernel_plan(plan_key: dict[str, Any], bench_key: dict[str, Any], *, benchmar
                                if kb.benchmark_seconds is not None else
                                f"{describe_key(bench_key)}: planned from its measurements at batch {held.problem.n} "
                                f"({where}), nothing measured")
-                kp = _wr(kb, plan_key)
+                kp = wr_plan(kb, plan_key)
                 _remember(store, plan_key, bench_key, kb, kp)
                 return done(kp, f"larger-batch:{where}")
 
@@ -221,7 +223,7 @@ def kernel_plan(plan_key: dict[str, Any], bench_key: dict[str, Any], *, benchmar
         log.log(logging.WARNING if first else logging.DEBUG, "ucudnn: %s; benchmarking it here%s", reason,
                 " (further kernels this bundle lacks are logged at debug level)" if first else "")
     kb = benchmark()
-    kp = _wr(kb, plan_key)
+    kp = wr_plan(kb, plan_key)
     _remember(store, plan_key, bench_key, kb, kp)
     if server is not None and hasattr(server, "put_kernel_bench"):
         try:
