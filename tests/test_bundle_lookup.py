@@ -386,3 +386,23 @@ def test_heuristic_mode_starts_a_smaller_batch_on_a_larger_batchs_measured_micro
     assert sum(c.micro_batch for c in kp.configs) == 96 and max(c.micro_batch for c in kp.configs) <= 64
     assert [key[1].n for key in submitted] == [96]           # the whole kernel, batch 96 included, in background
     assert not api_module._plans                             # an incomplete table's plan is kept nowhere
+
+
+def test_the_user_caches_keys_are_read_once_then_only_what_was_written_since(tmp_path, kb, monkeypatch):
+    from ucudnn.catalog.store import Store
+
+    store = Store(f"sqlite:///{tmp_path / 'user.db'}")
+    import dataclasses
+
+    reads: list[object] = []
+    real = store.kernel_bench_keys
+    monkeypatch.setattr(store, "kernel_bench_keys",
+                        lambda *a, since=None: (reads.append(since), real(*a, since=since))[1])
+    store.put_kernel_bench(_bench_key(kb, 256), kb)
+    target = (H100, CUDNN)
+    assert [k["problem"]["n"] for k in near_keys.store_keys(store, target)] == [256]
+    store.put_kernel_bench(_bench_key(kb, 128), dataclasses.replace(kb, problem=_at(kb, 128)))
+    assert sorted(k["problem"]["n"] for k in near_keys.store_keys(store, target)) == [128, 256]   # no duplicates
+    assert reads[0] is None and all(isinstance(s, float) for s in reads[1:])
+    # the smallest larger batch held is the one taken
+    assert near_keys.find_larger_batch(_bench_key(kb, 96), target, store, [], None)[1].problem.n == 128

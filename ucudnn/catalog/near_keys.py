@@ -7,10 +7,12 @@ from the same kernel's measurements at a larger mini-batch (:func:`from_larger_b
 """
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ..planning.table import KernelBench
+from .store import key_id
 
 
 #: the parts of a convolution a measurement key names besides its shape, in the order a reason lists them
@@ -96,6 +98,32 @@ def bundle_keys(path: str | Path, reader: Any, target: tuple[str, int]) -> list[
     return cached[2]
 
 
+#: (store URL, target) -> (when its keys were last read, key id -> key): the user cache's keys, read again only
+#: from rows written since (a cache of months holds thousands: parsing them all on each kernel a cold first step
+#: lacks cost 76 ms a kernel at 5000 keys)
+_store_keys: dict[tuple[str, tuple[str, int]], tuple[float, dict[str, dict[str, Any]]]] = {}
+#: seconds of overlap when reading rows written since the last read (another process may stamp a row just
+#: before it commits)
+_OVERLAP_S = 2.0
+
+
+def store_keys(store: Any, target: tuple[str, int]) -> list[dict[str, Any]]:
+    """The measurement keys the user cache ``store`` holds for ``target`` (none where it cannot list them)."""
+    keys_of = getattr(store, "kernel_bench_keys", None)
+    if keys_of is None:
+        return []
+    url = getattr(store, "url", None)
+    if not url:
+        return keys_of(*target)
+    seen = _store_keys.get((str(url), target))
+    now = time.time()
+    fresh = keys_of(*target, since=seen[0] - _OVERLAP_S) if seen else keys_of(*target)
+    held = dict(seen[1]) if seen else {}
+    held.update((key_id(k), k) for k in fresh)
+    _store_keys[(str(url), target)] = (now, held)
+    return list(held.values())
+
+
 def miss_reason(path: str | Path, reader: Any, bench_key: dict[str, Any], target: tuple[str, int]) -> str | None:
     """The reason bundle ``path`` does not answer ``bench_key`` (None where the reader cannot list its keys)."""
     held = bundle_keys(path, reader, target)
@@ -169,11 +197,7 @@ def find_larger_batch(bench_key: dict[str, Any], target: tuple[str, int], store:
                 continue
     try:
         for where, layer, is_bundle in layers:
-            if is_bundle:
-                held = bundle_keys(where, layer, target) or []
-            else:
-                keys_of = getattr(layer, "kernel_bench_keys", None)
-                held = keys_of(*target) if keys_of is not None else []
+            held = (bundle_keys(where, layer, target) or []) if is_bundle else store_keys(layer, target)
             for key in held:
                 m = larger_n(key)
                 if m is not None and (best is None or m < best[0]):

@@ -206,14 +206,16 @@ class Store:
     def get_kernel_bench(self, key: dict[str, Any]) -> KernelBench | None:
         return self.get_kernel_bench_by_id(key_id(key))
 
-    def kernel_bench_keys(self, device: str, cudnn_version: int) -> list[dict[str, Any]]:
-        """The keys of every kernel's measurements held for this GPU model and cuDNN version: what the lookup chain
-        compares a missed key with (:mod:`ucudnn.catalog.near_keys`: why a bundle did not answer, the same kernel
-        at a larger batch)."""
+    def kernel_bench_keys(self, device: str, cudnn_version: int, since: float | None = None) -> list[dict[str, Any]]:
+        """The keys of every kernel's measurements held for this GPU model and cuDNN version (``since``: only those
+        written at or after that time): what the lookup chain compares a missed key with
+        (:mod:`ucudnn.catalog.near_keys`: why a bundle did not answer, the same kernel at a larger batch)."""
+        q = select(KernelBenchRow.key).where(KernelBenchRow.device == device,
+                                             KernelBenchRow.cudnn_version == int(cudnn_version))
+        if since is not None:
+            q = q.where(KernelBenchRow.created_at >= since)
         with Session(self.engine) as s:
-            rows = s.execute(select(KernelBenchRow.key).where(KernelBenchRow.device == device,
-                                                             KernelBenchRow.cudnn_version == int(cudnn_version)))
-            return [json.loads(k) for (k,) in rows]
+            return [json.loads(k) for (k,) in s.execute(q)]
 
     def get_kernel_bench_by_id(self, bench_id: str) -> KernelBench | None:
         """By ``key_id(key)``: what the plan service answers nodes that computed the key themselves."""
