@@ -145,7 +145,6 @@ def from_larger_batch(held: KernelBench, bench_key: dict[str, Any],
     Why: a job whose batch differs from the one its plans were made at (a bundle precomputed at 128, a job at 96;
     an epoch's last, smaller batch; an evaluation batch) would otherwise benchmark every kernel again, most of it
     the same micro-batches."""
-    from ..planning.table import KernelBench as _KernelBench
     from ..policy import micro_batch_sizes
     from ..problem import ConvProblem
 
@@ -167,12 +166,12 @@ def from_larger_batch(held: KernelBench, bench_key: dict[str, Any],
         rows += [m for m in new.measurements if m.micro_batch == n]
         skipped += [s for s in new.skipped if s.micro_batch == n]
         seconds = new.benchmark_seconds
-    return _KernelBench(held.name, held.op, problem, rows, skipped, seconds)
+    return KernelBench(held.name, held.op, problem, rows, skipped, seconds)
 
 
 def find_larger_batch(bench_key: dict[str, Any], target: tuple[str, int], store: Any,
-                  bundles: Sequence[str | Path], open_bundle: Callable[[str | Path], Any] | None
-                  ) -> tuple[str, KernelBench] | None:
+                      bundles: Sequence[str | Path], open_bundle: Callable[[str | Path], Any] | None
+                      ) -> tuple[str, KernelBench] | None:
     """(where, measurements) of this kernel at the smallest mini-batch larger than ``bench_key``'s that the user
     cache or a bundle holds under an otherwise equal key; None if none does."""
     problem = dict(bench_key["problem"])
