@@ -202,18 +202,16 @@ def kernel_plan(plan_key: dict[str, Any], bench_key: dict[str, Any], *, benchmar
         except Exception as e:  # noqa: BLE001 - a cache layer that cannot be searched costs a benchmark
             _note(reasons, f"could not search the caches for this kernel at a larger batch ({e})", logging.WARNING)
             larger = None
-        if larger is not None:
-            where, held = larger
-            kb = from_larger_batch(held, bench_key, measure_batch)
-            if kb is not None:
-                _note(reasons, f"{describe_key(bench_key)}: planned from its measurements at batch {held.problem.n} "
-                               f"({where}), batch {bench_key['problem']['n']} itself measured here"
-                               if kb.benchmark_seconds is not None else
-                               f"{describe_key(bench_key)}: planned from its measurements at batch {held.problem.n} "
-                               f"({where}), nothing measured")
-                kp = wr_plan(kb, plan_key)
-                _remember(store, plan_key, bench_key, kb, kp)
-                return done(kp, f"larger-batch:{where}")
+        kb = None if larger is None else from_larger_batch(larger[1], bench_key, measure_batch)
+        if kb is not None:
+            where, big = larger[0], larger[1].problem.n
+            measured = "nothing measured" if kb.benchmark_seconds is None else \
+                f"batch {bench_key['problem']['n']} itself measured here"
+            _note(reasons, f"{describe_key(bench_key)}: planned from its measurements at batch {big} ({where}), "
+                           f"{measured}")
+            kp = wr_plan(kb, plan_key)
+            _remember(store, plan_key, bench_key, kb, kp)
+            return done(kp, f"larger-batch:{where}")
 
     # 6. benchmark here
     for path, reason in misses:

@@ -169,20 +169,21 @@ def from_larger_batch(held: KernelBench, bench_key: dict[str, Any],
     return KernelBench(held.name, held.op, problem, rows, skipped, seconds)
 
 
+def _without_n(key: dict[str, Any]) -> dict[str, Any]:
+    """A measurement key with its problem's mini-batch left out: equal for the same kernel at any batch."""
+    return {**key, "problem": {k: v for k, v in (key.get("problem") or {}).items() if k != "n"}}
+
+
 def find_larger_batch(bench_key: dict[str, Any], target: tuple[str, int], store: Any,
                       bundles: Sequence[str | Path], open_bundle: Callable[[str | Path], Any] | None
                       ) -> tuple[str, KernelBench] | None:
     """(where, measurements) of this kernel at the smallest mini-batch larger than ``bench_key``'s that the user
     cache or a bundle holds under an otherwise equal key; None if none does."""
-    problem = dict(bench_key["problem"])
-    n = problem.pop("n")
-    rest = {k: v for k, v in bench_key.items() if k != "problem"}
+    n, wanted = bench_key["problem"]["n"], _without_n(bench_key)
 
     def larger_n(key: dict[str, Any]) -> int | None:
-        other = dict(key.get("problem") or {})
-        m = other.pop("n", None)
-        same = other == problem and {k: v for k, v in key.items() if k != "problem"} == rest
-        return m if same and isinstance(m, int) and m > n else None
+        m = (key.get("problem") or {}).get("n")
+        return m if isinstance(m, int) and m > n and _without_n(key) == wanted else None
 
     best: tuple[int, str, Any, dict[str, Any]] | None = None
     layers: list[tuple[str, Any, bool]] = [("store", store, False)] if store is not None else []
