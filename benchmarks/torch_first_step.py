@@ -36,14 +36,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _report  # noqa: E402
-from torch_train import combinations  # noqa: E402
+from torch_train import combinations, run_worker  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 #: precompute's --dtype / --layout / --numerics for torch_train's modes (what ucudnn.torch plans those layers with)
 MODE_PLANS = {"fp32": ("float32", "NCHW", "strict"), "default": ("float32", "NCHW", "tf32"),
               "amp": ("float16", "NHWC", "default")}
-KINDS = ("torch", "cold", "cache", "bundle")
 
 
 def worker(model: str, batch: int, mode: str, impl: str, env: dict, a: argparse.Namespace) -> dict:
@@ -52,14 +51,8 @@ def worker(model: str, batch: int, mode: str, impl: str, env: dict, a: argparse.
            "--mode", mode, "--impl", impl, "--steps", str(a.steps), "--warmup", "1"]
     if a.sources and impl != "torch":
         cmd += ["--sources", a.sources]
-    timeout = a.timeout
     t0 = time.perf_counter()
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env={**os.environ, **env})
-        lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
-        rec = json.loads(lines[-1]) if lines else {"status": "error", "error": (p.stderr or "")[-600:]}
-    except subprocess.TimeoutExpired:
-        rec = {"status": "timeout"}
+    rec = run_worker(cmd, a.timeout, {**os.environ, **env}, tail=600)
     rec["wall_s"] = time.perf_counter() - t0
     return rec
 
@@ -71,10 +64,9 @@ def precompute(model: str, batch: int, mode: str, bundle: Path, store: Path, a: 
            "--input-shape", "3,224,224", "--dtype", dtype, "--layout", layout, "--numerics", numerics,
            "--workspace-limits", "64MiB", "--engine", "local", "--no-progress", "--out", str(bundle)]
     cmd += ["--sources", a.sources] if a.sources else []
-    timeout = a.timeout
     t0 = time.perf_counter()
     try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout,
                            env={**os.environ, "UCUDNN_DATABASE": str(store)})
         ok = p.returncode == 0 and bundle.exists()
         return {"status": "ok" if ok else "error", "precompute_s": time.perf_counter() - t0, "command": cmd[2:],
@@ -86,27 +78,28 @@ def precompute(model: str, batch: int, mode: str, bundle: Path, store: Path, a: 
 def measure(model: str, batch: int, mode: str, a: argparse.Namespace, scratch: Path) -> list[dict]:
     tag = f"{model}-b{batch}-{mode}"
     cache = scratch / f"{tag}-cache.db"
-    bundle = scratch / f"{tag}.bundle"
     rows = [dict(kind="torch", **worker(model, batch, mode, "torch", {}, a))]
     no_bundle = {"UCUDNN_BUNDLE_PATH": ""}
     rows.append(dict(kind="cold", **worker(model, batch, mode, "ucudnn-64", {"UCUDNN_DATABASE": str(cache),
                                                                               **no_bundle}, a)))
     rows.append(dict(kind="cache", **worker(model, batch, mode, "ucudnn-64", {"UCUDNN_DATABASE": str(cache),
                                                                                **no_bundle}, a)))
-    pre = precompute(model, batch, mode, bundle, scratch / f"{tag}-precompute.db", a)
-    rec = worker(model, batch, mode, "ucudnn-64", {"UCUDNN_DATABASE": str(scratch / f"{tag}-empty.db"),
-                                                   "UCUDNN_BUNDLE_PATH": str(bundle)}, a) \
-        if pre["status"] == "ok" else {"status": "skipped", "error": "precompute failed"}
-    rows.append(dict(kind="bundle", precompute=pre, **rec))
-    if a.bundle_batch and a.bundle_batch > batch:   # a bundle made at a larger batch: the job's batch derived
-        big = scratch / f"{model}-b{a.bundle_batch}-{mode}.bundle"
-        pre = precompute(model, a.bundle_batch, mode, big, scratch / f"{tag}-precompute-{a.bundle_batch}.db", a)
-        rec = worker(model, batch, mode, "ucudnn-64", {"UCUDNN_DATABASE": str(scratch / f"{tag}-empty2.db"),
-                                                       "UCUDNN_BUNDLE_PATH": str(big)}, a) \
+
+    def with_bundle(kind: str, at: int, name: str) -> dict:
+        """Precompute a bundle at batch ``at``, then the job (batch ``batch``) with it and an empty plan cache."""
+        made = scratch / f"{model}-b{at}-{mode}.bundle"
+        pre = precompute(model, at, mode, made, scratch / f"{tag}-precompute-{name}.db", a)
+        rec = worker(model, batch, mode, "ucudnn-64", {"UCUDNN_DATABASE": str(scratch / f"{tag}-empty-{name}.db"),
+                                                       "UCUDNN_BUNDLE_PATH": str(made)}, a) \
             if pre["status"] == "ok" else {"status": "skipped", "error": "precompute failed"}
-        rows.append(dict(kind=f"bundle at b{a.bundle_batch}", precompute=pre, **rec))
+        return dict(kind=kind, precompute=pre, **rec)
+
+    rows.append(with_bundle("bundle", batch, "same"))
+    if a.bundle_batch and a.bundle_batch > batch:   # a bundle made at a larger batch: the job's batch derived
+        rows.append(with_bundle(f"bundle at b{a.bundle_batch}", a.bundle_batch, "larger"))
+    command = _report.provenance()["command"]
     for r in rows:
-        r.update(model=model, batch=batch, mode=mode, sources=a.sources, command=_report.provenance()["command"],
+        r.update(model=model, batch=batch, mode=mode, sources=a.sources, command=command,
                  recorded_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
         with open(a.out, "a") as f:
             f.write(json.dumps(r) + "\n")

@@ -195,6 +195,17 @@ def sources_used(impl: str, sources: str | None) -> str | None:
     return ",".join(source_names.canonical(sources))
 
 
+def run_worker(cmd: list[str], timeout: float, env: dict | None = None, tail: int = 400) -> dict:
+    """One worker process (``cmd``): the last JSON record it printed, else why there is none (its stderr's last
+    ``tail`` characters, or a timeout)."""
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        return {"status": "timeout"}
+    lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
+    return json.loads(lines[-1]) if lines else {"status": "error", "error": (p.stderr or "")[-tail:]}
+
+
 def run_one(model: str, batch: int, mode: str, impl: str, args: argparse.Namespace, cap_pct: int | None = None,
             cap_bytes: int | None = None, repeat: int = 0) -> dict:
     cmd = [sys.executable, __file__, "--worker", "--model", model, "--batch", str(batch), "--mode", mode,
@@ -205,12 +216,7 @@ def run_one(model: str, batch: int, mode: str, impl: str, args: argparse.Namespa
         cmd += ["--sources", args.sources]
     env = {**os.environ, "UCUDNN_TORCH_FASTPATH": "0"} if impl in PYTHON_PATH else None
     t0 = time.perf_counter()
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, env=env)
-        lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
-        rec = json.loads(lines[-1]) if lines else {"status": "error", "error": (p.stderr or "")[-400:]}
-    except subprocess.TimeoutExpired:
-        rec = {"status": "timeout"}
+    rec = run_worker(cmd, args.timeout, env)
     rec.update(model=model, batch=batch, mode=mode, impl=impl, cap_pct=cap_pct, cap_bytes=cap_bytes,
                cap_base="peak_reserved" if cap_bytes else None, wall_s=time.perf_counter() - t0,
                sources=args.sources if IMPLS[impl] else None, sources_used=sources_used(impl, args.sources),

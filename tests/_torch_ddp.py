@@ -79,7 +79,6 @@ def spawned(rank: int, world: int, init_file: str) -> None:
     train_plain_and_converted(rank, world, init_file, "gloo", "cpu")
 
 
-
 def _gpu_spawned(rank: int, init_file: str, compiled: bool) -> None:
     """The GPU test's process: the launch path its file specifies, then one rank over NCCL."""
     from ucudnn.torch import fastpath
