@@ -31,10 +31,13 @@
 // wino_filter_grad: one thread per (o, i): 36 values dU[xi][o][i] -> the 9 taps dw = alpha * G^T dU G + beta * dw
 //               (dw not read when beta == 0); with PARTS > 1 dU is the sum of PARTS partial dU, PSTRIDE floats
 //               apart (chunks over streams: one per stream).  Grid (ceil(Co*Ci / 256)).
-// Point groups (backward filter, -g<G>): wino_input and wino_dy store only the NP points p0 .. p0 + NP - 1 (at
-//               xi - p0: V and Z are [NP][...]), wino_filter_grad reads only those (dU [NP][Co][Ci], the other points
-//               zero), so a call runs its tiles once per group of points with dU, V and Z a group's size and adds each
-//               group's G^T dU G into dw.  Forward and backward data pass p0 = 0, NP = 36.
+// Point groups (-g<G>): wino_input and wino_dy store only the NP points p0 .. p0 + NP - 1 (at xi - p0: V and Z are
+//               [NP][...]), wino_filter_grad reads only those (dU [NP][Co][Ci], the other points zero), so a
+//               backward-filter call runs its tiles once per group of points with dU, V and Z a group's size and adds
+//               each group's G^T dU G into dw.  Forward and backward data likewise: wino_filter stores only the
+//               group's points of U, wino_output reads only the group's points of M (the others zero) and adds
+//               its share A^T M_g A into y (beta 1 after the first group; A^T M A is linear in M's points).
+//               Ungrouped calls pass p0 = 0, NP = 36.
 #include "common.cuh"
 #include "mma.cuh"
 
@@ -138,7 +141,8 @@ __device__ __forceinline__ void wino_store_tile(float* m, T* base, int h0, int w
 
 template <typename T, bool ROT>
 __global__ void __launch_bounds__(256) wino_filter(const T* __restrict__ w, float* __restrict__ U, int Co, int Ci,
-                                                   long long so, long long si, long long sr, long long ss)
+                                                   long long so, long long si, long long sr, long long ss,
+                                                   int p0, int np_)
 {
     const int idx = blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= Co * Ci) return;
@@ -147,7 +151,8 @@ __global__ void __launch_bounds__(256) wino_filter(const T* __restrict__ w, floa
     wino_filter_taps<T, ROT>(w + o * so + i * si, sr, ss, u);
     const long long plane = (long long)Co * Ci;
 #pragma unroll
-    for (int xi = 0; xi < 36; ++xi) U[xi * plane + idx] = u[xi];
+    for (int xi = 0; xi < 36; ++xi)
+        if (xi >= p0 && xi < p0 + np_) U[(xi - p0) * plane + idx] = u[xi];
 }
 
 // Thread idx's (channel, tile) of a transform over C channels x T_ tiles (channel-minor when CMINOR: idx = t * C + c,
@@ -223,7 +228,8 @@ __global__ void __launch_bounds__(256) wino_input(const T* __restrict__ x, float
 template <typename T, bool CMINOR>
 __global__ void __launch_bounds__(256) wino_output(const float* __restrict__ M, T* __restrict__ y, int Co, int T_,
                                                    int t0, int TH, int TW, int Ho, int Wo, long long sn, long long sc,
-                                                   long long sh, long long sw, float alpha, float beta)
+                                                   long long sh, long long sw, float alpha, float beta, int p0,
+                                                   int np_)
 {
     const int idx = blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= Co * T_) return;
@@ -232,7 +238,7 @@ __global__ void __launch_bounds__(256) wino_output(const float* __restrict__ M, 
     const long long plane = (long long)Co * T_;
     float m[36];
 #pragma unroll
-    for (int xi = 0; xi < 36; ++xi) m[xi] = M[xi * plane + idx];
+    for (int xi = 0; xi < 36; ++xi) m[xi] = (xi >= p0 && xi < p0 + np_) ? M[(xi - p0) * plane + idx] : 0.f;
     wino_store_tile(m, y + (long long)n * sn + (long long)k * sc, 4 * th, 4 * tw, Ho, Wo, sh, sw, alpha, beta);
 }
 
@@ -491,17 +497,17 @@ __global__ void __launch_bounds__(WF_NT, 1) wino_fused(const T* __restrict__ x, 
 
 #ifdef UCUDNN_NVCC_CHECK
 template __global__ void wino_filter<float, false>(const float*, float*, int, int, long long, long long, long long,
-                                                   long long);
+                                                   long long, int, int);
 template __global__ void wino_filter<float, true>(const float*, float*, int, int, long long, long long, long long,
-                                                  long long);
+                                                  long long, int, int);
 template __global__ void wino_input<float, false>(const float*, float*, int, int, int, int, int, int, int, int, int,
                                                   long long, long long, long long, long long, int, int, int);
 template __global__ void wino_input<float, true>(const float*, float*, int, int, int, int, int, int, int, int, int,
                                                  long long, long long, long long, long long, int, int, int);
 template __global__ void wino_output<float, false>(const float*, float*, int, int, int, int, int, int, int, long long,
-                                                   long long, long long, long long, float, float);
+                                                   long long, long long, long long, float, float, int, int);
 template __global__ void wino_output<float, true>(const float*, float*, int, int, int, int, int, int, int, long long,
-                                                  long long, long long, long long, float, float);
+                                                  long long, long long, long long, float, float, int, int);
 template __global__ void wino_dy<float, false>(const float*, float*, int, int, int, int, int, int, int, long long,
                                                long long, long long, long long, int, int, int);
 template __global__ void wino_dy<float, true>(const float*, float*, int, int, int, int, int, int, int, long long,

@@ -229,17 +229,17 @@ class Geometry:
         return c0 * self.filter_strides[1], c0 * self.in_strides[1]
 
     def points(self, groups: int = 1) -> int:
-        """The transform-domain points of one of ``groups`` point groups (backward filter).  Why: backward
-        filter's GEMMs reduce over the chunk's tiles into dU (``36 * Co * Ci`` floats: 37.7 MB of VGG-16's
-        512-channel layers), so under a tight limit its chunks are short and each one reads and writes all of dU
-        for little work (conv4_2 at 64 MiB: 192-tile chunks, 2.23 ms against 1.77 in one chunk).  A group of
-        36 / G points needs dU, V and Z of that size, so the same workspace holds G times the tiles a chunk; the
-        call reads x and dy once per group (each group's transforms store only its points) and adds each group's
-        share of the inverse transform into dw."""
+        """The transform-domain points of one of ``groups`` point groups.  Why: U (dU for backward filter) is
+        ``36 * Co * Ci`` floats whatever the chunk (37.7 MB of VGG-16's 512-channel layers, most of 64 MiB), so
+        under a tight limit the chunks are short and their GEMMs thin (forward conv4_2 at 64 MiB: 64-tile chunks;
+        backward filter: 192-tile chunks, 2.23 ms against 1.77 in one chunk).  A group of 36 / G points needs U,
+        V and M (Z) of that size, so the same workspace holds G times the tiles a chunk.  Backward filter reads x
+        and dy once per group (each group's transforms store only its points) and adds each group's share of the
+        inverse transform into dw; forward and backward data transform the group's points of the filter once per
+        group, read the input once per group and add each group's share of the output transform into y (A^T M A
+        is linear in M's points; beta 1 after the first group)."""
         if groups not in POINT_GROUPS:
             raise InputError(f"must be one of {POINT_GROUPS}, got {groups!r}", "groups")
-        if groups > 1 and self.op != "backward_filter":
-            raise InputError("only backward filter runs its points in groups", "groups")
         return POINTS // groups
 
     def segments(self, chunk: int, tiles: int | None = None, csplit: int = 1,
@@ -326,7 +326,7 @@ class Geometry:
         with ``ksplit`` the tiles in that many parts, the products of part s (its own [points][C][T/ksplit] V and Z
         block) into dU copy s: one batch of ``points * ksplit`` products.
         Forward and backward data add into M when ``accumulate`` (an input-channel slice after the chunk's first:
-        :meth:`slice`)."""
+        :meth:`slice`), one group's points with ``groups``."""
         t = self._chunk_tiles(images, tiles)
         ci, co = self.ci, self.co
         points = self.points(groups)
@@ -344,10 +344,10 @@ class Geometry:
         beta = 1.0 if accumulate else 0.0
         if self.cminor:   # M[xi] (T x Co) = V[xi] (T x Ci) @ U[xi]^T
             return Gemm(a="V", b="U", c="M", m=t, n=co, k=ci, lda=ci, ldb=ci, ldc=co, stride_a=ci * t,
-                        stride_b=co * ci, stride_c=co * t, batch=POINTS, trans_b=True, alpha=1.0, beta=beta)
+                        stride_b=co * ci, stride_c=co * t, batch=points, trans_b=True, alpha=1.0, beta=beta)
         # M[xi] (Co x T) = U[xi] (Co x Ci) @ V[xi] (Ci x T)
         return Gemm(a="U", b="V", c="M", m=co, n=t, k=ci, lda=ci, ldb=t, ldc=t, stride_a=co * ci, stride_b=ci * t,
-                    stride_c=co * t, batch=POINTS, alpha=1.0, beta=beta)
+                    stride_c=co * t, batch=points, alpha=1.0, beta=beta)
 
     def chunks(self, n: int, chunk: int) -> list[tuple[int, int]]:
         """(first image, images) of each chunk of a call on ``n`` images."""
@@ -433,15 +433,15 @@ def _separable(f, block: list[list[np.ndarray]]) -> list[list[np.ndarray]]:
     return [list(f(*row)) for row in tmp]
 
 
-def emulate_filter(geo: Geometry, w: np.ndarray, U: np.ndarray) -> None:
-    """wino_filter: ``U`` (flat, >= 36*Co*Ci) from flat ``w``."""
+def emulate_filter(geo: Geometry, w: np.ndarray, U: np.ndarray, p0: int = 0, points: int = POINTS) -> None:
+    """wino_filter: ``U`` (flat, >= points*Co*Ci) from flat ``w``, points ``p0 .. p0 + points - 1``."""
     idx = np.arange(geo.co * geo.ci)
     o, i = idx // geo.ci, idx % geo.ci
     so, si, sr, ss = geo.filter_strides
     base = o * so + i * si
     g = [[w[base + ((2 - r) if geo.rot else r) * sr + ((2 - s) if geo.rot else s) * ss] for s in range(3)]
          for r in range(3)]
-    _scatter(_separable(_g, g), U, geo.co * geo.ci, idx)
+    _scatter(_separable(_g, g), U, geo.co * geo.ci, idx, p0, points)
 
 
 def _tile_of(geo: Geometry, idx: np.ndarray, channels: int, t_count: int, t0: int = 0) -> tuple[np.ndarray, ...]:
@@ -508,13 +508,16 @@ def emulate_input(geo: Geometry, x: np.ndarray, V: np.ndarray, t0: int, t_count:
 
 
 def emulate_output(geo: Geometry, M: np.ndarray, y: np.ndarray, t0: int, t_count: int, alpha: float,
-                   beta: float) -> None:
+                   beta: float, p0: int = 0, points: int = POINTS) -> None:
     """wino_output on tiles ``t0 .. t0 + t_count`` of flat ``y`` (image 0 at the view's start;
-    y = alpha * A^T M A + beta * y, clipped to Ho x Wo)."""
+    y = alpha * A^T M A + beta * y, clipped to Ho x Wo), M holding points ``p0 .. p0 + points - 1`` (the others
+    zero)."""
     idx = np.arange(geo.co * t_count)
     k, n, th, tw, _ = _tile_of(geo, idx, geo.co, t_count, t0)
     plane = geo.co * t_count
-    m = [[M[(a * 6 + b) * plane + idx] for b in range(6)] for a in range(6)]
+    zero = np.zeros(idx.shape)
+    m = [[M[(a * 6 + b - p0) * plane + idx] if p0 <= a * 6 + b < p0 + points else zero for b in range(6)]
+         for a in range(6)]
     o = _separable(_at, m)
     sn, sc, sh, sw = geo.out_strides
     base = n * sn + k * sc
@@ -614,7 +617,7 @@ def emulate_backward_filter(geo: Geometry, x: np.ndarray, dy: np.ndarray, w: np.
 def emulate(geo: Geometry, w: np.ndarray, x: np.ndarray, y: np.ndarray, n: int, chunk: int, alpha: float = 1.0,
             beta: float = 0.0, workspace: np.ndarray | None = None,
             gemm: Callable[[list[Gemm], dict[str, np.ndarray]], None] | None = None,
-            tiles: int | None = None, csplit: int = 1, streams: int = 1) -> np.ndarray:
+            tiles: int | None = None, csplit: int = 1, streams: int = 1, groups: int = 1) -> np.ndarray:
     """One launch on the CPU, as the source runs it: ``x`` the input (x, or dy for backward data), ``y`` the output
     (flat arrays addressed by the geometry's strides), in chunks of ``chunk`` images, or of ``tiles`` tiles when
     given; the workspace a flat float array of ``workspace_bytes(chunk, tiles) / 4`` elements split into U, V, M at
@@ -624,24 +627,29 @@ def emulate(geo: Geometry, w: np.ndarray, x: np.ndarray, y: np.ndarray, n: int, 
         raise InputError("emulate runs forward and backward data; backward filter is emulate_backward_filter", "geo")
     if streams > 1 and csplit > 1:
         raise InputError("input-channel slices run on one stream", "streams")
-    words = geo.workspace_bytes(chunk, tiles, csplit, streams) // 4
+    if groups > 1 and csplit > 1:
+        raise InputError("input-channel slices run without point groups", "groups")
+    words = geo.workspace_bytes(chunk, tiles, csplit, streams, groups) // 4
     ws = np.full(words, np.nan) if workspace is None else workspace
     every = {name: ws[off // 4: off // 4 + size // 4]
-             for name, off, size in geo.segments(chunk, tiles, csplit, streams)}
+             for name, off, size in geo.segments(chunk, tiles, csplit, streams, groups)}
     part = geo.slice(csplit)
     run = gemm or (lambda gms, bufs: run_gemms(gms, bufs))
-    if csplit == 1:
-        emulate_filter(part, w, every["U"])
-    for i, (t0, count) in enumerate(geo.ranges(n, chunk, tiles)):
-        # chunk i runs on stream i % streams, in that stream's V and M
-        seg = {name: every[buf] for name, buf in geo.stream_buffers(i % streams).items()}
-        for s in range(csplit):   # a slice's U (again, per chunk), its V, its GEMM adding into M after the first
-            w_off, x_off = geo.slice_offsets(csplit, s)
-            if csplit > 1:
-                emulate_filter(part, w[w_off:], seg["U"])
-            emulate_input(part, x[x_off:], seg["V"], t0, count)
-            run([part.gemm(0, count, accumulate=s > 0)], seg)
-        emulate_output(geo, seg["M"], y, t0, count, alpha, beta)
+    points = geo.points(groups)
+    for g in range(groups):   # a group's U once, then every chunk on its points, adding into y after the first
+        p0, scale = g * points, beta if g == 0 else 1.0
+        if csplit == 1:
+            emulate_filter(part, w, every["U"], p0, points)
+        for i, (t0, count) in enumerate(geo.ranges(n, chunk, tiles)):
+            # chunk i runs on stream i % streams, in that stream's V and M
+            seg = {name: every[buf] for name, buf in geo.stream_buffers(i % streams).items()}
+            for s in range(csplit):   # a slice's U (again, per chunk), its V, its GEMM adding into M after the first
+                w_off, x_off = geo.slice_offsets(csplit, s)
+                if csplit > 1:
+                    emulate_filter(part, w[w_off:], seg["U"])
+                emulate_input(part, x[x_off:], seg["V"], t0, count, p0, points)
+                run([part.gemm(0, count, accumulate=s > 0, groups=groups)], seg)
+            emulate_output(geo, seg["M"], y, t0, count, alpha, scale, p0, points)
     return ws
 
 
@@ -763,10 +771,12 @@ class _TileArgs:
         return self._cache[key]
 
 
-def launchers(geo: Geometry, itemsize: int = 4) -> tuple[FilterFn, InputFn, OutputFn]:
-    """Forward and backward data: ``filter(w, U)``, ``input(x, V, t0, tiles)``, ``output(M, y, t0, tiles, alpha,
-    beta)`` on CuPy's current stream (x, y: pointers to the call's image 0; the chunk is tiles ``t0 .. t0 + tiles``
-    of the call).  The kernels are compiled (or fetched) here, so a launch inside a CUDA graph capture only
+def launchers(geo: Geometry, itemsize: int = 4, groups: int = 1) -> tuple[FilterFn, InputFn, OutputFn]:
+    """Forward and backward data: ``filter(w, U[, stream, group])``, ``input(x, V, t0, tiles[, stream, group])``,
+    ``output(M, y, t0, tiles, alpha, beta[, stream, group])`` on CuPy's current stream unless a stream is named (x,
+    y: pointers to the call's image 0; the chunk is tiles ``t0 .. t0 + tiles`` of the call), each on point group
+    ``group`` of ``groups`` (:meth:`Geometry.points`; U, V and M hold that group's points, the output transform
+    reads only them).  The kernels are compiled (or fetched) here, so a launch inside a CUDA graph capture only
     enqueues."""
     _checked(geo, itemsize)
     if geo.op == "backward_filter":
@@ -775,20 +785,23 @@ def launchers(geo: Geometry, itemsize: int = 4) -> tuple[FilterFn, InputFn, Outp
     names = (f"wino_filter<float,{'true' if geo.rot else 'false'}>", f"wino_input<float,{cm}>",
              f"wino_output<float,{cm}>")
     kf, ki, ko = (_compile.get_kernel(SOURCE, name) for name in names)   # compiled once, here
+    points = geo.points(groups)
     f_args = (np.int32(geo.co), np.int32(geo.ci)) + tuple(np.int64(v) for v in geo.filter_strides)
-    filt = _compile.packed(kf, (-(-geo.co * geo.ci // _THREADS),), (_THREADS,), (PTR, PTR) + f_args)
+    filt = _compile.packed(kf, (-(-geo.co * geo.ci // _THREADS),), (_THREADS,),
+                           (PTR, PTR) + f_args + (I32, np.int32(points)))
     shapes = _TileArgs(geo)
-    inputs = shapes.packed(ki, 0, (PTR, PTR), (np.int32(0), np.int32(POINTS), np.int32(1)))   # every point
-    outputs = shapes.packed(ko, 1, (PTR, PTR), (F32, F32))
+    inputs = shapes.packed(ki, 0, (PTR, PTR), (I32, np.int32(points), np.int32(1)))
+    outputs = shapes.packed(ko, 1, (PTR, PTR), (F32, F32, I32, np.int32(points)))
 
-    def filter_(w: int, U: int, stream: int | None = None) -> None:
-        filt(w, U, stream=stream)
+    def filter_(w: int, U: int, stream: int | None = None, group: int = 0) -> None:
+        filt(w, U, group * points, stream=stream)
 
-    def input_(x: int, V: int, t0: int, tiles: int, stream: int | None = None) -> None:
-        inputs(t0, tiles)(x, V, stream=stream)
+    def input_(x: int, V: int, t0: int, tiles: int, stream: int | None = None, group: int = 0) -> None:
+        inputs(t0, tiles)(x, V, group * points, stream=stream)
 
-    def output_(M: int, y: int, t0: int, tiles: int, alpha: float, beta: float, stream: int | None = None) -> None:
-        outputs(t0, tiles)(M, y, alpha, beta, stream=stream)
+    def output_(M: int, y: int, t0: int, tiles: int, alpha: float, beta: float, stream: int | None = None,
+                group: int = 0) -> None:
+        outputs(t0, tiles)(M, y, alpha, beta, group * points, stream=stream)
 
     return filter_, input_, output_
 

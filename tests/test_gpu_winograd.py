@@ -187,25 +187,27 @@ def test_chunks_over_streams_match_cudnn_and_float64(name, op, streams):
 
 
 @pytest.mark.parametrize("groups", [2, 3, 4])
+@pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("name", ["vgg-64x56", "odd-27-pad2", "nhwc-odd", "c13-nonsquare-pad12", "vgg-128x28"])
-def test_backward_filter_point_groups_match_cudnn_and_float64(name, groups):
-    """Backward filter with its 36 points in 2, 3 or 4 groups (the chunks once per group, dU / V / Z a group's
-    size, each group's inverse transform adding into dw): one stream and 2 / 3 streams, image and tile chunks
-    crossing images, equal cuDNN; alpha / beta into live data equal float64 (the first group applies beta, the
-    others add); TF32 within TF32's tolerance."""
-    problem, op = CASES[name], "backward_filter"
+def test_point_groups_match_cudnn_and_float64(name, op, groups):
+    """Every op with its 36 points in 2, 3 or 4 groups: backward filter runs its chunks once per group (dU / V / Z a
+    group's size) and each group's inverse transform adds into dw; forward and backward data transform the group's
+    points of U once, then run every chunk's V, GEMM and output transform on them, the output adding each group's
+    share.  One stream and 2 / 3 streams, image and tile chunks crossing images, equal cuDNN; alpha / beta into
+    live data equal float64 (the first group applies beta, the others add); TF32 within TF32's tolerance."""
+    problem = CASES[name]
     ref = _cudnn(problem, op, 16)
     tpi = Geometry.of(problem, op).tiles_per_image
     for streams in (1, 2, 3):
         got, _ = _launch_once(problem, op, chunk=1, seed=16, reference=False, streams=streams, groups=groups)
-        _close(got, ref, "FMA", f"{name} one-image chunks, {groups} groups on {streams} streams vs cuDNN")
+        _close(got, ref, "FMA", f"{name} {op} one-image chunks, {groups} groups on {streams} streams vs cuDNN")
         got, _ = _launch_once(problem, op, seed=16, tiles=tpi + 5, reference=False, streams=streams, groups=groups)
-        _close(got, ref, "FMA", f"{name} chunks of {tpi + 5} tiles, {groups} groups on {streams} streams vs cuDNN")
+        _close(got, ref, "FMA", f"{name} {op} chunks of {tpi + 5} tiles, {groups} groups on {streams} streams")
     got, expect = _launch_once(problem, op, alpha=-0.75, beta=0.5, seed=17, tiles=tpi // 2 + 1, streams=2,
                                groups=groups)
-    _close(got, expect, "FMA", f"{name} {groups} groups, alpha / beta")
+    _close(got, expect, "FMA", f"{name} {op} {groups} groups, alpha / beta")
     got, expect = _launch_once(problem, op, seed=18, math="TENSOR_OP", groups=groups)
-    _close(got, expect, "TENSOR_OP", f"{name} {groups} groups TF32")
+    _close(got, expect, "TENSOR_OP", f"{name} {op} {groups} groups TF32")
 
 
 @pytest.mark.parametrize("ksplit", [2, 4, 8])
@@ -243,7 +245,7 @@ def test_stream_steps_in_plans_through_the_executor_eager_and_replayed(op, repla
 
     problem = CASES["nhwc-odd"]
     tpi = Geometry.of(problem, op).tiles_per_image
-    grouped = 3 if op == "backward_filter" else 1   # backward filter: one step's points in groups as well
+    grouped = 3   # one step's points in groups as well
     split = 4 if op == "backward_filter" else 1      # and one step's reduction in parts
     steps = [_config(problem, op, 1, n=3, streams=3), _config(problem, op, n=1, tiles=tpi // 2, streams=2,
                                                                groups=grouped), _config(problem, op, 1, n=1,
@@ -452,17 +454,17 @@ def test_measure_records_labelled_rows_with_exact_workspace():
                 assert m.workspace_bytes == geo.workspace_bytes(0 if t is not None else info["chunk"], t, 1, st,
                                                                 info.get("groups", 1))
             assert any("streams" in m.extra["winograd"] for m in ms)
-            # point groups: backward filter only, where point_groups offers them, named and sized for one group
+            # point groups: every op, where point_groups offers them, named and sized for one group
             for m in ms:
                 info = m.extra["winograd"]
                 if "groups" not in info:
                     continue
                 gr, st, t = info["groups"], info.get("streams", 1), info.get("tiles")
                 tt = t if t is not None else info["chunk"] * geo.tiles_per_image
-                assert op == "backward_filter" and gr in point_groups(geo, op, tt, st) and gr > 1
+                assert gr in point_groups(geo, op, tt, st) and gr > 1 and "csplit" not in info
                 assert f"-g{gr}" in m.algo and info["points_per_group"] == 36 // gr
                 assert m.workspace_bytes == geo.workspace_bytes(0 if t is not None else info["chunk"], t, 1, st, gr)
-            assert any("groups" in m.extra["winograd"] for m in ms) is (op == "backward_filter")
+            assert any("groups" in m.extra["winograd"] for m in ms)
             ms = [m for m in ms if "streams" not in m.extra["winograd"] and "groups" not in m.extra["winograd"]]
             whole = [m for m in ms if "csplit" not in m.extra["winograd"]]
             images = [m for m in whole if "chunk" in m.extra["winograd"]]

@@ -142,7 +142,7 @@ def _run(op, problem, chunk, alpha, beta, seed, how="row", tiles=None, csplit=1,
         assert not np.isnan(ws).any()   # every word of the reported workspace written (U and its zero padding)
     else:
         emulate(geo, w_flat, src, out, problem.n, chunk, alpha, beta, workspace=ws, gemm=gemm, tiles=tiles,
-                csplit=csplit, streams=streams)
+                csplit=csplit, streams=streams, groups=groups)
     got = _from_layout(out.reshape(problem.x_shape() if op == "backward_data" else problem.y_shape()), lay)
     return got, alpha * _expected(op, problem, x, wt, dy) + beta * out_nchw
 
@@ -271,6 +271,40 @@ def test_backward_filter_point_groups_add_up_to_the_gradient(shape, layout, grou
 
 
 @settings(max_examples=80, deadline=None)
+@given(shapes(), st.sampled_from(["forward", "backward_data"]), st.sampled_from(["NCHW", "NHWC"]),
+       st.sampled_from([2, 3, 4]), st.sampled_from([1, 2, 3]), st.data(),
+       st.sampled_from([(1.0, 0.0), (-0.5, 1.0), (2.0, 0.25)]), st.sampled_from(["row", "column"]),
+       st.integers(0, 2**31 - 1))
+def test_forward_and_backward_data_point_groups_add_up_to_the_convolution(shape, op, layout, groups, streams, data,
+                                                                          scalars, how, seed):
+    """Forward and backward data with the 36 points in ``groups`` groups: per group U, V and M hold its points
+    (36 / groups), every chunk's output transform adds that group's share A^T M_g A into the output (the caller's
+    beta on the first group, 1 after): the float64 result equals the reference at exactly the reported workspace
+    (NaN elsewhere), image or tile chunks, on one to three streams."""
+    n, c, h, w, k, pad = shape
+    problem = ConvProblem(n, c, h, w, k, 3, 3, pad=pad, layout=layout)
+    geo = Geometry.of(problem, op)
+    t = data.draw(st.one_of(st.none(), st.integers(1, n * geo.tiles_per_image + 2)))
+    got, expect = _run(op, problem, 1 if t is None else 0, *scalars, seed, how, tiles=t, streams=streams,
+                       groups=groups)
+    assert _scale_err(got, expect) < 1e-11
+    tt = geo.tiles_per_image if t is None else t
+    pts = 36 // groups
+    assert {name: size for name, _, size in geo.segments(0, tt, 1, streams, groups)} == {
+        "U": 4 * pts * geo.co * geo.ci,
+        **{f"{b}{i or ''}": 4 * pts * ch * tt for i in range(streams) for b, ch in (("V", geo.ci), ("M", geo.co))}}
+    g = geo.gemm(0, tt, groups=groups)
+    assert g.batch == pts and g.k == geo.ci
+
+
+def test_point_groups_and_input_channel_slices_do_not_combine():
+    problem = ConvProblem(2, 8, 8, 8, 8, 3, 3, pad=1)
+    with pytest.raises(InputError) as e:
+        _run("forward", problem, 1, 1.0, 0.0, 0, csplit=2, groups=2)
+    assert e.value.field == "groups"
+
+
+@settings(max_examples=80, deadline=None)
 @given(shapes(), st.sampled_from(["NCHW", "NHWC"]), st.sampled_from([2, 4, 8]), st.sampled_from([1, 2, 3]),
        st.data(), st.sampled_from([(1.0, 0.0), (-0.5, 1.0), (2.0, 0.25)]), st.sampled_from(["row", "column"]),
        st.integers(0, 2**31 - 1))
@@ -333,23 +367,28 @@ def test_split_reductions_run_only_backward_filter_without_groups_and_are_measur
     _recorded_choice(ksplit_of, "ksplit", {"tiles": 3584, "ksplit": 8, "streams": 3}, 8, 3, vgg)
 
 
-def _recorded_choice(parse, key, extra, value, bad, problem):
+def _recorded_choice(parse, key, extra, value, bad, problem, forward_refuses=True):
     """``parse`` reads ``extra.winograd.<key>`` of a recorded row (``value``; 1 where absent), refuses ``bad`` naming
-    that field, and forward's prepare refuses the choice (a backward-filter one) naming it too."""
+    that field, and (``forward_refuses``: a backward-filter-only choice) forward's prepare refuses it naming it
+    too."""
     assert parse(Measurement(64, "x", "FMA", 1.0, 0, "winograd", None, {"winograd": extra})) == value
     assert parse(Measurement(8, "wino-f4", "FMA", 1.0, 0, "winograd")) == 1
     with pytest.raises(InputError) as e:
         parse(Measurement(8, "x", "FMA", 1.0, 0, "winograd", None, {"winograd": {key: bad}}))
     assert e.value.field == f"extra.winograd.{key}"
+    if not forward_refuses:
+        return
     with pytest.raises(InputError) as e:
         WinogradSource().prepare("forward", problem, Measurement(64, "x", "FMA", 1.0, 0, "winograd", None,
                                                                  {"winograd": {"tiles": 640, key: 2}}))
     assert e.value.field == f"extra.winograd.{key}"
 
 
-def test_point_groups_shrink_the_workspace_and_only_backward_filter_runs_them():
-    """VGG-16 conv4_2 b64 (512 x 512, 28x28): ungrouped, 64 MiB holds 192-tile chunks on one stream; with four
-    groups of 9 points it holds 640-tile chunks on two streams (dU 9.4 MB each)."""
+def test_point_groups_shrink_the_workspace_of_every_op():
+    """VGG-16 conv4_2 b64 (512 x 512, 28x28): ungrouped, 64 MiB holds backward filter's 192-tile chunks on one
+    stream; with four groups of 9 points it holds 640-tile chunks on two streams (dU 9.4 MB each).  Forward and
+    backward data share one U (36 MiB): ungrouped, 64 MiB holds 64-tile chunks on three streams; in two groups
+    (U 18 MiB) 192-tile chunks on three streams, in three 320-tile chunks on two."""
     wide = ConvProblem(64, 512, 28, 28, 512, 3, 3, pad=1)
     geo = Geometry.of(wide, "backward_filter")
     mib64 = 64 << 20
@@ -360,9 +399,14 @@ def test_point_groups_shrink_the_workspace_and_only_backward_filter_runs_them():
         assert geo.workspace_bytes(0, 320, 1, 1, groups) * groups == pytest.approx(geo.workspace_bytes(0, 320),
                                                                                    rel=1e-4)
     for op in ("forward", "backward_data"):
-        with pytest.raises(InputError) as e:
-            Geometry.of(wide, op).segments(0, 64, 1, 1, 2)
-        assert e.value.field == "groups"
+        fwd = Geometry.of(wide, op)
+        assert fwd.workspace_bytes(0, 64, 1, 3) <= mib64 < fwd.workspace_bytes(0, 128, 1, 3)
+        assert fwd.workspace_bytes(0, 192, 1, 3, 2) <= mib64 < fwd.workspace_bytes(0, 256, 1, 3, 2)
+        assert fwd.workspace_bytes(0, 320, 1, 2, 3) <= mib64
+        assert {name: size for name, _, size in fwd.segments(0, 192, 1, 3, 2)} == {
+            "U": 4 * 18 * 512 * 512, **{f"{b}{i or ''}": 4 * 18 * 512 * 192 for i in range(3) for b in "VM"}}
+        g = fwd.gemm(0, 192, groups=2)
+        assert (g.m, g.n, g.k, g.batch) == (512, 192, 512, 18)
     with pytest.raises(InputError):
         geo.points(5)
 
@@ -376,16 +420,26 @@ def test_point_groups_are_measured_for_wide_backward_filters_and_recorded_for_pr
     assert point_groups(bwf, "backward_filter", 896) == [1]                   # dU under a quarter of the workspace
     assert point_groups(bwf, "backward_filter", 640, 3) == [1]                # three streams: not measured
     assert point_groups(bwf, "backward_filter", 49) == [1]                    # under 64 tiles: part of a tile row
-    assert point_groups(Geometry.of(wide, "forward"), "forward", 640) == [1]
+    fwd = Geometry.of(wide, "forward")
+    assert point_groups(fwd, "forward", 640) == [1, 2, 3] == point_groups(fwd, "forward", 640, 3)
+    assert point_groups(fwd, "forward", 896) == [1]                           # U under a quarter of the workspace
+    assert point_groups(fwd, "forward", 640, 1, 2) == [1]                     # input-channel slices: not grouped
     _, sk = WinogradSource().measure("backward_filter", wide, Operands(0, 0, 0), 0, BenchSettings("strict"))
     names = {str(s.algo) for s in sk}
     assert {"wino-f4-t640-g4-p2", "wino-f4-t640-g3", "wino-f4-t192-g2-p2"} <= names
     assert not any("-g" in a and a.endswith("-p3") for a in names)
     _, sk = WinogradSource().measure("forward", wide, Operands(0, 0, 0), 0, BenchSettings("strict"))
-    assert not any("-g" in str(s.algo) for s in sk)
+    names = {str(s.algo) for s in sk}
+    assert {"wino-f4-t192-g2-p3", "wino-f4-t320-g3-p2", "wino-f4-t640-g2"} <= names
+    assert not any("-g4" in a or ("-g" in a and "-s" in a) for a in names)
     assert tiles_of(Measurement(64, "wino-f4-t640-g4-p2", "FMA", 1.0, 0, "winograd", None,
                                 {"winograd": {"tiles": 640, "groups": 4}})) == 640
-    _recorded_choice(groups_of, "groups", {"tiles": 640, "groups": 4, "streams": 2}, 4, 5, wide)
+    _recorded_choice(groups_of, "groups", {"tiles": 640, "groups": 4, "streams": 2}, 4, 5, wide,
+                     forward_refuses=False)
+    with pytest.raises(InputError) as e:   # slices and groups: not together
+        WinogradSource().prepare("forward", wide, Measurement(64, "x", "FMA", 1.0, 0, "winograd", None,
+                                                              {"winograd": {"tiles": 640, "groups": 2, "csplit": 2}}))
+    assert e.value.field == "extra.winograd.groups"
 
 
 def test_stream_counts_are_offered_where_chunks_can_overlap():

@@ -71,15 +71,19 @@ returns, so a call is still one stream's work (and captures into one graph).  Wo
 ``U1``, ...: no two streams add into one buffer, so the sum stays deterministic), and the inverse filter transform
 sums them in stream order after the join; workspace ``36 * 4 * streams * (Co*Ci + Ci*T + Co*T)``.
 
-Point groups (``-g2`` / ``-g3`` / ``-g4`` after the chunk's name, ``extra["winograd"]["groups"]``; backward
-filter on one or two streams, where dU is at least a quarter of the ungrouped workspace: :func:`point_groups`):
-the call runs its chunks once per group of 36 / G transform-domain points, dU, V and Z holding one group's points,
-and each group's inverse transform adds into dw (beta 1 after the first).  Why: backward filter's GEMMs reduce over
-the chunk's tiles into dU (``36 * Co * Ci`` floats), so under a tight limit a large-channel layer's chunks are
-short and each reads and writes all of dU for little work (VGG-16 conv4_2 b64 at 64 MiB: 192-tile chunks, 2.23 ms
-against 1.77 in one chunk); a group's dU is 1/G of it, so its chunks hold about G times the tiles, at the price of
-reading and transforming x and dy once per group (conv4_2 in chunks of 8 images on two streams: 1.57 ms in one
-group, 1.82 in two).  Workspace ``36 / G * 4 * streams * (Co*Ci + Ci*T + Co*T)``.
+Point groups (``-g2`` / ``-g3`` / ``-g4`` after the chunk's name, ``extra["winograd"]["groups"]``; where U (dU) is
+at least a quarter of the ungrouped workspace: :func:`point_groups`): the call runs its chunks once per group of
+36 / G transform-domain points, U (dU), V and M (Z) holding one group's points.  Why: U is ``36 * Co * Ci`` floats
+whatever the chunk, so under a tight limit a large-channel layer's chunks are short.  Backward filter (one or two
+streams, 2-4 groups): each chunk reads and writes all of dU for little work (VGG-16 conv4_2 b64 at 64 MiB: 192-tile
+chunks, 2.23 ms against 1.77 in one chunk); a group's dU is 1/G of it, so its chunks hold about G times the tiles,
+at the price of reading and transforming x and dy once per group (conv4_2 in chunks of 8 images on two streams:
+1.57 ms in one group, 1.82 in two); each group's inverse transform adds into dw.  Workspace ``36 / G * 4 * streams
+* (Co*Ci + Ci*T + Co*T)``.  Forward and backward data (up to three streams, 2 or 3 groups, unsliced): each group
+transforms its points of the filter once per call, reads the input once, and its output transform adds its share
+A^T M_g A into y (the transform is linear in M's points; beta 1 after the first group): VGG-16 conv4_2's U is 36 MiB
+of a 64 MiB limit, leaving its chunks 64 tiles on three streams; in two groups U is 18 MiB and the chunks about
+three times longer.  Workspace ``36 / G * 4 * (Co*Ci + streams * (Ci*T + Co*T))``.
 
 Split reductions (``-k2`` / ``-k4`` / ``-k8`` after the chunk's name, before ``-p``,
 ``extra["winograd"]["ksplit"]``; backward filter of narrow layers, without point groups: :func:`ksplits`): each
@@ -227,23 +231,29 @@ def groups_of(config: Measurement) -> int:
     return _choice(config, "groups", POINT_GROUPS)
 
 
-def point_groups(geo: Any, op: str, tiles: int, streams: int = 1) -> list[int]:
-    """The point groups measured for backward-filter chunks of ``tiles`` tiles on ``streams`` streams: 1, and 2, 3
-    and 4 on one or two streams while dU is at least a quarter of the ungrouped workspace (the rule :func:`csplits`
-    uses) -- where it is less, a group saves little workspace and reads x and dy again -- for chunks of at least
-    ``TILE_CHUNK_ALIGN`` tiles (a group exists to make chunks longer; below it they are parts of a tile row).  Why
-    these cuts: on the H200's VGG-16 b64 table (``table_ablation --drop-groups``) every group count is in some plan
-    from 16 to 64 MiB (32 MiB: 65.8 -> 59.2 ms planned; 48 MiB 54.3 -> 52.7; 64 MiB 48.5 -> 48.3), but offering them
-    wherever dU is an eighth of the workspace and on three streams as well measured 4092 grouped rows there
-    (backward filter's benchmark 23.5 -> 69.8 s); the quarter and two streams keep 2208 of them and plan within 0.4%
-    of all of them at every limit, and the 64-tile floor leaves out 930 more with the same plans at 16, 32 and 64 MiB
-    (AlexNet b256 and ResNet-50 b128 tables: 756 and 879 rows left out, plans the same)."""
+def point_groups(geo: Any, op: str, tiles: int, streams: int = 1, csplit: int = 1) -> list[int]:
+    """The point groups measured for chunks of ``tiles`` tiles on ``streams`` streams: 1, and more where U (dU) is
+    at least a quarter of the ungrouped workspace (the rule :func:`csplits` uses) -- where it is less, a group saves
+    little workspace and reads the input again -- for chunks of at least ``TILE_CHUNK_ALIGN`` tiles (a group exists
+    to make chunks longer; below it they are parts of a tile row), unsliced.  Backward filter: 2, 3 and 4 on one or
+    two streams.  Why these cuts: on the H200's VGG-16 b64 table (``table_ablation --drop-groups``) every group
+    count is in some plan from 16 to 64 MiB (32 MiB: 65.8 -> 59.2 ms planned; 48 MiB 54.3 -> 52.7; 64 MiB 48.5 ->
+    48.3), but offering them wherever dU is an eighth of the workspace and on three streams as well measured 4092
+    grouped rows there (backward filter's benchmark 23.5 -> 69.8 s); the quarter and two streams keep 2208 of them
+    and plan within 0.4% of all of them at every limit, and the 64-tile floor leaves out 930 more with the same
+    plans at 16, 32 and 64 MiB (AlexNet b256 and ResNet-50 b128 tables: 756 and 879 rows left out, plans the same).
+    Forward and backward data: 2 and 3 on up to three streams (their 64 MiB plans run three: VGG-16 conv4_2's
+    64-tile chunks, U 36 MiB of the 63); four groups would read the input and add into the output four times."""
     from ucudnn.kernels.winograd import POINT_GROUPS, TILE_CHUNK_ALIGN
 
-    if (op != "backward_filter" or tiles < TILE_CHUNK_ALIGN or streams > 2
-            or 3 * geo.co * geo.ci < (geo.ci + geo.co) * tiles):
+    if (tiles < TILE_CHUNK_ALIGN or csplit > 1 or 3 * geo.co * geo.ci < (geo.ci + geo.co) * tiles
+            or (op == "backward_filter" and streams > 2)):
         return [1]
-    return list(POINT_GROUPS)
+    return list(POINT_GROUPS) if op == "backward_filter" else [g for g in POINT_GROUPS if g <= FORWARD_GROUPS]
+
+
+#: the most point groups forward and backward data are measured with (:func:`point_groups`)
+FORWARD_GROUPS = 3
 
 
 def is_fused(config: Measurement) -> bool:
@@ -368,9 +378,10 @@ def _launch(problem: ConvProblem, op: str, chunk: int, compute: str, tiles: int 
     cp = cupy()   # after the refusals: a configuration that cannot run is refused without a GPU
     if op == "backward_filter":
         return _launch_backward_filter(cp, geo, problem.n, chunk, compute, tiles, streams, groups, ksplit)
-    geo.points(groups)   # forward and backward data: refuses groups > 1
-    if streams > 1:
-        return _launch_streams(cp, geo, op, problem.n, chunk, compute, tiles, streams)
+    if groups > 1 and csplit > 1:
+        raise InputError("input-channel slices run without point groups", "extra.winograd.groups")
+    if streams > 1 or groups > 1:
+        return _launch_streams(cp, geo, op, problem.n, chunk, compute, tiles, streams, groups)
     from ucudnn.kernels.winograd import launchers
 
     part = geo.slice(csplit)
@@ -409,23 +420,27 @@ def _launch(problem: ConvProblem, op: str, chunk: int, compute: str, tiles: int 
 
 
 def _launch_streams(cp: Any, geo: Any, op: str, n: int, chunk: int, compute: str, tiles: int | None,
-                    streams: int) -> Launch:
+                    streams: int, groups: int = 1) -> Launch:
     """Forward or backward data with chunk i on stream i % ``streams`` (the caller's stream and
     :func:`ucudnn.binding.gpu.side_stream` 1, 2), each stream in its own V and M and with its own cuBLAS handle:
     one chunk's transforms (memory-bound) run beside another's GEMMs (compute-bound).  The side streams wait for the
     filter transform on the caller's stream and the caller's stream waits for them at the end, so the call is one
-    stream's work to its caller and to a CUDA graph capture."""
+    stream's work to its caller and to a CUDA graph capture.  With ``groups`` > 1 all of that once per group of
+    transform-domain points (:meth:`ucudnn.kernels.winograd.Geometry.points`: U, V and M one group's size), each
+    group's output transform adding into y (beta 1 after the first group); a group's filter transform waits for
+    the previous group's chunks (they read U)."""
     from ucudnn.kernels.winograd import launchers
 
-    filter_, input_, output_ = launchers(geo)
-    need = geo.workspace_bytes(chunk, tiles, 1, streams)
-    offsets = {name: off for name, off, _ in geo.segments(chunk, tiles, 1, streams)}
+    filter_, input_, output_ = launchers(geo, groups=groups)
+    need = geo.workspace_bytes(chunk, tiles, 1, streams, groups)
+    offsets = {name: off for name, off, _ in geo.segments(chunk, tiles, 1, streams, groups)}
     chunks = geo.ranges(n, chunk, tiles)
-    gemms = {count: _gemm_call(geo, count, compute) for _, count in chunks}
+    gemms = {count: _gemm_call(geo, count, compute, groups=groups) for _, count in chunks}
     names = [geo.stream_buffers(k) for k in range(streams)]
     fan = _StreamSet(cp, streams)
     forward = op == "forward"
-    what = (f"chunks of {chunk} images" if tiles is None else f"chunks of {tiles} tiles") + f" on {streams} streams"
+    what = (f"chunks of {chunk} images" if tiles is None else f"chunks of {tiles} tiles") + (
+        f" on {streams} streams" if streams > 1 else "") + (f", points in {groups} groups" if groups > 1 else "")
 
     def launch(ops: Operands, workspace: int, workspace_bytes: int, alpha: float, beta: float) -> None:
         if workspace_bytes < need:
@@ -433,14 +448,16 @@ def _launch_streams(cp: Any, geo: Any, op: str, n: int, chunk: int, compute: str
         w, x, y = (ops.b, ops.a, ops.out) if forward else (ops.a, ops.b, ops.out)
         main = cp.cuda.get_current_stream()
         bufs = [{key: workspace + offsets[name] for key, name in nm.items()} for nm in names]
-        filter_(w, bufs[0]["U"])
-        ptrs = [st.ptr for st in fan.fork(main)]
-        for i, (t0, count) in enumerate(chunks):   # each launch names its stream: no stream context a chunk
-            k = i % streams
-            input_(x, bufs[k]["V"], t0, count, ptrs[k])
-            gemms[count](fan.handles[k], bufs[k])
-            output_(bufs[k]["M"], y, t0, count, alpha, beta, ptrs[k])
-        fan.join(main)
+        for g in range(groups):
+            scale = beta if g == 0 else 1.0
+            filter_(w, bufs[0]["U"], main.ptr, g)
+            ptrs = [st.ptr for st in fan.fork(main)]
+            for i, (t0, count) in enumerate(chunks):   # each launch names its stream: no stream context a chunk
+                k = i % streams
+                input_(x, bufs[k]["V"], t0, count, ptrs[k], g)
+                gemms[count](fan.handles[k], bufs[k])
+                output_(bufs[k]["M"], y, t0, count, alpha, scale, ptrs[k], g)
+            fan.join(main)
 
     return launch
 
@@ -550,7 +567,8 @@ class WinogradSource(Prepared):
                           key=lambda v: v[0])
         # calls of more than MAX_CHUNKS chunks are measured at the smaller micro-batches only
         runs = ((t, c, tl, n, cs, st, gr, ks) for t, c, tl, n in variants if n <= MAX_CHUNKS
-                for cs in csplits(geo, op, t) for st in stream_counts(op, n, cs) for gr in point_groups(geo, op, t, st)
+                for cs in csplits(geo, op, t) for st in stream_counts(op, n, cs)
+                for gr in point_groups(geo, op, t, st, cs)
                 for ks in ksplits(geo, op, t, st, gr))
         if op != "backward_filter":
             row = self._measure_fused(op, problem, geo, ops, workspace, beta, settings, pruner)
@@ -616,8 +634,8 @@ class WinogradSource(Prepared):
         ksplit = ksplit_of(config)
         if csplit > 1 and streams > 1:
             raise InputError("input-channel slices run on one stream", "extra.winograd.streams")
-        if groups > 1 and op != "backward_filter":
-            raise InputError("only backward filter runs its points in groups", "extra.winograd.groups")
+        if groups > 1 and csplit > 1:
+            raise InputError("input-channel slices run without point groups", "extra.winograd.groups")
         if tiles is not None:
             return _launch(problem, op, 0, compute, tiles, csplit, streams, groups, ksplit)
         return _launch(problem, op, chunk_of(config, problem.n), compute, csplit=csplit, streams=streams,
