@@ -38,15 +38,17 @@ def chain(m) -> list[str]:
 
 
 def source_variant(spec: str):
-    """``source:variant`` naming one of a source's optional configuration variants (the winograd source's
-    ``slices``, ``streams``, ``groups``, ``ksplit``: :func:`ucudnn.measure.sources.winograd.variants`): a
-    keep(kernel, measurement) predicate leaving out the rows that run it; None for any other spec (a source, or
-    ``source:op``).  One spelling for ``channel_wr.py --without`` and ``table_ablation.py --drop``."""
+    """``source:variant[:op]`` naming one of a source's optional configuration variants (the winograd source's
+    ``slices``, ``streams``, ``groups``, ``ksplit``: :func:`ucudnn.measure.sources.winograd.variants`), of every
+    op or of ``op`` only (``winograd:groups:forward``): a keep(kernel, measurement) predicate leaving out the rows
+    that run it; None for any other spec (a source, or ``source:op``).  One spelling for ``channel_wr.py
+    --without`` and ``table_ablation.py --drop``."""
     from ucudnn.measure.sources.winograd import variants
 
-    source, _, name = spec.partition(":")
+    source, _, rest = spec.partition(":")
+    name, _, op = rest.partition(":")
     read = variants().get(name) if source == "winograd" else None
-    return None if read is None else (lambda k, m: read(m) == 1)
+    return None if read is None else (lambda k, m: read(m) == 1 or (bool(op) and k.op != op))
 
 
 def restricted(table, sources: set[str]):

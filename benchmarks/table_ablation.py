@@ -12,8 +12,9 @@ the benchmark's own report (e.g. ``channel_wr_*.md``).  Use it to see which part
 
 ``--drop winograd:slices`` plans once more without the winograd source's input-channel slices (``-s2`` / ``-s4``
 rows); ``winograd:streams`` without its chunks over streams (``-p2`` / ``-p3``), ``winograd:groups`` without its
-backward filter's point groups (``-gG``), ``winograd:ksplit`` without its split reductions (``-kS``): the spelling
-``channel_wr.py --without`` takes.  ``--drop-slices`` / ``--drop-streams`` / ``--drop-groups`` are the same as
+point groups (``-gG``; ``winograd:groups:forward`` those of one op only), ``winograd:ksplit`` without its split
+reductions (``-kS``): the spelling ``channel_wr.py --without`` takes.  ``--drop channels`` plans without the
+channel-slice rows a channel policy measured (batch splits only).  ``--drop-slices`` / ``--drop-streams`` / ``--drop-groups`` are the same as
 those three.
 
 ``--chunk-penalty A[,A...]`` asks what the winograd source's chunking costs the plans: each chunked winograd row
@@ -39,6 +40,8 @@ def dropper(spec: str):
     variant = source_variant(spec)
     if variant is not None:
         return variant
+    if spec == "channels":   # the channel-slice rows (a channel policy's), whatever their source
+        return lambda k, m: m.channels is None
     source, _, op = spec.partition(":")
     return lambda k, m: not (source in chain(m) and (not op or k.op == op))
 

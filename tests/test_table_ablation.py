@@ -49,6 +49,20 @@ def test_a_source_variant_is_dropped_where_it_runs_in_the_spelling_channel_wr_ta
     assert load("own_sources").source_variant("winograd:backward_filter") is None   # an op, not a variant
 
 
+def test_a_source_variant_of_one_op_and_channel_slices_are_dropped_where_they_run():
+    """``winograd:groups:forward``: the grouped rows of forward only (backward filter's kept); ``channels``: the rows
+    of any source that compute a channel slice."""
+    rows = [Measurement(4, 1, "FMA", 1.0, 0, "legacy"),
+            Measurement(4, 1, "FMA", 1.0, 0, "legacy", channels=64),
+            Measurement(4, "wino-f4-t8-g2", "FMA", 1.0, 0, "winograd", None, {"winograd": {"tiles": 8, "groups": 2}})]
+    ablation = load("table_ablation")
+    for op, kept in (("forward", [(1, None)]), ("backward_filter", [(1, None), ("wino-f4-t8-g2", None)])):
+        k = KernelBench("k", op, ConvProblem(4, 8, 8, 8, 128, 3, 3), rows)
+        keep = ablation.dropper("winograd:groups:forward")
+        assert [(m.algo, m.channels) for m in rows if keep(k, m) and m.channels is None] == kept
+        assert [m.channels for m in rows if not ablation.dropper("channels")(k, m)] == [64]
+
+
 def test_chunk_penalty_scales_chunked_winograd_rows_toward_the_one_chunk_row_of_their_micro_batch():
     from ucudnn.planning.table import BenchmarkTable
 
