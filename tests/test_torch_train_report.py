@@ -117,6 +117,24 @@ def test_another_workload_gets_its_rows_and_no_verdict_on_issue_15s_bars(tt, tmp
     assert "none of them is in these records" in text
 
 
+def test_records_of_another_mode_leave_the_fp32_cap_bars_unmeasured_and_bar_3_open(tt, tmp_path):
+    """Default-mode records with a cap search: bars 1 and 2 (FP32 caps) are not measured there, not missed; bar 3
+    met on every measured row with fp32 and amp unmeasured is not decided.  One row under 0.95x makes it missed."""
+    rows = [run("alexnet", "default", "torch", 100.0, batch=256),
+            run("alexnet", "default", "ucudnn-64", 105.0, batch=256),
+            run("alexnet", "default", "ucudnn-256", 110.0, batch=256),
+            run("alexnet", "default", "torch", 10.0, cap=70, batch=256),
+            run("alexnet", "default", "ucudnn-64", 100.0, cap=65, batch=256)]
+    md = tmp_path / "report.md"
+    tt.report(records(tmp_path, rows), md)
+    text = md.read_text()
+    assert text.count("**not measured here** (no FP32 cap search in these records)") == 2
+    assert "every model and mode: **not decided** (1 of 1 measured model x mode; not measured: fp32, amp)" in text
+    rows[2] = run("alexnet", "default", "ucudnn-256", 90.0, batch=256)
+    tt.report(records(tmp_path, rows), md)
+    assert "every model and mode: **missed** (0 of 1 measured" in md.read_text()
+
+
 def test_memory_summary_keeps_the_allocators_state_and_leaves_out_what_it_lacks(tt):
     stats = {"allocated_bytes.all.current": 5, "allocated_bytes.all.peak": 9, "reserved_bytes.all.peak": 12,
              "inactive_split_bytes.all.peak": 3, "num_alloc_retries": 2, "num_ooms": 1,
