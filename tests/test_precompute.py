@@ -131,6 +131,10 @@ def test_a_unit_key_is_the_library_cache_key(monkeypatch):
     assert unit.sources == api._source_names(None)        # the library's default sources
     legacy = Unit(H100, spec.problem, spec.op, "strict", "powerOfTwo", ("legacy",))
     assert legacy.key() == api._cache_key(spec.problem, spec.op, "strict", "powerOfTwo")   # keys before sources
+    monkeypatch.setenv("UCUDNN_CHANNEL_POLICY", "halves")   # a job run with slices looks up under its policy
+    sliced = Unit(H100, spec.problem, spec.op, "strict", "powerOfTwo", unit.sources, "halves")
+    assert sliced.key() == api._cache_key(spec.problem, spec.op, "strict", "powerOfTwo", sources=unit.sources)
+    assert sliced.id != unit.id and sliced.to_dict()["channel_policy"] == "halves"
 
 
 def test_accelerator_type_follows_rays_naming():
@@ -472,10 +476,50 @@ def test_measuring_without_a_gpu_exits_4(capsys):
     assert "CuPy" in err or "CUDA" in err
 
 
+def test_a_bad_channel_policy_flag_is_named(capsys):
+    assert main(["precompute", "--from-table", ALEXNET, "--channel-policy", "thirds"]) == 2
+    assert "--channel-policy" in capsys.readouterr().err
+
+
 def test_the_ray_engine_without_ray_is_a_clear_error(monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
     assert main(["precompute", "--from-table", ALEXNET, "--engine", "ray"]) == 2
     assert "ucudnn[cluster]" in capsys.readouterr().err
+
+
+def test_units_carry_the_channel_policy_they_are_measured_with(monkeypatch, recorded):
+    """A network job measures channel slices where its channel_policy (--channel-policy), else
+    UCUDNN_CHANNEL_POLICY, asks, and its units and tables say so; a recorded table replays units of its own policy,
+    and a sliced table answers an unsliced unit with its whole-k rows only."""
+    import dataclasses
+
+    monkeypatch.setenv("UCUDNN_SOURCES", "legacy")
+    spec = spec_for(networks=[NetworkRequest("alexnet", [256])], workspace_limits=[64 << 20])
+    [req] = expand(spec, [H100])
+    assert {u.channel_policy for _, u in req.kernels} == {"none"} and "channel_policy" not in req.extra
+    monkeypatch.setenv("UCUDNN_CHANNEL_POLICY", "halves")
+    [req] = expand(spec, [H100])
+    assert {u.channel_policy for _, u in req.kernels} == {"halves"} and req.extra["channel_policy"] == "halves"
+    spec.channel_policy = "none"                               # the job's own policy wins over the environment
+    [req] = expand(spec, [H100])
+    unit = req.kernels[1][1]
+    assert unit.channel_policy == "none"
+    with pytest.raises(UnitError, match=r"\(channel policy halves\)"):   # the recorded tables hold no slices
+        ReplaySource(recorded).measure(dataclasses.replace(unit, channel_policy="halves"))
+    # a sliced recording of the same kernel: whole-k and sliced rows
+    table = recorded[0]
+    k = next(k for k in table.kernels if (k.problem, k.op) == (unit.problem, unit.op))
+    halves = BenchmarkTable(table.device, table.cudnn_version, [dataclasses.replace(
+        k, measurements=k.measurements + [dataclasses.replace(m, channels=k.problem.k // 2) for m in k.measurements])],
+        table.numerics, {**table.extra, "channel_policy": "halves"})
+    replay = ReplaySource([halves])
+    got = replay.measure(dataclasses.replace(unit, channel_policy="halves")).measurements
+    assert {m.channels for m in got} == {None, k.problem.k // 2}
+    assert {m.channels for m in replay.measure(unit).measurements} == {None}
+    assert JobSpec.from_dict({"networks": ["alexnet"], "channel_policy": "HALVES"}).channel_policy == "halves"
+    with pytest.raises(InputError) as e:
+        JobSpec.from_dict({"networks": ["alexnet"], "channel_policy": "thirds"})
+    assert e.value.field == "job.channel_policy"
 
 
 def test_units_carry_the_sources_they_are_measured_with(monkeypatch, recorded):

@@ -47,6 +47,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="algorithm sources to measure networks with (legacy, graph, relayout, fold; default: "
                         "UCUDNN_SOURCES, else legacy,graph,fold where nvidia-cudnn-frontend is installed, legacy,fold "
                         "otherwise); recorded tables keep the sources they were measured with")
+    p.add_argument("--channel-policy", metavar="POLICY", default=None,
+                   help="none | halves | powerOfTwo: also measure output-channel slices (default: "
+                        "UCUDNN_CHANNEL_POLICY, else none) for networks; jobs that run with that policy find "
+                        "these plans; recorded tables keep the policy they were measured with")
     p.add_argument("--max-retries", type=int, default=None,
                    help="further attempts of a failing unit before it is reported failed (default 2)")
     p.add_argument("--engine", choices=("local", "ray"), default="local",

@@ -46,7 +46,7 @@ from ..catalog.store import Store
 from ..errors import InputError
 from ..measure.sources.base import DEFAULT_REPEAT
 from ..planning.table import BenchmarkTable, KernelBench, effective_numerics
-from ..policy import normalize_policy
+from ..policy import normalize_channel_policy, normalize_policy
 from ..problem import DTYPES, LAYOUTS, OPS
 from ..schemas import validate
 from ..units import parse_size
@@ -116,6 +116,17 @@ class JobSpec:
     max_retries: int = 2
     #: algorithm sources to measure with (None: the library's default, resolved where the job is planned)
     sources: list[str] | None = None
+    #: channel slices to measure besides micro-batches (None: ``UCUDNN_CHANNEL_POLICY``, else none), recorded in
+    #: every unit's key as the library's lookups key them, so a bundle made with ``halves`` answers jobs that run
+    #: with ``UCUDNN_CHANNEL_POLICY=halves``
+    channel_policy: str | None = None
+
+    def channel_policy_now(self) -> str:
+        """The channel policy this job measures: its own, else the environment's
+        (:func:`ucudnn.config.channel_policy`)."""
+        from ..config import channel_policy
+
+        return self.channel_policy if self.channel_policy is not None else channel_policy()
 
     @classmethod
     def from_dict(cls, doc: Any, where: str = "job") -> "JobSpec":
@@ -133,6 +144,8 @@ class JobSpec:
             if key in doc:
                 setattr(spec, key, list(doc[key]))
         spec.batch_policy = normalize_policy(doc.get("batch_policy", spec.batch_policy), f"{where}.batch_policy")
+        if doc.get("channel_policy") is not None:
+            spec.channel_policy = normalize_channel_policy(doc["channel_policy"], f"{where}.channel_policy")
         for key in ("workspace_limits", "total_workspaces"):
             setattr(spec, key, [parse_size(v, f"{where}.{key}[{i}]", allow_zero=False)
                                 for i, v in enumerate(doc.get(key, []))])
@@ -187,7 +200,8 @@ class JobSpec:
                 "layouts": self.layouts, "numerics": self.numerics, "ops": self.ops,
                 "batch_policy": self.batch_policy, "workspace_limits": self.workspace_limits,
                 "total_workspaces": self.total_workspaces, "gpu_models": self.gpu_models,
-                "repeat": self.repeat, "max_retries": self.max_retries, "sources": self.sources}
+                "repeat": self.repeat, "max_retries": self.max_retries, "sources": self.sources,
+                "channel_policy": self.channel_policy}
 
 
 @dataclass
@@ -214,6 +228,8 @@ def expand(spec: JobSpec, targets: Sequence[Target],
     out: list[TableRequest] = []
     if spec.networks:
         srcs = source_names.canonical(spec.sources, "sources")
+        cp = spec.channel_policy_now()
+        sliced = {"channel_policy": cp} if cp != "none" else {}
         for i, req in enumerate(spec.networks):
             net = req.load()
             for batch in req.batch_sizes or spec.batch_sizes or [net.default_batch]:
@@ -225,16 +241,18 @@ def expand(spec: JobSpec, targets: Sequence[Target],
                             for t in targets:
                                 name = f"{net.name}-b{batch}-{dtype}-{layout}-{nm}"
                                 out.append(TableRequest(
-                                    name, t, nm, [(s.name, Unit(t, s.problem, s.op, nm, bp, srcs)) for s in specs],
+                                    name, t, nm, [(s.name, Unit(t, s.problem, s.op, nm, bp, srcs, cp))
+                                                  for s in specs],
                                     {"batch_policy": bp, "network": net.name, "precompute": name,
-                                     "sources": list(srcs)}))
+                                     "sources": list(srcs), **sliced}))
         return out
     for name, t in recorded:
         target = Target(t.device, t.cudnn_version)
         nm, note = effective_numerics(t)
         out.append(TableRequest(name, target, nm, [(k.name, Unit(target, k.problem, k.op, nm, bp,
-                                                                 source_names.of_table(t.extra))) for k in t.kernels
-                                     if k.op in spec.ops], dict(t.extra), note))
+                                                                 source_names.of_table(t.extra),
+                                                                 t.extra.get("channel_policy", "none")))
+                                                   for k in t.kernels if k.op in spec.ops], dict(t.extra), note))
     return out
 
 
@@ -620,6 +638,8 @@ def merge_flags(spec: JobSpec | None, args: Any) -> JobSpec:
         spec.max_retries = args.max_retries
     if getattr(args, "sources", None) is not None:
         spec.sources = list(source_names.canonical(args.sources, "--sources"))
+    if getattr(args, "channel_policy", None) is not None:
+        spec.channel_policy = normalize_channel_policy(args.channel_policy, "--channel-policy")
     if not spec.workspace_limits and not spec.total_workspaces:
         from ..config import default_workspace_limit, total_workspace_size
 
@@ -643,7 +663,8 @@ def job_rows(spec: JobSpec, summary: dict[str, Any], store: Store) -> tuple[list
         target = Target(table.device, table.cudnn_version)
         numerics = effective_numerics(table).numerics
         srcs = source_names.of_table(table.extra)
-        bench_ids |= {key_id(Unit(target, k.problem, k.op, numerics, spec.batch_policy, srcs).key())
+        cp = table.extra.get("channel_policy", "none")
+        bench_ids |= {key_id(Unit(target, k.problem, k.op, numerics, spec.batch_policy, srcs, cp).key())
                       for k in table.kernels}
     wanted = set(table_ids)
     plan_ids = [p["id"] for p in store.list_plans() if p["table_id"] in wanted]

@@ -30,7 +30,8 @@ from ...problem import ConvProblem
 
 @dataclass(frozen=True)
 class Unit:
-    """One (target, problem, op, numerics, batch policy, sources): measured once, stored under :meth:`key`.
+    """One (target, problem, op, numerics, batch policy, sources, channel policy): measured once, stored under
+    :meth:`key`.
 
     ``sources``: the algorithm sources measured, canonical (:func:`ucudnn.source_names.canonical`); the default
     is the library's, so precomputed units answer ``conv2d_*`` calls made with the default sources.  A unit
@@ -43,6 +44,8 @@ class Unit:
     numerics: str
     batch_policy: str
     sources: tuple[str, ...] = field(default_factory=source_names.default_names)
+    #: the channel policy measured (:func:`ucudnn.policy.channel_sizes`): part of the key, as in the library's
+    channel_policy: str = "none"
 
     @property
     def micro_batches(self) -> list[int]:
@@ -56,6 +59,8 @@ class Unit:
         sources = source_names.key_field(self.sources)
         if sources is not None:
             key["sources"] = sources
+        if self.channel_policy != "none":   # left out for none, as ucudnn.api._cache_key does
+            key["channel_policy"] = self.channel_policy
         return key
 
     @property
@@ -78,7 +83,8 @@ class Unit:
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "op": self.op, "problem": self.problem.describe(), "numerics": self.numerics,
-                "batch_policy": self.batch_policy, "sources": ",".join(self.sources), **self.target.to_dict()}
+                "batch_policy": self.batch_policy, "sources": ",".join(self.sources),
+                "channel_policy": self.channel_policy, **self.target.to_dict()}
 
 
 class UnitError(UcudnnError):

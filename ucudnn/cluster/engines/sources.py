@@ -56,9 +56,10 @@ class GpuSource:
         from ...measure.benchmarking import benchmark
         from ...problem import KernelSpec
 
+        # the unit's channel policy, never the worker's environment: what is measured is what the key says
         table = benchmark([KernelSpec(unit.op, unit.op, unit.problem)], unit.batch_policy, unit.numerics,
                           sources=list(unit.sources), repeat=self.repeat, max_workspace=self.max_workspace,
-                          progress=False)
+                          progress=False, channel_policy=unit.channel_policy)
         if (table.device, table.cudnn_version) != (unit.target.device, unit.target.cudnn_version):
             raise UnitError(f"worker is a {table.device} / cuDNN {table.cudnn_version}, "
                             f"the unit needs {unit.target.device} / cuDNN {unit.target.cudnn_version}")
@@ -102,8 +103,14 @@ class ReplaySource:
             for t in self.tables:
                 # a table without a numerics field answers units of the numerics it is taken to have
                 nm, srcs = effective_numerics(t).numerics, source_names.of_table(t.extra)
+                cp = t.extra.get("channel_policy", "none")
                 for k in t.kernels:
-                    idx.setdefault((t.device, t.cudnn_version, nm, srcs, k.problem, k.op), k)
+                    idx.setdefault((t.device, t.cudnn_version, nm, srcs, cp, k.problem, k.op), k)
+                    if cp != "none":   # its whole-k rows answer a unit without slices as well
+                        idx.setdefault((t.device, t.cudnn_version, nm, srcs, "none", k.problem, k.op),
+                                       KernelBench(k.name, k.op, k.problem,
+                                                   [m for m in k.measurements if m.channels is None],
+                                                   k.skipped, k.benchmark_seconds))
             self._index = idx
         return self._index
 
@@ -113,13 +120,15 @@ class ReplaySource:
     def lookup(self, unit: Unit) -> KernelBench | None:
         """The recorded kernel for ``unit`` (any micro-batch sizes), or None."""
         return self.index().get((unit.target.device, unit.target.cudnn_version, unit.numerics, unit.sources,
-                                 unit.problem, unit.op))
+                                 unit.channel_policy, unit.problem, unit.op))
 
     def measure(self, unit: Unit) -> KernelBench:
         kb = self.lookup(unit)
         if kb is None:
+            sliced = f" (channel policy {unit.channel_policy})" if unit.channel_policy != "none" else ""
             raise UnitError(f"no recorded measurements of {unit.label()} with numerics {unit.numerics} and sources "
-                            f"{','.join(unit.sources)} on {unit.target.device} / cuDNN {unit.target.cudnn_version}")
+                            f"{','.join(unit.sources)}{sliced} on {unit.target.device} / cuDNN "
+                            f"{unit.target.cudnn_version}")
         want = set(unit.micro_batches)
         missing = sorted(want - set(kb.micro_batches()) - {s.micro_batch for s in kb.skipped})
         if missing:
