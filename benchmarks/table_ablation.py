@@ -14,8 +14,12 @@ the benchmark's own report (e.g. ``channel_wr_*.md``).  Use it to see which part
 rows); ``winograd:streams`` without its chunks over streams (``-p2`` / ``-p3``), ``winograd:groups`` without its
 point groups (``-gG``; ``winograd:groups:forward`` those of one op only), ``winograd:ksplit`` without its split
 reductions (``-kS``): the spelling ``channel_wr.py --without`` takes.  ``--drop channels`` plans without the
-channel-slice rows a channel policy measured (batch splits only).  ``--drop-slices`` / ``--drop-streams`` / ``--drop-groups`` are the same as
-those three.
+channel-slice rows a channel policy measured (batch splits only).  ``--drop-slices`` / ``--drop-streams`` /
+``--drop-groups`` are the same as those three.
+
+``--offered`` plans once more with only the winograd point-group rows the source offers now
+(:func:`ucudnn.measure.sources.winograd.point_groups`): what a narrower offering rule costs a table recorded
+before it.
 
 ``--chunk-penalty A[,A...]`` asks what the winograd source's chunking costs the plans: each chunked winograd row
 (``wino-f4-cN`` / ``-tN``) slower than the one-chunk row (``wino-f4``) of the same kernel and micro-batch is set to
@@ -44,6 +48,22 @@ def dropper(spec: str):
         return lambda k, m: m.channels is None
     source, _, op = spec.partition(":")
     return lambda k, m: not (source in chain(m) and (not op or k.op == op))
+
+
+def offered(k, m) -> bool:
+    """Whether the winograd source as it is now would measure recorded row ``m`` of kernel ``k`` with its point
+    groups (:func:`ucudnn.measure.sources.winograd.point_groups` on the row's tiles, streams and slices): a
+    recorded table re-planned with ``--offered`` shows what a narrower offering rule costs the plans."""
+    from ucudnn.kernels.winograd import Geometry
+    from ucudnn.measure.sources.winograd import csplit_of, groups_of, point_groups, streams_of, tiles_of
+
+    if m.source != "winograd" or groups_of(m) == 1:
+        return True
+    geo = Geometry.of(k.problem.with_batch(m.micro_batch), k.op)
+    tiles = tiles_of(m)
+    if tiles is None:
+        tiles = int(m.extra["winograd"].get("chunk", m.micro_batch)) * geo.tiles_per_image
+    return groups_of(m) in point_groups(geo, k.op, tiles, streams_of(m), csplit_of(m))
 
 
 def chunks(m) -> int:
@@ -84,6 +104,8 @@ def main() -> None:
                     help="also plan without the winograd source's chunks over streams (rows -p2 / -p3)")
     ap.add_argument("--drop-groups", action="store_true",
                     help="also plan without the winograd source's point groups (rows -g2 / -g3 / -g4)")
+    ap.add_argument("--offered", action="store_true",
+                    help="also plan with only the winograd point-group rows the source offers now")
     ap.add_argument("--out", default=None, help="write <out>/<--name>.json and .md")
     ap.add_argument("--name", default="table_ablation")
     args = ap.parse_args()
@@ -99,6 +121,8 @@ def main() -> None:
                                                                    ("streams", args.drop_streams),
                                                                    ("groups", args.drop_groups)) if on]
         variants = [("all rows", table)] + [(f"without {d}", table.filtered(dropper(d))) for d in drops]
+        if args.offered:
+            variants.append(("point groups as offered now", table.filtered(offered)))
         for mx in (int(v) for v in args.max_chunks.split(",")) if args.max_chunks else ():
             variants.append((f"winograd calls of at most {mx} chunks", table.filtered(lambda k, m, mx=mx: chunks(m) <= mx)))
         if args.chunk_penalty:

@@ -63,6 +63,23 @@ def test_a_source_variant_of_one_op_and_channel_slices_are_dropped_where_they_ru
         assert [m.channels for m in rows if not ablation.dropper("channels")(k, m)] == [64]
 
 
+def test_offered_keeps_the_point_group_rows_the_source_measures_now():
+    """VGG-16 conv4_2 forward (512 x 512, 28x28, b64): two groups of 640-tile chunks on one stream are offered, on
+    three streams they are not (U under a quarter of the three streams' workspace); ungrouped rows and other
+    sources' rows are always kept."""
+    problem = ConvProblem(64, 512, 28, 28, 512, 3, 3, pad=1)
+
+    def row(streams, groups):
+        info = {"tiles": 640, "streams": streams, "groups": groups}
+        return Measurement(64, f"wino-f4-t640-g{groups}-p{streams}", "FMA", 1.0, 0, "winograd", None,
+                           {"winograd": info})
+
+    rows = [row(1, 2), row(3, 2), row(3, 1), Measurement(64, 1, "FMA", 1.0, 0, "legacy")]
+    k = KernelBench("conv4_2", "forward", problem, rows)
+    offered = load("table_ablation").offered
+    assert [offered(k, m) for m in rows] == [True, False, True, True]
+
+
 def test_chunk_penalty_scales_chunked_winograd_rows_toward_the_one_chunk_row_of_their_micro_batch():
     from ucudnn.planning.table import BenchmarkTable
 

@@ -421,8 +421,9 @@ def test_point_groups_are_measured_for_wide_backward_filters_and_recorded_for_pr
     assert point_groups(bwf, "backward_filter", 640, 3) == [1]                # three streams: not measured
     assert point_groups(bwf, "backward_filter", 49) == [1]                    # under 64 tiles: part of a tile row
     fwd = Geometry.of(wide, "forward")
-    assert point_groups(fwd, "forward", 640) == [1, 2, 3] == point_groups(fwd, "forward", 640, 3)
+    assert point_groups(fwd, "forward", 640) == [1, 2, 3] == point_groups(fwd, "forward", 256, 3)
     assert point_groups(fwd, "forward", 896) == [1]                           # U under a quarter of the workspace
+    assert point_groups(fwd, "forward", 640, 3) == [1]                        # ... with three streams' V and M
     assert point_groups(fwd, "forward", 640, 1, 2) == [1]                     # input-channel slices: not grouped
     _, sk = WinogradSource().measure("backward_filter", wide, Operands(0, 0, 0), 0, BenchSettings("strict"))
     names = {str(s.algo) for s in sk}

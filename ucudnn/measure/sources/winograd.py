@@ -243,10 +243,15 @@ def point_groups(geo: Any, op: str, tiles: int, streams: int = 1, csplit: int = 
     and plan within 0.4% of all of them at every limit, and the 64-tile floor leaves out 930 more with the same
     plans at 16, 32 and 64 MiB (AlexNet b256 and ResNet-50 b128 tables: 756 and 879 rows left out, plans the same).
     Forward and backward data: 2 and 3 on up to three streams (their 64 MiB plans run three: VGG-16 conv4_2's
-    64-tile chunks, U 36 MiB of the 63); four groups would read the input and add into the output four times."""
+    64-tile chunks, U 36 MiB of the 63), while U is a quarter of the ungrouped workspace on that many streams (each
+    stream holds its own V and M); four groups would read the input and add into the output four times.  On the
+    H200's VGG-16 b64 and AlexNet b256 tables (``table_ablation_winograd-forward-groups-offered.md``) counting the
+    streams leaves out a third of the grouped rows (VGG-16 2356 -> 1588; the winograd rows' recorded time 12887 ->
+    12164 ms, AlexNet 3549 -> 3271) with the same WR plans from 8 MiB to 4 GiB."""
     from ucudnn.kernels.winograd import POINT_GROUPS, TILE_CHUNK_ALIGN
 
-    if (tiles < TILE_CHUNK_ALIGN or csplit > 1 or 3 * geo.co * geo.ci < (geo.ci + geo.co) * tiles
+    held = 1 if op == "backward_filter" else streams   # V and M copies beside U (bwf: a dU per stream as well)
+    if (tiles < TILE_CHUNK_ALIGN or csplit > 1 or 3 * geo.co * geo.ci < held * (geo.ci + geo.co) * tiles
             or (op == "backward_filter" and streams > 2)):
         return [1]
     return list(POINT_GROUPS) if op == "backward_filter" else [g for g in POINT_GROUPS if g <= FORWARD_GROUPS]
