@@ -2,10 +2,11 @@
 float64 direct correlation and undivided cuDNN on VGG-like layers and awkward shapes (odd H / W, pad 0 and 2,
 C = 3, C not a multiple of 8, n = 1 and 5), NCHW and NHWC, FP32 strict and TF32; internal chunks; alpha / beta;
 channel slices; chunks over streams; point groups (every op) and split reductions; micro-batched plans through the
-Executor mixed with legacy steps, eager and CUDA-graph replayed (backward filter accumulating across micro-batches); a captured graph replayed on new data; tile-range chunks
-(``wino-f4-t<T>``: part of a tile row, a few rows, ranges crossing image boundaries, a VGG conv1_2 plane in chunks
-of 64 tile rows) against undivided cuDNN, and one captured and replayed; measure()'s rows (image and tile chunks)
-with exact workspace.  No timing is asserted.
+Executor mixed with legacy steps, eager and CUDA-graph replayed (backward filter accumulating across
+micro-batches); a captured graph replayed on new data; tile-range chunks (``wino-f4-t<T>``: part of a tile row, a
+few rows, ranges crossing image boundaries, a VGG conv1_2 plane in chunks of 64 tile rows) against undivided cuDNN,
+and one captured and replayed; measure()'s rows (image and tile chunks) with exact workspace.  No timing is
+asserted.
 
 ``python tests/test_gpu_winograd.py`` prints a timing report (filter transform against a whole step, VGG layers)."""
 from __future__ import annotations
