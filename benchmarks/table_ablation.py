@@ -55,14 +55,14 @@ def offered(k, m) -> bool:
     groups (:func:`ucudnn.measure.sources.winograd.point_groups` on the row's tiles, streams and slices): a
     recorded table re-planned with ``--offered`` shows what a narrower offering rule costs the plans."""
     from ucudnn.kernels.winograd import Geometry
-    from ucudnn.measure.sources.winograd import csplit_of, groups_of, point_groups, streams_of, tiles_of
+    from ucudnn.measure.sources.winograd import chunk_of, csplit_of, groups_of, point_groups, streams_of, tiles_of
 
     if m.source != "winograd" or groups_of(m) == 1:
         return True
     geo = Geometry.of(k.problem.with_batch(m.micro_batch), k.op)
     tiles = tiles_of(m)
-    if tiles is None:
-        tiles = int(m.extra["winograd"].get("chunk", m.micro_batch)) * geo.tiles_per_image
+    if tiles is None:   # image chunks: the source's own reading of the row (its extra, else its name)
+        tiles = chunk_of(m, m.micro_batch) * geo.tiles_per_image
     return groups_of(m) in point_groups(geo, k.op, tiles, streams_of(m), csplit_of(m))
 
 
