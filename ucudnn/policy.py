@@ -78,6 +78,12 @@ def normalize_channel_policy(name: str | None, field: str = "channel_policy") ->
     raise InputError(f"unknown channel policy {name!r}; use one of {', '.join(CHANNEL_POLICIES)}", field)
 
 
+def channel_policy_of(extra: dict) -> str:
+    """The channel policy a benchmark table's ``extra`` records: absent means ``none`` (the benchmark writes it only
+    for a policy that slices, and tables from before issue 18 have none)."""
+    return normalize_channel_policy(extra.get("channel_policy"), "channel_policy")
+
+
 def channel_sizes(policy: str | None, k: int, groups: int = 1) -> list[int]:
     """Channel-slice sizes (fewer than ``k``, multiples of :data:`CHANNEL_ALIGN`) ``policy`` measures, descending.
 

@@ -46,7 +46,7 @@ from ..catalog.store import Store
 from ..errors import InputError
 from ..measure.sources.base import DEFAULT_REPEAT
 from ..planning.table import BenchmarkTable, KernelBench, effective_numerics
-from ..policy import normalize_channel_policy, normalize_policy
+from ..policy import channel_policy_of, normalize_channel_policy, normalize_policy
 from ..problem import DTYPES, LAYOUTS, OPS
 from ..schemas import validate
 from ..units import parse_size
@@ -251,7 +251,7 @@ def expand(spec: JobSpec, targets: Sequence[Target],
         nm, note = effective_numerics(t)
         out.append(TableRequest(name, target, nm, [(k.name, Unit(target, k.problem, k.op, nm, bp,
                                                                  source_names.of_table(t.extra),
-                                                                 t.extra.get("channel_policy", "none")))
+                                                                 channel_policy_of(t.extra)))
                                                    for k in t.kernels if k.op in spec.ops], dict(t.extra), note))
     return out
 
@@ -663,7 +663,7 @@ def job_rows(spec: JobSpec, summary: dict[str, Any], store: Store) -> tuple[list
         target = Target(table.device, table.cudnn_version)
         numerics = effective_numerics(table).numerics
         srcs = source_names.of_table(table.extra)
-        cp = table.extra.get("channel_policy", "none")
+        cp = channel_policy_of(table.extra)
         bench_ids |= {key_id(Unit(target, k.problem, k.op, numerics, spec.batch_policy, srcs, cp).key())
                       for k in table.kernels}
     wanted = set(table_ids)

@@ -20,6 +20,7 @@ from typing import Iterable, Protocol
 from ... import source_names
 from ...measure.sources.base import DEFAULT_REPEAT
 from ...planning.table import BenchmarkTable, KernelBench, effective_numerics
+from ...policy import channel_policy_of
 from .base import Target, Unit, UnitError
 
 
@@ -103,7 +104,7 @@ class ReplaySource:
             for t in self.tables:
                 # a table without a numerics field answers units of the numerics it is taken to have
                 nm, srcs = effective_numerics(t).numerics, source_names.of_table(t.extra)
-                cp = t.extra.get("channel_policy", "none")
+                cp = channel_policy_of(t.extra)
                 for k in t.kernels:
                     idx.setdefault((t.device, t.cudnn_version, nm, srcs, cp, k.problem, k.op), k)
                     if cp != "none":   # its whole-k rows answer a unit without slices as well
