@@ -427,6 +427,20 @@ def test_a_yaml_job_file_is_read_with_sizes_and_per_network_batches(tmp_path):
     assert len(requests) == (1 + 2) * 2 * 2  # network instances x dtypes x GPU models
 
 
+def test_a_job_reads_back_what_it_writes():
+    """The job a precompute summary records (``to_dict``) is a job file for the same job: defaults left out."""
+    for doc in ({"networks": ["alexnet"]},
+                {"networks": ["alexnet@64,128", {"name": "resnet50"}], "tables": [ALEXNET], "batch_sizes": [32],
+                 "dtypes": ["float32", "float16"], "layouts": ["NHWC"], "numerics": [None, "tf32"],
+                 "ops": ["forward"], "batch_policy": "all", "workspace_limits": ["8MiB"],
+                 "total_workspaces": ["1GiB"], "gpu_models": ["H100"], "repeat": 0, "max_retries": 1,
+                 "sources": "legacy,graph", "channel_policy": "halves"}):
+        spec = JobSpec.from_dict(doc)
+        written = spec.to_dict()
+        assert None not in written.values() and JobSpec.from_dict(written) == spec
+        assert JobSpec.from_dict(json.loads(json.dumps(written))).to_dict() == written
+
+
 @pytest.mark.parametrize("doc,field", [
     ({"networks": ["alexnet"], "workspace_limits": ["8MiB", "12 parsecs"]}, "job.workspace_limits[1]"),
     ({"networks": ["alexnet"], "dtypes": ["float64"]}, "dtypes[0]"),

@@ -47,9 +47,38 @@ def test_a_torch_model_is_traced_into_a_network_with_the_layers_it_runs():
     assert req.network == "_torch_models:small_cnn" and req.batch_sizes == [64, 128]
     assert req.input_shape == (3, 32, 32)
     assert req.load().layers == SMALL_CNN_AT_3_32_32
-    assert spec.to_dict()["networks"] == [{"name": "_torch_models:small_cnn", "batch_sizes": [64, 128],
-                                           "torch_model": "_torch_models:small_cnn", "input_shape": [3, 32, 32]}]
+    assert spec.to_dict()["networks"] == [{"torch_model": "_torch_models:small_cnn", "input_shape": [3, 32, 32],
+                                           "batch_sizes": [64, 128]}]
     assert spec.workspace_limits == [64 << 20]
+
+
+def test_a_job_file_names_a_torch_model_as_the_flags_do_and_a_job_reads_back_what_it_writes():
+    """``{torch_model, input_shape, batch_sizes}`` in a job file is ``--torch-model M:F@B --input-shape C,H,W``;
+    the job a summary records (``to_dict``) is a job file that runs the same units."""
+    flags = spec_of("--torch-model", "_torch_models:small_cnn@64", "--input-shape", "3,32,32", "--network",
+                    "alexnet@256", "--workspace-limits", "64MiB")
+    doc = {"networks": [{"name": "alexnet", "batch_sizes": [256]},
+                        {"torch_model": "_torch_models:small_cnn", "input_shape": [3, 32, 32], "batch_sizes": [64]}],
+           "workspace_limits": ["64MiB"]}
+    filed = JobSpec.from_dict(doc)
+    again = JobSpec.from_dict(flags.to_dict())
+    for spec in (filed, again):
+        assert [(n.network, n.batch_sizes, n.input_shape) for n in spec.networks] == \
+            [("alexnet", [256], None), ("_torch_models:small_cnn", [64], (3, 32, 32))]
+        assert spec.networks[1].load().layers == SMALL_CNN_AT_3_32_32
+        assert [[u.id for _, u in r.kernels] for r in expand(spec, [H100])] == \
+            [[u.id for _, u in r.kernels] for r in expand(flags, [H100])]
+
+
+@pytest.mark.parametrize("net,field", [
+    ({"torch_model": "_torch_models:small_cnn"}, "networks[0]"),
+    ({"torch_model": "no_colon", "input_shape": [3, 32, 32]}, "job.networks[0].torch_model"),
+    ({"torch_model": "_torch_models:small_cnn", "input_shape": [3, 32]}, "networks[0].input_shape"),
+])
+def test_a_bad_torch_model_in_a_job_file_names_its_field(net, field):
+    with pytest.raises(InputError) as e:
+        JobSpec.from_dict({"networks": [net]})
+    assert e.value.field.endswith(field)
 
 
 def test_the_issues_form_without_a_batch_precomputes_the_stated_default_batch(capsys):

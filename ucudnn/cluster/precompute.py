@@ -136,6 +136,10 @@ class JobSpec:
         for i, n in enumerate(doc.get("networks", [])):
             if isinstance(n, str):
                 spec.networks.append(NetworkRequest.parse(n, f"{where}.networks[{i}]"))
+            elif "torch_model" in n:
+                req = torch_model(n["torch_model"], n["input_shape"], f"{where}.networks[{i}].torch_model")
+                spec.networks.append(NetworkRequest(req.network, n.get("batch_sizes", req.batch_sizes),
+                                                    built=req.built, input_shape=req.input_shape))
             else:
                 spec.networks.append(NetworkRequest(n["name"], n.get("batch_sizes")))
         spec.tables = list(doc.get("tables", []))
@@ -193,15 +197,22 @@ class JobSpec:
             raise InputError("must not be negative", f"{where}.max_retries")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"networks": [{"name": n.network, "batch_sizes": n.batch_sizes,
-                              **({"torch_model": n.network, "input_shape": list(n.input_shape)}
-                                 if n.input_shape is not None else {})} for n in self.networks],
-                "tables": self.tables, "batch_sizes": self.batch_sizes, "dtypes": self.dtypes,
-                "layouts": self.layouts, "numerics": self.numerics, "ops": self.ops,
-                "batch_policy": self.batch_policy, "workspace_limits": self.workspace_limits,
-                "total_workspaces": self.total_workspaces, "gpu_models": self.gpu_models,
-                "repeat": self.repeat, "max_retries": self.max_retries, "sources": self.sources,
-                "channel_policy": self.channel_policy}
+        """The job as a job file (:data:`SCHEMA`): ``from_dict(spec.to_dict())`` is the same job.  Fields left to
+        their defaults by None (batch sizes, GPU models, sources, channel policy) are left out, as a file would; a
+        traced model is written as its factory and input shape, traced again when read."""
+        def network(n: NetworkRequest) -> dict[str, Any]:
+            doc: dict[str, Any] = ({"torch_model": n.network, "input_shape": list(n.input_shape)}
+                                   if n.input_shape is not None else {"name": n.network})
+            return doc | ({"batch_sizes": list(n.batch_sizes)} if n.batch_sizes else {})
+
+        doc = {"networks": [network(n) for n in self.networks],
+               "tables": self.tables, "batch_sizes": self.batch_sizes, "dtypes": self.dtypes,
+               "layouts": self.layouts, "numerics": self.numerics, "ops": self.ops,
+               "batch_policy": self.batch_policy, "workspace_limits": self.workspace_limits,
+               "total_workspaces": self.total_workspaces, "gpu_models": self.gpu_models,
+               "repeat": self.repeat, "max_retries": self.max_retries, "sources": self.sources,
+               "channel_policy": self.channel_policy}
+        return {k: v for k, v in doc.items() if v is not None}
 
 
 @dataclass

@@ -24,7 +24,8 @@ def load_schema(name: str) -> dict[str, Any]:
 
 
 def validate(doc: Any, name: str, error: type[InputError] = InputError) -> None:
-    """Raise ``error`` naming the first offending field (e.g. ``kernels[0].problem.n``)."""
+    """Raise ``error`` naming the first offending field (e.g. ``kernels[0].problem.n``); where the field must match
+    one of several forms, the error inside the form that fits it best (jsonschema's ``best_match``)."""
     import jsonschema
 
     validator_cls = jsonschema.validators.validator_for(load_schema(name))
@@ -32,6 +33,8 @@ def validate(doc: Any, name: str, error: type[InputError] = InputError) -> None:
     errors = sorted(validator.iter_errors(doc), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
     if errors:
         e = errors[0]
+        if e.context:       # a oneOf / anyOf: say what is wrong in the alternative the document meant
+            e = jsonschema.exceptions.best_match([e])
         path = ""
         for part in e.absolute_path:
             path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
