@@ -94,3 +94,65 @@ def test_the_benchmark_measures_slices_only_with_sources_that_run_them():
     sliced = [m for m in table.kernels[0].measurements if m.channels is not None]
     assert sliced and {m.source for m in sliced} == {"legacy"} and {m.channels for m in sliced} == {32, 16, 8}
     assert table.extra["channel_policy"] == "halves"
+
+
+def test_a_bundle_precomputed_with_halves_answers_a_process_that_runs_with_halves(tmp_path, monkeypatch):
+    """``ucudnn precompute --channel-policy halves`` on this GPU, the worker's environment saying nothing: the
+    units measure channel slices (the job's policy, not the worker's) and store them under the key a process with
+    ``UCUDNN_CHANNEL_POLICY=halves`` looks up; that process plans from the bundle without a benchmark, and its plan
+    computes what one undivided cuDNN call does.  A process without the policy is not answered by it."""
+    import json
+
+    import cupy as cp
+
+    import ucudnn.api as api
+    from ucudnn.catalog.bundle import BundleReader
+    from ucudnn.cli import main
+
+    p = ConvProblem(8, 32, 27, 27, 64, 5, 5, pad=(2, 2))
+    net = {"format": "ucudnn-network/1", "name": "one-5x5", "default_batch": p.n,
+           "layers": [{"name": "conv", "c": p.c, "h": p.h, "w": p.w, "k": p.k, "r": p.r, "s": p.s,
+                       "pad": list(p.pad), "stride": [1, 1]}]}
+    (tmp_path / "net.json").write_text(json.dumps(net))
+    monkeypatch.delenv("UCUDNN_CHANNEL_POLICY", raising=False)
+    monkeypatch.delenv("UCUDNN_BUNDLE_PATH", raising=False)
+    monkeypatch.setenv("UCUDNN_DATABASE", str(tmp_path / "precompute.db"))
+    bundle = tmp_path / "halves.bundle"
+    assert main(["precompute", "--network", str(tmp_path / "net.json"), "--ops", "forward", "--sources", "legacy",
+                 "--channel-policy", "halves", "--workspace-limits", "1MiB", "--engine", "local", "--repeat", "1",
+                 "--out", str(bundle), "--no-progress"]) == 0
+    reader = BundleReader(bundle)
+    [row] = reader.list_tables()
+    measured = reader.get_table(row["id"]).kernels[0].measurements
+    reader.close()
+    assert {m.channels for m in measured} >= {None, p.k // 2}
+
+    calls: list[str] = []
+    real = api.benchmark
+
+    def counted(kernels, *a, **kw):
+        calls.append(kernels[0].op)
+        return real(kernels, *a, **kw)
+
+    monkeypatch.setattr(api, "benchmark", counted)
+    monkeypatch.setattr(api, "_store", None)
+    monkeypatch.setattr(api, "_plans", {})
+    monkeypatch.setenv("UCUDNN_DATABASE", str(tmp_path / "user.db"))
+    monkeypatch.setenv("UCUDNN_BUNDLE_PATH", str(bundle))
+    monkeypatch.setenv("UCUDNN_CHANNEL_POLICY", "halves")
+    plan = api._plan_from_store_or_bench(p, "forward", 1 << 20, "powerOfTwo", "strict", sources="legacy")
+    assert calls == [], "the bundle should have answered"
+    assert any(c.channels is not None for c in plan.configs), plan.summary()
+
+    rng = np.random.default_rng(3)
+    x = cp.asarray(rng.standard_normal(p.x_shape(), dtype=np.float32))
+    w = cp.asarray(rng.standard_normal(p.w_shape(), dtype=np.float32))
+    got = api.conv2d_forward(x, w, padding=p.pad, workspace_limit=1 << 20, numerics="strict", sources="legacy")
+    assert calls == []
+    ref = undivided(p, "forward", x, w, cp.empty(p.y_shape(), dtype=cp.float32))
+    assert rel_err(got.get(), ref.get()) < TOL["float32"]
+
+    monkeypatch.setenv("UCUDNN_CHANNEL_POLICY", "none")
+    monkeypatch.setattr(api, "_plans", {})
+    api._plan_from_store_or_bench(p, "forward", 1 << 20, "powerOfTwo", "strict", sources="legacy")
+    assert calls == ["forward"]   # unsliced: another key, measured here
