@@ -129,7 +129,8 @@ def test_records_of_another_mode_leave_the_fp32_cap_bars_unmeasured_and_bar_3_op
     tt.report(records(tmp_path, rows), md)
     text = md.read_text()
     assert text.count("**not measured here** (no FP32 cap search in these records)") == 2
-    assert "every model and mode: **not decided** (1 of 1 measured model x mode; not measured: fp32, amp)" in text
+    assert "every model and mode: **not decided** (1 of 1 measured model x mode; not measured here: fp32 (ResNet-50, " \
+        "VGG-16, AlexNet); default (ResNet-50, VGG-16); amp (ResNet-50, VGG-16, AlexNet))" in text
     rows[2] = run("alexnet", "default", "ucudnn-256", 90.0, batch=256)
     tt.report(records(tmp_path, rows), md)
     assert "every model and mode: **missed** (0 of 1 measured" in md.read_text()
@@ -143,3 +144,27 @@ def test_memory_summary_keeps_the_allocators_state_and_leaves_out_what_it_lacks(
                                         "reserved_bytes.all.peak": 12, "inactive_split_bytes.all.peak": 3,
                                         "num_alloc_retries": 2, "num_ooms": 1}
     assert tt.memory_summary({}) == {}
+
+
+def test_records_of_one_model_decide_the_per_model_bars_only_where_that_model_misses_them(tt, tmp_path):
+    """Bar 1 asks every model: one model meeting it leaves it open (not met); one missing it is missed.  Bar 2
+    asks two of three: one model's miss leaves it open, two models' misses decide it."""
+    def fp32_caps(model, torch_cap, ucudnn_cap, ucudnn_speed):
+        return [run(model, "fp32", "torch", 100.0), run(model, "fp32", "ucudnn-64", 100.0),
+                run(model, "fp32", "torch", 20.0, cap=torch_cap), run(model, "fp32", "torch", 0, cap=torch_cap - 5,
+                                                                     status="oom"),
+                run(model, "fp32", "ucudnn-64", ucudnn_speed, cap=torch_cap),
+                run(model, "fp32", "ucudnn-64", ucudnn_speed, cap=ucudnn_cap),
+                run(model, "fp32", "ucudnn-64", 0, cap=ucudnn_cap - 5, status="oom")]
+
+    md = tmp_path / "report.md"
+    tt.report(records(tmp_path, fp32_caps("resnet50", 85, 75, 25.0)), md)      # bar 1 met, bar 2 missed (1.25x) here
+    text = md.read_text()
+    assert "on every model in FP32: **not decided** (1 of 1 models measured here; no FP32 cap search here for " \
+        "VGG-16, AlexNet)" in text
+    assert "(FP32, where the caps were searched): **not decided** (0 of 1 models measured here;" in text
+    tt.report(records(tmp_path, fp32_caps("resnet50", 85, 85, 25.0) + fp32_caps("vgg16", 45, 45, 22.0)), md)
+    text = md.read_text()
+    assert "on every model in FP32: **missed** (0 of 2 models measured here; no FP32 cap search here for AlexNet)" \
+        in text
+    assert "(FP32, where the caps were searched): **missed** (0 of 2 models measured here;" in text
