@@ -239,3 +239,61 @@ def test_a_wd_bundle_holds_the_model_plan_under_the_services_key_and_measurement
         plan = api._plan_from_store_or_bench(kp.problem, kp.op, 2 * MiB, "powerOfTwo",
                                              runtime.numerics_for(torch.float32), None)
         assert found[-1][1] == f"bundle:{path}" and plan.workspace_bytes <= 2 * MiB
+
+
+@pytest.fixture
+def cuda_memory(monkeypatch):
+    """torch's reserved-memory counter, cache release and capture state, pretended."""
+    mem = SimpleNamespace(reserved=0, emptied=[], capturing=False)
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: mem.reserved)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: mem.emptied.append(mem.reserved))
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: mem.capturing)
+    monkeypatch.setattr(runtime, "_release_pending", False)
+    return mem
+
+
+def test_a_lookup_that_benchmarked_marks_its_buffers_for_release(gpu, cuda_memory, monkeypatch):
+    """A lookup that grew torch's reserved memory (a benchmark's buffers, cached by torch's allocator when freed)
+    marks them for release; one that allocated nothing marks nothing."""
+    from ucudnn.problem import ConvProblem
+
+    real = api._executor
+
+    def benchmarking(*args, **kwargs):
+        cuda_memory.reserved += 4 << 30
+        return real(*args, **kwargs)
+
+    p = ConvProblem(2, 3, 8, 8, 4, 3, 3, (1, 1))
+    runtime.executor(p, "forward", runtime.Settings(8 * MiB), "strict", 0)
+    assert not runtime._release_pending
+    monkeypatch.setattr(api, "_executor", benchmarking)
+    runtime.executor(p, "backward_data", runtime.Settings(8 * MiB), "strict", 0)
+    assert runtime._release_pending
+
+
+def test_marked_buffers_go_back_to_the_device_once_at_the_next_prepared_launch(cuda_memory, monkeypatch):
+    """The next launch of a prepared call empties torch's cache, once, and never during a CUDA graph capture."""
+    import contextlib
+
+    from ucudnn.problem import ConvProblem
+
+    p = ConvProblem(2, 3, 8, 8, 4, 3, 3, (1, 1))
+    call = SimpleNamespace(direct=None, run=lambda a, b, out: None)
+    monkeypatch.setattr(runtime, "_shared", True)
+    monkeypatch.setattr(runtime, "_ready", lambda *a: call)
+    no_context = SimpleNamespace(Device=lambda d: contextlib.nullcontext())
+    monkeypatch.setattr(runtime, "_cp", SimpleNamespace(cuda=no_context))
+    monkeypatch.setattr(runtime, "cupy_stream", lambda d: contextlib.nullcontext())
+    t = SimpleNamespace(get_device=lambda: 0)
+    launch = lambda: runtime.launch("forward", p, t, t, t, runtime.Settings(8 * MiB), "strict")  # noqa: E731
+    cuda_memory.reserved = 4 << 30
+    launch()
+    assert cuda_memory.emptied == []                            # nothing marked
+    runtime._release_pending = True
+    cuda_memory.capturing = True
+    launch()
+    assert cuda_memory.emptied == [] and runtime._release_pending
+    cuda_memory.capturing = False
+    launch()
+    launch()
+    assert cuda_memory.emptied == [4 << 30] and not runtime._release_pending

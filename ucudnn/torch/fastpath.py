@@ -139,6 +139,8 @@ def forward(m: Any, x: torch.Tensor) -> torch.Tensor | None:
     hit = m._ucudnn_layers.get(key)
     if hit is None or hit[0] != _api.generation:
         hit = _entry(m, x, w, dt, key, grad)
+    elif runtime._release_pending:
+        runtime.release_cached()
     if hit[1] is None:
         return None
     return _conv2d(x, w, m.bias, hit[1], cast)

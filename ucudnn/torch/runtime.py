@@ -227,13 +227,37 @@ def executor(problem: ConvProblem, op: str, settings: Settings, numerics: str, d
     Every setting of the layer goes to the lookup: ``sources`` too ("" : None, the library's default sources),
     since the sources change what is measured and so which plan is right.
     """
+    global _release_pending
     from .. import api
 
     hit = installed.get((device, problem, op))
     if hit is not None:
         return hit.executor
-    return api._executor(problem, op, settings.workspace_limit, settings.batch_policy or None, numerics,
-                         settings.replay, sources=settings.sources or None)
+    before = torch.cuda.memory_reserved(device)
+    ex = api._executor(problem, op, settings.workspace_limit, settings.batch_policy or None, numerics,
+                       settings.replay, sources=settings.sources or None)
+    if torch.cuda.memory_reserved(device) > before:
+        _release_pending = True
+    return ex
+
+
+#: Set when a lookup grew torch's reserved memory (a benchmark's buffers, which go back to torch's cache when it
+#: ends); the next launch of an already prepared call gives the cached blocks back (:func:`release_cached`).
+#: Why: the benchmark tries workspaces of up to gigabytes, and the caching allocator keeps them for the process:
+#: ResNet-50 b128 AMP converted at 64 MiB reserved 10.46 GiB against PyTorch's 6.52 at the same 5.7 GiB allocated
+#: (``benchmarks/results/torch_train_amp_b256_caps_h200-notes.md``), memory other processes on the GPU could not use.
+_release_pending = False
+
+
+def release_cached() -> None:
+    """Give torch's cached, unused blocks back to the device once after lookups that benchmarked
+    (``torch.cuda.empty_cache``), at a launch that prepares nothing: after a model's first step, not between its
+    kernels' benchmarks.  Never while a CUDA graph is being captured (the next launch after it does)."""
+    global _release_pending
+    if torch.cuda.is_current_stream_capturing():
+        return
+    _release_pending = False
+    torch.cuda.empty_cache()
 
 
 class _Call:
@@ -435,6 +459,8 @@ def launch(op: str, problem: ConvProblem, a: torch.Tensor, b: torch.Tensor, out:
         share_torch_memory()
     try:
         call = _ready(op, problem, settings, numerics, device, _defaults_env(settings))
+        if call is not None and _release_pending:
+            release_cached()
         if call is not None and call.direct is not None and _torch_device() == device:
             # the one-step plans' shortcut: no CuPy context, no executor frames (``sources.base.Direct``)
             ws, ptr, size = call.workspace()
