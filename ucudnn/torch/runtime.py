@@ -251,8 +251,9 @@ _release_pending = False
 
 def release_cached() -> None:
     """Give torch's cached, unused blocks back to the device once after lookups that benchmarked
-    (``torch.cuda.empty_cache``), at a launch that prepares nothing: after a model's first step, not between its
-    kernels' benchmarks.  Never while a CUDA graph is being captured (the next launch after it does)."""
+    (``torch.cuda.empty_cache``), at a launch that prepares nothing: in the second step where every layer of the
+    model is distinct, earlier where a kernel repeats (its second launch; later benchmarks mark their buffers
+    again).  Never while a CUDA graph is being captured (the next launch after it does)."""
     global _release_pending
     if torch.cuda.is_current_stream_capturing():
         return
