@@ -151,6 +151,16 @@ def test_a_torch_model_precomputes_end_to_end_from_a_recorded_table(tmp_path, ca
         sorted((key(p), round(p["total_time_ms"], 6)) for p in theirs)
     assert {p["table_name"] for p in mine} == {"_torch_models:alexnet_features-b256-float32-NCHW-strict"}
 
+    # the job the summary records, run again as a job file, stores the same plans
+    (tmp_path / "job.json").write_text(json.dumps(summary["spec"]))
+    again = tmp_path / "again.bundle"
+    assert main(["precompute", "--job", str(tmp_path / "job.json"), "--engine", "local", "--out", str(again)]) == 0
+    capsys.readouterr()
+    assert main(["bundle", "list", str(again), "--json"]) == 0
+    rerun = json.loads(capsys.readouterr().out)
+    assert sorted((key(p), round(p["total_time_ms"], 6), p["table_name"]) for p in rerun) == \
+        sorted((key(p), round(p["total_time_ms"], 6), p["table_name"]) for p in mine)
+
 
 @pytest.mark.parametrize("argv, field, words", [
     (["--torch-model", "torchvision.models", "--input-shape", "3,224,224", "--batch", "8"], "--torch-model",
