@@ -380,11 +380,13 @@ def _launch(problem: ConvProblem, op: str, chunk: int, compute: str, tiles: int 
     why = geo.ksplit_refusal(ksplit, streams, groups)
     if why:
         raise InputError(why, "extra.winograd.ksplit")
+    if csplit > 1 and streams > 1:
+        raise InputError("input-channel slices run on one stream", "extra.winograd.streams")
+    if csplit > 1 and groups > 1:
+        raise InputError("input-channel slices run without point groups", "extra.winograd.groups")
     cp = cupy()   # after the refusals: a configuration that cannot run is refused without a GPU
     if op == "backward_filter":
         return _launch_backward_filter(cp, geo, problem.n, chunk, compute, tiles, streams, groups, ksplit)
-    if groups > 1 and csplit > 1:
-        raise InputError("input-channel slices run without point groups", "extra.winograd.groups")
     if streams > 1 or groups > 1:
         return _launch_streams(cp, geo, op, problem.n, chunk, compute, tiles, streams, groups)
     from ucudnn.kernels.winograd import launchers
@@ -637,10 +639,6 @@ class WinogradSource(Prepared):
         compute = compute_for(config.math_type, problem.dtype)
         tiles, csplit, streams, groups = tiles_of(config), csplit_of(config), streams_of(config), groups_of(config)
         ksplit = ksplit_of(config)
-        if csplit > 1 and streams > 1:
-            raise InputError("input-channel slices run on one stream", "extra.winograd.streams")
-        if groups > 1 and csplit > 1:
-            raise InputError("input-channel slices run without point groups", "extra.winograd.groups")
         if tiles is not None:
             return _launch(problem, op, 0, compute, tiles, csplit, streams, groups, ksplit)
         return _launch(problem, op, chunk_of(config, problem.n), compute, csplit=csplit, streams=streams,
