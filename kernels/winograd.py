@@ -482,6 +482,22 @@ def _scatter(block: list[list[np.ndarray]], dst: np.ndarray, plane: int, idx: np
                 dst[(a * 6 + b - p0) * plane + idx] = block[a][b]
 
 
+def _unscatter(src: np.ndarray, plane: int, idx: np.ndarray, p0: int = 0, points: int = POINTS, parts: int = 1,
+               stride: int = 0) -> list[list[np.ndarray]]:
+    """:func:`_scatter`'s inverse: each thread's 6 x 6 transform-domain values read from ``src`` ([points][plane]
+    from ``p0``, the thread's offset ``idx``), the points outside the group zero; with ``parts`` the sum of that
+    many such buffers ``stride`` floats apart (backward filter's per-stream dU)."""
+    def point(xi: int) -> np.ndarray:
+        if not p0 <= xi < p0 + points:
+            return np.zeros(idx.shape)
+        total = src[(xi - p0) * plane + idx]
+        for p in range(1, parts):
+            total = total + src[p * stride + (xi - p0) * plane + idx]
+        return total
+
+    return [[point(a * 6 + b) for b in range(6)] for a in range(6)]
+
+
 def _slots(geo: Geometry, channels: int, t_count: int, parts: int, points: int,
            t0: int) -> tuple[np.ndarray, ...]:
     """wino_tile and wino_slot for every thread of wino_input / wino_dy over tiles ``t0 .. t0 + t_count`` stored in
@@ -514,11 +530,7 @@ def emulate_output(geo: Geometry, M: np.ndarray, y: np.ndarray, t0: int, t_count
     zero)."""
     idx = np.arange(geo.co * t_count)
     k, n, th, tw, _ = _tile_of(geo, idx, geo.co, t_count, t0)
-    plane = geo.co * t_count
-    zero = np.zeros(idx.shape)
-    m = [[M[(a * 6 + b - p0) * plane + idx] if p0 <= a * 6 + b < p0 + points else zero for b in range(6)]
-         for a in range(6)]
-    o = _separable(_at, m)
+    o = _separable(_at, _unscatter(M, geo.co * t_count, idx, p0, points))
     sn, sc, sh, sw = geo.out_strides
     base = n * sn + k * sc
     for a in range(4):
@@ -558,17 +570,7 @@ def emulate_filter_grad(geo: Geometry, U: np.ndarray, w: np.ndarray, alpha: floa
     others zero)."""
     idx = np.arange(geo.co * geo.ci)
     o, i = idx // geo.ci, idx % geo.ci
-    plane = geo.co * geo.ci
-
-    def point(xi: int) -> np.ndarray:
-        if not p0 <= xi < p0 + points:
-            return np.zeros(idx.shape)
-        total = U[(xi - p0) * plane + idx]
-        for p in range(1, parts):
-            total = total + U[p * stride + (xi - p0) * plane + idx]
-        return total
-
-    g = _separable(_gt, [[point(a * 6 + b) for b in range(6)] for a in range(6)])
+    g = _separable(_gt, _unscatter(U, geo.co * geo.ci, idx, p0, points, parts, stride))
     so, si, sr, ss = geo.filter_strides
     for r in range(3):
         for s in range(3):
