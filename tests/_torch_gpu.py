@@ -192,3 +192,58 @@ def check_workspace_out_of_memory_degrades_the_plan(monkeypatch):
     torch.testing.assert_close(got, expect.cpu(), rtol=2e-4, atol=2e-4)
     assert fallbacks == [], "torch's convolution ran where a smaller plan fits"
     assert limits and max(limits) < ws
+
+
+def _provoke_allocator_retry() -> None:
+    """One retry of torch's caching allocator: under a cap 1 GiB above what it reserves now, a 600 MiB block
+    allocated and freed (cached), then 800 MiB asked: it fits only once the allocator has released its cache."""
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    fillers = _fill_cached_blocks()
+    total = torch.cuda.get_device_properties(0).total_memory
+    try:
+        torch.cuda.set_per_process_memory_fraction((torch.cuda.memory_reserved() + (1 << 30)) / total, 0)
+        block = torch.empty(600 << 20, dtype=torch.uint8, device="cuda")
+        del block
+        block = torch.empty(800 << 20, dtype=torch.uint8, device="cuda")
+        del block
+    finally:
+        torch.cuda.set_per_process_memory_fraction(1.0, 0)
+        del fillers
+
+
+def check_allocator_retries_in_steps_in_a_row_shrink_the_plan():
+    """torch's allocator retrying in steps in a row (provoked here between the steps of a one-layer model) makes
+    the converted layer run a plan with at most half its workspace from then on, equal to nn.Conv2d's result; the
+    count ucudnn reads is the allocator's own."""
+    import ucudnn.torch as ut
+    from ucudnn.torch import ops, runtime
+
+    torch.manual_seed(0)
+    layer = ut.convert(nn.Conv2d(64, 64, 5, padding=2).cuda(), workspace_limit="256MiB", sources="legacy")
+    x = torch.randn(32, 64, 56, 56, device="cuda")
+    with torch.no_grad():
+        layer(x)   # planned (benchmarked)
+    settings = ops._settings(layer.workspace_limit, layer.batch_policy, layer.sources, layer.replay)
+    ws = runtime.executor(layer.problem(x), "forward", settings, runtime.numerics_for(x.dtype),
+                          x.device.index).workspace_bytes
+    if ws < 4 << 20:
+        pytest.skip(f"this GPU's 256 MiB plan of the 5x5 layer takes {ws} bytes of workspace: nothing to shrink")
+    before = runtime._alloc_retries(0)
+    _provoke_allocator_retry()
+    assert runtime._alloc_retries(0) == before + 1
+    try:
+        with torch.no_grad():
+            for _ in range(runtime.RETRY_STEPS + 2):
+                layer(x)
+                _provoke_allocator_retry()
+            got = layer(x)
+            expect = nn.functional.conv2d(x, layer.weight, layer.bias, padding=2)
+        limits = [s.workspace_limit for k, s in runtime._degraded.items() if k[0] == "forward"]
+        assert limits and max(limits) <= ws // 2
+        torch.testing.assert_close(got, expect, rtol=2e-4, atol=2e-4)
+    finally:
+        runtime._degraded.clear()
+        runtime._calls.clear()
+        runtime._by_id.clear()
+        runtime._watch.clear()

@@ -252,27 +252,35 @@ def cuda_memory(monkeypatch):
     return mem
 
 
-def test_a_lookup_that_benchmarked_marks_its_buffers_for_release(gpu, cuda_memory, monkeypatch):
+def test_a_lookup_that_benchmarked_gives_its_buffers_back_at_once(cuda_memory, monkeypatch):
     """A lookup that grew torch's reserved memory (a benchmark's buffers, cached by torch's allocator when freed)
-    marks them for release; one that allocated nothing marks nothing."""
+    empties torch's cache before it returns, so nothing the step allocates next is carved from the benchmark's
+    segments; one that allocated nothing releases nothing; under a CUDA graph capture it only marks them (the next
+    prepared launch after the capture releases)."""
     from ucudnn.problem import ConvProblem
 
-    real = api._executor
+    grows = SimpleNamespace(by=0)
 
-    def benchmarking(*args, **kwargs):
-        cuda_memory.reserved += 4 << 30
-        return real(*args, **kwargs)
+    def lookup(*args, **kwargs):
+        cuda_memory.reserved += grows.by
+        return "executor"
 
+    monkeypatch.setattr(api, "_executor", lookup)
+    monkeypatch.setattr(runtime, "installed", {})
     p = ConvProblem(2, 3, 8, 8, 4, 3, 3, (1, 1))
-    runtime.executor(p, "forward", runtime.Settings(8 * MiB), "strict", 0)
-    assert not runtime._release_pending
-    monkeypatch.setattr(api, "_executor", benchmarking)
+    assert runtime.executor(p, "forward", runtime.Settings(8 * MiB), "strict", 0) == "executor"
+    assert cuda_memory.emptied == [] and not runtime._release_pending
+    grows.by = 4 << 30
     runtime.executor(p, "backward_data", runtime.Settings(8 * MiB), "strict", 0)
-    assert runtime._release_pending
+    assert cuda_memory.emptied == [4 << 30] and not runtime._release_pending
+    cuda_memory.capturing = True
+    runtime.executor(p, "backward_filter", runtime.Settings(8 * MiB), "strict", 0)
+    assert cuda_memory.emptied == [4 << 30] and runtime._release_pending
 
 
 def test_marked_buffers_go_back_to_the_device_once_at_the_next_prepared_launch(cuda_memory, monkeypatch):
-    """The next launch of a prepared call empties torch's cache, once, and never during a CUDA graph capture."""
+    """Buffers marked during a capture go back at the next launch of a prepared call, once, and never while a
+    CUDA graph is being captured."""
     import contextlib
 
     from ucudnn.problem import ConvProblem
