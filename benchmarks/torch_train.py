@@ -271,6 +271,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sources", default=None,
                     help="ucudnn's algorithm sources, e.g. legacy,graph (default: the library's default)")
     ap.add_argument("--cap-search", action="store_true", help="find the smallest cap for torch and ucudnn-64")
+    ap.add_argument("--caps", default="", metavar="PCT,...",
+                    help="also run every --impls at these caps (percent of PyTorch's uncapped reserved peak of "
+                         "the series), e.g. 90,85")
     ap.add_argument("--repeat", type=int, default=1,
                     help="uncapped runs of each combination, interleaved over --impls; the report takes the median "
                          "images/s of a series (host-bound steps move 10-25%% between runs)")
@@ -303,6 +306,11 @@ def main(argv: list[str] | None = None) -> int:
                 or run_one(model, batch, mode, impl, a) for impl in a.impls.split(",")}
         for rep in range(1, a.repeat):   # interleaved: every impl once per round, so drift hits them alike
             base = {impl: run_one(model, batch, mode, impl, a, repeat=rep) for impl in a.impls.split(",")}
+        if a.caps and base.get("torch", {}).get("status") == "ok":
+            peak = base["torch"]["peak_reserved"]
+            for pct in (int(c) for c in a.caps.split(",")):
+                for impl in a.impls.split(","):
+                    run_one(model, batch, mode, impl, a, pct, peak * pct // 100)
         if a.cap_search and base.get("torch", {}).get("status") == "ok":
             peak = base["torch"]["peak_reserved"]
             found = {impl: cap_search(model, batch, mode, impl, peak, a) for impl in ("torch", "ucudnn-64")}
