@@ -14,7 +14,6 @@ pytestmark = [pytest.mark.gpu,
 import ucudnn.torch as ut  # noqa: E402
 from ucudnn.torch import runtime  # noqa: E402
 from _torch_gpu import CASES, check_biased_forward_holds_one_output, check_captured_training_step, cnn, grads  # noqa: E402,F401,E501
-from _torch_gpu import check_allocator_retries_in_steps_in_a_row_shrink_the_plan  # noqa: E402
 from _torch_gpu import check_workspace_out_of_memory_degrades_the_plan  # noqa: E402
 from _torch_ddp import check_ddp_on_one_gpu  # noqa: E402
 from _torch_gpu import strict_fp32, train  # noqa: E402,F401
@@ -199,7 +198,3 @@ def test_a_biased_forward_adds_its_bias_in_place():
 
 def test_a_workspace_that_does_not_fit_a_memory_cap_runs_a_smaller_plan(monkeypatch):
     check_workspace_out_of_memory_degrades_the_plan(monkeypatch)
-
-
-def test_allocator_retries_in_steps_in_a_row_shrink_the_plan():
-    check_allocator_retries_in_steps_in_a_row_shrink_the_plan()

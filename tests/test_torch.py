@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import logging
-from types import SimpleNamespace
 
 import pytest
 
@@ -550,62 +549,3 @@ def test_a_workspace_that_did_not_fit_halves_the_limit_until_a_workspace_free_pl
     assert limits == [7 << 20, 3 << 20, 1 << 20, 0]
     assert not runtime.degrade("forward", problem, settings, "strict", 0, 0)   # a workspace-free plan: nothing left
     assert runtime._degraded[key].workspace_limit == 0
-
-
-def test_allocator_retries_in_steps_in_a_row_shrink_the_largest_workspaces(monkeypatch):
-    """runtime.watch_retries: once a step (the first layer seen launches again) torch's allocator retry count is
-    read; a step that retried alone changes nothing (the allocator settling), RETRY_STEPS steps in a row halve the
-    workspace of every prepared call above half the largest (not the small ones, not another device's, not an
-    installed arena's), and the count restarts; a lookup that benchmarked restarts it too."""
-    from ucudnn import api
-    from ucudnn.problem import ConvProblem
-
-    counters = {"num_alloc_retries": 0}
-    monkeypatch.setattr(runtime, "_memory_stats", lambda device: dict(counters))
-    monkeypatch.setattr(runtime, "torch_free_memory", lambda device: 8 << 30)
-    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
-    monkeypatch.setattr(runtime, "_degraded", {})
-    monkeypatch.setattr(runtime, "_calls", {})
-    monkeypatch.setattr(runtime, "_watch", {})
-    settings = runtime.Settings(256 << 20)
-    problems = [ConvProblem(4, c, 16, 16, 8, 3, 3, pad=1) for c in (8, 16, 24, 32, 40)]
-    sizes = [(0, 256), (0, 200), (0, 100), (1, 256), (0, 0)]      # (device, MiB) of each kernel's workspace
-    keys = []
-    for p, (device, mib) in zip(problems, sizes):
-        key = ("forward", p, settings, "strict", device, runtime._defaults_env(settings))
-        runtime._calls[key] = SimpleNamespace(ws_bytes=mib << 20)
-        keys.append(key)
-    first, other = problems[0], problems[1]
-
-    def step(retried: int) -> None:
-        counters["num_alloc_retries"] += retried
-        runtime.watch_retries(0, first)
-        runtime.watch_retries(0, other)
-
-    step(0)                  # the watch starts at the first layer seen
-    step(1)                  # one step retried
-    assert runtime._degraded == {}
-    step(0)                  # ... then one that did not: no strike left
-    step(1)
-    assert runtime._degraded == {}
-    generation = api.generation
-    step(1)                  # two in a row
-    assert {k[1] for k in runtime._degraded} == {problems[0], problems[1]}
-    assert runtime._degraded[keys[0]].workspace_limit == 128 << 20
-    assert runtime._degraded[keys[1]].workspace_limit == 100 << 20
-    assert api.generation > generation and keys[0] not in runtime._calls and keys[2] in runtime._calls
-    step(1)                  # the count restarted after shrinking
-    assert len(runtime._degraded) == 2
-    # a lookup that benchmarked (reserved memory grew) restarts the watch of its device
-    reserved = {"bytes": 0}
-
-    def lookup(*args, **kwargs):
-        reserved["bytes"] += 1 << 30
-        return "executor"
-
-    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: reserved["bytes"])
-    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
-    monkeypatch.setattr(api, "_executor", lookup)
-    monkeypatch.setattr(runtime, "installed", {})
-    runtime.executor(problems[2], "forward", settings, "strict", 0)
-    assert 0 not in runtime._watch

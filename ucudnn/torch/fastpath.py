@@ -143,7 +143,6 @@ def forward(m: Any, x: torch.Tensor) -> torch.Tensor | None:
         runtime.release_cached()
     if hit[1] is None:
         return None
-    runtime.watch_retries(x.get_device(), m)
     return _conv2d(x, w, m.bias, hit[1], cast)
 
 

@@ -239,7 +239,6 @@ def executor(problem: ConvProblem, op: str, settings: Settings, numerics: str, d
     if torch.cuda.memory_reserved(device) > before:
         _release_pending = True
         release_cached()
-        _watch.pop(device, None)    # a benchmark's own retries under a cap are no sign of a plan too large
     return ex
 
 
@@ -250,8 +249,8 @@ def executor(problem: ConvProblem, op: str, settings: Settings, numerics: str, d
 #: ResNet-50 b128 AMP converted at 64 MiB reserved 10.46 GiB against PyTorch's 6.52 at the same 5.7 GiB allocated
 #: (``benchmarks/results/torch_train_amp_b256_caps_h200-notes.md``), memory other processes on the GPU could not use.
 #: Released at once, not at the next launch: blocks the step allocates after a benchmark would otherwise be carved
-#: from the benchmark's cached segments and pin them (AlexNet b256 FP32 kept 5.34 GiB reserved for 1.66 allocated
-#: when the release waited for the second step).
+#: from the benchmark's cached segments and pin them (AlexNet b256 FP32 converted at 64 MiB, H200: 5.35 GiB reserved
+#: when the release waited for the second step, 2.67 GiB released at once; PyTorch 2.42).
 _release_pending = False
 
 
@@ -345,8 +344,7 @@ class WorkspaceOutOfMemory(torch.cuda.OutOfMemoryError):
         self.bytes = bytes_
 
 
-def degrade(op: str, problem: ConvProblem, settings: Settings, numerics: str, device: int, failed: int,
-            why: str = "torch's allocator could not give its plan's") -> bool:
+def degrade(op: str, problem: ConvProblem, settings: Settings, numerics: str, device: int, failed: int) -> bool:
     """After a workspace of ``failed`` bytes did not fit, make ``(op, problem)`` under these settings run with a
     smaller workspace limit from now on: half of that workspace, and no more than half of what torch's allocator
     may still take (:func:`torch_free_memory`: under a cap, the cap less what is allocated), in whole MiB, 0 at
@@ -369,72 +367,9 @@ def degrade(op: str, problem: ConvProblem, settings: Settings, numerics: str, de
     from .. import api
 
     api.plans_changed()
-    log.warning("ucudnn: %s %s: %s %d MiB of workspace; it runs with %d MiB from now on", op, problem.describe(),
-                why, failed >> 20, limit >> 20)
+    log.warning("ucudnn: %s %s: torch's allocator could not give its plan's %d MiB of workspace; it runs with "
+                "%d MiB from now on", op, problem.describe(), failed >> 20, limit >> 20)
     return True
-
-
-class _Watch:
-    """One device's reading of torch's allocator retries, step by step (:func:`watch_retries`)."""
-
-    __slots__ = ("anchor", "retries", "strikes")
-
-    def __init__(self, anchor: object, retries: int):
-        self.anchor = anchor        # the layer that marks a step: the first one seen after the watch (re)started
-        self.retries = retries      # torch's num_alloc_retries at the anchor's last launch
-        self.strikes = 0            # steps in a row in which the allocator retried
-
-
-#: device -> its watch; dropped by a lookup that benchmarked (:func:`executor`), so the count starts again
-_watch: dict[int, _Watch] = {}
-#: steps in a row with allocator retries after which the largest workspaces shrink
-RETRY_STEPS = 2
-_memory_stats = getattr(torch._C, "_cuda_memoryStats", None) or torch.cuda.memory_stats
-
-
-def _alloc_retries(device: int) -> int:
-    return int(_memory_stats(device).get("num_alloc_retries", 0))
-
-
-def watch_retries(device: int, anchor: object) -> None:
-    """Called per forward launch with what identifies its layer for the process (the layer's ConvProblem object,
-    a converted module; compared by identity): once a step -- when the first layer seen after the watch started
-    launches again -- read torch's allocator retry count, and after
-    :data:`RETRY_STEPS` steps in a row that retried, shrink the largest workspaces (:func:`shrink_largest`).
-
-    Why: near a memory cap (``set_per_process_memory_fraction``) a workspace that fits only after torch's caching
-    allocator has released every cached block does not fail, so :func:`degrade` never hears of it, but each such
-    retry frees the cache (``cudaFree`` synchronises the device) and the step allocates it all again: ResNet-50
-    b128 AMP at 90% of PyTorch's peak, converted at 256 MiB per kernel, retried about once a step and trained at
-    0.71x PyTorch (9 retries and 324 ``cudaFree`` in 12 steps; at 64 MiB per kernel 0.97x;
-    ``benchmarks/results/torch_train_amp_b256_caps_h200-notes.md``).  One step that retries is no sign (the
-    allocator settling: PyTorch's own runs retry 2-3 times); steps in a row are.  Costs a dict lookup a launch and
-    one read of the allocator's counters a step."""
-    w = _watch.get(device)
-    if w is None:
-        _watch[device] = _Watch(anchor, _alloc_retries(device))
-        return
-    if anchor is not w.anchor:
-        return
-    now = _alloc_retries(device)
-    w.strikes = w.strikes + 1 if now > w.retries else 0
-    w.retries = now
-    if w.strikes >= RETRY_STEPS and not torch.cuda.is_current_stream_capturing():
-        w.strikes = 0
-        shrink_largest(device)
-
-
-def shrink_largest(device: int) -> int:
-    """:func:`degrade` every prepared call on ``device`` whose workspace from torch's allocator is more than half
-    the largest one's (the largest workspaces, all at once: a model has many kernels of about the same size, and
-    one a step would take tens of steps); how many."""
-    sizes = [(c.ws_bytes, k) for k, c in list(_calls.items()) if k[4] == device and c.ws_bytes > 0]
-    if not sizes:
-        return 0
-    top = max(size for size, _ in sizes)
-    return sum(degrade(*k[:5], size, why="torch's allocator retried (released its cache) in steps in a row near "
-                       "its memory cap with plans of up to")
-               for size, k in sizes if 2 * size > top)
 
 
 def _call_key(op: str, problem: ConvProblem, settings: Settings, numerics: str, device: int) -> tuple:
@@ -484,7 +419,6 @@ def forget_prepared() -> None:
     """Drop every prepared call (the next launch of each kernel prepares it again through the lookup chain)."""
     _by_id.clear()
     _calls.clear()
-    _watch.clear()
     from .. import api
 
     api.plans_changed()
@@ -531,11 +465,8 @@ def launch(op: str, problem: ConvProblem, a: torch.Tensor, b: torch.Tensor, out:
         share_torch_memory()
     try:
         call = _ready(op, problem, settings, numerics, device, _defaults_env(settings))
-        if call is not None:
-            if _release_pending:
-                release_cached()
-            if op == "forward":
-                watch_retries(device, problem)
+        if call is not None and _release_pending:
+            release_cached()
         if call is not None and call.direct is not None and _torch_device() == device:
             # the one-step plans' shortcut: no CuPy context, no executor frames (``sources.base.Direct``)
             ws, ptr, size = call.workspace()
