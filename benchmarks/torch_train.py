@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import statistics
 import subprocess
@@ -70,6 +71,10 @@ IMPLS = {"torch": None, "ucudnn-16": "16MiB", "ucudnn-64": "64MiB", "ucudnn-256"
 #: compiled one (``ucudnn/torch/csrc/launch.cpp``) where it builds, loaded before the first step
 PYTHON_PATH = {"ucudnn-64-py", "ucudnn-256-py"}
 MODES = ("fp32", "default", "amp")
+#: constructor arguments a torchvision model needs to train as a plain classifier (the auxiliary heads return
+#: tuples in training mode, which the step's loss does not take)
+MODEL_KWARGS = {"googlenet": {"aux_logits": False, "init_weights": True},
+                "inception_v3": {"aux_logits": False, "init_weights": True}}
 
 
 #: torch.cuda.memory_stats() keys a record keeps (current and peak where the allocator has both): what the caching
@@ -127,13 +132,24 @@ def worker(a: argparse.Namespace) -> dict:
         total = torch.cuda.get_device_properties(0).total_memory
         torch.cuda.set_per_process_memory_fraction(min(1.0, a.cap_bytes / total), 0)
     torch.manual_seed(0)
-    model = getattr(torchvision.models, a.model)(num_classes=1000).to(dev)
+    model = getattr(torchvision.models, a.model)(num_classes=1000, **MODEL_KWARGS.get(a.model, {})).to(dev)
     fmt = torch.channels_last if a.mode == "amp" else torch.contiguous_format
     model = model.to(memory_format=fmt)
     if IMPLS[a.impl]:
         import ucudnn.torch
 
         from ucudnn.torch import fastpath
+
+        rec["warnings"] = heard = []     # what ucudnn said (a layer torch ran, a plan it shrank), first few
+        rec["n_warnings"] = 0
+
+        class Heard(logging.Handler):
+            def emit(self, record: logging.LogRecord) -> None:
+                rec["n_warnings"] += 1
+                if len(heard) < 8:
+                    heard.append(record.getMessage()[:300])
+
+        logging.getLogger("ucudnn").addHandler(Heard(logging.WARNING))
 
         ucudnn.torch.convert(model, workspace_limit=IMPLS[a.impl], sources=a.sources,
                              replay=a.impl.endswith("-replay"))
@@ -152,13 +168,15 @@ def worker(a: argparse.Namespace) -> dict:
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
+        return loss.detach()
 
     phase = "first step"   # where an out-of-memory happens: the first step, a warm-up or a timed one
     try:
         t0 = time.perf_counter()
-        step()
+        loss = step()
         torch.cuda.synchronize()
         rec["first_step_s"] = time.perf_counter() - t0
+        rec["loss_first"] = loss.item()     # the same seed, weights and data in every implementation's process
         for i in range(a.warmup):
             phase = f"warm-up step {i + 1}"
             step()
@@ -168,9 +186,10 @@ def worker(a: argparse.Namespace) -> dict:
         start.record()
         for i in range(a.steps):
             phase = f"timed step {i + 1}"
-            step()
+            loss = step()
         end.record()
         torch.cuda.synchronize()
+        rec["loss_last"] = loss.item()      # read after the timing: no synchronisation inside it
         ms = start.elapsed_time(end) / a.steps
         if rec.get("launch_path") == "compiled":   # launches from C++ / handed to Python, over all steps
             counts = list(torch.ops.ucudnn_c.stats())
