@@ -222,6 +222,34 @@ def test_a_failed_background_benchmark_keeps_the_heuristic_plan(fake_gpu, monkey
     assert "cudnnFind exploded" in caplog.text and "heuristic plan stays" in caplog.text
 
 
+def test_each_background_benchmark_tells_its_listeners_when_it_ends(fake_gpu, monkeypatch, caplog):
+    """Measured or failed, a background benchmark calls every listener once (the torch layer marks the
+    benchmark's buffers there); a listener that raises is logged and stops neither the others nor the benchmarks."""
+    api = fake_gpu
+    import ucudnn.measure.heuristic as heuristic
+
+    heard: list[str] = []
+
+    def broken_listener():
+        raise RuntimeError("listener exploded")
+
+    monkeypatch.setattr(api, "after_background_benchmark", [broken_listener, lambda: heard.append("ended")])
+    monkeypatch.setattr(heuristic, "heuristic_plan", _heuristic)
+    monkeypatch.setenv("UCUDNN_BENCHMARK", "heuristic")
+    monkeypatch.setattr(api, "Executor", lambda plan, replay=False: SimpleNamespace(plan=plan, replay=replay))
+    api._executor(PROBLEM, "forward", "64MiB", "powerOfTwo", "strict", sources="legacy")
+    assert api.wait_for_benchmarks(timeout=10)
+    assert heard == ["ended"] and "listener exploded" in caplog.text
+
+    def broken(*a, **kw):
+        raise RuntimeError("cudnnFind exploded")
+
+    monkeypatch.setattr(api, "benchmark", broken)
+    api._executor(PROBLEM, "backward_data", "64MiB", "powerOfTwo", "strict", sources="legacy")
+    assert api.wait_for_benchmarks(timeout=10)
+    assert heard == ["ended", "ended"]
+
+
 def test_UCUDNN_BENCHMARK_is_checked(monkeypatch):
     from ucudnn import config
 

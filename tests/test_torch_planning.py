@@ -278,6 +278,28 @@ def test_a_lookup_that_benchmarked_gives_its_buffers_back_at_once(cuda_memory, m
     assert cuda_memory.emptied == [4 << 30] and runtime._release_pending
 
 
+def test_background_benchmarks_mark_their_buffers_once_torch_serves_cupys_memory(cuda_memory, monkeypatch):
+    """Routing CuPy's allocations through torch's allocator (where benchmark buffers start landing in torch's
+    cache) also listens to heuristic mode's background benchmarks: each one's end marks the cache for release by
+    the next prepared launch, not by the benchmark's own thread."""
+    from ucudnn.binding import gpu
+
+    fake_cupy = SimpleNamespace(cuda=SimpleNamespace(
+        set_allocator=lambda allocator: None,
+        memory=SimpleNamespace(PythonFunctionAllocator=lambda malloc, free: SimpleNamespace(malloc=malloc))))
+    monkeypatch.setattr(gpu, "cupy", lambda: fake_cupy)
+    monkeypatch.setattr(gpu, "_free_memory", None)
+    monkeypatch.setattr(runtime, "_shared", False)
+    monkeypatch.setattr(runtime, "_cp", None)
+    monkeypatch.setattr(api, "after_background_benchmark", [])
+    runtime.share_torch_memory()
+    assert api.after_background_benchmark == [runtime._mark_for_release]
+    assert cuda_memory.emptied == [] and not runtime._release_pending
+    for listener in api.after_background_benchmark:
+        listener()
+    assert runtime._release_pending and cuda_memory.emptied == []     # marked only: released by a launch
+
+
 def test_marked_buffers_go_back_to_the_device_once_at_the_next_prepared_launch(cuda_memory, monkeypatch):
     """Buffers marked during a capture go back at the next launch of a prepared call, once, and never while a
     CUDA graph is being captured."""

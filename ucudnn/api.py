@@ -204,6 +204,12 @@ def _from_a_larger_batch_now(problem: ConvProblem, op: str, limit: int, bp: str,
         return None
 
 
+#: Called, without arguments and from the benchmarking thread, each time a background benchmark of heuristic mode
+#: has ended (measured or failed): the torch layer marks the benchmark's buffers, which torch's caching allocator
+#: keeps once freed, to be given back at its next launch (``ucudnn.torch.runtime.share_torch_memory``).
+after_background_benchmark: list = []
+
+
 class _Background:
     """One daemon thread that benchmarks, one kernel at a time, what heuristic mode ran without a benchmark.
 
@@ -270,6 +276,11 @@ class _Background:
                 log.warning("ucudnn: background benchmark of %s %s failed; cuDNN's heuristic plan stays: %s",
                             op, problem.describe(), e)
             finally:
+                for listener in list(after_background_benchmark):
+                    try:
+                        listener()
+                    except Exception as e:  # noqa: BLE001 - a listener's failure must not stop the benchmarks
+                        log.warning("ucudnn: a listener of background benchmarks failed: %s", e)
                 with self._cond:
                     self._pending.discard(key)
                     self._cond.notify_all()

@@ -175,6 +175,11 @@ def share_torch_memory() -> None:
 
         cp.cuda.set_allocator(cp.cuda.memory.PythonFunctionAllocator(malloc, free).malloc)
         set_free_memory(torch_free_memory)
+        from .. import api
+
+        # heuristic mode benchmarks in a thread of its own: its buffers are marked there and given back by the
+        # next prepared launch on the launching thread (:func:`release_cached`), never from the benchmark's thread
+        api.after_background_benchmark.append(_mark_for_release)
         global _cp
         _cp = cp
         _shared = True
@@ -243,8 +248,9 @@ def executor(problem: ConvProblem, op: str, settings: Settings, numerics: str, d
 
 
 #: Set when a lookup grew torch's reserved memory (a benchmark's buffers, which go back to torch's cache when it
-#: ends) and the cache could not be emptied at once (a CUDA graph was being captured); the next launch of an
-#: already prepared call gives the cached blocks back (:func:`release_cached`).
+#: ends) and the cache could not be emptied at once (a CUDA graph was being captured), or when a background
+#: benchmark of heuristic mode ended (its thread only marks); the next launch of an already prepared call gives the
+#: cached blocks back (:func:`release_cached`).
 #: Why: the benchmark tries workspaces of up to gigabytes, and the caching allocator keeps them for the process:
 #: ResNet-50 b128 AMP converted at 64 MiB reserved 10.46 GiB against PyTorch's 6.52 at the same 5.7 GiB allocated
 #: (``benchmarks/results/torch_train_amp_b256_caps_h200-notes.md``), memory other processes on the GPU could not use.
@@ -252,6 +258,11 @@ def executor(problem: ConvProblem, op: str, settings: Settings, numerics: str, d
 #: from the benchmark's cached segments and pin them (AlexNet b256 FP32 converted at 64 MiB, H200: 5.35 GiB reserved
 #: when the release waited for the second step, 2.67 GiB released at once; PyTorch 2.42).
 _release_pending = False
+
+
+def _mark_for_release() -> None:
+    global _release_pending
+    _release_pending = True
 
 
 def release_cached() -> None:
