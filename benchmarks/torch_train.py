@@ -48,6 +48,7 @@ writing the report.  It gives issue 15's three bars with their numbers.
     python benchmarks/torch_train.py --models resnet50@128,vgg16@64,alexnet@256 --modes fp32 --cap-search
     python benchmarks/torch_train.py --only resnet50@128:default,vgg16@64:amp --sources legacy,graph
     python benchmarks/torch_train.py --only resnet50@128:amp --impls torch,ucudnn-256 --repeat 3 --steps 30
+    python benchmarks/torch_train.py --only alexnet@256:fp32 --impls torch,ucudnn-64 --caps 80,75   # fixed caps
     python benchmarks/torch_train.py --report --out benchmarks/results/torch_train_h100.jsonl
 """
 from __future__ import annotations
