@@ -104,6 +104,68 @@ def solve_kernel(kernel: KernelBench, sizes: Sequence[int], limit: int) -> list[
     return out
 
 
+#: bytes of an element of each dtype a table's problems name (what an output tensor holds per value)
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}
+
+
+def unwritten_bytes(kernel: KernelBench) -> tuple[int, int]:
+    """(bytes per image, bytes for every micro-batch) of memory a call of ``kernel`` owns and has not written yet
+    (:func:`solve_with_unwritten`): forward, the output y of the images after the micro-batch; backward data, dx
+    of those images; backward filter, the whole dx of the same layer when its backward data runs after it."""
+    p = kernel.problem
+    size = DTYPE_BYTES.get(p.dtype, 4)
+    if kernel.op == "forward":
+        return p.k * p.p * p.q * size, 0
+    if kernel.op == "backward_data":
+        return p.c * p.h * p.w * size, 0
+    return 0, p.n * p.c * p.h * p.w * size
+
+
+def solve_with_unwritten(kernel: KernelBench, sizes: Sequence[int], limit: int, per_image: int = 0,
+                         fixed: int = 0) -> list[Measurement] | None:
+    """WR's batch DP when a micro-configuration may also take its workspace from memory the call owns and has not
+    written yet, in the order the micro-batches run (the first micro-batch first), or None.
+
+    Micro-batches run one after another, so while one runs the output of the images after it is not written yet:
+    a configuration of ``b`` images with ``r - b`` images still to come may use ``max(limit, fixed, (r - b) *
+    per_image)`` bytes (one workspace pointer: the limit's buffer, a ``fixed`` buffer, or the output's unwritten
+    tail).  That is memory the call holds anyway, so the peak does not grow; what it buys is the larger micro-batches
+    and chunks that the same sources run unbounded.  Whole-k configurations only (a channel slice writes every
+    image's rows of its channels).  Why (issue 18): VGG-16 b64's backward filters lose most of the 64 MiB plan's
+    gap to unbounded (conv1_2 4.12 vs 3.06 ms predicted), and the dx their layer's backward data writes next is up to
+    822 MB (``benchmarks/results/output_scratch.md``).
+    """
+    n = kernel.problem.n
+    allowed = set(sizes)
+    options = sorted((m for m in kernel.measurements if m.channels is None and m.micro_batch in allowed),
+                     key=lambda m: (m.micro_batch, m.time_ms, m.workspace_bytes))
+    inf = (math.inf, 0)
+    cost: list[tuple[float, int]] = [inf] * (n + 1)      # cost[r]: the best way to run the last r images
+    choice: list[Measurement | None] = [None] * (n + 1)
+    cost[0] = (0.0, 0)
+    for r in range(1, n + 1):
+        for m in options:
+            b = m.micro_batch
+            if b > r:
+                break
+            rest = cost[r - b]
+            if rest[0] == math.inf or m.workspace_bytes > max(limit, fixed, (r - b) * per_image):
+                continue
+            cand = (rest[0] + m.time_ms, rest[1] + 1)
+            if cand < cost[r]:
+                cost[r], choice[r] = cand, m
+    if cost[n][0] == math.inf:
+        return None
+    out: list[Measurement] = []
+    r = n
+    while r > 0:
+        m = choice[r]
+        assert m is not None
+        out.append(m)
+        r -= m.micro_batch
+    return out
+
+
 def min_feasible_workspace(kernel: KernelBench, batch_policy: str) -> int | None:
     """The smallest per-kernel limit under which ``kernel`` has any plan (None: no limit works)."""
     sizes = micro_batch_sizes(batch_policy, kernel.problem.n)

@@ -1,0 +1,98 @@
+"""WR with memory the call owns and has not written yet (issue 18): a micro-configuration may take its workspace
+from the output of the images after it (forward, backward data) or from a fixed buffer (backward filter: the dx its
+layer's backward data writes next).  Properties over random tables: the plan covers the batch, every configuration
+fits what is unwritten when it runs, it is never slower than WR at the limit alone, and it is exact."""
+from __future__ import annotations
+
+import math
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ucudnn.planning.table import KernelBench, Measurement
+from ucudnn.planning.wr import solve, solve_kernel, solve_with_unwritten, unwritten_bytes
+from ucudnn.problem import ConvProblem
+
+MiB = 1 << 20
+
+
+def _kernel(op: str, n: int, rows: list[tuple[int, float, int]]) -> KernelBench:
+    problem = ConvProblem(n, 64, 56, 56, 64, 3, 3, pad=1)
+    return KernelBench("conv", op, problem, [Measurement(b, a, "FMA", t, ws) for a, (b, t, ws) in enumerate(rows)])
+
+
+@st.composite
+def tables(draw):
+    n = draw(st.integers(1, 8))
+    rows = [(b, draw(st.floats(0.1, 10.0)), draw(st.integers(0, 12)) * MiB)
+            for b in range(1, n + 1) for _ in range(draw(st.integers(0, 2)))]
+    rows.append((1, 50.0, 0))          # a workspace-free configuration of one image: always a plan
+    return n, rows
+
+
+def _brute(n, rows, limit, per_image, fixed):
+    """Every ordered sequence of configurations covering n images, checked against what is unwritten."""
+    best = math.inf
+
+    def walk(r, spent):
+        nonlocal best
+        if r == 0:
+            best = min(best, spent)
+            return
+        for b, t, ws in rows:
+            if b <= r and ws <= max(limit, fixed, (r - b) * per_image):
+                walk(r - b, spent + t)
+
+    walk(n, 0.0)
+    return best
+
+
+@settings(max_examples=60, deadline=None)
+@given(tables(), st.integers(0, 8), st.integers(0, 3), st.integers(0, 10))
+def test_the_plan_covers_the_batch_fits_what_is_unwritten_and_is_optimal(table, limit_mib, per_image_mib, fixed_mib):
+    n, rows = table
+    k = _kernel("forward", n, rows)
+    limit, per_image, fixed = limit_mib * MiB, per_image_mib * MiB, fixed_mib * MiB
+    plan = solve_with_unwritten(k, range(1, n + 1), limit, per_image, fixed)
+    assert plan is not None and sum(m.micro_batch for m in plan) == n
+    remaining = n
+    for m in plan:                                     # in the order they run
+        remaining -= m.micro_batch
+        assert m.workspace_bytes <= max(limit, fixed, remaining * per_image)
+    total = sum(m.time_ms for m in plan)
+    assert math.isclose(total, _brute(n, rows, limit, per_image, fixed), rel_tol=1e-9)
+    alone = solve_kernel(k, range(1, n + 1), limit)
+    assert total <= sum(m.time_ms for m in alone) + 1e-9
+
+
+@settings(max_examples=40, deadline=None)
+@given(tables(), st.integers(0, 8))
+def test_with_nothing_unwritten_it_is_wr_and_with_room_for_all_it_is_unbounded(table, limit_mib):
+    n, rows = table
+    k = _kernel("forward", n, rows)
+    sizes = range(1, n + 1)
+    plain = solve_with_unwritten(k, sizes, limit_mib * MiB)
+    assert math.isclose(sum(m.time_ms for m in plain), sum(m.time_ms for m in solve_kernel(k, sizes, limit_mib * MiB)))
+    roomy = solve_with_unwritten(k, sizes, limit_mib * MiB, fixed=1 << 40)
+    assert math.isclose(sum(m.time_ms for m in roomy), sum(m.time_ms for m in solve(n, {
+        b: min((m for m in k.measurements if m.micro_batch == b), key=lambda m: m.time_ms)
+        for b in sizes if any(m.micro_batch == b for m in k.measurements)})))
+
+
+def test_a_large_configuration_runs_first_where_the_later_images_output_holds_its_workspace():
+    """8 images whose output is 2 MiB each: a 4-image configuration needing 8 MiB fits while 4 images are still to
+    come (their 8 MiB of output), so it runs first; the last 4 images run within the 1 MiB limit."""
+    rows = [(4, 1.0, 8 * MiB), (4, 3.0, 1 * MiB), (1, 1.0, 0)]
+    k = _kernel("forward", 8, rows)
+    plan = solve_with_unwritten(k, [1, 2, 4, 8], 1 * MiB, per_image=2 * MiB)
+    assert [(m.micro_batch, m.workspace_bytes) for m in plan] == [(4, 8 * MiB), (4, 1 * MiB)]
+    assert sum(m.time_ms for m in plan) == 4.0
+    assert sum(m.time_ms for m in solve_kernel(k, [1, 2, 4, 8], 1 * MiB)) == 6.0   # the limit alone: 2 x (4, 3 ms)
+
+
+def test_what_each_op_may_use_is_its_own_output_or_its_layers_dx():
+    p = ConvProblem(8, 3, 32, 32, 16, 3, 3, pad=1, stride=2)
+    fwd, bwd, bwf = (KernelBench("c", op, p, []) for op in ("forward", "backward_data", "backward_filter"))
+    assert unwritten_bytes(fwd) == (16 * 16 * 16 * 4, 0)          # y per image (stride 2: 16 x 16)
+    assert unwritten_bytes(bwd) == (3 * 32 * 32 * 4, 0)           # dx per image
+    assert unwritten_bytes(bwf) == (0, 8 * 3 * 32 * 32 * 4)       # the whole dx, before backward data writes it
