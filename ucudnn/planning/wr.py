@@ -52,31 +52,39 @@ def solve(batch: int, best: dict[int, Measurement]) -> list[Measurement] | None:
 
     Ties in time go to fewer micro-batches (fewer launches, less to go wrong).
     """
+    out = _chain(batch, [m for _, m in sorted(best.items())], lambda m, after: True)
+    if out is not None:
+        out.sort(key=lambda m: -m.micro_batch)  # largest first: a stable, readable order
+    return out
+
+
+def _chain(batch: int, options: Sequence[Measurement], fits) -> list[Measurement] | None:
+    """T(r) = min over options of size b <= r that ``fits(m, r - b)`` (``r - b``: images still to run after it) of
+    its time + T(r - b); the chain from ``batch`` down, in the order it runs, or None.  ``options`` sorted by
+    micro-batch size; ties in time go to fewer micro-batches."""
     inf = (math.inf, 0)
     cost: list[tuple[float, int]] = [inf] * (batch + 1)
     choice: list[Measurement | None] = [None] * (batch + 1)
     cost[0] = (0.0, 0)
-    options = sorted(best.items())
-    for b in range(1, batch + 1):
-        for bu, m in options:
-            if bu > b:
+    for r in range(1, batch + 1):
+        for m in options:
+            if m.micro_batch > r:
                 break
-            rest = cost[b - bu]
-            if rest[0] == math.inf:
+            rest = cost[r - m.micro_batch]
+            if rest[0] == math.inf or not fits(m, r - m.micro_batch):
                 continue
             cand = (rest[0] + m.time_ms, rest[1] + 1)
-            if cand < cost[b]:
-                cost[b], choice[b] = cand, m
+            if cand < cost[r]:
+                cost[r], choice[r] = cand, m
     if cost[batch][0] == math.inf:
         return None
     out: list[Measurement] = []
-    b = batch
-    while b > 0:
-        m = choice[b]
+    r = batch
+    while r > 0:
+        m = choice[r]
         assert m is not None
         out.append(m)
-        b -= m.micro_batch
-    out.sort(key=lambda m: -m.micro_batch)  # largest first: a stable, readable order
+        r -= m.micro_batch
     return out
 
 
@@ -135,35 +143,11 @@ def solve_with_unwritten(kernel: KernelBench, sizes: Sequence[int], limit: int, 
     gap to unbounded (conv1_2 4.12 vs 3.06 ms predicted), and the dx their layer's backward data writes next is up to
     822 MB (``benchmarks/results/output_scratch.md``).
     """
-    n = kernel.problem.n
     allowed = set(sizes)
     options = sorted((m for m in kernel.measurements if m.channels is None and m.micro_batch in allowed),
                      key=lambda m: (m.micro_batch, m.time_ms, m.workspace_bytes))
-    inf = (math.inf, 0)
-    cost: list[tuple[float, int]] = [inf] * (n + 1)      # cost[r]: the best way to run the last r images
-    choice: list[Measurement | None] = [None] * (n + 1)
-    cost[0] = (0.0, 0)
-    for r in range(1, n + 1):
-        for m in options:
-            b = m.micro_batch
-            if b > r:
-                break
-            rest = cost[r - b]
-            if rest[0] == math.inf or m.workspace_bytes > max(limit, fixed, (r - b) * per_image):
-                continue
-            cand = (rest[0] + m.time_ms, rest[1] + 1)
-            if cand < cost[r]:
-                cost[r], choice[r] = cand, m
-    if cost[n][0] == math.inf:
-        return None
-    out: list[Measurement] = []
-    r = n
-    while r > 0:
-        m = choice[r]
-        assert m is not None
-        out.append(m)
-        r -= m.micro_batch
-    return out
+    return _chain(kernel.problem.n, options,
+                  lambda m, after: m.workspace_bytes <= max(limit, fixed, after * per_image))
 
 
 def min_feasible_workspace(kernel: KernelBench, batch_policy: str) -> int | None:
