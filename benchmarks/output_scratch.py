@@ -7,8 +7,10 @@ its workspace from there instead of from the per-kernel limit's buffer
 (:func:`ucudnn.planning.wr.solve_with_unwritten`): no memory is added to the step's peak, and the configurations
 the same sources run unbounded (large micro-batches, long Winograd chunks) become plannable.  This script plans
 WR at each limit from the recorded tables with and without that memory and reports the planned totals beside the
-unbounded plan of the same table (issue 18's bar: 64 MiB at >= 0.9 of unbounded).  Planned, not executed: the
-executor does not take workspaces from outputs yet, so nothing here has run on a GPU.
+unbounded plan of the same table (issue 18's bar: 64 MiB at >= 0.9 of unbounded).  Planned, not executed:
+``plan_wr(..., unwritten=True)`` makes such plans and the executor runs them (``workspace_from: unwritten``
+steps; its bookkeeping checked on the CPU), but none has run on a GPU yet, and neither ``ucudnn.api`` nor
+``ucudnn.torch`` plans with it.
 
 The network's first layer gets no dx (its input needs no gradient in training); the table's backward data of it is
 planned at the limit alone.
@@ -84,7 +86,8 @@ def markdown(docs: list[dict], prov: dict) -> str:
              "micro-configuration may also take its workspace from the output not yet written (forward: y of the "
              "images after it; backward data: their dx; backward filter: the layer's whole dx, its backward data "
              f"running after it; the first layer gets none).  Unbounded: WR at {UNBOUNDED} from the same table.  "
-             "Not executed: the executor does not take workspaces from outputs yet.", "",
+             "Not executed on a GPU yet (`plan_wr(..., unwritten=True)` makes these plans; the library's lookups "
+             "do not use it).", "",
              "| table | limit | alone ms | with unwritten memory ms | unbounded ms | fraction of unbounded: alone -> "
              "with |", "|---|---|---:|---:|---:|---|"]
     for d in docs:

@@ -251,3 +251,55 @@ def test_plans_the_shortcut_cannot_run_have_none(direct_recorder, why, plan, rep
 
 def test_a_source_without_a_shortcut_leaves_the_executor_without_one(recorder):
     assert Executor(_plan("forward", [10])).direct is None
+
+
+# -- unwritten memory (issue 18) --------------------------------------------------------------------------------------
+def _unwritten_plan(op, sizes, ws, flags):
+    return KernelPlan("k", op, P, [MicroConfig.of(MicroConfig(n, f"c{i}", "DEFAULT", 1.0, w, "recorder"), f)
+                                   for i, (n, w, f) in enumerate(zip(sizes, ws, flags))])
+
+
+def test_a_forward_step_on_unwritten_memory_takes_the_output_of_the_later_samples_aligned(recorder):
+    """y's samples 4..9 are not written while samples 0..3 run: the first step's workspace starts at sample 4's
+    output, rounded up to 256 bytes, and runs to y's end; the others share the workspace buffer, which is only as
+    large as they need."""
+    ex = Executor(_unwritten_plan("forward", [4, 6], [5000, 512], [True, False]))
+    assert ex.workspace_bytes == 512 and ex.takes_unwritten and ex.direct is None and ex.native_steps is None
+    ex(*_operands("forward"), workspace=_Array((512,), 9 << 20, "uint8"))
+    y = 3 << 20
+    start = -(-(y + 4 * Y_SAMPLE) // 256) * 256
+    assert [(ws, n) for *_, ws, n, _, _ in recorder.calls] == [(start, y + 10 * Y_SAMPLE - start), (9 << 20, 512)]
+
+
+def test_unwritten_memory_is_refused_before_anything_runs_where_it_is_not_there(recorder):
+    """beta != 0 (the output holds data), a tail too small for the step, a backward filter without its layer's dx:
+    each refused with the kernel named, and no step launched."""
+    fwd = Executor(_unwritten_plan("forward", [4, 6], [5000, 512], [True, False]))
+    with pytest.raises(UcudnnError, match="beta"):
+        fwd(*_operands("forward"), beta=1.0, workspace=_Array((512,), 9 << 20, "uint8"))
+    big = Executor(_unwritten_plan("forward", [8, 2], [3 * Y_SAMPLE, 0], [True, False]))   # 2 samples after it
+    with pytest.raises(UcudnnError, match="unwritten memory"):
+        big(*_operands("forward"))
+    bwf = Executor(_unwritten_plan("backward_filter", [10], [1 << 20], [True]))
+    assert bwf.workspace_bytes == 0
+    with pytest.raises(UcudnnError, match="dx"):
+        bwf(*_operands("backward_filter"))
+    assert recorder.calls == []
+
+
+def test_a_backward_filter_step_on_unwritten_memory_takes_the_layers_dx(recorder):
+    bwf = Executor(_unwritten_plan("backward_filter", [8, 2], [1 << 20, 256], [True, False]))
+    assert bwf.workspace_bytes == 256
+    dx = _Array((1 << 20,), 7 << 20, "uint8")             # the layer's dx, as bytes: 1 MiB
+    bwf(*_operands("backward_filter"), workspace=_Array((256,), 9 << 20, "uint8"), unwritten=dx)
+    assert [(ws, n) for *_, ws, n, _, _ in recorder.calls] == [(7 << 20, 1 << 20), (9 << 20, 256)]
+    small = Executor(_unwritten_plan("backward_filter", [10], [2 << 20], [True]))
+    with pytest.raises(UcudnnError, match="needs 2097152 bytes of unwritten memory, 1048576 are there"):
+        small(*_operands("backward_filter"), unwritten=dx)
+
+
+def test_a_channel_slice_on_unwritten_output_is_refused_when_the_plan_is_made(recorder):
+    cfgs = [MicroConfig.of(MicroConfig(10, "s", "DEFAULT", 1.0, 1 << 20, "recorder", channels=2), True),
+            MicroConfig(10, "t", "DEFAULT", 1.0, 0, "recorder", channels=2)]
+    with pytest.raises(UcudnnError, match="channel slice"):
+        Executor(KernelPlan("k", "forward", P, cfgs))

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ucudnn.planning.table import KernelBench, Measurement
-from ucudnn.planning.wr import solve, solve_kernel, solve_with_unwritten, unwritten_bytes
+from ucudnn.planning.wr import solve, solve_kernel, solve_with_unwritten, unwritten_bytes, unwritten_room
 from ucudnn.problem import ConvProblem
 
 MiB = 1 << 20
@@ -40,7 +40,7 @@ def _brute(n, rows, limit, per_image, fixed):
             best = min(best, spent)
             return
         for b, t, ws in rows:
-            if b <= r and ws <= max(limit, fixed, (r - b) * per_image):
+            if b <= r and ws <= max(limit, fixed, (r - b) * per_image - 256):
                 walk(r - b, spent + t)
 
     walk(n, 0.0)
@@ -58,7 +58,7 @@ def test_the_plan_covers_the_batch_fits_what_is_unwritten_and_is_optimal(table, 
     remaining = n
     for m in plan:                                     # in the order they run
         remaining -= m.micro_batch
-        assert m.workspace_bytes <= max(limit, fixed, remaining * per_image)
+        assert m.workspace_bytes <= max(limit, unwritten_room(remaining, per_image, fixed))
     total = sum(m.time_ms for m in plan)
     assert math.isclose(total, _brute(n, rows, limit, per_image, fixed), rel_tol=1e-9)
     alone = solve_kernel(k, range(1, n + 1), limit)
@@ -80,12 +80,15 @@ def test_with_nothing_unwritten_it_is_wr_and_with_room_for_all_it_is_unbounded(t
 
 
 def test_a_large_configuration_runs_first_where_the_later_images_output_holds_its_workspace():
-    """8 images whose output is 2 MiB each: a 4-image configuration needing 8 MiB fits while 4 images are still to
-    come (their 8 MiB of output), so it runs first; the last 4 images run within the 1 MiB limit."""
-    rows = [(4, 1.0, 8 * MiB), (4, 3.0, 1 * MiB), (1, 1.0, 0)]
+    """8 images whose output is 2 MiB each: a 4-image configuration needing 7 MiB fits while 4 images are still to
+    come (their 8 MiB of output, less the alignment's 256 bytes), so it runs first; the last 4 images run within
+    the 1 MiB limit.  One needing all 8 MiB would not fit there."""
+    rows = [(4, 1.0, 7 * MiB), (4, 3.0, 1 * MiB), (1, 1.0, 0)]
     k = _kernel("forward", 8, rows)
     plan = solve_with_unwritten(k, [1, 2, 4, 8], 1 * MiB, per_image=2 * MiB)
-    assert [(m.micro_batch, m.workspace_bytes) for m in plan] == [(4, 8 * MiB), (4, 1 * MiB)]
+    assert [(m.micro_batch, m.workspace_bytes) for m in plan] == [(4, 7 * MiB), (4, 1 * MiB)]
+    assert unwritten_room(4, 2 * MiB) == 8 * MiB - 256 and unwritten_room(0, 2 * MiB) == 0
+    assert unwritten_room(0, 2 * MiB, fixed=5) == 5
     assert sum(m.time_ms for m in plan) == 4.0
     assert sum(m.time_ms for m in solve_kernel(k, [1, 2, 4, 8], 1 * MiB)) == 6.0   # the limit alone: 2 x (4, 3 ms)
 
@@ -96,3 +99,27 @@ def test_what_each_op_may_use_is_its_own_output_or_its_layers_dx():
     assert unwritten_bytes(fwd) == (16 * 16 * 16 * 4, 0)          # y per image (stride 2: 16 x 16)
     assert unwritten_bytes(bwd) == (3 * 32 * 32 * 4, 0)           # dx per image
     assert unwritten_bytes(bwf) == (0, 8 * 3 * 32 * 32 * 4)       # the whole dx, before backward data writes it
+
+
+def test_plan_wr_marks_what_runs_in_unwritten_memory_and_the_plan_round_trips():
+    """With ``unwritten=True`` a kernel that is faster with unwritten memory takes that plan: its configurations
+    above the limit say ``workspace_from: unwritten``, the kernel's workspace counts only the others, and the plan's
+    JSON (schema-checked) reads back the same; without it, plans are WR's as before."""
+    from ucudnn.planning.plan import Plan
+    from ucudnn.planning.table import BenchmarkTable
+    from ucudnn.planning.wr import plan_wr
+
+    rows = [(4, 1.0, 7 * MiB), (4, 3.0, 1 * MiB), (1, 1.0, 0)]
+    p = ConvProblem(8, 64, 16, 16, 2048, 3, 3, pad=1)            # y: 2048 x 16 x 16 x 4 B = 2 MiB an image
+    table = BenchmarkTable("GPU", 91900, [KernelBench("conv", "forward", p,
+                                                      [Measurement(b, a, "FMA", t, ws)
+                                                       for a, (b, t, ws) in enumerate(rows)])], "strict")
+    plain = plan_wr(table, 1 * MiB)
+    assert plain.kernels[0].time_ms == 6.0 and not any(c.unwritten for c in plain.kernels[0].configs)
+    plan = plan_wr(table, 1 * MiB, unwritten=True)
+    [k] = plan.kernels
+    assert k.time_ms == 4.0 and [c.unwritten for c in k.configs] == [True, False]
+    assert k.workspace_bytes == 1 * MiB and plan.workspace_bytes == 1 * MiB
+    back = Plan.from_dict(plan.to_dict())
+    assert [c.unwritten for c in back.kernels[0].configs] == [True, False]
+    assert back.kernels[0].configs[0].to_dict()["workspace_from"] == "unwritten"

@@ -7,6 +7,13 @@ micro-batch applies the caller's ``beta``, the rest ``beta = 1`` so the filter
 gradient sums over the whole mini-batch; ``alpha`` applies to each.  All
 micro-batches share one workspace buffer of the plan's size.
 
+Unwritten memory (issue 18, :func:`ucudnn.planning.wr.solve_with_unwritten`): a step whose configuration says
+``workspace_from: unwritten`` takes its workspace from memory the call owns but has not written yet, not from the
+workspace buffer: forward and backward data, the output of the samples after its micro-batch (the steps run in
+order, so that output is written later; it needs ``beta = 0``); backward filter, the layer's dx, which the caller
+passes before its backward data writes it (``unwritten=``).  The executor's :attr:`workspace_bytes` leaves such
+steps out.
+
 Channel slices (issue 18, :mod:`ucudnn.planning.channels`): a step of a slice
 of c output channels starting at k0 reads and writes views: w (dw) from filter
 k0, y (dy) from channel k0 of each sample with the whole tensor's strides.
@@ -49,6 +56,7 @@ class _Step:
     launch: Launch         # the configuration prepared by its source
     shifts: tuple[int, int, int]   # bytes from the start of (a, b, out) to this micro-batch's slice
     accumulate: bool = False       # adds into what earlier steps wrote (beta = 1) instead of the caller's beta
+    unwritten: bool = False        # its workspace is memory the call has not written yet (the module's doc)
 
 
 class Executor:
@@ -91,9 +99,16 @@ class Executor:
             # beta applies where a step first writes its part of the output, beta = 1 after
             accumulate = (op == "backward_filter" and not st.first_in_slice) or (
                 op == "backward_data" and not st.first_slice)
+            unwritten = bool(getattr(cfg, "unwritten", False))
+            if unwritten and op != "backward_filter" and cfg.channels is not None:
+                raise UcudnnError(f"kernel {plan.name!r}: a channel slice cannot take its workspace from the "
+                                  "output of later samples (it writes every sample's rows of its channels)")
             self.steps.append(_Step(cfg.micro_batch, st.n0, cfg, need, launch, shifts,  # type: ignore[arg-type]
-                                    accumulate))
-        self.workspace_bytes = max((s.workspace_bytes for s in self.steps), default=0)
+                                    accumulate, unwritten))
+        #: bytes an output sample holds (forward: y, backward data: dx): the unit of an unwritten tail
+        self._out_sample = per_sample["y" if op == "forward" else "x"]
+        self.workspace_bytes = max((s.workspace_bytes for s in self.steps if not s.unwritten), default=0)
+        self.takes_unwritten = any(s.unwritten for s in self.steps)
         self.replay = replay
         only = self.steps[0] if len(self.steps) == 1 else None
         #: the one-step plan's :data:`~ucudnn.measure.sources.base.Direct` shortcut (its source's, when it has one):
@@ -101,12 +116,12 @@ class Executor:
         #: on ``stream`` with no CuPy context; None for plans of several steps, replayed plans and sources with
         #: no shortcut (``launch`` runs those)
         self.direct = direct_of(only.launch) if (only is not None and not replay and not any(only.shifts)
-                                                 and not only.accumulate) else None
+                                                 and not only.accumulate and not only.unwritten) else None
         #: every step described as data for a compiled launch path (ucudnn.torch's): (its source's
         #: :class:`~ucudnn.measure.sources.base.Native`, byte shifts of (a, b, out), whether it accumulates), None
         #: for replayed plans and where a step has no description or accumulates through a graph engine (the
         #: graph source adds into its output through a scratch buffer, which a description does not say)
-        self.native_steps = self._native_steps() if not replay else None
+        self.native_steps = self._native_steps() if not (replay or self.takes_unwritten) else None
         self._own: Any = None          # the workspace allocated when the caller passes none
         self._graphs: OrderedDict[tuple, Any] = OrderedDict()
         self.replay_failures: list[str] = []
@@ -121,11 +136,13 @@ class Executor:
         return steps
 
     def __call__(self, a: Any, b: Any, out: Any, *, alpha: float = 1.0, beta: float = 0.0,
-                 workspace: Any = None, workspace_bytes: int | None = None) -> Any:
+                 workspace: Any = None, workspace_bytes: int | None = None, unwritten: Any = None) -> Any:
         """Run the plan: ``out = alpha * op(a, b) + beta * out`` with operands in cuDNN's order (see ROLES).
 
         ``workspace``: a CuPy array or MemoryPointer (default: allocated from CuPy's pool).
         ``workspace_bytes``: how much of it this kernel may use (an arena segment), default all of it.
+        ``unwritten``: a backward filter's layer's dx (a CuPy array), before backward data writes it, for plans
+        whose steps take their workspace there (the module's doc).
         """
         for (role, shape), arr in zip(self._expect, (a, b, out)):
             if arr.shape != shape:
@@ -135,30 +152,56 @@ class Executor:
             if not arr.flags.c_contiguous:
                 raise InputError(f"{role} must be C-contiguous ({self.plan.problem.layout})", role)
         ws_ptr, ws_size = self._workspace(workspace, workspace_bytes)
-        self.launch((a.data.ptr, b.data.ptr, out.data.ptr), ws_ptr, ws_size, alpha=alpha, beta=beta)
+        spare = None if unwritten is None else (unwritten.data.ptr, unwritten.nbytes)
+        self.launch((a.data.ptr, b.data.ptr, out.data.ptr), ws_ptr, ws_size, alpha=alpha, beta=beta, unwritten=spare)
         return out
 
     def launch(self, ptrs: tuple[int, int, int], workspace_ptr: int, workspace_size: int, *, alpha: float = 1.0,
-               beta: float = 0.0) -> None:
+               beta: float = 0.0, unwritten: tuple[int, int] | None = None) -> None:
         """Run the plan on raw device pointers ``(a, b, out)`` on CuPy's current stream, unchecked.
 
         For callers that own their tensors' memory and have checked shapes and
         layouts themselves (``ucudnn.torch`` passes ``data_ptr()`` of torch
         tensors, with a workspace from torch's caching allocator of at least
-        :attr:`workspace_bytes`).
+        :attr:`workspace_bytes`).  ``unwritten``: (pointer, bytes) of a backward filter's layer's dx.
         """
         if self.replay and not self.replay_failures:
-            graph = self._graph((*ptrs, workspace_ptr, workspace_size, float(alpha), float(beta)))
+            graph = self._graph((*ptrs, workspace_ptr, workspace_size, float(alpha), float(beta), unwritten))
             if graph is not None:
                 graph.launch(cupy().cuda.get_current_stream())
                 return
-        self._run(ptrs, workspace_ptr, workspace_size, alpha, beta)
+        self._run(ptrs, workspace_ptr, workspace_size, alpha, beta, unwritten)
 
-    def _run(self, ptrs: tuple[int, int, int], ws_ptr: int, ws_size: int, alpha: float, beta: float) -> None:
+    def _run(self, ptrs: tuple[int, int, int], ws_ptr: int, ws_size: int, alpha: float, beta: float,
+             unwritten: tuple[int, int] | None = None) -> None:
         pa, pb, po = ptrs
-        for s in self.steps:
+        # every step's workspace first: a call refused for want of unwritten memory launches nothing
+        spaces = [self._unwritten(s, po, beta, unwritten) if s.unwritten else (ws_ptr, ws_size) for s in self.steps]
+        for s, (wp, wsz) in zip(self.steps, spaces):
             sa, sb, so = s.shifts
-            s.launch(Operands(pa + sa, pb + sb, po + so), ws_ptr, ws_size, alpha, 1.0 if s.accumulate else beta)
+            s.launch(Operands(pa + sa, pb + sb, po + so), wp, wsz, alpha, 1.0 if s.accumulate else beta)
+
+    def _unwritten(self, s: _Step, out_ptr: int, beta: float, given: tuple[int, int] | None) -> tuple[int, int]:
+        """(pointer, bytes) of the unwritten memory step ``s`` takes as its workspace (the module's doc)."""
+        from ..planning.wr import UNWRITTEN_ALIGN
+
+        name = self.plan.name
+        if self.plan.op == "backward_filter":
+            if given is None:
+                raise UcudnnError(f"kernel {name!r}: its plan takes a backward filter's workspace from the layer's "
+                                  "dx before backward data writes it; pass that buffer (unwritten=)")
+            ptr, size = given
+        else:
+            if beta != 0.0:
+                raise UcudnnError(f"kernel {name!r}: its plan takes workspace from the output of later samples, "
+                                  f"which beta = {beta} says hold data; plan it without unwritten memory")
+            start = out_ptr + (s.offset + s.micro_batch) * self._out_sample
+            ptr = -(-start // UNWRITTEN_ALIGN) * UNWRITTEN_ALIGN
+            size = out_ptr + self.plan.problem.n * self._out_sample - ptr
+        if size < s.workspace_bytes:
+            raise UcudnnError(f"kernel {name!r}: a step of {s.micro_batch} samples needs {s.workspace_bytes} bytes "
+                              f"of unwritten memory, {max(size, 0)} are there")
+        return ptr, size
 
     def _graph(self, key: tuple) -> Any:
         """The captured call for ``key`` (pointers, workspace, scalars): cached, else captured now; None if the
@@ -167,9 +210,9 @@ class Executor:
         if graph is not None:
             self._graphs.move_to_end(key)
             return graph
-        ptrs, ws_ptr, ws_size, alpha, beta = key[:3], *key[3:]
+        ptrs, ws_ptr, ws_size, alpha, beta, unwritten = key[:3], *key[3:]
         try:   # capture records only: the replay runs on the caller's stream
-            graph = capture(lambda: self._run(ptrs, ws_ptr, ws_size, alpha, beta))
+            graph = capture(lambda: self._run(ptrs, ws_ptr, ws_size, alpha, beta, unwritten))
         except Exception as e:  # noqa: BLE001 - any failure inside capture means: run this plan eagerly
             self.replay_failures.append(summary(e))
             return None

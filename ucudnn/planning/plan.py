@@ -15,6 +15,10 @@ from ..problem import ConvProblem
 from .table import Measurement
 
 FORMAT = "ucudnn-plan/1"
+#: a micro-configuration's ``workspace_from`` when its workspace is memory the call owns but has not written yet
+#: (:func:`ucudnn.planning.wr.solve_with_unwritten`): forward / backward data, the output of the images after its
+#: micro-batch; backward filter, its layer's dx, which the caller passes (``Executor(...)(..., unwritten=dx)``)
+UNWRITTEN = "unwritten"
 
 
 @dataclass(frozen=True)
@@ -26,9 +30,17 @@ class MicroConfig(Measurement):
     """
 
     @classmethod
-    def of(cls, m: Measurement) -> "MicroConfig":
-        return cls(m.micro_batch, m.algo, m.math_type, m.time_ms, m.workspace_bytes, m.source, m.engine, m.extra,
+    def of(cls, m: Measurement, unwritten: bool = False) -> "MicroConfig":
+        """The plan's record of measurement ``m``; ``unwritten``: its workspace is taken from memory the call has
+        not written yet (:data:`UNWRITTEN`), not from the kernel's workspace buffer."""
+        extra = {**m.extra, "workspace_from": UNWRITTEN} if unwritten else m.extra
+        return cls(m.micro_batch, m.algo, m.math_type, m.time_ms, m.workspace_bytes, m.source, m.engine, extra,
                    m.channels)
+
+    @property
+    def unwritten(self) -> bool:
+        """Whether its workspace is memory the call has not written yet (:data:`UNWRITTEN`)."""
+        return self.extra.get("workspace_from") == UNWRITTEN
 
 
 def division_summary(configs: Iterable[Measurement]) -> str:
@@ -61,7 +73,9 @@ class KernelPlan:
 
     @property
     def workspace_bytes(self) -> int:
-        return max((c.workspace_bytes for c in self.configs), default=0)
+        """The workspace buffer the kernel needs: the largest of its micro-configurations' that do not take theirs
+        from unwritten memory (:data:`UNWRITTEN`)."""
+        return max((c.workspace_bytes for c in self.configs if not c.unwritten), default=0)
 
     @property
     def batch(self) -> int:

@@ -129,25 +129,36 @@ def unwritten_bytes(kernel: KernelBench) -> tuple[int, int]:
     return 0, p.n * p.c * p.h * p.w * size
 
 
+#: alignment of a workspace taken from an output's unwritten tail (the executor rounds its start up to it; the
+#: tail is planned as that much smaller)
+UNWRITTEN_ALIGN = 256
+
+
+def unwritten_room(after: int, per_image: int, fixed: int = 0) -> int:
+    """Bytes of unwritten memory a micro-configuration may take as its workspace with ``after`` images still to
+    run after it: the larger of a ``fixed`` buffer and the output of those images, less :data:`UNWRITTEN_ALIGN`."""
+    return max(fixed, after * per_image - UNWRITTEN_ALIGN, 0)
+
+
 def solve_with_unwritten(kernel: KernelBench, sizes: Sequence[int], limit: int, per_image: int = 0,
                          fixed: int = 0) -> list[Measurement] | None:
     """WR's batch DP when a micro-configuration may also take its workspace from memory the call owns and has not
     written yet, in the order the micro-batches run (the first micro-batch first), or None.
 
     Micro-batches run one after another, so while one runs the output of the images after it is not written yet:
-    a configuration of ``b`` images with ``r - b`` images still to come may use ``max(limit, fixed, (r - b) *
-    per_image)`` bytes (one workspace pointer: the limit's buffer, a ``fixed`` buffer, or the output's unwritten
-    tail).  That is memory the call holds anyway, so the peak does not grow; what it buys is the larger micro-batches
-    and chunks that the same sources run unbounded.  Whole-k configurations only (a channel slice writes every
-    image's rows of its channels).  Why (issue 18): VGG-16 b64's backward filters lose most of the 64 MiB plan's
-    gap to unbounded (conv1_2 4.12 vs 3.06 ms predicted), and the dx their layer's backward data writes next is up to
-    822 MB (``benchmarks/results/output_scratch.md``).
+    a configuration of ``b`` images with ``r - b`` images still to come may use the limit's buffer or
+    :func:`unwritten_room` bytes (one workspace pointer: the limit's buffer, a ``fixed`` buffer, or the output's
+    unwritten tail).  That is memory the call holds anyway, so the peak does not grow; what it buys is the larger
+    micro-batches and chunks that the same sources run unbounded.  Whole-k configurations only (a channel slice
+    writes every image's rows of its channels).  Why (issue 18): VGG-16 b64's backward filters lose most of the
+    64 MiB plan's gap to unbounded (conv1_2 4.12 vs 3.06 ms predicted), and the dx their layer's backward data
+    writes next is up to 822 MB (``benchmarks/results/output_scratch.md``).
     """
     allowed = set(sizes)
     options = sorted((m for m in kernel.measurements if m.channels is None and m.micro_batch in allowed),
                      key=lambda m: (m.micro_batch, m.time_ms, m.workspace_bytes))
     return _chain(kernel.problem.n, options,
-                  lambda m, after: m.workspace_bytes <= max(limit, fixed, after * per_image))
+                  lambda m, after: m.workspace_bytes <= max(limit, unwritten_room(after, per_image, fixed)))
 
 
 def min_feasible_workspace(kernel: KernelBench, batch_policy: str) -> int | None:
@@ -184,8 +195,13 @@ def plan_kernel(kernel: KernelBench, workspace_limit: int, batch_policy: str = "
 
 
 def plan_wr(table: BenchmarkTable, workspace_limit: int, batch_policy: str = "powerOfTwo",
-            policy_name: str = "wr") -> Plan:
-    """Per-kernel plans; on an infeasible limit, the error names the smallest limit for the whole table."""
+            policy_name: str = "wr", unwritten: bool = False) -> Plan:
+    """Per-kernel plans; on an infeasible limit, the error names the smallest limit for the whole table.
+
+    ``unwritten``: a kernel whose plan is faster with memory its call has not written yet
+    (:func:`solve_with_unwritten`; every backward filter counting on its layer's dx) takes that plan, its
+    configurations above the limit marked :data:`~ucudnn.planning.plan.UNWRITTEN`; the executor then needs
+    ``beta = 0`` (forward, backward data) and the layer's dx (backward filter)."""
     memo: dict[tuple[str, str], list] = {}
     kernels: list[KernelPlan] = []
     failures: list[InfeasibleError] = []
@@ -193,8 +209,14 @@ def plan_wr(table: BenchmarkTable, workspace_limit: int, batch_policy: str = "po
         key = (k.problem.key(), k.op)
         try:
             if key not in memo:
-                memo[key] = plan_kernel(k, workspace_limit, batch_policy)
-            kernels.append(KernelPlan(k.name, k.op, k.problem, [MicroConfig.of(m) for m in memo[key]]))
+                configs = [MicroConfig.of(m) for m in plan_kernel(k, workspace_limit, batch_policy)]
+                if unwritten:
+                    alt = solve_with_unwritten(k, micro_batch_sizes(batch_policy, k.problem.n), workspace_limit,
+                                               *unwritten_bytes(k))
+                    if alt is not None and sum(m.time_ms for m in alt) < sum(c.time_ms for c in configs):
+                        configs = [MicroConfig.of(m, m.workspace_bytes > workspace_limit) for m in alt]
+                memo[key] = configs
+            kernels.append(KernelPlan(k.name, k.op, k.problem, list(memo[key])))
         except InfeasibleError as e:
             failures.append(e)
     if failures:
