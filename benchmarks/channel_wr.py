@@ -10,6 +10,10 @@ rows, so every plan is made from the same measurements:
 * ``unbounded`` — WR from the batch-only rows with ``--unbounded`` (4 GiB) per kernel: the best each kernel
   reaches with the same sources when workspace is no object;
 * ``pytorch`` — ``cudnn.benchmark``, unbounded workspace (``--torch``);
+* ``unwritten`` — with ``--unwritten``: WR at the limit from the whole table where a kernel may also take
+  workspace from memory its call has not written yet (``plan_wr(unwritten=True)``): a forward / backward data
+  micro-batch the output of the samples after it, a backward filter its layer's dx (the table's dx buffer here,
+  which that layer's backward data writes next in a training step);
 * ``without`` — with ``--without SRC[,SRC]``: WR at the limit from the same table without those sources' rows
   (wrapped ones included, ``own_sources.restricted``), channel slices kept: issue 18's "with and without the new
   configurations" executed in the same run.  ``--without winograd:groups`` leaves out only the winograd source's
@@ -68,6 +72,9 @@ def main() -> None:
     ap.add_argument("--out", default="benchmarks/results")
     ap.add_argument("--suffix", default="")
     ap.add_argument("--without", default=None, help="also plan each limit without these sources' rows")
+    ap.add_argument("--unwritten", action="store_true",
+                    help="also plan each limit letting kernels take workspace from memory their call has not "
+                         "written yet (plan_wr(unwritten=True); see the module doc)")
     ap.add_argument("--replay", action="store_true",
                     help="time configurations, plans and PyTorch replayed from CUDA graphs (see the module doc)")
     args = ap.parse_args()
@@ -100,14 +107,15 @@ def main() -> None:
     plain = batch_only(table)
     bufs = {k.problem: Buffers(k.problem) for k in kernels}
 
-    def run(t, limit):
+    def run(t, limit, unwritten=False):
         try:
-            p = plan(t, "wr", workspace_limit=limit)
+            p = plan(t, "wr", workspace_limit=limit, unwritten=unwritten)
         except UcudnnError as e:
             return {"error": str(e)}, None
         times = execute_plan(p, bufs, args.exec_repeat, replay=args.replay)
         return {"planned_ms": round(p.total_time_ms, 4), "executed_ms": round(sum(times.values()), 4),
                 "max_workspace_mib": round(p.workspace_bytes / MiB, 2),
+                "unwritten_kernels": sum(any(getattr(c, "unwritten", False) for c in kp.configs) for kp in p.kernels),
                 "sliced_kernels": sum(any(c.channels is not None for c in kp.configs) for kp in p.kernels),
                 "per_kernel_ms": {k: round(v, 4) for k, v in times.items()}}, p
 
@@ -132,6 +140,11 @@ def main() -> None:
             wo = row["without"]
             if "executed_ms" in wo and "executed_ms" in row["channels"]:
                 row["speedup_vs_without"] = round(wo["executed_ms"] / row["channels"]["executed_ms"], 3)
+        if args.unwritten:
+            row["unwritten"], _ = run(table, limit, unwritten=True)
+            uw = row["unwritten"]
+            if "executed_ms" in uw and "executed_ms" in unbounded:
+                row["fraction_unwritten"] = round(unbounded["executed_ms"] / uw["executed_ms"], 3)
         ch, ba = row["channels"], row["batch"]
         if "executed_ms" in ch and "executed_ms" in ba:
             row["speedup_vs_batch"] = round(ba["executed_ms"] / ch["executed_ms"], 3)
@@ -167,7 +180,8 @@ def main() -> None:
               "sliced": sum(m.channels is not None for k in table.kernels for m in k.measurements)}
     doc = {"provenance": prov, "network": net.name, "batch": args.batch, "dtype": args.dtype,
            "layout": args.layout, "numerics": numerics, "sources": args.sources,
-           "channel_policy": args.channel_policy, "without": args.without, "benchmark_s": bench_s,
+           "channel_policy": args.channel_policy, "without": args.without, "unwritten": args.unwritten,
+           "benchmark_s": bench_s,
            "timing": "replay" if args.replay else "eager",
            "rows_recorded": counts,
            "unbounded_limit": unb_limit, "unbounded": unbounded, "pytorch_ms": torch_ms, "rows": rows}
@@ -205,6 +219,18 @@ def markdown(prov: dict, doc: dict) -> str:
             lines.append(f"| {r['limit_bytes'] // MiB} MiB | {wo.get('executed_ms', wo.get('error'))} "
                          f"({wo.get('max_workspace_mib', '-')}) | {ch.get('executed_ms', ch.get('error'))} | "
                          f"{r.get('speedup_vs_without', '-')} |")
+    if doc.get("unwritten"):
+        lines += ["", "The same limits planned letting kernels also take workspace from memory their call has not "
+                      "written yet (`plan_wr(unwritten=True)`: the output of the later samples; a backward filter its "
+                      "layer's dx, here the table's dx buffer, which that layer's backward data writes next; same "
+                      "table, channel slices kept):", "",
+                  "| limit / kernel | with unwritten memory: ms (max ws MiB) | kernels on unwritten memory | "
+                  "fraction of unbounded (bar 0.9) | channels plan: fraction |", "|---|---:|---:|---:|---:|"]
+        for r in doc["rows"]:
+            uw = r.get("unwritten", {})
+            lines.append(f"| {r['limit_bytes'] // MiB} MiB | {uw.get('executed_ms', uw.get('error'))} "
+                         f"({uw.get('max_workspace_mib', '-')}) | {uw.get('unwritten_kernels', '-')} | "
+                         f"{r.get('fraction_unwritten', '-')} | {r.get('fraction_of_unbounded', '-')} |")
     for r in doc["rows"]:
         if r["short_kernels"]:
             lines += ["", f"Kernels under 90% of their unbounded speed at {r['limit_bytes'] // MiB} MiB "

@@ -45,7 +45,11 @@ def execute_plan(plan, bufs, repeat: int, replay: bool = False):
         import cupy as cp
 
         ws = cp.cuda.alloc(max(ex.workspace_bytes, 1))
-        times[kp.name] = time_ms(lambda: ex(a, bb, out, workspace=ws), repeat=repeat, warmup=2, min_sample_ms=1.0)
+        # a backward filter planned on unwritten memory borrows its layer's dx (issue 18), as a training step would
+        # before that layer's backward data writes it
+        spare = bufs[kp.problem].dx if ex.takes_unwritten and kp.op == "backward_filter" else None
+        times[kp.name] = time_ms(lambda: ex(a, bb, out, workspace=ws, unwritten=spare), repeat=repeat, warmup=2,
+                                 min_sample_ms=1.0)
         if replay and ex.replay_failures:
             print(f"   {kp.name}: not replayed ({ex.replay_failures[0]})", flush=True)
     return times

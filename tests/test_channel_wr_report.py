@@ -29,3 +29,14 @@ def test_the_without_table_follows_the_main_one_when_asked():
 def test_no_without_table_when_not_asked():
     md = load("channel_wr").markdown({"device": "GPU"}, _doc(None))
     assert "planned without" not in md and "| 64 MiB | 60.0 (63.0) | 58.5 (63.5) | 0 | 1.026 | 0.797 | 1.06 |" in md
+
+
+def test_the_unwritten_table_reports_its_fraction_beside_the_channels_plans():
+    doc = _doc(None)
+    doc["unwritten"] = True
+    doc["rows"][0].update(unwritten={"executed_ms": 50.0, "max_workspace_mib": 63.0, "unwritten_kernels": 9},
+                          fraction_unwritten=0.932)
+    md = load("channel_wr").markdown({"device": "GPU"}, doc)
+    assert "memory their call has not written yet" in md
+    assert "| 64 MiB | 50.0 (63.0) | 9 | 0.932 | 0.797 |" in md
+    assert "not written yet" not in load("channel_wr").markdown({"device": "GPU"}, _doc(None))

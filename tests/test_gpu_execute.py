@@ -486,3 +486,45 @@ def test_fold_into_the_other_layout_applies_the_callers_alpha_and_beta(op):
     Executor(plan)(a, b, out, alpha=0.5, beta=2.0)
     ref = undivided(problem, op, a, b, old.copy(), alpha=0.5, beta=2.0)
     assert rel_err(out.get(), ref.get()) < TOL["float32"]
+
+
+@pytest.mark.parametrize("op", ["forward", "backward_data", "backward_filter"])
+def test_a_step_on_unwritten_memory_computes_what_undivided_cudnn_does(op):
+    """Issue 18's unwritten memory: the first micro-batch runs the configuration with the most workspace that fits
+    the memory its call has not written yet (forward / backward data: the output of the later samples; backward
+    filter: the layer's dx, passed in), the rest run within an exact workspace buffer of their own; outputs start
+    as NaN, so the later steps must overwrite every byte the first one borrowed."""
+    import cupy as cp
+
+    from ucudnn.execute.executor import Executor
+    from ucudnn.measure.benchmarking import Buffers
+    from ucudnn.measure.sources.base import BenchSettings
+    from ucudnn.measure.sources.legacy import LegacySource
+    from ucudnn.planning.plan import KernelPlan, MicroConfig
+    from ucudnn.planning.wr import unwritten_room
+
+    problem, sizes = ConvProblem(24, 32, 28, 28, 64, 5, 5, pad=(2, 2)), [8, 8, 8]
+    per_image = {"forward": 64 * 28 * 28 * 4, "backward_data": 32 * 28 * 28 * 4, "backward_filter": 0}[op]
+    dx_bytes = 24 * 32 * 28 * 28 * 4
+    room = unwritten_room(16, per_image, dx_bytes if op == "backward_filter" else 0)
+    source, buf = LegacySource(), Buffers(problem)
+    settings = BenchSettings("strict", repeat=1, warmup=0, max_workspace=256 << 20)
+    ws = cp.cuda.alloc(settings.max_workspace)
+    first, _ = source.measure(op, problem.with_batch(8), buf.operands(op, 8), ws.ptr, settings)
+    big = [m for m in first if 0 < m.workspace_bytes <= room]
+    if not big:
+        pytest.skip(f"no {op} algorithm at 8 samples needs workspace within {room} bytes here")
+    lead = max(big, key=lambda m: m.workspace_bytes)
+    rest = min((m for m in first if m.workspace_bytes == 0), key=lambda m: m.time_ms)
+    plan = KernelPlan(f"test/{op}", op, problem, [MicroConfig.of(lead, True), MicroConfig.of(rest),
+                                                   MicroConfig.of(rest)])
+    ex = Executor(plan)
+    assert ex.takes_unwritten and ex.workspace_bytes == 0 < lead.workspace_bytes
+    x, w, dy = _tensors(problem, seed=11)
+    a, b = {"forward": (x, w), "backward_data": (w, dy), "backward_filter": (x, dy)}[op]
+    out = cp.full(problem.operand_shapes(op)[2], cp.nan, dtype=x.dtype)
+    dx = cp.full(problem.x_shape(), cp.nan, dtype=x.dtype) if op == "backward_filter" else None
+    ex(a, b, out, workspace=cp.cuda.alloc(1), workspace_bytes=0, unwritten=dx)
+    ref = undivided(problem, op, a, b, cp.empty_like(out))
+    assert not cp.isnan(out).any()
+    assert rel_err(out.get(), ref.get()) < TOL["float32"]

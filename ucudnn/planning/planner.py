@@ -22,8 +22,9 @@ POLICIES = ("wr", "wd", "undivided")
 
 
 def plan(table: BenchmarkTable, policy: str = "wr", *, workspace_limit: int | str | None = None,
-         total_workspace: int | str | None = None, batch_policy: str = "powerOfTwo") -> Plan:
-    """Plan ``table``.  Sizes may be bytes or strings such as ``"64MiB"``."""
+         total_workspace: int | str | None = None, batch_policy: str = "powerOfTwo", unwritten: bool = False) -> Plan:
+    """Plan ``table``.  Sizes may be bytes or strings such as ``"64MiB"``.  ``unwritten`` (WR only): kernels may take
+    workspace from memory their call has not written yet (:func:`ucudnn.planning.wr.plan_wr`)."""
     if policy not in POLICIES:
         raise InputError(f"unknown policy {policy!r}; use one of {', '.join(POLICIES)}", "policy")
     batch_policy = normalize_policy(batch_policy)
@@ -39,4 +40,4 @@ def plan(table: BenchmarkTable, policy: str = "wr", *, workspace_limit: int | st
     limit = parse_size(workspace_limit, "workspace_limit")
     if policy == "undivided":
         return plan_wr(table, limit, "undivided", policy_name="undivided")
-    return plan_wr(table, limit, batch_policy)
+    return plan_wr(table, limit, batch_policy, unwritten=unwritten)
