@@ -112,7 +112,10 @@ def main() -> None:
             p = plan(t, "wr", workspace_limit=limit, unwritten=unwritten)
         except UcudnnError as e:
             return {"error": str(e)}, None
-        times = execute_plan(p, bufs, args.exec_repeat, replay=args.replay)
+        try:
+            times = execute_plan(p, bufs, args.exec_repeat, replay=args.replay)
+        except UcudnnError as e:   # e.g. an unwritten step whose memory is short of what cuDNN asks at run time
+            return {"error": f"executing: {e}"}, None
         return {"planned_ms": round(p.total_time_ms, 4), "executed_ms": round(sum(times.values()), 4),
                 "max_workspace_mib": round(p.workspace_bytes / MiB, 2),
                 "unwritten_kernels": sum(any(getattr(c, "unwritten", False) for c in kp.configs) for kp in p.kernels),
