@@ -25,6 +25,7 @@ import numpy as np
 
 from ..errors import InfeasibleError
 from ..policy import micro_batch_sizes
+from ..problem import DTYPE_BYTES
 from ..units import format_size
 from .channels import combine
 from .plan import KernelPlan, MicroConfig, Plan
@@ -112,16 +113,12 @@ def solve_kernel(kernel: KernelBench, sizes: Sequence[int], limit: int) -> list[
     return out
 
 
-#: bytes of an element of each dtype a table's problems name (what an output tensor holds per value)
-DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}
-
-
 def unwritten_bytes(kernel: KernelBench) -> tuple[int, int]:
     """(bytes per image, bytes for every micro-batch) of memory a call of ``kernel`` owns and has not written yet
     (:func:`solve_with_unwritten`): forward, the output y of the images after the micro-batch; backward data, dx
     of those images; backward filter, the whole dx of the same layer when its backward data runs after it."""
     p = kernel.problem
-    size = DTYPE_BYTES.get(p.dtype, 4)
+    size = DTYPE_BYTES[p.dtype]
     if kernel.op == "forward":
         return p.k * p.p * p.q * size, 0
     if kernel.op == "backward_data":
