@@ -326,13 +326,13 @@ def main(argv: list[str] | None = None) -> int:
                 or run_one(model, batch, mode, impl, a) for impl in a.impls.split(",")}
         for rep in range(1, a.repeat):   # interleaved: every impl once per round, so drift hits them alike
             base = {impl: run_one(model, batch, mode, impl, a, repeat=rep) for impl in a.impls.split(",")}
-        if a.caps and base.get("torch", {}).get("status") == "ok":
-            peak = base["torch"]["peak_reserved"]
+        # caps are percentages of PyTorch's uncapped reserved peak of this series: none without that run
+        peak = base["torch"]["peak_reserved"] if base.get("torch", {}).get("status") == "ok" else None
+        if a.caps and peak is not None:
             for pct in (int(c) for c in a.caps.split(",")):
                 for impl in a.impls.split(","):
                     run_one(model, batch, mode, impl, a, pct, peak * pct // 100)
-        if a.cap_search and base.get("torch", {}).get("status") == "ok":
-            peak = base["torch"]["peak_reserved"]
+        if a.cap_search and peak is not None:
             found = {impl: cap_search(model, batch, mode, impl, peak, a) for impl in ("torch", "ucudnn-64")}
             print(f"# {model}@{batch} {mode}: smallest caps {found}", flush=True)
             if found["torch"]:   # bar 2 compares at PyTorch's smallest cap: make sure ucudnn ran there
