@@ -123,3 +123,22 @@ def test_plan_wr_marks_what_runs_in_unwritten_memory_and_the_plan_round_trips():
     back = Plan.from_dict(plan.to_dict())
     assert [c.unwritten for c in back.kernels[0].configs] == [True, False]
     assert back.kernels[0].configs[0].to_dict()["workspace_from"] == "unwritten"
+
+
+def test_unwritten_memory_is_a_wr_planning_choice_and_other_policies_refuse_it_by_name():
+    """``plan(..., unwritten=True)`` with a policy that cannot use it is an error naming the field, not a plan that
+    silently ignores the request."""
+    import pytest
+
+    from ucudnn.errors import InputError
+    from ucudnn.planning.planner import plan
+    from ucudnn.planning.table import BenchmarkTable
+
+    p = ConvProblem(8, 64, 16, 16, 64, 3, 3, pad=1)
+    table = BenchmarkTable("GPU", 91900, [KernelBench("conv", "forward", p, [Measurement(1, 0, "FMA", 1.0, 0)])],
+                           "strict")
+    for policy, kwargs in (("wd", {"total_workspace": "64MiB"}), ("undivided", {"workspace_limit": "64MiB"})):
+        with pytest.raises(InputError) as e:
+            plan(table, policy, unwritten=True, **kwargs)
+        assert e.value.field == "unwritten"
+    assert plan(table, "wr", workspace_limit="64MiB", unwritten=True).kernels[0].time_ms == 8.0

@@ -28,6 +28,8 @@ def plan(table: BenchmarkTable, policy: str = "wr", *, workspace_limit: int | st
     if policy not in POLICIES:
         raise InputError(f"unknown policy {policy!r}; use one of {', '.join(POLICIES)}", "policy")
     batch_policy = normalize_policy(batch_policy)
+    if unwritten and policy != "wr":
+        raise InputError(f"unwritten memory is planned by the wr policy only, not {policy!r}", "unwritten")
     table = table.resolved()   # a table without a numerics field: its plans record what it is taken as
     if policy == "wd":
         if total_workspace is None:
