@@ -67,10 +67,13 @@ from pathlib import Path
 RESULTS = Path(__file__).resolve().parent / "results"
 OUT = RESULTS / "torch_train.jsonl"
 IMPLS = {"torch": None, "ucudnn-16": "16MiB", "ucudnn-64": "64MiB", "ucudnn-256": "256MiB",
-         "ucudnn-256-replay": "256MiB", "ucudnn-64-py": "64MiB", "ucudnn-256-py": "256MiB"}
-#: implementations that run ucudnn.torch's Python launch path (UCUDNN_TORCH_FASTPATH=0); the others take the
-#: compiled one (``ucudnn/torch/csrc/launch.cpp``) where it builds, loaded before the first step
-PYTHON_PATH = {"ucudnn-64-py", "ucudnn-256-py"}
+         "ucudnn-256-replay": "256MiB", "ucudnn-64-py": "64MiB", "ucudnn-256-py": "256MiB",
+         "ucudnn-64-no-unwritten": "64MiB", "ucudnn-256-no-unwritten": "256MiB"}
+#: the environment an implementation's worker runs under, beyond the caller's: ``-py``, ucudnn.torch's Python
+#: launch path (the others take the compiled one, ``ucudnn/torch/csrc/launch.cpp``, where it builds, loaded before
+#: the first step); ``-no-unwritten``, plans that never borrow output not written yet
+IMPL_ENV = {"ucudnn-64-py": {"UCUDNN_TORCH_FASTPATH": "0"}, "ucudnn-256-py": {"UCUDNN_TORCH_FASTPATH": "0"},
+            "ucudnn-64-no-unwritten": {"UCUDNN_UNWRITTEN": "0"}, "ucudnn-256-no-unwritten": {"UCUDNN_UNWRITTEN": "0"}}
 MODES = ("fp32", "default", "amp")
 #: constructor arguments a torchvision model needs to train as a plain classifier (the auxiliary heads return
 #: tuples in training mode, which the step's loss does not take)
@@ -192,6 +195,10 @@ def worker(a: argparse.Namespace) -> dict:
         torch.cuda.synchronize()
         rec["loss_last"] = loss.item()      # read after the timing: no synchronisation inside it
         ms = start.elapsed_time(end) / a.steps
+        if IMPLS[a.impl]:   # kernels whose plans take workspace from output not written yet (UCUDNN_UNWRITTEN)
+            from ucudnn.torch import runtime
+
+            rec["unwritten_kernels"] = sum(1 for c in runtime._calls.values() if c.executor.takes_unwritten)
         if rec.get("launch_path") == "compiled":   # launches from C++ / handed to Python, over all steps
             counts = list(torch.ops.ucudnn_c.stats())
             rec["launches_compiled"], rec["launches_python"] = sum(counts[:3]), sum(counts[3:])
@@ -234,7 +241,7 @@ def run_one(model: str, batch: int, mode: str, impl: str, args: argparse.Namespa
         cmd += ["--cap-pct", str(cap_pct), "--cap-bytes", str(cap_bytes)]
     if args.sources is not None:
         cmd += ["--sources", args.sources]
-    env = {**os.environ, "UCUDNN_TORCH_FASTPATH": "0"} if impl in PYTHON_PATH else None
+    env = {**os.environ, **IMPL_ENV[impl]} if impl in IMPL_ENV else None
     t0 = time.perf_counter()
     rec = run_worker(cmd, args.timeout, env)
     rec.update(model=model, batch=batch, mode=mode, impl=impl, cap_pct=cap_pct, cap_bytes=cap_bytes,

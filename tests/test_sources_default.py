@@ -353,3 +353,26 @@ def test_a_changed_channel_policy_is_a_new_executor_not_the_cached_one(fake_gpu,
     monkeypatch.setenv("UCUDNN_CHANNEL_POLICY", "halves")
     api._executor(PROBLEM, "forward", 64 << 20, "powerOfTwo", "strict", sources="legacy")
     assert [c for c in api.calls if c[0] == "forward"] == [("forward", ("legacy",))] * 2   # benchmarked again
+
+
+def test_a_plan_that_may_borrow_unwritten_output_has_a_key_of_its_own_and_heuristic_mode_replaces_it_too(
+        fake_gpu, monkeypatch):
+    """``unwritten=True`` (a caller that runs with beta 0, or brings dx) is part of the executor's key and of the
+    plan's cache key (left out when False, so keys written before it still answer); the measurement key is
+    shared.  Heuristic mode's background benchmark replaces such an executor like any other."""
+    api = fake_gpu
+    import ucudnn.measure.heuristic as heuristic
+
+    plain_key = api._cache_key(PROBLEM, "forward", "strict", "powerOfTwo", 64 << 20, ("legacy",))
+    key = api._cache_key(PROBLEM, "forward", "strict", "powerOfTwo", 64 << 20, ("legacy",), unwritten=True)
+    assert "unwritten" not in plain_key and key == {**plain_key, "unwritten": True}
+    assert "unwritten" not in api._cache_key(PROBLEM, "forward", "strict", "powerOfTwo", unwritten=True)
+    monkeypatch.setattr(heuristic, "heuristic_plan", _heuristic)
+    monkeypatch.setenv("UCUDNN_BENCHMARK", "heuristic")
+    monkeypatch.setattr(api, "Executor", lambda plan, replay=False: SimpleNamespace(plan=plan, replay=replay))
+    plain = api._executor(PROBLEM, "forward", "64MiB", "powerOfTwo", "strict", sources="legacy")
+    borrowing = api._executor(PROBLEM, "forward", "64MiB", "powerOfTwo", "strict", sources="legacy", unwritten=True)
+    assert borrowing is not plain
+    assert api.wait_for_benchmarks(timeout=10)
+    measured = api._executor(PROBLEM, "forward", "64MiB", "powerOfTwo", "strict", sources="legacy", unwritten=True)
+    assert measured is not borrowing and "timed" not in measured.plan.configs[0].extra

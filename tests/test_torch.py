@@ -340,15 +340,18 @@ def test_a_prepared_call_is_trusted_only_while_the_lookup_chain_holds_its_execut
 def test_a_prepared_calls_key_follows_the_environment_its_defaulted_settings_read(monkeypatch):
     monkeypatch.delenv("UCUDNN_SOURCES", raising=False)
     monkeypatch.delenv("UCUDNN_CHANNEL_POLICY", raising=False)
+    monkeypatch.delenv("UCUDNN_UNWRITTEN", raising=False)
     monkeypatch.setenv("UCUDNN_BATCH_SIZE_POLICY", "all")
     defaulted, explicit = runtime.Settings(1 << 26), runtime.Settings(1 << 26, "powerOfTwo", "legacy")
-    assert runtime._defaults_env(defaulted) == ("all", None, None)
-    assert runtime._defaults_env(explicit) == (None, None, None)
+    assert runtime._defaults_env(defaulted) == ("all", None, None, None)
+    assert runtime._defaults_env(explicit) == (None, None, None, None)
     monkeypatch.setenv("UCUDNN_SOURCES", "legacy,graph")
-    assert runtime._defaults_env(defaulted) == ("all", "legacy,graph", None)
-    assert runtime._defaults_env(explicit) == (None, None, None)
+    assert runtime._defaults_env(defaulted) == ("all", "legacy,graph", None, None)
+    assert runtime._defaults_env(explicit) == (None, None, None, None)
     monkeypatch.setenv("UCUDNN_CHANNEL_POLICY", "halves")    # no layer setting names it: always the environment's
-    assert runtime._defaults_env(explicit) == (None, None, "halves")
+    assert runtime._defaults_env(explicit) == (None, None, "halves", None)
+    monkeypatch.setenv("UCUDNN_UNWRITTEN", "0")              # likewise
+    assert runtime._defaults_env(explicit) == (None, None, "halves", "0")
 
 
 def test_prepared_calls_are_found_by_identity_and_by_equality_and_still_follow_currency_and_environment(monkeypatch):
@@ -430,7 +433,7 @@ def test_a_prepared_one_step_call_runs_through_its_shortcut_on_torchs_stream_els
             log.append(("direct", *args))
             return answer[0]
 
-        def run(self, a, b, out):
+        def run(self, a, b, out, unwritten=None):
             log.append(("run", a.ptr, b.ptr, out.ptr))
 
     call = Call()

@@ -46,14 +46,15 @@ def gpu(monkeypatch):
     calls: list[dict] = []
     benchmarks: list[dict] = []
 
-    def executor(problem, op, workspace_limit, batch_policy, numerics, replay=False, sources=None):
+    def executor(problem, op, workspace_limit, batch_policy, numerics, replay=False, sources=None, unwritten=False):
         calls.append({"problem": problem, "op": op, "workspace_limit": workspace_limit,
-                      "batch_policy": batch_policy, "numerics": numerics, "replay": replay, "sources": sources})
+                      "batch_policy": batch_policy, "numerics": numerics, "replay": replay, "sources": sources,
+                      "unwritten": unwritten})
         plan = api._plan_from_store_or_bench(problem, op, workspace_limit, batch_policy or config.batch_policy(),
-                                             numerics, sources)     # the real lookup chain and keys
+                                             numerics, sources, unwritten)     # the real lookup chain and keys
         return SimpleNamespace(plan=plan, workspace_bytes=plan.workspace_bytes)
 
-    def launch(op, problem, a, b, out, settings, numerics):
+    def launch(op, problem, a, b, out, settings, numerics, unwritten=None):
         runtime.executor(problem, op, settings, numerics, 0)
         raise GpuUnavailable("a pretend GPU runs nothing")
 
@@ -125,6 +126,26 @@ def test_a_layers_sources_reach_the_executor_lookup_for_every_op(gpu):
     torch.testing.assert_close(x.grad, xr.grad)
 
 
+def test_outputs_not_written_yet_are_offered_to_the_plans_that_can_have_them(gpu, monkeypatch):
+    """Forward and backward data plan with their own output's unwritten part (fresh tensors, beta 0); a backward
+    filter only where the eager backward hands it the layer's dx first (both gradients wanted), not for a first
+    layer (no dx) nor under ``UCUDNN_UNWRITTEN=0``; and the plan keys say so."""
+    monkeypatch.delenv("UCUDNN_UNWRITTEN", raising=False)
+    torch.manual_seed(0)
+    m = ut.Conv2d(3, 4, 3, padding=1, sources="legacy")
+    x = torch.randn(2, 3, 8, 8, requires_grad=True)
+    m(x).square().sum().backward()
+    assert {c["op"]: c["unwritten"] for c in gpu.calls} == {
+        "forward": True, "backward_data": True, "backward_filter": True}
+    gpu.calls.clear()
+    m(torch.randn(2, 3, 8, 8)).square().sum().backward()         # a first layer: no dx wanted, none to lend
+    assert {c["op"]: c["unwritten"] for c in gpu.calls} == {"forward": True, "backward_filter": False}
+    gpu.calls.clear()
+    monkeypatch.setenv("UCUDNN_UNWRITTEN", "0")
+    m(x).square().sum().backward()
+    assert {c["unwritten"] for c in gpu.calls} == {False} and len(gpu.calls) == 3
+
+
 def test_converted_layers_pass_converts_sources_and_the_default_as_none(gpu):
     model = ut.convert(nn.Sequential(nn.Conv2d(3, 4, 3), nn.Conv2d(4, 4, 1)), sources="graph,legacy")
     model(torch.randn(1, 3, 8, 8))
@@ -141,7 +162,7 @@ def test_runtime_executor_passes_sources_by_keyword_and_an_installed_plan_wins(g
     p = ConvProblem(2, 3, 8, 8, 4, 3, 3, (1, 1))
     runtime.executor(p, "forward", runtime.Settings(8 * MiB, "", "legacy,graph", True), "strict", 0)
     assert gpu.calls[-1] == {"problem": p, "op": "forward", "workspace_limit": 8 * MiB, "batch_policy": None,
-                             "numerics": "strict", "replay": True, "sources": "legacy,graph"}
+                             "numerics": "strict", "replay": True, "sources": "legacy,graph", "unwritten": True}
     runtime.installed[(0, p, "forward")] = runtime.Installed("installed")
     assert runtime.executor(p, "forward", runtime.Settings(8 * MiB), "strict", 0) == "installed"
     assert len(gpu.calls) == 1
@@ -308,7 +329,7 @@ def test_marked_buffers_go_back_to_the_device_once_at_the_next_prepared_launch(c
     from ucudnn.problem import ConvProblem
 
     p = ConvProblem(2, 3, 8, 8, 4, 3, 3, (1, 1))
-    call = SimpleNamespace(direct=None, run=lambda a, b, out: None)
+    call = SimpleNamespace(direct=None, run=lambda a, b, out, unwritten=None: None)
     monkeypatch.setattr(runtime, "_shared", True)
     monkeypatch.setattr(runtime, "_ready", lambda *a: call)
     no_context = SimpleNamespace(Device=lambda d: contextlib.nullcontext())

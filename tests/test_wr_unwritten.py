@@ -142,3 +142,38 @@ def test_unwritten_memory_is_a_wr_planning_choice_and_other_policies_refuse_it_b
             plan(table, policy, unwritten=True, **kwargs)
         assert e.value.field == "unwritten"
     assert plan(table, "wr", workspace_limit="64MiB", unwritten=True).kernels[0].time_ms == 8.0
+
+
+def test_the_librarys_lookups_plan_a_kernel_as_plan_wr_does_when_the_key_says_unwritten():
+    """``ucudnn.catalog.lookup.wr_plan`` (every cache layer's answer) and ``plan_wr`` plan a kernel through the
+    same :func:`~ucudnn.planning.wr.kernel_configs`: with ``unwritten: true`` in the plan key, the same marked
+    configurations; without it, WR at the limit alone."""
+    from ucudnn.catalog.lookup import wr_plan
+    from ucudnn.planning.table import BenchmarkTable
+    from ucudnn.planning.wr import plan_wr
+
+    rows = [(4, 1.0, 7 * MiB), (4, 3.0, 1 * MiB), (1, 1.0, 0)]
+    p = ConvProblem(8, 64, 16, 16, 2048, 3, 3, pad=1)
+    kb = KernelBench("conv", "forward", p, [Measurement(b, a, "FMA", t, ws) for a, (b, t, ws) in enumerate(rows)])
+    key = {"op": "forward", "workspace_limit": 1 * MiB, "batch_policy": "powerOfTwo"}
+    table = BenchmarkTable("GPU", 91900, [kb], "strict")
+    assert wr_plan(kb, {**key, "unwritten": True}).configs == plan_wr(table, 1 * MiB, unwritten=True).kernels[0].configs
+    assert wr_plan(kb, key).configs == plan_wr(table, 1 * MiB).kernels[0].configs
+    assert [c.unwritten for c in wr_plan(kb, {**key, "unwritten": True}).configs] == [True, False]
+
+
+def test_ucudnn_unwritten_is_on_unless_turned_off_and_a_bad_value_names_the_variable(monkeypatch):
+    import pytest
+
+    from ucudnn import config
+    from ucudnn.errors import InputError
+
+    monkeypatch.delenv("UCUDNN_UNWRITTEN", raising=False)
+    assert config.unwritten() is True
+    for value, on in (("0", False), ("off", False), ("1", True), ("ON", True)):
+        monkeypatch.setenv("UCUDNN_UNWRITTEN", value)
+        assert config.unwritten() is on
+    monkeypatch.setenv("UCUDNN_UNWRITTEN", "maybe")
+    with pytest.raises(InputError) as e:
+        config.unwritten()
+    assert e.value.field == "UCUDNN_UNWRITTEN"

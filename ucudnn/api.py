@@ -72,10 +72,11 @@ def _get_store() -> Store | None:
 
 
 def _cache_key(problem: ConvProblem, op: str, numerics: str, batch_policy: str, limit: int | None = None,
-               sources: tuple[str, ...] = (source_names.LEGACY_ONLY,)) -> dict:
+               sources: tuple[str, ...] = (source_names.LEGACY_ONLY,), unwritten: bool = False) -> dict:
     """The kernel-cache key: device, cuDNN version, problem, op, numerics, batch policy, sources (left out for legacy
     alone, so keys written before sources joined the key still answer), the channel policy every benchmark here
-    runs under (``UCUDNN_CHANNEL_POLICY``; left out for ``none``, likewise), and the limit for a plan's key."""
+    runs under (``UCUDNN_CHANNEL_POLICY``; left out for ``none``, likewise), and the limit for a plan's key, with
+    ``unwritten: true`` for a plan that may take workspace from output not written yet (left out otherwise)."""
     key = {"device": device_name(), "cudnn_version": cudnn.get_version(), "problem": problem.to_dict(), "op": op,
            "numerics": numerics, "batch_policy": batch_policy}
     field = source_names.key_field(sources)
@@ -86,15 +87,22 @@ def _cache_key(problem: ConvProblem, op: str, numerics: str, batch_policy: str, 
         key["channel_policy"] = channels
     if limit is not None:
         key["workspace_limit"] = limit
+        if unwritten:
+            key["unwritten"] = True
     return key
 
 
 def get_plan(problem: ConvProblem, op: str, *, workspace_limit: int | str | None = None,
              batch_policy: str | None = None, numerics: str | None = None,
-             sources: str | list[str] | None = None) -> KernelPlan:
+             sources: str | list[str] | None = None, unwritten: bool | None = None) -> KernelPlan:
     """The WR plan for one kernel, from the first layer that has it (see :mod:`ucudnn.catalog.lookup`), else
-    benchmarked now (``UCUDNN_BENCHMARK=heuristic``: cuDNN's heuristic plan until the benchmark is done)."""
-    return _executor(problem, op, workspace_limit, batch_policy, numerics, sources=sources).plan
+    benchmarked now (``UCUDNN_BENCHMARK=heuristic``: cuDNN's heuristic plan until the benchmark is done).
+    ``unwritten``: whether it may take workspace from output not written yet; None, as ``conv2d_*`` runs it with
+    ``beta = 0`` (``UCUDNN_UNWRITTEN`` for forward and backward data; a backward filter without a dx buffer: no)."""
+    if unwritten is None:
+        unwritten = op != "backward_filter" and config.unwritten()
+    return _executor(problem, op, workspace_limit, batch_policy, numerics, sources=sources,
+                     unwritten=unwritten).plan
 
 
 @functools.lru_cache(maxsize=256)
@@ -112,21 +120,25 @@ def _source_names(sources: Any) -> tuple[str, ...]:
 
 
 def _executor(problem: ConvProblem, op: str, workspace_limit: Any, batch_policy: str | None,
-              numerics: str | None, replay: bool = False, sources: Any = None) -> Executor:
+              numerics: str | None, replay: bool = False, sources: Any = None,
+              unwritten: bool = False) -> Executor:
+    """The cached executor of a kernel's plan.  ``unwritten``: the plan may take workspace from memory the call has
+    not written yet (the caller runs it with ``beta = 0``, and a backward filter passes its layer's dx)."""
     limit = parse_size(workspace_limit if workspace_limit is not None else config.default_workspace_limit(),
                        "workspace_limit")
     bp = normalize_policy(batch_policy or config.batch_policy())
     nm = num.normalize(numerics, problem.dtype)
     names = _source_names(sources)
-    mem_key = (cupy().cuda.Device().id, problem, op, limit, bp, nm, names, config.channel_policy(), bool(replay))
+    mem_key = (cupy().cuda.Device().id, problem, op, limit, bp, nm, names, config.channel_policy(), bool(unwritten),
+               bool(replay))
     ex = _executors.get(mem_key)
     if ex is not None:
         return ex
     with _lock:
         ex = _executors.get(mem_key)
         if ex is None:
-            ex = _executors[mem_key] = Executor(_plan_from_store_or_bench(problem, op, limit, bp, nm, names),
-                                                replay=bool(replay))
+            ex = _executors[mem_key] = Executor(
+                _plan_from_store_or_bench(problem, op, limit, bp, nm, names, bool(unwritten)), replay=bool(replay))
     return ex
 
 
@@ -141,7 +153,7 @@ class _Deferred(Exception):
 
 
 def _lookup(problem: ConvProblem, op: str, limit: int, bp: str, nm: str, names: tuple[str, ...],
-            benchmark_now: bool = True) -> KernelPlan:
+            benchmark_now: bool = True, unwritten: bool = False) -> KernelPlan:
     """The lookup chain (in-process, user cache, plan server, installed bundles, the same kernel at a larger batch:
     :mod:`ucudnn.catalog.lookup`), then a benchmark here, or :class:`_Deferred` instead of one when
     ``benchmark_now`` is False."""
@@ -158,28 +170,29 @@ def _lookup(problem: ConvProblem, op: str, limit: int, bp: str, nm: str, names: 
         return benchmark([KernelSpec(f"{op}", op, problem)], "undivided", nm, sources=list(names)).kernels[0]
 
     return lookup.kernel_plan(
-        _cache_key(problem, op, nm, bp, limit, names), _cache_key(problem, op, nm, bp, sources=names),
+        _cache_key(problem, op, nm, bp, limit, names, unwritten), _cache_key(problem, op, nm, bp, sources=names),
         benchmark=measure, memory=_plans, store=_get_store(), server=lookup.server_from_env(),
         bundles=lookup.installed_bundles(), measure_batch=measure_batch).plan
 
 
 def _plan_from_store_or_bench(problem: ConvProblem, op: str, limit: int, bp: str, nm: str,
-                              sources: Any = None) -> KernelPlan:
+                              sources: Any = None, unwritten: bool = False) -> KernelPlan:
     """The plan an executor starts with: looked up, else benchmarked here; in heuristic mode
     (``UCUDNN_BENCHMARK=heuristic``), when no cache layer has it, cuDNN's heuristic plan now and the benchmark
     in the background (:func:`wait_for_benchmarks`)."""
     names = _source_names(sources)
     if config.benchmark_mode() != "heuristic":
-        return _lookup(problem, op, limit, bp, nm, names)
+        return _lookup(problem, op, limit, bp, nm, names, unwritten=unwritten)
     try:
-        return _lookup(problem, op, limit, bp, nm, names, benchmark_now=False)
+        return _lookup(problem, op, limit, bp, nm, names, benchmark_now=False, unwritten=unwritten)
     except _Deferred:
         plan = _from_a_larger_batch_now(problem, op, limit, bp, nm, names)
         if plan is None:
             from .measure.heuristic import heuristic_plan
 
             plan = heuristic_plan(problem, op, limit, bp, nm)
-        _background.submit((cupy().cuda.Device().id, problem, op, limit, bp, nm, names, config.channel_policy()))
+        _background.submit((cupy().cuda.Device().id, problem, op, limit, bp, nm, names, config.channel_policy(),
+                            unwritten))
         return plan
 
 
@@ -266,7 +279,8 @@ class _Background:
             try:
                 cp = cupy()
                 with cp.cuda.Device(device), cp.cuda.Stream(non_blocking=True):
-                    plan = _lookup(*key[1:7])   # the channel policy (key[7]) is the environment's, read there
+                    # the channel policy (key[7]) is the environment's, read there
+                    plan = _lookup(*key[1:7], unwritten=key[8])
                 with _lock:
                     for mem_key, old in list(_executors.items()):
                         if mem_key[:-1] == key:
@@ -327,10 +341,12 @@ def conv2d_forward(x: Any, w: Any, *, stride: Any = 1, padding: Any = 0, dilatio
                    batch_policy: str | None = None, numerics: str | None = None, y: Any = None,
                    alpha: float = 1.0, beta: float = 0.0, workspace: Any = None, replay: bool = False,
                    sources: str | list[str] | None = None) -> Any:
-    """y = alpha * conv(x, w) + beta * y, micro-batched to fit ``workspace_limit`` (default 64 MiB)."""
+    """y = alpha * conv(x, w) + beta * y, micro-batched to fit ``workspace_limit`` (default 64 MiB).  With
+    ``beta = 0`` a micro-batch may take workspace from the y of the samples after it (``UCUDNN_UNWRITTEN``)."""
     layout = _layout_of(x, layout)
     p = _problem(x.shape, w.shape, layout, str(x.dtype), stride, padding, dilation, groups)
-    ex = _executor(p, "forward", workspace_limit, batch_policy, numerics, replay, sources)
+    ex = _executor(p, "forward", workspace_limit, batch_policy, numerics, replay, sources,
+                   unwritten=beta == 0 and config.unwritten())
     if y is None:
         y = cupy().empty(p.y_shape(), dtype=x.dtype)
     return ex(x, w, y, alpha=alpha, beta=beta, workspace=workspace)
@@ -342,10 +358,12 @@ def conv2d_backward_data(w: Any, dy: Any, x_shape: tuple[int, ...], *, stride: A
                          numerics: str | None = None, dx: Any = None, alpha: float = 1.0, beta: float = 0.0,
                          workspace: Any = None, replay: bool = False,
                          sources: str | list[str] | None = None) -> Any:
-    """dx = alpha * conv_transpose(dy, w) + beta * dx (the gradient with respect to x)."""
+    """dx = alpha * conv_transpose(dy, w) + beta * dx (the gradient with respect to x).  With ``beta = 0`` a
+    micro-batch may take workspace from the dx of the samples after it (``UCUDNN_UNWRITTEN``)."""
     layout = _layout_of(dy, layout)
     p = _problem(tuple(x_shape), w.shape, layout, str(dy.dtype), stride, padding, dilation, groups)
-    ex = _executor(p, "backward_data", workspace_limit, batch_policy, numerics, replay, sources)
+    ex = _executor(p, "backward_data", workspace_limit, batch_policy, numerics, replay, sources,
+                   unwritten=beta == 0 and config.unwritten())
     if dx is None:
         dx = cupy().empty(p.x_shape(), dtype=dy.dtype)
     return ex(w, dy, dx, alpha=alpha, beta=beta, workspace=workspace)
@@ -356,14 +374,22 @@ def conv2d_backward_filter(x: Any, dy: Any, w_shape: tuple[int, ...], *, stride:
                            workspace_limit: int | str | None = None, batch_policy: str | None = None,
                            numerics: str | None = None, dw: Any = None, alpha: float = 1.0, beta: float = 0.0,
                            workspace: Any = None, replay: bool = False,
-                         sources: str | list[str] | None = None) -> Any:
-    """dw = alpha * sum over the batch of x (*) dy + beta * dw; micro-batches accumulate into dw."""
+                           sources: str | list[str] | None = None, unwritten: Any = None) -> Any:
+    """dw = alpha * sum over the batch of x (*) dy + beta * dw; micro-batches accumulate into dw.
+
+    ``unwritten``: the layer's dx buffer (a CuPy array of x's shape and dtype) before its backward data writes
+    it; given, the plan may take workspace from there (``UCUDNN_UNWRITTEN``), and its contents are garbage after."""
     layout = _layout_of(x, layout)
     p = _problem(x.shape, tuple(w_shape), layout, str(x.dtype), stride, padding, dilation, groups)
-    ex = _executor(p, "backward_filter", workspace_limit, batch_policy, numerics, replay, sources)
+    if unwritten is not None and (tuple(unwritten.shape) != tuple(x.shape) or unwritten.dtype != x.dtype):
+        raise InputError(f"the unwritten dx buffer has shape {tuple(unwritten.shape)} and dtype {unwritten.dtype}; "
+                         f"x's are {tuple(x.shape)} and {x.dtype}", "unwritten")
+    ex = _executor(p, "backward_filter", workspace_limit, batch_policy, numerics, replay, sources,
+                   unwritten=unwritten is not None and config.unwritten())
     if dw is None:
         dw = cupy().empty(p.w_shape(), dtype=x.dtype)
-    return ex(x, dy, dw, alpha=alpha, beta=beta, workspace=workspace)
+    return ex(x, dy, dw, alpha=alpha, beta=beta, workspace=workspace,
+              unwritten=unwritten if ex.takes_unwritten else None)
 
 
 class Conv2d:

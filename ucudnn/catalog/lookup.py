@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, MutableMapping, Protocol, Sequence
 
-from ..planning.plan import KernelPlan, MicroConfig, Plan
+from ..planning.plan import KernelPlan, Plan
 from ..planning.table import KernelBench
 from .near_keys import describe_key, find_larger_batch, from_larger_batch, miss_reason
 from .store import key_id
@@ -71,11 +71,12 @@ _warned_misses: set[str] = set()
 
 
 def wr_plan(kb: KernelBench, plan_key: dict[str, Any]) -> KernelPlan:
-    """The WR plan of a kernel's measurements under ``plan_key``'s limit and batch policy (what every layer's
-    answer is planned with)."""
+    """The WR plan of a kernel's measurements under ``plan_key``'s limit and batch policy, taking workspace from
+    output not written yet where the key says ``unwritten`` (what every layer's answer is planned with)."""
     from ..planning import wr
 
-    configs = [MicroConfig.of(m) for m in wr.plan_kernel(kb, plan_key["workspace_limit"], plan_key["batch_policy"])]
+    configs = wr.kernel_configs(kb, plan_key["workspace_limit"], plan_key["batch_policy"],
+                                bool(plan_key.get("unwritten")))
     return KernelPlan(kb.name, plan_key["op"], kb.problem, configs)
 
 

@@ -191,6 +191,22 @@ def plan_kernel(kernel: KernelBench, workspace_limit: int, batch_policy: str = "
     return result
 
 
+def kernel_configs(kernel: KernelBench, workspace_limit: int, batch_policy: str = "powerOfTwo",
+                   unwritten: bool = False) -> list[MicroConfig]:
+    """One kernel's WR plan as micro-configurations (:func:`plan_kernel`).  ``unwritten``: where the kernel is
+    faster with memory its call has not written yet (:func:`solve_with_unwritten`; a backward filter counting on
+    its layer's dx), that plan, its configurations above the limit marked
+    :data:`~ucudnn.planning.plan.UNWRITTEN`.  The one place both :func:`plan_wr` and the library's per-kernel
+    lookups (``ucudnn.catalog.lookup.wr_plan``) plan a kernel, so a table and a cache answer alike."""
+    configs = [MicroConfig.of(m) for m in plan_kernel(kernel, workspace_limit, batch_policy)]
+    if unwritten:
+        alt = solve_with_unwritten(kernel, micro_batch_sizes(batch_policy, kernel.problem.n), workspace_limit,
+                                   *unwritten_bytes(kernel))
+        if alt is not None and sum(m.time_ms for m in alt) < sum(c.time_ms for c in configs):
+            configs = [MicroConfig.of(m, m.workspace_bytes > workspace_limit) for m in alt]
+    return configs
+
+
 def plan_wr(table: BenchmarkTable, workspace_limit: int, batch_policy: str = "powerOfTwo",
             policy_name: str = "wr", unwritten: bool = False) -> Plan:
     """Per-kernel plans; on an infeasible limit, the error names the smallest limit for the whole table.
@@ -206,13 +222,7 @@ def plan_wr(table: BenchmarkTable, workspace_limit: int, batch_policy: str = "po
         key = (k.problem.key(), k.op)
         try:
             if key not in memo:
-                configs = [MicroConfig.of(m) for m in plan_kernel(k, workspace_limit, batch_policy)]
-                if unwritten:
-                    alt = solve_with_unwritten(k, micro_batch_sizes(batch_policy, k.problem.n), workspace_limit,
-                                               *unwritten_bytes(k))
-                    if alt is not None and sum(m.time_ms for m in alt) < sum(c.time_ms for c in configs):
-                        configs = [MicroConfig.of(m, m.workspace_bytes > workspace_limit) for m in alt]
-                memo[key] = configs
+                memo[key] = kernel_configs(k, workspace_limit, batch_policy, unwritten)
             kernels.append(KernelPlan(k.name, k.op, k.problem, list(memo[key])))
         except InfeasibleError as e:
             failures.append(e)

@@ -15,7 +15,7 @@ the result is the same convolution.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 import torch
@@ -54,6 +54,8 @@ class Layer:
 
     problem: Any
     settings: runtime.Settings
+    #: the backward filter's settings when its launch brings the layer's dx (``Settings.dx_unwritten``)
+    dw_settings: runtime.Settings
     stride: list
     padding: list
     dilation: list
@@ -95,9 +97,10 @@ def _layer(x: Tensor, w: Tensor, stride, padding, dilation, groups, layout, work
     if hit is None:
         if len(_layers) >= 4096:
             _layers.clear()
+        settings = _settings(workspace_limit, batch_policy, sources, replay)
         hit = _layers[key] = Layer(
             runtime.problem_of(x.shape, w.shape, stride, padding, dilation, groups, x.dtype, layout),
-            _settings(workspace_limit, batch_policy, sources, replay), list(stride), list(padding), list(dilation),
+            settings, replace(settings, dx_unwritten=True), list(stride), list(padding), list(dilation),
             int(groups), layout, _y_shape(x, w, stride, padding, dilation), runtime.MEMORY_FORMATS[layout])
     return hit
 
@@ -117,12 +120,17 @@ def torch_result(op: str, layer: Layer, a: Tensor, b: Tensor, out: Tensor) -> Te
     return r.contiguous(memory_format=layer.fmt)
 
 
-def _run(op: str, layer: Layer, a: Tensor, b: Tensor, out: Tensor, numerics: str) -> bool:
-    """Run ``op`` by ucudnn into ``out``; False (reason logged once) when torch must do it instead."""
+def _run(op: str, layer: Layer, a: Tensor, b: Tensor, out: Tensor, numerics: str,
+         unwritten: Tensor | None = None) -> bool:
+    """Run ``op`` by ucudnn into ``out``; False (reason logged once) when torch must do it instead.
+    ``unwritten``: a backward filter's layer's dx, allocated and not written yet (its plan may borrow it)."""
     if not runtime.runs_here(a):   # modules send other devices to torch before this; direct callers may not
         return False
     try:
-        runtime.launch(op, layer.problem, a, b, out, layer.settings, numerics)
+        if unwritten is None:
+            runtime.launch(op, layer.problem, a, b, out, layer.settings, numerics)
+        else:
+            runtime.launch(op, layer.problem, a, b, out, layer.dw_settings, numerics, unwritten)
         return True
     except runtime.FALLBACK_ERRORS as e:
         runtime.note_fallback(layer.problem, op, e)
@@ -151,11 +159,14 @@ def forward_impl(x: Tensor, weight: Tensor, stride, padding, dilation, groups, l
 _GRADIENTS = {"dx": ("backward_data", 0), "dw": ("backward_filter", 1)}
 
 
-def _backward(which: str, layer: Layer, grad_y: Tensor, x: Tensor, weight: Tensor, numerics: str) -> Tensor:
+def _backward(which: str, layer: Layer, grad_y: Tensor, x: Tensor, weight: Tensor, numerics: str,
+              out: Tensor | None = None, unwritten: Tensor | None = None) -> Tensor:
     """dx (``which="dx"``; ``x`` only gives the shape) or dw (``"dw"``, summed over the batch) of conv2d.
 
     One body for both gradients: operands in the layout's memory format, the output made by :func:`_empty`
-    (as the fake implementations make it), ucudnn's plan, else ``aten.convolution_backward`` asked for this gradient alone.
+    (as the fake implementations make it) unless ``out`` is given, ucudnn's plan, else
+    ``aten.convolution_backward`` asked for this gradient alone.  ``unwritten`` (dw only): dx's buffer before
+    dx is computed into it, which dw's plan may use as workspace.
     """
     op, index = _GRADIENTS[which]
     fmt = layer.fmt
@@ -163,8 +174,9 @@ def _backward(which: str, layer: Layer, grad_y: Tensor, x: Tensor, weight: Tenso
     xc = x.contiguous(memory_format=fmt)
     w = weight.contiguous(memory_format=fmt)
     a = xc if index else w
-    out = _empty(w.shape if index else xc.shape, dy, layer.layout)
-    if _run(op, layer, a, dy, out, numerics):
+    if out is None:
+        out = _empty(w.shape if index else xc.shape, dy, layer.layout)
+    if _run(op, layer, a, dy, out, numerics, unwritten):
         return out
     return torch_result(op, layer, a, dy, out)
 
@@ -261,6 +273,12 @@ class EagerConv2d(torch.autograd.Function):
         x, weight = ctx.saved_tensors
         need_dx, need_dw = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         layer, numerics = ctx.layer, ctx.numerics
+        if need_dx and need_dw:
+            # dw first, into whose plan dx's buffer may lend its memory before dx is computed into it
+            # (``UCUDNN_UNWRITTEN``; issue 18: VGG-16's backward filters run their unbounded plans there)
+            dx = _empty(x.shape, grad_y, layer.layout)
+            dw = _backward("dw", layer, grad_y, x, weight, numerics, unwritten=dx)
+            return _backward("dx", layer, grad_y, x, weight, numerics, out=dx), dw, None, None
         dx = _backward("dx", layer, grad_y, x, weight, numerics) if need_dx else None
         dw = _backward("dw", layer, grad_y, x, weight, numerics) if need_dw else None
         return dx, dw, None, None

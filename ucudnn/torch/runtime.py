@@ -43,6 +43,7 @@ from typing import Any
 
 import torch
 
+from .. import config
 from .. import numerics as num
 from ..binding.gpu import set_free_memory
 from ..errors import CudnnError, CudnnNotFound, GpuUnavailable, InfeasibleError, UcudnnError
@@ -71,6 +72,10 @@ class Settings:
     batch_policy: str = ""       # "" : UCUDNN_BATCH_SIZE_POLICY or powerOfTwo
     sources: str = ""            # "" : the default sources
     replay: bool = False
+    #: a backward filter's launches pass its layer's dx before backward data writes it (``launch(unwritten=)``):
+    #: its plan may take workspace there (``UCUDNN_UNWRITTEN``).  Not a custom-op argument: the eager backward
+    #: alone runs dw before dx (``ucudnn.torch.ops.EagerConv2d.backward``)
+    dx_unwritten: bool = False
 
 
 @dataclass
@@ -239,8 +244,11 @@ def executor(problem: ConvProblem, op: str, settings: Settings, numerics: str, d
     if hit is not None:
         return hit.executor
     before = torch.cuda.memory_reserved(device)
+    # torch's outputs are fresh tensors written with beta 0: forward and backward data may borrow their unwritten
+    # part; a backward filter where its launches bring the layer's dx
+    unwritten = (op != "backward_filter" or settings.dx_unwritten) and config.unwritten()
     ex = api._executor(problem, op, settings.workspace_limit, settings.batch_policy or None, numerics,
-                       settings.replay, sources=settings.sources or None)
+                       settings.replay, sources=settings.sources or None, unwritten=unwritten)
     if torch.cuda.memory_reserved(device) > before:
         _release_pending = True
         release_cached()
@@ -331,11 +339,14 @@ class _Call:
             return ws, ws.data_ptr(), self.ws_bytes
         return None, self.ws_ptr, self.ws_size
 
-    def run(self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> None:
+    def run(self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor,
+            unwritten: torch.Tensor | None = None) -> None:
         """One launch on the tensors' memory (CuPy's device and stream already torch's), the workspace from
-        :meth:`workspace`."""
+        :meth:`workspace`; ``unwritten``: a backward filter's layer's dx, not written yet."""
         ws, ptr, size = self.workspace()
-        self.executor.launch((a.data_ptr(), b.data_ptr(), out.data_ptr()), ptr, size)
+        spare = None if unwritten is None or not self.executor.takes_unwritten else (
+            unwritten.data_ptr(), unwritten.numel() * unwritten.element_size())
+        self.executor.launch((a.data_ptr(), b.data_ptr(), out.data_ptr()), ptr, size, unwritten=spare)
         del ws
 
 
@@ -391,22 +402,25 @@ def _call_key(op: str, problem: ConvProblem, settings: Settings, numerics: str, 
 
 def _defaults_env(settings: Settings) -> tuple:
     """The environment variables a layer's defaulted settings are read from (``UCUDNN_BATCH_SIZE_POLICY`` when
-    it names no batch policy, ``UCUDNN_SOURCES`` when it names no sources, ``UCUDNN_CHANNEL_POLICY``): part of a
+    it names no batch policy, ``UCUDNN_SOURCES`` when it names no sources, ``UCUDNN_CHANNEL_POLICY``,
+    ``UCUDNN_UNWRITTEN``): part of a
     prepared call's key, so
     a change of them is seen at the next launch, as the lookup chain sees it."""
     get = _environ_get
     policy = None if settings.batch_policy else get(_ENV_KEYS[0])
     sources = None if settings.sources else get(_ENV_KEYS[1])
     channels = get(_ENV_KEYS[2])
-    if policy is None and sources is None and channels is None:
+    unwritten = get(_ENV_KEYS[3])
+    if policy is None and sources is None and channels is None and unwritten is None:
         return _NO_ENV
-    return tuple(v if v is None or isinstance(v, str) else os.fsdecode(v) for v in (policy, sources, channels))
+    return tuple(v if v is None or isinstance(v, str) else os.fsdecode(v)
+                 for v in (policy, sources, channels, unwritten))
 
 
-_NO_ENV = (None, None, None)
+_NO_ENV = (None, None, None, None)
 
 
-_ENV_NAMES = ("UCUDNN_BATCH_SIZE_POLICY", "UCUDNN_SOURCES", "UCUDNN_CHANNEL_POLICY")
+_ENV_NAMES = ("UCUDNN_BATCH_SIZE_POLICY", "UCUDNN_SOURCES", "UCUDNN_CHANNEL_POLICY", "UCUDNN_UNWRITTEN")
 # os.environ's own mapping, read without its per-call key encoding (three reads per launch: measurable host
 # time inside a training step); a value that is set is decoded, as os.environ would
 _environ_data = getattr(os.environ, "_data", None)
@@ -465,8 +479,9 @@ def prepared(op: str, problem: ConvProblem, settings: Settings, numerics: str, d
 
 
 def launch(op: str, problem: ConvProblem, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, settings: Settings,
-           numerics: str) -> None:
+           numerics: str, unwritten: torch.Tensor | None = None) -> None:
     """``out = op(a, b)`` by ucudnn's plan, on torch's current stream, workspace from torch's allocator.
+    ``unwritten``: with ``settings.dx_unwritten``, the backward filter's layer's dx before backward data writes it.
 
     Raises :class:`~ucudnn.errors.UcudnnError` (or torch's ``OutOfMemoryError``) when ucudnn cannot run it;
     the custom ops catch that and fall back to torch (:func:`fallback_reason`).
@@ -485,19 +500,20 @@ def launch(op: str, problem: ConvProblem, a: torch.Tensor, b: torch.Tensor, out:
                 return
             del ws   # declined: the full launch takes its own
         with _cp.cuda.Device(device), cupy_stream(device):
-            (call or prepared(op, problem, settings, numerics, device)).run(a, b, out)
+            (call or prepared(op, problem, settings, numerics, device)).run(a, b, out, unwritten)
     except WorkspaceOutOfMemory as e:
-        _launch_degraded(op, problem, a, b, out, settings, numerics, device, e)
+        _launch_degraded(op, problem, a, b, out, settings, numerics, device, e, unwritten)
 
 
 def _launch_degraded(op: str, problem: ConvProblem, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor,
-                     settings: Settings, numerics: str, device: int, error: WorkspaceOutOfMemory) -> None:
+                     settings: Settings, numerics: str, device: int, error: WorkspaceOutOfMemory,
+                     unwritten: torch.Tensor | None = None) -> None:
     """:func:`launch` after its workspace did not fit: smaller plans (:func:`degrade`) until one's does; the
     error again when no smaller one is left (torch's convolution then runs it)."""
     while degrade(op, problem, settings, numerics, device, error.bytes):
         try:
             with _cp.cuda.Device(device), cupy_stream(device):
-                prepared(op, problem, settings, numerics, device).run(a, b, out)
+                prepared(op, problem, settings, numerics, device).run(a, b, out, unwritten)
             return
         except WorkspaceOutOfMemory as e:
             error = e
