@@ -68,11 +68,14 @@ RESULTS = Path(__file__).resolve().parent / "results"
 OUT = RESULTS / "torch_train.jsonl"
 IMPLS = {"torch": None, "ucudnn-16": "16MiB", "ucudnn-64": "64MiB", "ucudnn-256": "256MiB",
          "ucudnn-256-replay": "256MiB", "ucudnn-64-py": "64MiB", "ucudnn-256-py": "256MiB",
+         "ucudnn-64-unwritten": "64MiB", "ucudnn-256-unwritten": "256MiB",
          "ucudnn-64-no-unwritten": "64MiB", "ucudnn-256-no-unwritten": "256MiB"}
 #: the environment an implementation's worker runs under, beyond the caller's: ``-py``, ucudnn.torch's Python
 #: launch path (the others take the compiled one, ``ucudnn/torch/csrc/launch.cpp``, where it builds, loaded before
-#: the first step); ``-no-unwritten``, plans that never borrow output not written yet
+#: the first step); ``-unwritten`` / ``-no-unwritten``, plans that may / never borrow output not written yet
+#: (``UCUDNN_UNWRITTEN``; off by default)
 IMPL_ENV = {"ucudnn-64-py": {"UCUDNN_TORCH_FASTPATH": "0"}, "ucudnn-256-py": {"UCUDNN_TORCH_FASTPATH": "0"},
+            "ucudnn-64-unwritten": {"UCUDNN_UNWRITTEN": "1"}, "ucudnn-256-unwritten": {"UCUDNN_UNWRITTEN": "1"},
             "ucudnn-64-no-unwritten": {"UCUDNN_UNWRITTEN": "0"}, "ucudnn-256-no-unwritten": {"UCUDNN_UNWRITTEN": "0"}}
 MODES = ("fp32", "default", "amp")
 #: constructor arguments a torchvision model needs to train as a plain classifier (the auxiliary heads return
@@ -198,7 +201,13 @@ def worker(a: argparse.Namespace) -> dict:
         if IMPLS[a.impl]:   # kernels whose plans take workspace from output not written yet (UCUDNN_UNWRITTEN)
             from ucudnn.torch import runtime
 
-            rec["unwritten_kernels"] = sum(1 for c in runtime._calls.values() if c.executor.takes_unwritten)
+            borrowing = [(key[0], key[1], c.executor.plan) for key, c in runtime._calls.items()
+                         if c.executor.takes_unwritten]
+            rec["unwritten_kernels"] = len(borrowing)
+            rec["unwritten_plans"] = [f"{op} {p.describe()}: " + " ".join(
+                f"{cfg.micro_batch}{'*' if cfg.unwritten else ''}/{cfg.source}:{cfg.algo}/{cfg.time_ms:.3f}ms"
+                for cfg in plan.configs)
+                for op, p, plan in borrowing]
         if rec.get("launch_path") == "compiled":   # launches from C++ / handed to Python, over all steps
             counts = list(torch.ops.ucudnn_c.stats())
             rec["launches_compiled"], rec["launches_python"] = sum(counts[:3]), sum(counts[3:])

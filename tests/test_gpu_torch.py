@@ -200,26 +200,28 @@ def test_a_workspace_that_does_not_fit_a_memory_cap_runs_a_smaller_plan(monkeypa
     check_workspace_out_of_memory_degrades_the_plan(monkeypatch)
 
 
+@pytest.mark.parametrize("shape", [(33, 64, 28, 28), (8, 64, 112, 112)], ids=["b33-28", "b8-112"])
 @pytest.mark.parametrize("channels_last", [False, True], ids=["NCHW", "NHWC"])
-def test_plans_that_borrow_unwritten_outputs_compute_what_a_float64_reference_does(monkeypatch, channels_last):
-    """``UCUDNN_UNWRITTEN`` (on unless set to 0): forward and backward data may run a micro-batch in the unwritten
-    part of their fresh output, the backward filter in the layer's dx before dx is computed into it (the eager
-    backward runs dw first).  At a limit far below what the fast algorithms want, some of this layer's plans do,
-    and every result still equals a float64 reference; with the switch off none does."""
-    monkeypatch.delenv("UCUDNN_UNWRITTEN", raising=False)
+def test_plans_that_borrow_unwritten_outputs_compute_what_a_float64_reference_does(monkeypatch, channels_last,
+                                                                                   shape):
+    """``UCUDNN_UNWRITTEN=1``: forward and backward data may run a micro-batch in the unwritten part of their fresh
+    output, the backward filter in the layer's dx before dx is computed into it (the eager backward runs dw
+    first).  At a limit far below what the fast algorithms want, some of this layer's plans do, and every result
+    still equals a float64 reference; with the switch off none does."""
+    monkeypatch.setenv("UCUDNN_UNWRITTEN", "1")
     torch.manual_seed(0)
     plain = nn.Conv2d(64, 96, 3, padding=1).cuda()
     ours = ut.convert(copy.deepcopy(plain), workspace_limit="256KiB")
-    x = torch.randn(33, 64, 28, 28, device="cuda")
+    x = torch.randn(shape, device="cuda")
     if channels_last:
         x, ours = x.to(memory_format=torch.channels_last), ours.to(memory_format=torch.channels_last)
     runtime.forget_prepared()
     y, dx, dws = grads(ours, x)
     borrowing = sorted(key[0] for key, call in runtime._calls.items() if call.executor.takes_unwritten)
     ry, rdx, rdws = grads(copy.deepcopy(plain).double(), x.double())
-    for got, want in [(y, ry), (dx, rdx), *zip(dws, rdws)]:
-        torch.testing.assert_close(got.double(), want, rtol=2e-4, atol=2e-4)
-    print("ops on unwritten memory:", borrowing)
+    for got, want in [(y, ry), (dx, rdx), *zip(dws, rdws)]:   # dw sums 10^5 products: tolerance by its scale
+        torch.testing.assert_close(got.double(), want, rtol=2e-4, atol=2e-5 * max(1.0, want.abs().max().item()))
+    print("ops on unwritten memory:", shape, borrowing)
     if not borrowing:
         pytest.skip("no plan of this layer is faster with unwritten memory on this GPU")
     monkeypatch.setenv("UCUDNN_UNWRITTEN", "0")

@@ -129,8 +129,8 @@ def test_a_layers_sources_reach_the_executor_lookup_for_every_op(gpu):
 def test_outputs_not_written_yet_are_offered_to_the_plans_that_can_have_them(gpu, monkeypatch):
     """Forward and backward data plan with their own output's unwritten part (fresh tensors, beta 0); a backward
     filter only where the eager backward hands it the layer's dx first (both gradients wanted), not for a first
-    layer (no dx) nor under ``UCUDNN_UNWRITTEN=0``; and the plan keys say so."""
-    monkeypatch.delenv("UCUDNN_UNWRITTEN", raising=False)
+    layer (no dx); all of it under ``UCUDNN_UNWRITTEN=1``, none by default."""
+    monkeypatch.setenv("UCUDNN_UNWRITTEN", "1")
     torch.manual_seed(0)
     m = ut.Conv2d(3, 4, 3, padding=1, sources="legacy")
     x = torch.randn(2, 3, 8, 8, requires_grad=True)
@@ -141,7 +141,7 @@ def test_outputs_not_written_yet_are_offered_to_the_plans_that_can_have_them(gpu
     m(torch.randn(2, 3, 8, 8)).square().sum().backward()         # a first layer: no dx wanted, none to lend
     assert {c["op"]: c["unwritten"] for c in gpu.calls} == {"forward": True, "backward_filter": False}
     gpu.calls.clear()
-    monkeypatch.setenv("UCUDNN_UNWRITTEN", "0")
+    monkeypatch.delenv("UCUDNN_UNWRITTEN")
     m(x).square().sum().backward()
     assert {c["unwritten"] for c in gpu.calls} == {False} and len(gpu.calls) == 3
 
@@ -162,7 +162,7 @@ def test_runtime_executor_passes_sources_by_keyword_and_an_installed_plan_wins(g
     p = ConvProblem(2, 3, 8, 8, 4, 3, 3, (1, 1))
     runtime.executor(p, "forward", runtime.Settings(8 * MiB, "", "legacy,graph", True), "strict", 0)
     assert gpu.calls[-1] == {"problem": p, "op": "forward", "workspace_limit": 8 * MiB, "batch_policy": None,
-                             "numerics": "strict", "replay": True, "sources": "legacy,graph", "unwritten": True}
+                             "numerics": "strict", "replay": True, "sources": "legacy,graph", "unwritten": False}
     runtime.installed[(0, p, "forward")] = runtime.Installed("installed")
     assert runtime.executor(p, "forward", runtime.Settings(8 * MiB), "strict", 0) == "installed"
     assert len(gpu.calls) == 1

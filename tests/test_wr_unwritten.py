@@ -162,14 +162,14 @@ def test_the_librarys_lookups_plan_a_kernel_as_plan_wr_does_when_the_key_says_un
     assert [c.unwritten for c in wr_plan(kb, {**key, "unwritten": True}).configs] == [True, False]
 
 
-def test_ucudnn_unwritten_is_on_unless_turned_off_and_a_bad_value_names_the_variable(monkeypatch):
+def test_ucudnn_unwritten_is_off_unless_turned_on_and_a_bad_value_names_the_variable(monkeypatch):
     import pytest
 
     from ucudnn import config
     from ucudnn.errors import InputError
 
     monkeypatch.delenv("UCUDNN_UNWRITTEN", raising=False)
-    assert config.unwritten() is True
+    assert config.unwritten() is False
     for value, on in (("0", False), ("off", False), ("1", True), ("ON", True)):
         monkeypatch.setenv("UCUDNN_UNWRITTEN", value)
         assert config.unwritten() is on
@@ -177,3 +177,18 @@ def test_ucudnn_unwritten_is_on_unless_turned_off_and_a_bad_value_names_the_vari
     with pytest.raises(InputError) as e:
         config.unwritten()
     assert e.value.field == "UCUDNN_UNWRITTEN"
+
+
+def test_the_lookups_take_unwritten_memory_only_for_a_gain_worth_the_python_launch_path():
+    """A plan with unwritten memory leaves ``ucudnn.torch``'s compiled launch path; the lookups take it only when
+    it is predicted faster by more than ``UNWRITTEN_MIN_GAIN_MS``, ``plan_wr`` (no launch path) for any gain."""
+    from ucudnn.catalog.lookup import wr_plan
+    from ucudnn.planning.wr import UNWRITTEN_MIN_GAIN_MS, kernel_configs
+
+    small = UNWRITTEN_MIN_GAIN_MS / 4
+    rows = [(4, 1.0, 7 * MiB), (4, 1.0 + small, 1 * MiB), (1, 1.0, 0)]      # the borrowing plan gains `small`
+    p = ConvProblem(8, 64, 16, 16, 2048, 3, 3, pad=1)
+    kb = KernelBench("conv", "forward", p, [Measurement(b, a, "FMA", t, ws) for a, (b, t, ws) in enumerate(rows)])
+    key = {"op": "forward", "workspace_limit": 1 * MiB, "batch_policy": "powerOfTwo", "unwritten": True}
+    assert not any(c.unwritten for c in wr_plan(kb, key).configs)
+    assert any(c.unwritten for c in kernel_configs(kb, 1 * MiB, unwritten=True))

@@ -17,7 +17,7 @@ defaults that explicit arguments and CLI flags override.
 | ``UCUDNN_BENCHMARK`` | ``full``: a kernel no cache knows is benchmarked before its first call runs; ``heuristic``: it runs at once on cuDNN's heuristic choice and is benchmarked in a background thread | ``full`` |
 | ``UCUDNN_PROGRESS`` | ``1`` / ``0``: benchmark progress on stderr always / never | after 2 s |
 | ``UCUDNN_CHANNEL_POLICY`` | ``none`` / ``halves`` / ``powerOfTwo``: channel slices benchmarked besides micro-batches (:func:`ucudnn.policy.channel_sizes`, issue 18) | ``none`` |
-| ``UCUDNN_UNWRITTEN`` | ``1`` / ``0``: plans may take workspace from output a call has not written yet (:func:`unwritten`) | ``1`` |
+| ``UCUDNN_UNWRITTEN`` | ``1`` / ``0``: plans may take workspace from output a call has not written yet (:func:`unwritten`) | ``0`` |
 """
 from __future__ import annotations
 
@@ -95,15 +95,18 @@ _SWITCH = {"1": True, "on": True, "true": True, "yes": True, "0": False, "off": 
 
 def unwritten() -> bool:
     """``UCUDNN_UNWRITTEN``: whether the library's plans may take a micro-batch's workspace from memory its call
-    owns and has not written yet (``1``, the default; ``0`` turns it off).
+    owns and has not written yet (``1``; ``0``, the default, turns it off).
 
     Forward and backward data: the output of the samples after the running micro-batch; backward filter: the
     layer's dx before backward data writes it, where the caller hands that buffer over (``ucudnn.torch``'s eager
-    backward does).  The step's peak memory does not grow; a kernel takes such a plan only where it is faster
-    (:func:`ucudnn.planning.wr.kernel_configs`).  Measured on an H200, VGG-16 b64 FP32 at 64 MiB per kernel:
-    0.876 -> 0.935 of the same sources' unbounded speed
-    (``benchmarks/results/channel_wr_vgg16-b64-float32-NCHW-strict-winograd-unwritten-replay.md``)."""
-    v = (_env("UCUDNN_UNWRITTEN") or "1").lower()
+    backward does).  The step's peak memory does not grow; a kernel takes such a plan only where it is predicted
+    faster (:func:`ucudnn.planning.wr.kernel_configs`).  Measured on an H200, FP32 at 64 MiB per kernel: VGG-16
+    b64's kernels replayed 0.876 -> 0.935 of the same sources' unbounded speed
+    (``benchmarks/results/channel_wr_vgg16-b64-float32-NCHW-strict-winograd-unwritten-replay.md``), its
+    converted training step +2.6-2.8% (``benchmarks/results/torch_train_unwritten_h200.md``).  Off by default: in
+    one of four AlexNet b256 runs a converted step with one such kernel trained 19% slower than without it, a loss
+    not yet explained (the same report)."""
+    v = (_env("UCUDNN_UNWRITTEN") or "0").lower()
     if v not in _SWITCH:
         from .errors import InputError
 

@@ -76,7 +76,7 @@ def wr_plan(kb: KernelBench, plan_key: dict[str, Any]) -> KernelPlan:
     from ..planning import wr
 
     configs = wr.kernel_configs(kb, plan_key["workspace_limit"], plan_key["batch_policy"],
-                                bool(plan_key.get("unwritten")))
+                                bool(plan_key.get("unwritten")), wr.UNWRITTEN_MIN_GAIN_MS)
     return KernelPlan(kb.name, plan_key["op"], kb.problem, configs)
 
 

@@ -191,18 +191,26 @@ def plan_kernel(kernel: KernelBench, workspace_limit: int, batch_policy: str = "
     return result
 
 
+#: how much faster (ms, predicted) a kernel's plan with unwritten memory must be before the library's lookups take
+#: it (``ucudnn.catalog.lookup.wr_plan``).  Why: such a plan runs on ``ucudnn.torch``'s Python launch path, not the
+#: compiled one (its steps' workspaces move with the output), which costs host time on every call: measured on an
+#: H200, AlexNet b256 FP32 at 64 MiB trained at 11296 images/s with 3 kernels on unwritten memory and 11438 without
+#: them: their gain did not pay for their Python launches (``benchmarks/results/torch_train_unwritten_h200.md``)
+UNWRITTEN_MIN_GAIN_MS = 0.1
+
+
 def kernel_configs(kernel: KernelBench, workspace_limit: int, batch_policy: str = "powerOfTwo",
-                   unwritten: bool = False) -> list[MicroConfig]:
+                   unwritten: bool = False, min_gain_ms: float = 0.0) -> list[MicroConfig]:
     """One kernel's WR plan as micro-configurations (:func:`plan_kernel`).  ``unwritten``: where the kernel is
-    faster with memory its call has not written yet (:func:`solve_with_unwritten`; a backward filter counting on
-    its layer's dx), that plan, its configurations above the limit marked
+    faster by more than ``min_gain_ms`` with memory its call has not written yet (:func:`solve_with_unwritten`; a
+    backward filter counting on its layer's dx), that plan, its configurations above the limit marked
     :data:`~ucudnn.planning.plan.UNWRITTEN`.  The one place both :func:`plan_wr` and the library's per-kernel
-    lookups (``ucudnn.catalog.lookup.wr_plan``) plan a kernel, so a table and a cache answer alike."""
+    lookups (``ucudnn.catalog.lookup.wr_plan``, with :data:`UNWRITTEN_MIN_GAIN_MS`) plan a kernel."""
     configs = [MicroConfig.of(m) for m in plan_kernel(kernel, workspace_limit, batch_policy)]
     if unwritten:
         alt = solve_with_unwritten(kernel, micro_batch_sizes(batch_policy, kernel.problem.n), workspace_limit,
                                    *unwritten_bytes(kernel))
-        if alt is not None and sum(m.time_ms for m in alt) < sum(c.time_ms for c in configs):
+        if alt is not None and sum(m.time_ms for m in alt) + min_gain_ms < sum(c.time_ms for c in configs):
             configs = [MicroConfig.of(m, m.workspace_bytes > workspace_limit) for m in alt]
     return configs
 

@@ -21,6 +21,7 @@ from typing import Any, Sequence
 import torch
 from torch import Tensor
 
+from .. import config
 from . import runtime
 
 def _out_hw(size: int, k: int, pad: int, stride: int, dil: int) -> int:
@@ -273,7 +274,7 @@ class EagerConv2d(torch.autograd.Function):
         x, weight = ctx.saved_tensors
         need_dx, need_dw = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         layer, numerics = ctx.layer, ctx.numerics
-        if need_dx and need_dw:
+        if need_dx and need_dw and config.unwritten():
             # dw first, into whose plan dx's buffer may lend its memory before dx is computed into it
             # (``UCUDNN_UNWRITTEN``; issue 18: VGG-16's backward filters run their unbounded plans there)
             dx = _empty(x.shape, grad_y, layer.layout)
