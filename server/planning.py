@@ -77,8 +77,11 @@ class PlanService:
         batch_policy = normalize_policy(req.batch_policy)
         if req.policy == "undivided":
             batch_policy = "undivided"  # the undivided policy plans the full mini-batch whatever is asked
+        if req.unwritten and req.policy != "wr":
+            raise InputError(f"unwritten memory is planned by the wr policy only, not {req.policy!r}", "unwritten")
+        extra = {"unwritten": True} if req.unwritten else {}   # left out when false: earlier keys still answer
         return {"service": KEY_VERSION, "table_id": table_id, "policy": req.policy, "batch_policy": batch_policy,
-                **sizes}
+                **sizes, **extra}
 
     def cached_for_body(self, raw: bytes) -> bytes | None:
         """The answer to a request with exactly these body bytes, if it was answered before and is in memory.
@@ -157,7 +160,8 @@ class PlanService:
         start = time.perf_counter()
         try:
             plan = make_plan(table, key["policy"], workspace_limit=key["workspace_limit"],
-                             total_workspace=key["total_workspace"], batch_policy=key["batch_policy"])
+                             total_workspace=key["total_workspace"], batch_policy=key["batch_policy"],
+                             unwritten=bool(key.get("unwritten")))
             text = plan.to_json()
         except InfeasibleError as e:
             e.field = "total_workspace" if key["policy"] == "wd" else "workspace_limit"  # type: ignore[attr-defined]

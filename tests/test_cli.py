@@ -52,6 +52,22 @@ def test_no_table_plans_the_shipped_real_table(capsys):
     assert doc["device"].startswith("NVIDIA H100")
 
 
+def test_plans_on_unwritten_memory_are_asked_for_with_a_flag_and_say_so(table_file, capsys):
+    """``--unwritten``: WR where a step may take its workspace from output not written yet (``workspace_from:
+    unwritten`` in the JSON, ``(unwritten)`` in the table); never slower than without; with ``wd``, exit 2."""
+    plain = run_json(capsys, "plan", "--from-table", str(table_file), "--workspace-limit", "8MiB", "--json")
+    doc = run_json(capsys, "plan", "--from-table", str(table_file), "--workspace-limit", "8MiB", "--unwritten",
+                   "--json")
+    marked = [m for k in doc["kernels"] for m in k["micro_batches"] if m.get("workspace_from") == "unwritten"]
+    assert marked and doc["total_time_ms"] < plain["total_time_ms"]
+    assert all(k["workspace_bytes"] <= 8 << 20 for k in doc["kernels"])
+    assert main(["plan", "--from-table", str(table_file), "--workspace-limit", "8MiB", "--unwritten"]) == 0
+    assert "(unwritten)" in capsys.readouterr().out
+    assert main(["plan", "--from-table", str(table_file), "--policy", "wd", "--total-workspace", "64MiB",
+                 "--unwritten"]) == 2
+    assert "unwritten" in capsys.readouterr().err
+
+
 def test_human_output_is_a_table(table_file, capsys):
     assert main(["plan", "--from-table", str(table_file)]) == 0
     out = capsys.readouterr().out

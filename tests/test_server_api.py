@@ -52,6 +52,26 @@ def test_a_wr_plan_is_the_planners_plan_with_an_id_and_top_level_total_time(http
     assert http.get(f"/v1/plans/{body['id']}").json() == body
 
 
+def test_a_wr_plan_on_unwritten_memory_is_asked_for_by_name_and_keyed_apart(http):
+    """``"unwritten": true`` plans as ``plan(..., unwritten=True)`` does, under a key of its own (a plain request
+    for the same table and limit still gets the plain plan); with another policy it is refused naming the field."""
+    doc = synthetic_table()
+    tid = http.post("/v1/tables", json=doc).json()["id"]
+    ask = {"table_id": tid, "policy": "wr", "workspace_limit": "8MiB", "batch_policy": "powerOfTwo"}
+    r = http.post("/v1/plans", json={**ask, "unwritten": True})
+    assert r.status_code == 200, r.text
+    expected = local_plan(BenchmarkTable.from_dict(doc), "wr", workspace_limit="8MiB", unwritten=True)
+    assert [k["micro_batches"] for k in r.json()["kernels"]] == [k.to_dict()["micro_batches"]
+                                                                 for k in expected.kernels]
+    plain = http.post("/v1/plans", json=ask).json()
+    assert plain["id"] != r.json()["id"]
+    assert plain["total_time_ms"] == pytest.approx(local_plan(BenchmarkTable.from_dict(doc), "wr",
+                                                              workspace_limit="8MiB").total_time_ms)
+    bad = http.post("/v1/plans", json={"table_id": tid, "policy": "wd", "total_workspace": "64MiB",
+                                       "unwritten": True})
+    assert bad.status_code == 422 and "unwritten" in bad.text
+
+
 def test_a_wd_plan_comes_from_the_wd_planner(http):
     doc = synthetic_table()
     tid = http.post("/v1/tables", json=doc).json()["id"]

@@ -40,6 +40,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="whole-network workspace budget for --policy wd (default: UCUDNN_TOTAL_WORKSPACE_SIZE)")
     p.add_argument("--batch-policy", default=None, metavar="POLICY",
                    help="all | powerOfTwo | powerOfTwoAndMidpoints | undivided (default: UCUDNN_BATCH_SIZE_POLICY or powerOfTwo)")
+    p.add_argument("--unwritten", action="store_true",
+                   help="with --policy wr: a kernel may take a micro-batch's workspace from output its call has not "
+                        "written yet (forward / backward data: the later samples' output; backward filter: its "
+                        "layer's dx), marked workspace_from: unwritten; run such plans with beta 0 and give a "
+                        "backward filter its dx (default: UCUDNN_UNWRITTEN)")
     p.add_argument("--compare", action="store_true",
                    help="also plan WD, WR and undivided at the same memory (WD: the total; WR, undivided: the "
                         "per-kernel limit, default total / number of kernels) and report them side by side")
@@ -77,7 +82,8 @@ def run(args: argparse.Namespace) -> int:
     result = make_plan(table, policy,
                        workspace_limit=args.workspace_limit or config.default_workspace_limit(),
                        total_workspace=total,
-                       batch_policy=batch_policy)
+                       batch_policy=batch_policy,
+                       unwritten=args.unwritten or (policy == "wr" and config.unwritten()))
     summary = None
     if args.compare:
         from ..planning.wd import compare_policies, comparison_summary

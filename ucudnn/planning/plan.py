@@ -45,10 +45,12 @@ class MicroConfig(Measurement):
 
 def division_summary(configs: Iterable[Measurement]) -> str:
     """``128x2 a1/FMA + 64 a0/FMA``: micro-batch x count, algorithm / math type, in order of appearance;
-    a channel slice's steps read ``128x2 k48 a1/FMA`` (48 of the kernel's output channels)."""
-    counts = Counter((c.micro_batch, c.channels, c.algo, c.math_type) for c in configs)
+    a channel slice's steps read ``128x2 k48 a1/FMA`` (48 of the kernel's output channels), a step whose workspace
+    is output not written yet ``128 a5/FMA (unwritten)``."""
+    counts = Counter((c.micro_batch, c.channels, c.algo, c.math_type, bool(getattr(c, "unwritten", False)))
+                     for c in configs)
     return " + ".join(f"{mb}{f'x{n}' if n > 1 else ''}{f' k{ch}' if ch is not None else ''} a{algo}/{math}"
-                      for (mb, ch, algo, math), n in counts.items())
+                      f"{' (unwritten)' if uw else ''}" for (mb, ch, algo, math, uw), n in counts.items())
 
 
 @dataclass
