@@ -192,3 +192,19 @@ def test_the_lookups_take_unwritten_memory_only_for_a_gain_worth_the_python_laun
     key = {"op": "forward", "workspace_limit": 1 * MiB, "batch_policy": "powerOfTwo", "unwritten": True}
     assert not any(c.unwritten for c in wr_plan(kb, key).configs)
     assert any(c.unwritten for c in kernel_configs(kb, 1 * MiB, unwritten=True))
+
+
+def test_the_apis_backward_filter_refuses_a_dx_buffer_of_another_shape_or_dtype_naming_the_field():
+    """``conv2d_backward_filter(..., unwritten=dx)``: the buffer must be dx's (x's shape and dtype), checked
+    before any plan is looked up."""
+    import numpy as np
+    import pytest
+
+    from ucudnn import api
+    from ucudnn.errors import InputError
+
+    x, dy = np.zeros((4, 3, 8, 8), np.float32), np.zeros((4, 5, 6, 6), np.float32)
+    for bad in (np.zeros((4, 3, 8, 9), np.float32), np.zeros((4, 3, 8, 8), np.float16)):
+        with pytest.raises(InputError) as e:
+            api.conv2d_backward_filter(x, dy, (5, 3, 3, 3), unwritten=bad)
+        assert e.value.field == "unwritten"
