@@ -303,3 +303,34 @@ def test_a_channel_slice_on_unwritten_output_is_refused_when_the_plan_is_made(re
             MicroConfig(10, "t", "DEFAULT", 1.0, 0, "recorder", channels=2)]
     with pytest.raises(UcudnnError, match="channel slice"):
         Executor(KernelPlan("k", "forward", P, cfgs))
+
+
+def test_a_compiled_path_is_told_where_a_step_on_unwritten_memory_finds_its_workspace(monkeypatch):
+    """``native_steps`` (ucudnn.torch's compiled launch path) describes a forward / backward-data step on unwritten
+    memory by where its workspace starts in the output (the next micro-batch's first byte; the launch path rounds
+    it up as the executor does) and what it needs; a backward filter on unwritten memory is left to Python (its dx
+    comes from the caller)."""
+    from ucudnn.execute.executor import NativeStep
+    from ucudnn.measure.sources import registry
+    from ucudnn.measure.sources.base import Native
+
+    class Described(_Recorder):
+        def prepare(self, op, problem, config):
+            launch = super().prepare(op, problem, config)
+
+            def run(*args):
+                return launch(*args)
+
+            run.native = Native("legacy", op, problem, (1, 2, 3, 4), algo=0)
+            return run
+
+    monkeypatch.setitem(registry._SOURCES, "recorder", Described())
+    fwd = Executor(_unwritten_plan("forward", [4, 6], [5000, 512], [True, False]))
+    steps = fwd.native_steps
+    assert [tuple(s)[1:] for s in steps] == [((0, 0, 0), False, 4 * Y_SAMPLE, 5000),
+                                              ((4 * X_SAMPLE, 0, 4 * Y_SAMPLE), False, -1, 512)]
+    assert all(isinstance(s, NativeStep) and s.native.kind == "legacy" for s in steps)
+    bwd = Executor(_unwritten_plan("backward_data", [3, 7], [0, 0], [True, False]))
+    assert bwd.native_steps[0].from_out == 3 * X_SAMPLE
+    assert Executor(_unwritten_plan("backward_filter", [8, 2], [1 << 20, 256], [True, False])).native_steps is None
+    assert Executor(_unwritten_plan("backward_filter", [8, 2], [0, 256], [False, False])).native_steps is not None

@@ -32,6 +32,19 @@ def stats():
     return s[:3], s[3:]
 
 
+def _every_op_from_cpp_equal_to_float64(ours, plain, x):
+    """One more training call of a prepared layer: its three ops launch from C++ (none handed to Python), and its
+    output and gradients (the measured call's parameter gradients alone) equal ``plain``'s in float64."""
+    ours.zero_grad()
+    n0, p0 = stats()
+    y, dx, dws = grads(ours, x)
+    n1, p1 = stats()
+    assert [a - b for a, b in zip(n1, n0)] == [1, 1, 1] and p1 == p0
+    ry, rdx, rdws = grads(copy.deepcopy(plain).double(), x.double())
+    for got, want in [(y, ry), (dx, rdx), *zip(dws, rdws)]:
+        torch.testing.assert_close(got.double(), want, rtol=2e-4, atol=2e-4)
+
+
 @pytest.mark.parametrize("sources", ["legacy", "graph", "legacy,graph,fold"])
 @pytest.mark.parametrize("limit", ["256MiB", "1MiB"], ids=["one-step", "micro-batched"])
 @pytest.mark.parametrize("channels_last", [False, True], ids=["NCHW", "NHWC"])
@@ -89,14 +102,41 @@ def test_micro_batched_legacy_plans_launch_from_cpp_step_by_step(monkeypatch):
     x = torch.randn(37, 16, 14, 14, device="cuda")
     grads(ours, x)                           # prepares
     assert [len(call.executor.steps) for _, call in fastpath._keep[-3:]] == [2, 2, 2]
-    ours.zero_grad()                         # the measured call's parameter gradients alone
-    n0, p0 = stats()
-    y, dx, dws = grads(ours, x)
-    n1, p1 = stats()
-    assert [a - b for a, b in zip(n1, n0)] == [1, 1, 1] and p1 == p0
-    ry, rdx, rdws = grads(copy.deepcopy(plain).double(), x.double())
-    for got, want in [(y, ry), (dx, rdx), *zip(dws, rdws)]:
-        torch.testing.assert_close(got.double(), want, rtol=2e-4, atol=2e-4)
+    _every_op_from_cpp_equal_to_float64(ours, plain, x)
+    runtime.forget_prepared()
+
+
+@pytest.mark.parametrize("channels_last", [False], ids=["NCHW"])
+def test_steps_on_unwritten_memory_launch_from_cpp_in_the_later_samples_output(monkeypatch, channels_last):
+    """Forward and backward data plans whose first micro-batch (20 of 37 samples, legacy algorithm 1) takes its
+    workspace from the output of the other 17 (issue 18's unwritten memory) launch every step from C++, the
+    workspace 256-byte aligned inside the output's tail; outputs start as whatever torch's allocator held, so the
+    later step must overwrite what the first borrowed: results equal a float64 reference.  NCHW only: in NHWC
+    cuDNN 9.19's backward-data algorithm 1 needs 641040 bytes here, more than the 213248 of dx's tail, and that
+    step goes to Python, which refuses it and lets torch run the op (seen on the H200)."""
+    from ucudnn import api
+    from ucudnn.planning.plan import KernelPlan, MicroConfig
+    from ucudnn.torch import runtime
+
+    def borrowing(problem, op, *args, **kwargs):
+        first = MicroConfig(20, 1 if op != "backward_filter" else 0, "FMA", 1.0, 0, "legacy")
+        rest = MicroConfig(17, 0, "FMA", 1.0, 0, "legacy")
+        return KernelPlan("borrowing", op, problem, [MicroConfig.of(first, op != "backward_filter"), rest])
+
+    monkeypatch.setattr(api, "_plan_from_store_or_bench", borrowing)
+    monkeypatch.setattr(api, "_executors", {})
+    runtime.forget_prepared()
+    torch.manual_seed(0)
+    fmt = torch.channels_last if channels_last else torch.contiguous_format
+    plain = nn.Conv2d(16, 24, 3, padding=1).cuda().to(memory_format=fmt)
+    ours = ut.convert(copy.deepcopy(plain), workspace_limit="1MiB", sources="legacy")
+    x = torch.randn(37, 16, 14, 14, device="cuda").to(memory_format=fmt)
+    grads(ours, x)                           # prepares
+    calls = fastpath._keep[-3:]
+    described = [call.executor.native_steps for _, call in calls]
+    assert [s[0].from_out >= 0 for s in described[:2]] == [True, True]
+    print("first steps' workspace needs (bytes):", [s[0].need for s in described[:2]])
+    _every_op_from_cpp_equal_to_float64(ours, plain, x)
     runtime.forget_prepared()
 
 

@@ -50,8 +50,10 @@ def test_the_registry_refuses_what_it_cannot_run_with_a_clear_error(extension):
         extension.add_layer([5, -1, -1], [1, 2, 3, 4], False, 0)
     with pytest.raises(RuntimeError, match="one program id per op"):
         extension.add_layer([-1, -1], [1, 2, 3, 4], False, 0)
-    with pytest.raises(RuntimeError, match="3 shifts and an accumulate flag per step"):
-        extension.add_program([0], [0, 0], [0], 0)
+    with pytest.raises(RuntimeError, match="3 shifts, an accumulate flag and a workspace origin per step"):
+        extension.add_program([0], [0, 0], [0], 0, [-1])
+    with pytest.raises(RuntimeError, match="3 shifts, an accumulate flag and a workspace origin per step"):
+        extension.add_program([0], [0, 0, 0], [0], 0, [])
     with pytest.raises(RuntimeError, match="cannot open /nonexistent/libcudnn.so"):
         extension.init("/nonexistent/libcudnn.so")
 
@@ -147,7 +149,7 @@ def test_a_graph_plan_is_handed_over_as_its_engine_and_the_operands_in_the_ops_r
     assert kind == "backend"
     assert args == (fastpath.OPS.index(op), 2, a[0], a[1], b[0], b[1], o[0], o[1], [1, 2], [2, 1], [1, 1], 28,
                     [2, 13], [3, 1], 8192, 0)   # float16 = cudnnDataType_t 2; the engine's own workspace wins
-    assert program == ("program", ([7], [0, 0, 0], [0], 4096))
+    assert program == ("program", ([7], [0, 0, 0], [0], 4096, [-1]))
     # the operand roles are cuDNN's: backward data reads w and dy into dx, backward filter x and dy into dw
     assert [r for r in ROLES[op]] == {"forward": ["x", "w", "y"], "backward_data": ["w", "y", "x"],
                                       "backward_filter": ["x", "y", "w"]}[op]
@@ -168,7 +170,7 @@ def test_a_micro_batched_legacy_plan_is_one_program_of_its_steps_and_keeps_their
     call = _Call(steps, ws=1 << 20)
     assert fastpath.register("backward_filter", call, p, 0) == 100
     assert fake.calls == [("legacy", (2, 11, 12, 13, 14, 5, 1 << 20)), ("legacy", (2, 21, 22, 23, 24, 1, 1 << 20)),
-                          ("program", ([7, 8], [0, 0, 0, 4032, 3360, 0], [0, 1], 1 << 20))]
+                          ("program", ([7, 8], [0, 0, 0, 4032, 3360, 0], [0, 1], 1 << 20, [-1, -1]))]
     assert fastpath._keep == [(keeps, call)]          # the descriptors' owners live as long as the launches
 
 
@@ -220,3 +222,26 @@ def test_an_unchanged_prepared_call_reuses_its_program_and_a_new_one_gets_its_ow
     none = _Call(None)
     assert fastpath.register("forward", none, p, 0) == -1
     assert fastpath._programs[id(none)] == (none, -1)
+
+
+def test_a_step_on_unwritten_memory_is_registered_with_its_own_need_and_where_its_workspace_starts(monkeypatch):
+    """A forward plan whose first micro-batch borrows the later samples' output (issue 18): its launch is built
+    for what it needs (not the call's buffer, which it does not use), and the program says where in y its
+    workspace starts (-1: the buffer)."""
+    from ucudnn.execute.executor import NativeStep
+    from ucudnn.measure.sources.base import Native
+
+    fake = _FakeC()
+    monkeypatch.setattr(fastpath, "_c", fake)
+    monkeypatch.setattr(fastpath, "_keep", [])
+    p = _problem("NCHW", "float32", n=3)
+    big, tail = p.with_batch(2), p.with_batch(1)
+    y_sample = 12 * 5 * 7 * 4
+    steps = [NativeStep(Native("legacy", "forward", big, (11, 12, 13, 14), algo=5), (0, 0, 0), False,
+                        2 * y_sample, 9000),
+             NativeStep(Native("legacy", "forward", tail, (21, 22, 23, 24), algo=1), (2 * 8 * 9 * 7 * 4, 0,
+                                                                                     2 * y_sample), False, -1, 512)]
+    assert fastpath.register("forward", _Call(steps, ws=512), p, 0) == 100
+    assert fake.calls == [("legacy", (0, 11, 12, 13, 14, 5, 9000)), ("legacy", (0, 21, 22, 23, 24, 1, 512)),
+                          ("program", ([7, 8], [0, 0, 0, 4032, 0, 2 * y_sample], [0, 0], 512, [2 * y_sample, -1]))]
+

@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..binding import cudnn
 from ..binding.gpu import capture, cupy, cupy_dtype, descriptors, handle
@@ -45,6 +45,19 @@ from ..measure.sources.base import Launch, Native, Operands, direct_of, native_o
 from ..planning.channels import steps as channel_steps
 from ..planning.plan import KernelPlan, Plan
 from ..problem import ROLES
+
+
+class NativeStep(NamedTuple):
+    """One step of a plan as a compiled launch path runs it (``ucudnn.torch``'s, :attr:`Executor.native_steps`)."""
+
+    native: Native                  # its configuration, described by its source
+    shifts: tuple[int, int, int]    # bytes from the start of (a, b, out) to this step's slices
+    accumulate: bool = False        # adds into what earlier steps wrote (beta = 1)
+    #: where its workspace starts, in bytes from the start of the output (rounded up to
+    #: :data:`~ucudnn.planning.wr.UNWRITTEN_ALIGN`, running to the output's end: the later samples' output, not
+    #: written yet), or -1: the call's workspace buffer
+    from_out: int = -1
+    need: int = 0                   # bytes of workspace it needs (what the buffer or the output's tail must hold)
 
 
 @dataclass
@@ -117,22 +130,24 @@ class Executor:
         #: no shortcut (``launch`` runs those)
         self.direct = direct_of(only.launch) if (only is not None and not replay and not any(only.shifts)
                                                  and not only.accumulate and not only.unwritten) else None
-        #: every step described as data for a compiled launch path (ucudnn.torch's): (its source's
-        #: :class:`~ucudnn.measure.sources.base.Native`, byte shifts of (a, b, out), whether it accumulates), None
-        #: for replayed plans and where a step has no description or accumulates through a graph engine (the
-        #: graph source adds into its output through a scratch buffer, which a description does not say)
-        self.native_steps = self._native_steps() if not (replay or self.takes_unwritten) else None
+        #: every step described as data for a compiled launch path (ucudnn.torch's): :class:`NativeStep` s, None
+        #: for replayed plans, where a step has no description or accumulates through a graph engine (the graph
+        #: source adds into its output through a scratch buffer, which a description does not say), and for a
+        #: backward filter on unwritten memory (its dx comes from the caller)
+        self.native_steps = self._native_steps() if not (
+            replay or (self.takes_unwritten and op == "backward_filter")) else None
         self._own: Any = None          # the workspace allocated when the caller passes none
         self._graphs: OrderedDict[tuple, Any] = OrderedDict()
         self.replay_failures: list[str] = []
 
-    def _native_steps(self) -> list[tuple[Native, tuple[int, int, int], bool]] | None:
+    def _native_steps(self) -> list[NativeStep] | None:
         steps = []
         for s in self.steps:
             native = native_of(s.launch)
             if native is None or (s.accumulate and native.kind != "legacy"):
                 return None
-            steps.append((native, tuple(s.shifts), bool(s.accumulate)))
+            from_out = (s.offset + s.micro_batch) * self._out_sample if s.unwritten else -1
+            steps.append(NativeStep(native, tuple(s.shifts), bool(s.accumulate), from_out, int(s.workspace_bytes)))
         return steps
 
     def __call__(self, a: Any, b: Any, out: Any, *, alpha: float = 1.0, beta: float = 0.0,

@@ -192,10 +192,10 @@ def plan_kernel(kernel: KernelBench, workspace_limit: int, batch_policy: str = "
 
 
 #: how much faster (ms, predicted) a kernel's plan with unwritten memory must be before the library's lookups take
-#: it (``ucudnn.catalog.lookup.wr_plan``).  Why: such a plan runs on ``ucudnn.torch``'s Python launch path, not the
-#: compiled one (its steps' workspaces move with the output), which costs host time on every call: measured on an
-#: H200, AlexNet b256 FP32 at 64 MiB trained at 11296 images/s with 3 kernels on unwritten memory and 11438 without
-#: them: their gain did not pay for their Python launches (``benchmarks/results/torch_train_unwritten_h200.md``)
+#: it (``ucudnn.catalog.lookup.wr_plan``).  Why: such plans ran on ``ucudnn.torch``'s Python launch path when this
+#: was set (a backward filter's still does: its dx comes from the eager backward), which costs host time on every
+#: call: measured on an H200, AlexNet b256 FP32 at 64 MiB trained at 11296 images/s with 3 kernels on unwritten
+#: memory and 11438 without them (``benchmarks/results/torch_train_unwritten_h200.md``)
 UNWRITTEN_MIN_GAIN_MS = 0.1
 
 

@@ -211,7 +211,8 @@ def register(op: str, call: Any, problem: Any, device: int) -> int:
 
     Each step of the call's plan (the executor's ``native_steps``: its source's
     :class:`~ucudnn.measure.sources.base.Native` description, the byte shifts of its micro-batch / channel slice,
-    whether it accumulates) becomes a launch in the C++ registry (legacy: the source's descriptors and
+    whether it accumulates, where its workspace is: the call's buffer or the output's unwritten tail) becomes a
+    launch in the C++ registry (legacy: the source's descriptors and
     algorithm; graph: the engine configuration with the operands' dims and strides in ``op``'s roles), and the
     steps one program with the workspace the call takes from torch's allocator.  -1 for what the compiled path does
     not run: a step with no description (ucudnn's own kernels, wrapped sources, a graph engine that would
@@ -226,24 +227,29 @@ def register(op: str, call: Any, problem: Any, device: int) -> int:
 
 
 def _register(op: str, call: Any, problem: Any, device: int) -> int:
-    steps = getattr(call.executor, "native_steps", None)
-    if not steps or call.installed is not None:
+    from ..execute.executor import NativeStep
+
+    described = getattr(call.executor, "native_steps", None)
+    if not described or call.installed is not None:
         return -1
+    steps = [NativeStep(*s) for s in described]
     number = OPS.index(op)
     workspace = int(call.ws_bytes)
     ids: list[int] = []
     shifts: list[int] = []
     try:
-        for native, shift, _ in steps:
-            ids.append(_launch(number, op, native, workspace, device))
-            shifts += [int(v) for v in shift]
-        pid = int(_c.add_program(ids, shifts, [int(acc) for _, _, acc in steps], workspace))
+        for s in steps:
+            # a step on the output's unwritten tail gets what it needs there, the others the call's buffer
+            ids.append(_launch(number, op, s.native, s.need if s.from_out >= 0 else workspace, device))
+            shifts += [int(v) for v in s.shifts]
+        pid = int(_c.add_program(ids, shifts, [int(s.accumulate) for s in steps], workspace,
+                                 [int(s.from_out) for s in steps]))
     except (RuntimeError, ValueError) as e:
-        kinds = ",".join(sorted({n.kind for n, _, _ in steps}))
+        kinds = ",".join(sorted({s.native.kind for s in steps}))
         runtime.log_once(("fastpath", problem, op, kinds),
                          f"{op} {problem.describe()} runs the Python path: {summary(e)}")
         return -1
-    _keep.append(([n.keep for n, _, _ in steps], call))
+    _keep.append(([s.native.keep for s in steps], call))
     return pid
 
 

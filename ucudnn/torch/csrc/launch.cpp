@@ -155,12 +155,16 @@ struct Launch {
 std::vector<std::unique_ptr<Launch>> launches;
 
 // A plan's steps as the executor runs them: each a launch on the operands shifted to its micro-batch (and channel
-// slice), accumulating into what earlier steps wrote (beta = 1: legacy launches only) or not.
+// slice), accumulating into what earlier steps wrote (beta = 1: legacy launches only) or not, with its workspace
+// from the call's buffer or (``from_out`` >= 0, issue 18's unwritten memory) from the output's tail: from that many
+// bytes into the output (the later samples' output, written by later steps), rounded up to 256 bytes, to its end.
 struct Step {
   const Launch* launch = nullptr;
   std::array<int64_t, 3> shifts{0, 0, 0};
   bool accumulate = false;
+  int64_t from_out = -1;
 };
+constexpr uintptr_t UNWRITTEN_ALIGN = 256;   // ucudnn.planning.wr.UNWRITTEN_ALIGN
 
 struct Program {
   std::vector<Step> steps;
@@ -228,10 +232,27 @@ bool run_native(const Program& P, const Tensor& a, const Tensor& b, const Tensor
     ws = at::empty({P.workspace}, out.options().dtype(at::kByte).memory_format(at::MemoryFormat::Contiguous));
     ws_ptr = ws.data_ptr();
   }
-  Handle h = handle_for(device, current_stream(device));
+  // every step's workspace first: a tail shorter than its step needs sends the whole op to Python before anything
+  // runs (the Python path says why)
+  const uintptr_t out_end = reinterpret_cast<uintptr_t>(po) + static_cast<uintptr_t>(out.nbytes());
+  std::vector<std::pair<void*, int64_t>> spaces;
+  spaces.reserve(P.steps.size());
   for (const Step& s : P.steps) {
-    if (launch_one(*s.launch, h, pa + s.shifts[0], pb + s.shifts[1], po + s.shifts[2], ws_ptr, P.workspace,
-                   s.accumulate) != 0) {
+    if (s.from_out < 0) {
+      spaces.emplace_back(ws_ptr, P.workspace);
+      continue;
+    }
+    const uintptr_t start = (reinterpret_cast<uintptr_t>(po) + static_cast<uintptr_t>(s.from_out) +
+                             UNWRITTEN_ALIGN - 1) / UNWRITTEN_ALIGN * UNWRITTEN_ALIGN;
+    const int64_t size = start < out_end ? static_cast<int64_t>(out_end - start) : 0;
+    if (size < s.launch->workspace) return false;
+    spaces.emplace_back(reinterpret_cast<void*>(start), size);
+  }
+  Handle h = handle_for(device, current_stream(device));
+  for (size_t i = 0; i < P.steps.size(); ++i) {
+    const Step& s = P.steps[i];
+    if (launch_one(*s.launch, h, pa + s.shifts[0], pb + s.shifts[1], po + s.shifts[2], spaces[i].first,
+                   spaces[i].second, s.accumulate) != 0) {
       return false;
     }
   }
@@ -504,13 +525,14 @@ int64_t backend_launch(int64_t op, int64_t data_type, c10::IntArrayRef a_dims, c
   return add_launch(std::move(l));
 }
 
-// The steps of one op's plan, in order (launch ids, three byte shifts per step, accumulate flags) and the
-// workspace a call takes for all of them.
+// The steps of one op's plan, in order (launch ids, three byte shifts per step, accumulate flags, where each
+// step's workspace starts in the output or -1) and the workspace a call takes for the steps that use its buffer.
 int64_t add_program(c10::IntArrayRef launch_ids, c10::IntArrayRef shifts, c10::IntArrayRef accumulate,
-                    int64_t workspace) {
+                    int64_t workspace, c10::IntArrayRef from_out) {
   const size_t n = launch_ids.size();
-  TORCH_CHECK(n > 0 && shifts.size() == 3 * n && accumulate.size() == n,
-              "ucudnn: a program needs its steps' launches, 3 shifts and an accumulate flag per step");
+  TORCH_CHECK(n > 0 && shifts.size() == 3 * n && accumulate.size() == n && from_out.size() == n,
+              "ucudnn: a program needs its steps' launches, 3 shifts, an accumulate flag and a workspace origin "
+              "per step");
   auto P = std::make_unique<Program>();
   P->workspace = workspace;
   std::lock_guard<std::mutex> lock(registry_mutex);
@@ -522,9 +544,12 @@ int64_t add_program(c10::IntArrayRef launch_ids, c10::IntArrayRef shifts, c10::I
     TORCH_CHECK(op < 0 || l->op == op, "ucudnn: the steps of one program run one op");
     op = l->op;
     TORCH_CHECK(!(accumulate[i] && l->backend), "ucudnn: a backend plan cannot accumulate (built with beta 0)");
-    TORCH_CHECK(l->workspace <= workspace, "ucudnn: step ", i, " needs ", l->workspace, " bytes of workspace, the "
-                "program gives ", workspace);
-    P->steps.push_back({l, {shifts[3 * i], shifts[3 * i + 1], shifts[3 * i + 2]}, accumulate[i] != 0});
+    TORCH_CHECK(from_out[i] >= 0 || l->workspace <= workspace, "ucudnn: step ", i, " needs ", l->workspace,
+                " bytes of workspace, the program gives ", workspace);
+    TORCH_CHECK(from_out[i] < 0 || l->op != BACKWARD_FILTER,
+                "ucudnn: a backward filter's workspace cannot come from its output (dw is written by every step)");
+    P->steps.push_back({l, {shifts[3 * i], shifts[3 * i + 1], shifts[3 * i + 2]}, accumulate[i] != 0,
+                        from_out[i]});
     P->aligned = P->aligned || l->backend;
   }
   programs.push_back(std::move(P));
@@ -559,7 +584,8 @@ TORCH_LIBRARY(ucudnn_c, m) {
         "int[] o_dims, int[] o_strides, int[] pad, int[] stride, int[] dilation, int engine, int[] knob_types, "
         "int[] knob_values, int workspace, int device) -> int",
         TORCH_FN(backend_launch));
-  m.def("add_program(int[] launches, int[] shifts, int[] accumulate, int workspace) -> int", TORCH_FN(add_program));
+  m.def("add_program(int[] launches, int[] shifts, int[] accumulate, int workspace, int[] from_out) -> int",
+        TORCH_FN(add_program));
   m.def("add_layer(int[] programs, int[] y_shape, bool channels_last, int py_layer) -> int", TORCH_FN(add_layer));
   m.def("stats() -> int[]", TORCH_FN(stats));
   // implemented in Python (ucudnn.torch.fastpath): the Python path for one op of one layer, into ``out``
