@@ -208,3 +208,29 @@ def test_the_apis_backward_filter_refuses_a_dx_buffer_of_another_shape_or_dtype_
         with pytest.raises(InputError) as e:
             api.conv2d_backward_filter(x, dy, (5, 3, 3, 3), unwritten=bad)
         assert e.value.field == "unwritten"
+
+
+@settings(max_examples=60, deadline=None)
+@given(tables(), st.integers(0, 8), st.sampled_from(["forward", "backward_data", "backward_filter"]),
+       st.floats(0.0, 5.0))
+def test_a_kernels_plan_takes_unwritten_memory_only_for_more_than_the_margin_and_only_above_the_limit(
+        table, limit_mib, op, margin):
+    """``kernel_configs(..., unwritten=True, min_gain_ms=m)``: the plan covers the batch; it is WR's plan at the limit
+    unless the unwritten one is more than ``m`` ms faster; the configurations it marks are exactly those above the
+    limit, and the kernel's workspace (what its buffer must hold) stays within the limit."""
+    from ucudnn.planning.plan import KernelPlan
+    from ucudnn.planning.wr import kernel_configs
+
+    n, rows = table
+    limit = limit_mib * MiB
+    k = _kernel(op, n, rows)
+    plain = kernel_configs(k, limit, "all")
+    chosen = kernel_configs(k, limit, "all", unwritten=True, min_gain_ms=margin)
+    assert sum(c.micro_batch for c in chosen) == n
+    t_plain, t_chosen = (sum(c.time_ms for c in cs) for cs in (plain, chosen))
+    if any(c.unwritten for c in chosen):
+        assert t_chosen + margin < t_plain
+    else:
+        assert t_chosen == t_plain
+    assert all(c.unwritten == (c.workspace_bytes > limit) for c in chosen)
+    assert KernelPlan("k", op, k.problem, chosen).workspace_bytes <= limit
