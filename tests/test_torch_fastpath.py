@@ -112,8 +112,13 @@ class _FakeC:
 
 
 class _Executor:
+    """What register reads of an executor: its steps as :class:`~ucudnn.execute.executor.NativeStep` s, as the real
+    executor describes them (given here as tuples; None: no description)."""
+
     def __init__(self, steps):
-        self.native_steps = steps
+        from ucudnn.execute.executor import NativeStep
+
+        self.native_steps = None if steps is None else [NativeStep(*s) for s in steps]
 
 
 class _Call:

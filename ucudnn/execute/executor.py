@@ -44,6 +44,7 @@ from ..measure.sources import registry
 from ..measure.sources.base import Launch, Native, Operands, direct_of, native_of
 from ..planning.channels import steps as channel_steps
 from ..planning.plan import KernelPlan, Plan
+from ..planning.wr import UNWRITTEN_ALIGN
 from ..problem import ROLES
 
 
@@ -70,6 +71,9 @@ class _Step:
     shifts: tuple[int, int, int]   # bytes from the start of (a, b, out) to this micro-batch's slice
     accumulate: bool = False       # adds into what earlier steps wrote (beta = 1) instead of the caller's beta
     unwritten: bool = False        # its workspace is memory the call has not written yet (the module's doc)
+    #: forward / backward data on unwritten memory: bytes from the start of the output to the first sample after
+    #: its micro-batch, where its workspace starts (rounded up to UNWRITTEN_ALIGN); -1 otherwise
+    from_out: int = -1
 
 
 class Executor:
@@ -95,6 +99,8 @@ class Executor:
         per_sample = {r: math.prod(p.shape(r)[1:]) * item for r in ("x", "y")}
         # a channel slice starts k0 filters into w (dw) and k0 channels into each sample of y (dy)
         per_channel = {"w": math.prod(p.w_shape()[1:]) * item, "y": (p.p * p.q if p.layout == "NCHW" else 1) * item}
+        # bytes an output sample holds (forward: y, backward data: dx): the unit of an unwritten tail
+        out_sample = per_sample["y" if op == "forward" else "x"]
         self.steps: list[_Step] = []
         for st in channel_steps(plan.configs, p.n, p.k):
             cfg = st.config
@@ -116,10 +122,10 @@ class Executor:
             if unwritten and op != "backward_filter" and cfg.channels is not None:
                 raise UcudnnError(f"kernel {plan.name!r}: a channel slice cannot take its workspace from the "
                                   "output of later samples (it writes every sample's rows of its channels)")
+            from_out = (st.n0 + cfg.micro_batch) * out_sample if unwritten and op != "backward_filter" else -1
             self.steps.append(_Step(cfg.micro_batch, st.n0, cfg, need, launch, shifts,  # type: ignore[arg-type]
-                                    accumulate, unwritten))
-        #: bytes an output sample holds (forward: y, backward data: dx): the unit of an unwritten tail
-        self._out_sample = per_sample["y" if op == "forward" else "x"]
+                                    accumulate, unwritten, from_out))
+        self._out_bytes = p.n * out_sample   # the output's size: where an unwritten tail ends
         self.workspace_bytes = max((s.workspace_bytes for s in self.steps if not s.unwritten), default=0)
         self.takes_unwritten = any(s.unwritten for s in self.steps)
         self.replay = replay
@@ -146,8 +152,7 @@ class Executor:
             native = native_of(s.launch)
             if native is None or (s.accumulate and native.kind != "legacy"):
                 return None
-            from_out = (s.offset + s.micro_batch) * self._out_sample if s.unwritten else -1
-            steps.append(NativeStep(native, tuple(s.shifts), bool(s.accumulate), from_out, int(s.workspace_bytes)))
+            steps.append(NativeStep(native, tuple(s.shifts), bool(s.accumulate), s.from_out, int(s.workspace_bytes)))
         return steps
 
     def __call__(self, a: Any, b: Any, out: Any, *, alpha: float = 1.0, beta: float = 0.0,
@@ -198,8 +203,6 @@ class Executor:
 
     def _unwritten(self, s: _Step, out_ptr: int, beta: float, given: tuple[int, int] | None) -> tuple[int, int]:
         """(pointer, bytes) of the unwritten memory step ``s`` takes as its workspace (the module's doc)."""
-        from ..planning.wr import UNWRITTEN_ALIGN
-
         name = self.plan.name
         if self.plan.op == "backward_filter":
             if given is None:
@@ -210,9 +213,8 @@ class Executor:
             if beta != 0.0:
                 raise UcudnnError(f"kernel {name!r}: its plan takes workspace from the output of later samples, "
                                   f"which beta = {beta} says hold data; plan it without unwritten memory")
-            start = out_ptr + (s.offset + s.micro_batch) * self._out_sample
-            ptr = -(-start // UNWRITTEN_ALIGN) * UNWRITTEN_ALIGN
-            size = out_ptr + self.plan.problem.n * self._out_sample - ptr
+            ptr = -(-(out_ptr + s.from_out) // UNWRITTEN_ALIGN) * UNWRITTEN_ALIGN
+            size = out_ptr + self._out_bytes - ptr
         if size < s.workspace_bytes:
             raise UcudnnError(f"kernel {name!r}: a step of {s.micro_batch} samples needs {s.workspace_bytes} bytes "
                               f"of unwritten memory, {max(size, 0)} are there")

@@ -227,12 +227,9 @@ def register(op: str, call: Any, problem: Any, device: int) -> int:
 
 
 def _register(op: str, call: Any, problem: Any, device: int) -> int:
-    from ..execute.executor import NativeStep
-
-    described = getattr(call.executor, "native_steps", None)
-    if not described or call.installed is not None:
+    steps = getattr(call.executor, "native_steps", None)
+    if not steps or call.installed is not None:
         return -1
-    steps = [NativeStep(*s) for s in described]
     number = OPS.index(op)
     workspace = int(call.ws_bytes)
     ids: list[int] = []

@@ -128,10 +128,8 @@ def _run(op: str, layer: Layer, a: Tensor, b: Tensor, out: Tensor, numerics: str
     if not runtime.runs_here(a):   # modules send other devices to torch before this; direct callers may not
         return False
     try:
-        if unwritten is None:
-            runtime.launch(op, layer.problem, a, b, out, layer.settings, numerics)
-        else:
-            runtime.launch(op, layer.problem, a, b, out, layer.dw_settings, numerics, unwritten)
+        settings = layer.settings if unwritten is None else layer.dw_settings
+        runtime.launch(op, layer.problem, a, b, out, settings, numerics, unwritten)
         return True
     except runtime.FALLBACK_ERRORS as e:
         runtime.note_fallback(layer.problem, op, e)

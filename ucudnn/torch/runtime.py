@@ -345,7 +345,7 @@ class _Call:
         :meth:`workspace`; ``unwritten``: a backward filter's layer's dx, not written yet."""
         ws, ptr, size = self.workspace()
         spare = None if unwritten is None or not self.executor.takes_unwritten else (
-            unwritten.data_ptr(), unwritten.numel() * unwritten.element_size())
+            unwritten.data_ptr(), unwritten.nbytes)
         self.executor.launch((a.data_ptr(), b.data_ptr(), out.data_ptr()), ptr, size, unwritten=spare)
         del ws
 
