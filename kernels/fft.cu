@@ -29,12 +29,14 @@
 //              PART of PARTS equal ranges, separably (the R rows' DFTs at kb, then down its part of the column:
 //              R*S + TS/PARTS*R products against TS/PARTS*R*S point by point); PARTS > 1 only where Co*Ci pairs
 //              would leave the device idle.  Grid (ceil(PARTS*(TS/2+1)*Co*Ci / 256)).
-// fft_input:   a block per (G tiles, channel): the TS x TS tiles -> V[f][c][t] (rows, then columns).
+// fft_input:   a block per (G tiles, channel) of FFT_THREADS threads: the TS x TS tiles -> V[f][c][t] (rows, then
+//              columns).
 //              The tile's window: element (a, b) is read where a < WH and b < WW (TS x TS for x; the MH x MW dy
 //              tile of backward filter, zero-padded), at (MH*th + OH + a, MW*tw + OW + b).  Grid (ceil(T/G), Ci).
 // fft_output:  a block per (G tiles, channel): M[f][k][t] -> the MH x MW outputs of each tile (columns, then rows),
 //              y = alpha * v + beta * y (y not read when beta == 0), edge tiles clipped; a thread per output row
-//              of a tile in the second pass, staged in shared memory and written by consecutive threads.  Grid (ceil(T/G), Co).
+//              of a tile in the second pass, staged in shared memory and written by consecutive threads (a warp, or
+//              a half-warp where MW <= 16, per row).  Grid (ceil(T/G), Co).
 // fft_filter_grad: one thread per (r, o, i): Gc[f][o][i] -> the S taps of row r of dw = alpha * IDFT + beta * dw
 //              (dw not read when beta == 0); with PARTS > 1 Gc is the sum of PARTS buffers PSTRIDE complex apart
 //              (chunks over streams: one per stream).  Grid (ceil(R*Co*Ci / 256)).
@@ -205,8 +207,10 @@ fft_filter(const float* __restrict__ w, float2* __restrict__ U, int Co, int Ci, 
     }
 }
 
+// three blocks an SM where that fits in registers without spilling (TS <= 24: 80 registers, from 111 at TS 18; TS 32
+// spills at 80); two otherwise
 template <int TS, int G>
-__global__ void __launch_bounds__(FFT_THREADS)
+__global__ void __launch_bounds__(FFT_THREADS, TS <= 24 ? 3 : 2)
 fft_input(const float* __restrict__ x, float2* __restrict__ V, int C, int T, long long t0, int TH, int TW, int MH,
           int MW, int H, int W, int OH, int OW, int WH, int WW, long long sn, long long sc, long long sh,
           long long sw)
@@ -221,16 +225,26 @@ fft_input(const float* __restrict__ x, float2* __restrict__ V, int C, int T, lon
     const int tb = blockIdx.x * G;
     fft_tile_table<G>(t0, tb, T, TH, TW, MH, MW, OH, OW, sn, c * sc, base, row0, col0);
     __syncthreads();
-    // a warp per tile row, a lane per column (coalesced); zero outside the input, the window and T
-    const int lane = threadIdx.x & 31;
-    for (int row = threadIdx.x >> 5; row < G * TS; row += blockDim.x >> 5) {
-        const int g = row / TS, a = row - g * TS;
-        if (lane < TS) {
-            const int h = row0[g] + a, ww = col0[g] + lane;
-            float v = 0.f;
-            if (a < WH && lane < WW && h >= 0 && h < H && ww >= 0 && ww < W) v = x[base[g] + h * sh + ww * sw];
-            d[g][a][lane] = v;
+    // the G tiles' TS x TS elements, consecutive threads along a tile row (coalesced); zero outside the input, the
+    // window and T.  Every load of a thread is issued before the first store to shared memory: with one load in flight
+    // a thread (a loop of load, store) the transform waited on memory latency (the H200, AlexNet conv2's dy tiles,
+    // 256 channels: 0.55 ms a call for what moves 0.5 GB)
+    constexpr int ELEMS = G * TS * TS, EACH = (ELEMS + FFT_THREADS - 1) / FFT_THREADS;
+    float v[EACH];
+#pragma unroll
+    for (int it = 0; it < EACH; ++it) {
+        const int e = threadIdx.x + it * FFT_THREADS;
+        const int g = e / (TS * TS), a = (e / TS) % TS, b = e % TS;
+        v[it] = 0.f;
+        if (e < ELEMS) {
+            const int h = row0[g] + a, ww = col0[g] + b;
+            if (a < WH && b < WW && h >= 0 && h < H && ww >= 0 && ww < W) v[it] = __ldg(x + base[g] + h * sh + ww * sw);
         }
+    }
+#pragma unroll
+    for (int it = 0; it < EACH; ++it) {
+        const int e = threadIdx.x + it * FFT_THREADS;
+        if (e < ELEMS) d[e / (TS * TS)][(e / TS) % TS][e % TS] = v[it];
     }
     __syncthreads();
     constexpr FftTwiddles<TS> TWD{};
@@ -337,16 +351,29 @@ fft_output(const float2* __restrict__ M, float* __restrict__ y, int K, int T, lo
         }
     }
     __syncthreads();
-    // the tiles' outputs to y: a warp per output row of a tile, a lane per column (coalesced)
-    const int lane = threadIdx.x & 31;
-    for (int row = threadIdx.x >> 5; row < G * MH; row += blockDim.x >> 5) {
-        const int g = row / MH, a = row - g * MH;
+    // the tiles' outputs to y: a warp per output row of a tile, a lane per column (coalesced), or a half-warp per row
+    // where rows are 16 wide or less; (tile, row) advanced by additions, not divided out each row (a division by the
+    // runtime MH a row was most of this kernel's instructions: the H200, AlexNet conv2, TS 18)
+    const int lanes = MW <= 16 ? 16 : 32, per_warp = 32 / lanes;
+    const int lane = threadIdx.x & (lanes - 1);
+    const int first = (threadIdx.x >> 5) * per_warp + ((threadIdx.x & 31) >> (lanes == 16 ? 4 : 5));
+    const int step = (FFT_THREADS >> 5) * per_warp;
+    const int g_step = step / MH, a_step = step - g_step * MH;
+    int g = first / MH, a = first - g * MH;
+    while (g < G) {
         const int h = row0[g] + a, ww = col0[g] + lane;
-        if (h >= Ho || lane >= MW || ww >= Wo) continue;
-        float* p = y + base[g] + h * sh + ww * sw;
-        float v = out[g][a][lane];
-        if (beta != 0.f) v = fmaf(beta, *p, v);
-        *p = v;
+        if (h < Ho && lane < MW && ww < Wo) {
+            float* p = y + base[g] + h * sh + ww * sw;
+            float v = out[g][a][lane];
+            if (beta != 0.f) v = fmaf(beta, *p, v);
+            *p = v;
+        }
+        g += g_step;
+        a += a_step;
+        if (a >= MH) {
+            a -= MH;
+            ++g;
+        }
     }
 }
 

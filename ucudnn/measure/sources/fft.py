@@ -8,9 +8,10 @@ the batch and transform the filter again each micro-batch.  Winograd F(4x4, 3x3)
 take 5x5.  This source's configuration transforms the filter once per call and runs the micro-batch in chunks of T
 tiles, so its workspace is what it touches: ``8 * F * (Co*Ci + Ci*T + Co*T)`` bytes.
 
-Measured (H200, ``benchmarks/results/README.md``): in no plan of that AlexNet (its U alone is 35 MiB at TS 18, and
-its complex GEMMs alone take as long as cuDNN's whole FFT); on public large-filter layers (SRCNN, Inception-v3,
-GoogLeNet; ``benchmarks/networks/large_filters.json``) WR at 64 MiB 1.29x faster with it, 1.43x at 32 MiB.
+Measured (H200, ``benchmarks/results/README.md``, ``fft_profile.md``): in no 64 MiB plan of that AlexNet (its U
+alone is 35 MiB at TS 18, and its complex GEMMs alone, 46 TFLOPS pedantic, take as long as cuDNN's whole FFT), in its
+32 MiB plan (1.31x); on public large-filter layers (SRCNN, Inception-v3, GoogLeNet;
+``benchmarks/networks/large_filters.json``) WR 1.64x / 1.68x / 1.41x faster with it at 16 / 32 / 64 MiB.
 
 A configuration (``kernels/fft.py`` describes and emulates every step; ``kernels/fft.cu`` holds the transforms):
 TS x TS tiles (``fft-t<TS>``; the two cheapest tile sizes by :func:`ucudnn.kernels.fft.tile_cost` are measured,
