@@ -79,6 +79,26 @@ def old_input(old_src: str | None, geo: Any, channels: int, window: tuple[int, i
     return _tile_launches(geo, kernel, channels, window, origin, bounds, strides, kind == "output")
 
 
+def old_grad(old_src: str | None, geo: Any) -> Any:
+    """``fft_filter_grad`` of ``--old-source``, launched as ``kernels.fft.backward_filter_launchers`` launches its
+    own, as ``grad(Gc, dw, alpha, beta, stream)``, or None."""
+    if old_src is None:
+        return None
+    import cupy as cp
+    import numpy as np
+
+    from ucudnn.kernels import _compile
+    from ucudnn.kernels._compile import F32, PTR
+
+    name = f"fft_filter_grad<{geo.ts}>"
+    kernel = cp.RawModule(code=old_src, options=_compile.OPTIONS, name_expressions=[name]).get_function(name)
+    count = geo.co * geo.ci * geo.r
+    grad = _compile.packed(kernel, (-(-count // 256),), (256,), (PTR, PTR) + (
+        np.int32(geo.co), np.int32(geo.ci), np.int32(geo.r), np.int32(geo.s)) + tuple(
+        np.int64(v) for v in geo.filter_strides) + (F32, F32, np.int32(1), np.int64(0)))
+    return lambda Gc, dw, alpha, beta, stream: grad(Gc, dw, alpha, beta, stream=stream)
+
+
 def profile(name: str, op: str, ts: int, tiles: int | None, reps: int, old_src: str | None = None) -> dict[str, Any]:
     import cupy as cp
 
@@ -113,7 +133,13 @@ def profile(name: str, op: str, ts: int, tiles: int | None, reps: int, old_src: 
         old = old_input(old_src, geo, geo.ci, (geo.ts, geo.ts), (-geo.pad[0], -geo.pad[1]), (geo.hi, geo.wi),
                         geo.in_strides)
         old_dy = old_input(old_src, geo, geo.co, (geo.mh, geo.mw), (0, 0), (geo.ho, geo.wo), geo.out_strides)
+        grad_old = old_grad(old_src, geo)
         if old is not None:
+            row["old_filter_ms"] = timed(lambda: grad_old(bufs["U"], w.data.ptr, 1.0, 0.0, stream), reps)
+            wa, wb = cp.full_like(w, cp.nan), cp.full_like(w, cp.nan)
+            grad_(bufs["U"], wa.data.ptr, 1.0, 0.0, stream)
+            grad_old(bufs["U"], wb.data.ptr, 1.0, 0.0, stream)
+            row["old_grad_equal"] = bool(cp.array_equal(wa, wb))
             row["old_input_ms"] = timed(lambda: [old(t0, c)(x.data.ptr, bufs["V"], stream=stream) for t0, c in ranges],
                                         reps)
             row["old_output_ms"] = timed(lambda: [old_dy(t0, c)(y.data.ptr, bufs["M"], stream=stream)
@@ -251,17 +277,17 @@ def main() -> None:
                         row = {"layer": name, "op": op, "ts": ts, "tiles": c, "error": str(e)[:300]}
                     print(row, flush=True)
                     rows.append(row)
-    cols = ["layer", "op", "ts", "tiles", "chunks", "workspace_mib", "call_ms", "filter_ms", "input_ms",
-            "old_input_ms", "output_ms", "old_output_ms", "old_equal",
+    cols = ["layer", "op", "ts", "tiles", "chunks", "workspace_mib", "call_ms", "filter_ms", "old_filter_ms",
+            "input_ms", "old_input_ms", "output_ms", "old_output_ms", "old_equal", "old_grad_equal",
             "gemm_pedantic_ms", "gemm_pedantic_tflops", "gemm_32F_ms", "gemm_32F_tflops", "gemm_3m_ms",
             "gemm_3m_tflops", "gemm_3m_rel_diff"]
     lines = [md_header("fft configurations kernel by kernel (issue 18 diagnosis)", provenance()),
         "Each kind of kernel timed alone over the call's chunks (ms a call, CUDA events); `call_ms` the source's "
         "launch as WR runs it. GEMM TFLOPS count 8 real flops a complex multiply-add whichever product ran "
         "(3M does three real products instead of four). `old_*`: the input and inverse transforms (backward filter: "
-        "the "
-        "dy transform, in `output_ms`) of `--old-source` on the same chunks; `old_equal`: both wrote the same V "
-        "(and y) bit for bit.",
+        "the dy transform, in `output_ms`, and the inverse, in `filter_ms`) of `--old-source` on the same chunks; "
+        "`old_equal` / `old_grad_equal`: both wrote the same V (and "
+        "y) / dw bit for bit.",
         "",
         "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for r in rows:
