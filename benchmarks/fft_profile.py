@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any, Callable
 
@@ -180,17 +181,11 @@ def profile(name: str, op: str, ts: int, tiles: int | None, reps: int, old_src: 
     dtype = cublas.COMPLEX_TYPES["complex64"]
     alpha = _CONSTANTS.ctypes.data
     beta0 = _CONSTANTS.ctypes.data + 8
-    counts = sorted({c for _, c in ranges})
-    flops = 0
-    for _, c in ranges:
-        gm = geo.gemm(c)
-        flops += 8 * gm.m * gm.n * gm.k * gm.batch
+    # each distinct chunk size's GEMM once, with how many chunks of that size the call runs
+    calls = [(geo.gemm(c), times) for c, times in sorted(Counter(c for _, c in ranges).items())]
+    flops = sum(8 * gm.m * gm.n * gm.k * gm.batch * times for gm, times in calls)
 
     def ex(compute: str) -> Callable[[], None]:
-        calls = []
-        for c in counts:
-            gm = geo.gemm(c)
-            calls.append((gm, sum(1 for _, cc in ranges if cc == c)))
         ctype = cublas.COMPUTE_TYPES[compute]
 
         def run() -> None:
@@ -204,7 +199,6 @@ def profile(name: str, op: str, ts: int, tiles: int | None, reps: int, old_src: 
 
     def three_m() -> Callable[[], None]:
         f = gemm3m()
-        calls = [(geo.gemm(c), sum(1 for _, cc in ranges if cc == c)) for c in counts]
 
         def run() -> None:
             for gm, times in calls:
@@ -257,7 +251,7 @@ def main() -> None:
     ap.add_argument("--tiles", default="18,32", help="tile sizes")
     ap.add_argument("--chunks", default="0,64,256,1024", help="tiles a chunk (0: the whole call in one chunk)")
     ap.add_argument("--reps", type=int, default=10)
-    ap.add_argument("--old-source", help="an earlier kernels/fft.cu: its fft_input timed beside this tree's")
+    ap.add_argument("--old-source", help="an earlier kernels/fft.cu: its transforms timed beside this tree's")
     ap.add_argument("--out", default="benchmarks/results")
     ap.add_argument("--name", default="fft_profile")
     args = ap.parse_args()

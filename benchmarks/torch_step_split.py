@@ -70,7 +70,7 @@ def worker(a: argparse.Namespace) -> dict:
         kinds: Counter = Counter()
         for _, call in fastpath._keep:      # each compiled program's steps, by the kind of their configuration
             for step in getattr(call.executor, "native_steps", None) or ():
-                kinds[step[0].kind] += 1
+                kinds[step.native.kind] += 1
         rec["native_launches_by_kind"] = dict(kinds)
         counts = list(torch.ops.ucudnn_c.stats())
         rec["launches_compiled"], rec["launches_python"] = sum(counts[:3]), sum(counts[3:])
