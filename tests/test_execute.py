@@ -308,8 +308,8 @@ def test_a_channel_slice_on_unwritten_output_is_refused_when_the_plan_is_made(re
 def test_a_compiled_path_is_told_where_a_step_on_unwritten_memory_finds_its_workspace(monkeypatch):
     """``native_steps`` (ucudnn.torch's compiled launch path) describes a forward / backward-data step on unwritten
     memory by where its workspace starts in the output (the next micro-batch's first byte; the launch path rounds
-    it up as the executor does) and what it needs; a backward filter on unwritten memory is left to Python (its dx
-    comes from the caller)."""
+    it up as the executor does) and what it needs; a backward filter's, as starting 0 bytes into the dx its caller
+    lends."""
     from ucudnn.execute.executor import NativeStep
     from ucudnn.measure.sources import registry
     from ucudnn.measure.sources.base import Native
@@ -332,5 +332,7 @@ def test_a_compiled_path_is_told_where_a_step_on_unwritten_memory_finds_its_work
     assert all(isinstance(s, NativeStep) and s.native.kind == "legacy" for s in steps)
     bwd = Executor(_unwritten_plan("backward_data", [3, 7], [0, 0], [True, False]))
     assert bwd.native_steps[0].from_out == 3 * X_SAMPLE
-    assert Executor(_unwritten_plan("backward_filter", [8, 2], [1 << 20, 256], [True, False])).native_steps is None
-    assert Executor(_unwritten_plan("backward_filter", [8, 2], [0, 256], [False, False])).native_steps is not None
+    bwf = Executor(_unwritten_plan("backward_filter", [8, 2], [1 << 20, 256], [True, False])).native_steps
+    assert [(s.from_out, s.need) for s in bwf] == [(0, 1 << 20), (-1, 256)]
+    plain = Executor(_unwritten_plan("backward_filter", [8, 2], [0, 256], [False, False])).native_steps
+    assert [s.from_out for s in plain] == [-1, -1]

@@ -140,6 +140,39 @@ def test_steps_on_unwritten_memory_launch_from_cpp_in_the_later_samples_output(m
     runtime.forget_prepared()
 
 
+def test_a_backward_filter_borrowing_dx_launches_from_cpp_before_backward_data_overwrites_it(monkeypatch):
+    """With ``UCUDNN_UNWRITTEN=1`` a backward filter whose plan takes its first micro-batch's workspace from the
+    layer's dx (issue 18) runs from C++ first in the backward (launch.cpp's Conv::backward, as the Python path's
+    EagerConv2d.backward), then backward data overwrites dx: every op launches from C++ and the results equal a
+    float64 reference.  Forward and backward data keep their plain plans here."""
+    from ucudnn import api
+    from ucudnn.planning.plan import KernelPlan, MicroConfig
+    from ucudnn.torch import runtime
+
+    original = api._plan_from_store_or_bench
+
+    def borrowing(problem, op, limit, bp, nm, sources=None, unwritten=False):
+        if op == "backward_filter" and unwritten:
+            first = MicroConfig(20, 0, "FMA", 1.0, 0, "legacy")
+            rest = MicroConfig(17, 0, "FMA", 1.0, 0, "legacy")
+            return KernelPlan("borrowing", op, problem, [MicroConfig.of(first, True), rest])
+        return original(problem, op, limit, bp, nm, sources, False)
+
+    monkeypatch.setenv("UCUDNN_UNWRITTEN", "1")
+    monkeypatch.setattr(api, "_plan_from_store_or_bench", borrowing)
+    monkeypatch.setattr(api, "_executors", {})
+    runtime.forget_prepared()
+    torch.manual_seed(0)
+    plain = nn.Conv2d(16, 24, 3, padding=1).cuda()
+    ours = ut.convert(copy.deepcopy(plain), workspace_limit="1MiB", sources="legacy")
+    x = torch.randn(37, 16, 14, 14, device="cuda")
+    grads(ours, x)                           # prepares
+    lent = fastpath._keep[-1][1].executor
+    assert lent.plan.op == "backward_filter" and [s.from_out for s in lent.native_steps] == [0, -1]
+    _every_op_from_cpp_equal_to_float64(ours, plain, x)
+    runtime.forget_prepared()
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_autocast_casts_in_cpp_like_nn_conv2d(dtype):
     torch.manual_seed(0)

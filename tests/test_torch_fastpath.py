@@ -50,6 +50,10 @@ def test_the_registry_refuses_what_it_cannot_run_with_a_clear_error(extension):
         extension.add_layer([5, -1, -1], [1, 2, 3, 4], False, 0)
     with pytest.raises(RuntimeError, match="one program id per op"):
         extension.add_layer([-1, -1], [1, 2, 3, 4], False, 0)
+    with pytest.raises(RuntimeError, match="optionally a backward filter's in dx"):
+        extension.add_layer([-1, -1, -1, -1, -1], [1, 2, 3, 4], False, 0)
+    with pytest.raises(RuntimeError, match="unknown program 9"):
+        extension.add_layer([-1, -1, -1, 9], [1, 2, 3, 4], False, 0)
     with pytest.raises(RuntimeError, match="3 shifts, an accumulate flag and a workspace origin per step"):
         extension.add_program([0], [0, 0], [0], 0, [-1])
     with pytest.raises(RuntimeError, match="3 shifts, an accumulate flag and a workspace origin per step"):
@@ -250,3 +254,48 @@ def test_a_step_on_unwritten_memory_is_registered_with_its_own_need_and_where_it
     assert fake.calls == [("legacy", (0, 11, 12, 13, 14, 5, 9000)), ("legacy", (0, 21, 22, 23, 24, 1, 512)),
                           ("program", ([7, 8], [0, 0, 0, 4032, 0, 2 * y_sample], [0, 0], 512, [2 * y_sample, -1]))]
 
+
+
+def test_a_backward_filter_that_borrows_dx_is_registered_apart_and_only_where_its_plan_borrows(monkeypatch):
+    """With ``UCUDNN_UNWRITTEN`` a layer's backward filter may take workspace from its dx before backward data
+    writes it (launch.cpp's Conv::backward runs it first): that plan is prepared with the layer's dw settings and
+    registered as its own program, its borrowing steps saying workspace from 0 bytes into the lent buffer; a plan
+    that borrows nothing is not registered again (-1: the plain backward filter runs)."""
+    import contextlib
+    import dataclasses
+    from types import SimpleNamespace
+
+    from ucudnn.measure.sources.base import Native
+    from ucudnn.torch import runtime
+
+    fake = _FakeC()
+    monkeypatch.setattr(fastpath, "_c", fake)
+    monkeypatch.setattr(fastpath, "_keep", [])
+    monkeypatch.setattr(fastpath, "_programs", {})
+    monkeypatch.setattr(runtime, "_shared", True)
+    device = SimpleNamespace(Device=lambda d: contextlib.nullcontext())
+    monkeypatch.setattr(runtime, "_cp", SimpleNamespace(cuda=device))
+    monkeypatch.setattr(runtime, "cupy_stream", lambda d: contextlib.nullcontext())
+    p = _problem("NCHW", "float32", n=3)
+    borrows = {"yes": True}
+    asked = []
+
+    def prepared(op, problem, settings, numerics, device):
+        asked.append((op, settings.dx_unwritten))
+        step = (Native("legacy", op, problem, (11, 12, 13, 14), algo=3), (0, 0, 0), False,
+                0 if settings.dx_unwritten else -1, 70000)
+        call = _Call([step], ws=512)
+        call.executor.takes_unwritten = settings.dx_unwritten and borrows["yes"]
+        return call
+
+    monkeypatch.setattr(runtime, "prepared", prepared)
+    settings = runtime.Settings(512)
+    layer = SimpleNamespace(problem=p, settings=settings,
+                            dw_settings=dataclasses.replace(settings, dx_unwritten=True))
+    assert fastpath._launch_id("backward_filter", layer, "strict", 0, borrowing=True) == 100
+    assert asked == [("backward_filter", True)]
+    assert fake.calls == [("legacy", (2, 11, 12, 13, 14, 3, 70000)), ("program", ([7], [0, 0, 0], [0], 512, [0]))]
+    borrows["yes"] = False
+    fake.calls.clear()
+    assert fastpath._launch_id("backward_filter", layer, "strict", 0, borrowing=True) == -1
+    assert fake.calls == []

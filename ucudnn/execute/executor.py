@@ -56,7 +56,8 @@ class NativeStep(NamedTuple):
     accumulate: bool = False        # adds into what earlier steps wrote (beta = 1)
     #: where its workspace starts, in bytes from the start of the output (rounded up to
     #: :data:`~ucudnn.planning.wr.UNWRITTEN_ALIGN`, running to the output's end: the later samples' output, not
-    #: written yet), or -1: the call's workspace buffer
+    #: written yet), for a backward filter from the start of the buffer its caller lends (the layer's dx), or -1:
+    #: the call's workspace buffer
     from_out: int = -1
     need: int = 0                   # bytes of workspace it needs (what the buffer or the output's tail must hold)
 
@@ -72,7 +73,8 @@ class _Step:
     accumulate: bool = False       # adds into what earlier steps wrote (beta = 1) instead of the caller's beta
     unwritten: bool = False        # its workspace is memory the call has not written yet (the module's doc)
     #: forward / backward data on unwritten memory: bytes from the start of the output to the first sample after
-    #: its micro-batch, where its workspace starts (rounded up to UNWRITTEN_ALIGN); -1 otherwise
+    #: its micro-batch, where its workspace starts (rounded up to UNWRITTEN_ALIGN); a backward filter's: 0 (the
+    #: start of the dx its caller lends); -1 otherwise
     from_out: int = -1
 
 
@@ -122,7 +124,9 @@ class Executor:
             if unwritten and op != "backward_filter" and cfg.channels is not None:
                 raise UcudnnError(f"kernel {plan.name!r}: a channel slice cannot take its workspace from the "
                                   "output of later samples (it writes every sample's rows of its channels)")
-            from_out = (st.n0 + cfg.micro_batch) * out_sample if unwritten and op != "backward_filter" else -1
+            from_out = -1
+            if unwritten:
+                from_out = 0 if op == "backward_filter" else (st.n0 + cfg.micro_batch) * out_sample
             self.steps.append(_Step(cfg.micro_batch, st.n0, cfg, need, launch, shifts,  # type: ignore[arg-type]
                                     accumulate, unwritten, from_out))
         self._out_bytes = p.n * out_sample   # the output's size: where an unwritten tail ends
@@ -137,11 +141,10 @@ class Executor:
         self.direct = direct_of(only.launch) if (only is not None and not replay and not any(only.shifts)
                                                  and not only.accumulate and not only.unwritten) else None
         #: every step described as data for a compiled launch path (ucudnn.torch's): :class:`NativeStep` s, None
-        #: for replayed plans, where a step has no description or accumulates through a graph engine (the graph
-        #: source adds into its output through a scratch buffer, which a description does not say), and for a
-        #: backward filter on unwritten memory (its dx comes from the caller)
-        self.native_steps = self._native_steps() if not (
-            replay or (self.takes_unwritten and op == "backward_filter")) else None
+        #: for replayed plans and where a step has no description or accumulates through a graph engine (the graph
+        #: source adds into its output through a scratch buffer, which a description does not say).  A backward
+        #: filter's steps on unwritten memory say ``from_out`` 0: their workspace is the dx the caller lends
+        self.native_steps = self._native_steps() if not replay else None
         self._own: Any = None          # the workspace allocated when the caller passes none
         self._graphs: OrderedDict[tuple, Any] = OrderedDict()
         self.replay_failures: list[str] = []

@@ -32,6 +32,7 @@ from typing import Any
 
 import torch
 
+from .. import config
 from ..errors import summary
 from . import ops, runtime
 
@@ -181,6 +182,10 @@ def _entry(m: Any, x: torch.Tensor, w: torch.Tensor, dt: torch.dtype, key: tuple
         ids = [-1, -1, -1]
         for i, op in enumerate(OPS if grad else OPS[:1]):
             ids[i] = _launch_id(op, layer, numerics, device)
+        if grad and config.unwritten():
+            # the backward filter's plan that may take workspace from the layer's dx, run first in the backward
+            # when both gradients are wanted (launch.cpp's Conv::backward), as EagerConv2d.backward does
+            ids.append(_launch_id("backward_filter", layer, numerics, device, borrowing=True))
         with _lock:
             _py_layers.append((layer, numerics))
             py_id = len(_py_layers) - 1
@@ -191,17 +196,22 @@ def _entry(m: Any, x: torch.Tensor, w: torch.Tensor, dt: torch.dtype, key: tuple
     return hit
 
 
-def _launch_id(op: str, layer: ops.Layer, numerics: str, device: int) -> int:
+def _launch_id(op: str, layer: ops.Layer, numerics: str, device: int, borrowing: bool = False) -> int:
     """The compiled program of ``op`` for this layer, or -1 (Python's): the plan prepared through the lookup chain
     as the Python path prepares it (so both run the same plan), then :func:`register`.  A plan that cannot be made
-    here (no plan fits, a benchmark failure) is -1 too: the Python path meets the same failure and says why, once."""
+    here (no plan fits, a benchmark failure) is -1 too: the Python path meets the same failure and says why, once.
+    ``borrowing`` (backward filter): the plan whose launches bring the layer's dx (``layer.dw_settings``), -1
+    where it takes none of that memory (the plain plan then runs)."""
     if not runtime._shared:
         runtime.share_torch_memory()
     cp = runtime._cp
     try:
         with cp.cuda.Device(device), runtime.cupy_stream(device):
-            call = runtime.prepared(op, layer.problem, layer.settings, numerics, device)
+            call = runtime.prepared(op, layer.problem, layer.dw_settings if borrowing else layer.settings, numerics,
+                                    device)
     except runtime.FALLBACK_ERRORS:
+        return -1
+    if borrowing and not getattr(call.executor, "takes_unwritten", False):
         return -1
     return register(op, call, layer.problem, device)
 

@@ -74,7 +74,8 @@ class Settings:
     replay: bool = False
     #: a backward filter's launches pass its layer's dx before backward data writes it (``launch(unwritten=)``):
     #: its plan may take workspace there (``UCUDNN_UNWRITTEN``).  Not a custom-op argument: the eager backward
-    #: alone runs dw before dx (``ucudnn.torch.ops.EagerConv2d.backward``)
+    #: (``ucudnn.torch.ops.EagerConv2d.backward``) and the compiled path's C++ node run dw before dx; the custom
+    #: op's separate gradient ops do not
     dx_unwritten: bool = False
 
 

@@ -156,8 +156,10 @@ std::vector<std::unique_ptr<Launch>> launches;
 
 // A plan's steps as the executor runs them: each a launch on the operands shifted to its micro-batch (and channel
 // slice), accumulating into what earlier steps wrote (beta = 1: legacy launches only) or not, with its workspace
-// from the call's buffer or (``from_out`` >= 0, issue 18's unwritten memory) from the output's tail: from that many
-// bytes into the output (the later samples' output, written by later steps), rounded up to 256 bytes, to its end.
+// from the call's buffer or (``from_out`` >= 0, issue 18's unwritten memory) from memory not written yet: forward
+// and backward data, the output's tail from that many bytes into the output (the later samples' output, written
+// by later steps), rounded up to 256 bytes, to its end; backward filter, the buffer its caller lends (the layer's
+// dx before backward data writes it: Conv::backward), from that many bytes in.
 struct Step {
   const Launch* launch = nullptr;
   std::array<int64_t, 3> shifts{0, 0, 0};
@@ -175,6 +177,9 @@ std::vector<std::unique_ptr<Program>> programs;
 
 struct Layer {
   Program* program[3] = {nullptr, nullptr, nullptr};  // nullptr: that op runs through Python (py_launch)
+  // the backward filter's plan that takes workspace from the layer's dx before backward data writes it
+  // (``UCUDNN_UNWRITTEN``), run first when both gradients are wanted; nullptr: none (program[2] then)
+  Program* dw_in_dx = nullptr;
   std::vector<int64_t> y_shape;
   at::MemoryFormat format = at::MemoryFormat::Contiguous;
   int64_t py_layer = 0;                               // Python's key for py_launch
@@ -212,7 +217,8 @@ Status launch_one(const Launch& l, Handle h, void* pa, void* pb, void* po, void*
 // misaligned: checked before anything runs) or cuDNN refuses a step.  The caller then runs the whole op through
 // Python, which rewrites every element a partial run may have written (each op's first write to an element has
 // beta = 0), so a refusal mid-way loses nothing.
-bool run_native(const Program& P, const Tensor& a, const Tensor& b, const Tensor& out) {
+bool run_native(const Program& P, const Tensor& a, const Tensor& b, const Tensor& out,
+                const Tensor* lent = nullptr) {
   const c10::DeviceIndex device = out.device().index();
   char* pa = static_cast<char*>(a.data_ptr());
   char* pb = static_cast<char*>(b.data_ptr());
@@ -234,7 +240,11 @@ bool run_native(const Program& P, const Tensor& a, const Tensor& b, const Tensor
   }
   // every step's workspace first: a tail shorter than its step needs sends the whole op to Python before anything
   // runs (the Python path says why)
-  const uintptr_t out_end = reinterpret_cast<uintptr_t>(po) + static_cast<uintptr_t>(out.nbytes());
+  // memory not written yet: the output's own tail, or (backward filter) the buffer the caller lends
+  const bool own = P.steps.front().launch->op != BACKWARD_FILTER;
+  const uintptr_t base = own ? reinterpret_cast<uintptr_t>(po)
+                             : (lent != nullptr ? reinterpret_cast<uintptr_t>(lent->data_ptr()) : 0);
+  const uintptr_t end = base + static_cast<uintptr_t>(own ? out.nbytes() : (lent != nullptr ? lent->nbytes() : 0));
   std::vector<std::pair<void*, int64_t>> spaces;
   spaces.reserve(P.steps.size());
   for (const Step& s : P.steps) {
@@ -242,9 +252,10 @@ bool run_native(const Program& P, const Tensor& a, const Tensor& b, const Tensor
       spaces.emplace_back(ws_ptr, P.workspace);
       continue;
     }
-    const uintptr_t start = (reinterpret_cast<uintptr_t>(po) + static_cast<uintptr_t>(s.from_out) +
-                             UNWRITTEN_ALIGN - 1) / UNWRITTEN_ALIGN * UNWRITTEN_ALIGN;
-    const int64_t size = start < out_end ? static_cast<int64_t>(out_end - start) : 0;
+    if (base == 0) return false;   // a backward filter that borrows, called with nothing to lend
+    const uintptr_t start = (base + static_cast<uintptr_t>(s.from_out) + UNWRITTEN_ALIGN - 1) / UNWRITTEN_ALIGN *
+                            UNWRITTEN_ALIGN;
+    const int64_t size = start < end ? static_cast<int64_t>(end - start) : 0;
     if (size < s.launch->workspace) return false;
     spaces.emplace_back(reinterpret_cast<void*>(start), size);
   }
@@ -314,6 +325,24 @@ struct Conv : public torch::autograd::Function<Conv> {
     const Tensor& w = saved[1];
     Tensor dy = grads[0].contiguous(L.format);
     Tensor dx, dw;
+    if (L.dw_in_dx != nullptr && ctx->needs_input_grad(0) && ctx->needs_input_grad(1)) {
+      // dw first, its plan taking workspace from dx's buffer, which backward data then writes (as the Python
+      // path's EagerConv2d.backward does); where that cannot run here, the plain backward-filter plan does
+      dx = at::empty(x.sizes(), dy.options().memory_format(L.format));
+      dw = at::empty(w.sizes(), dy.options().memory_format(L.format));
+      bool done = false;
+      try {
+        done = run_native(*L.dw_in_dx, x, dy, dw, &dx);
+      } catch (const c10::OutOfMemoryError&) {
+      }
+      if (done) {
+        counts[BACKWARD_FILTER].fetch_add(1, std::memory_order_relaxed);
+      } else {
+        run(L, BACKWARD_FILTER, x, dy, dw);
+      }
+      run(L, BACKWARD_DATA, w, dy, dx);
+      return {dx, dw, Tensor()};
+    }
     if (ctx->needs_input_grad(0)) {
       dx = at::empty(x.sizes(), dy.options().memory_format(L.format));
       run(L, BACKWARD_DATA, w, dy, dx);
@@ -546,8 +575,6 @@ int64_t add_program(c10::IntArrayRef launch_ids, c10::IntArrayRef shifts, c10::I
     TORCH_CHECK(!(accumulate[i] && l->backend), "ucudnn: a backend plan cannot accumulate (built with beta 0)");
     TORCH_CHECK(from_out[i] >= 0 || l->workspace <= workspace, "ucudnn: step ", i, " needs ", l->workspace,
                 " bytes of workspace, the program gives ", workspace);
-    TORCH_CHECK(from_out[i] < 0 || l->op != BACKWARD_FILTER,
-                "ucudnn: a backward filter's workspace cannot come from its output (dw is written by every step)");
     P->steps.push_back({l, {shifts[3 * i], shifts[3 * i + 1], shifts[3 * i + 2]}, accumulate[i] != 0,
                         from_out[i]});
     P->aligned = P->aligned || l->backend;
@@ -556,15 +583,24 @@ int64_t add_program(c10::IntArrayRef launch_ids, c10::IntArrayRef shifts, c10::I
   return static_cast<int64_t>(programs.size()) - 1;
 }
 
+// One program id per op (-1: Python's), and optionally a fourth: a backward filter's plan that borrows the layer's
+// dx (Layer::dw_in_dx).
 int64_t add_layer(c10::IntArrayRef program_ids, c10::IntArrayRef y_shape, bool channels_last, int64_t py_layer) {
-  TORCH_CHECK(program_ids.size() == 3, "ucudnn: one program id per op (-1: Python's)");
+  TORCH_CHECK(program_ids.size() == 3 || program_ids.size() == 4,
+              "ucudnn: one program id per op (-1: Python's), and optionally a backward filter's in dx");
   auto L = std::make_unique<Layer>();
   std::lock_guard<std::mutex> lock(registry_mutex);
-  for (int i = 0; i < 3; ++i) {
+  for (size_t i = 0; i < program_ids.size(); ++i) {
     const int64_t id = program_ids[i];
+    const int64_t op = i < 3 ? static_cast<int64_t>(i) : BACKWARD_FILTER;
     TORCH_CHECK(id >= -1 && id < static_cast<int64_t>(programs.size()), "ucudnn: unknown program ", id);
-    TORCH_CHECK(id < 0 || programs[id]->steps.front().launch->op == i, "ucudnn: program ", id, " is not op ", i);
-    L->program[i] = id < 0 ? nullptr : programs[id].get();
+    TORCH_CHECK(id < 0 || programs[id]->steps.front().launch->op == op, "ucudnn: program ", id, " is not op ", op);
+    Program* P = id < 0 ? nullptr : programs[id].get();
+    if (i < 3) {
+      L->program[i] = P;
+    } else {
+      L->dw_in_dx = P;
+    }
   }
   L->y_shape = y_shape.vec();
   L->format = channels_last ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
