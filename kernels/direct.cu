@@ -21,7 +21,7 @@
 //                      every dx element is written once by one thread, in a fixed order (deterministic).
 //
 // then the single-channel forward by rows of the whole batch (direct_plane; kernels/direct_plane.py), and, at the end
-// of this file, the depthwise K x K (3 or 5) NCHW layer's own kernels (direct_dw*; kernels/direct_dw.py): lane groups
+// of this file, the depthwise K x K (3, 5 or 7; 7 at stride 1) NCHW layer's own kernels (direct_dw*; kernels/direct_dw.py): lane groups
 // walk bands of a plane with a K-row register window.
 //
 // out = alpha * conv + beta * out; out is not read when beta == 0.  Threads: NT = 256 as TX columns x TY rows;
@@ -625,7 +625,7 @@ direct_bwd(const T* __restrict__ w, const T* __restrict__ dy, T* __restrict__ dx
 }
 
 // ---------------------------------------------------------------------------------------------------------------
-// Depthwise K x K (K = 3 or 5), stride 1, padding K / 2, one filter per channel (C = K = G), NCHW (direct_dw).  Why
+// Depthwise K x K (K = 3, 5 or 7), stride 1, padding K / 2, one filter per channel (C = K = G), NCHW (direct_dw).  Why
 // its own kernel: such a layer moves x and y once and does K*K FMAs per output, so it is bound by memory bandwidth,
 // and a block that stages a tile in shared memory for one filter's taps (direct_fwd_single at KT = 1) spends its
 // time waiting on the tile it stages: H200, MobileNet's 112x112 first depthwise layer, b256, 0.67 ms against a
@@ -666,31 +666,22 @@ template <typename T, int K>
 __device__ __forceinline__ DwRow<K> dw_row(const T* __restrict__ plane, int row, int H, int W, int col, int sub,
                                            int width, const float4& raw) {
     constexpr int HK = K / 2;
-    static_assert(HK == 1 || HK == 2, "3x3 or 5x5");
+    static_assert(HK >= 1 && HK <= 3, "3x3, 5x5 or 7x7: the K / 2 neighbour columns come from one adjacent lane");
     DwRow<K> r;
-    r.v[HK] = raw.x; r.v[HK + 1] = raw.y; r.v[HK + 2] = raw.z; r.v[HK + 3] = raw.w;
-    float l1 = __shfl_up_sync(0xffffffffu, raw.w, 1, width);     // column col - 1
-    float r1 = __shfl_down_sync(0xffffffffu, raw.x, 1, width);   // column col + 4
-    float l2 = 0.f, r2 = 0.f;
-    if (HK == 2) {
-        l2 = __shfl_up_sync(0xffffffffu, raw.z, 1, width);       // column col - 2
-        r2 = __shfl_down_sync(0xffffffffu, raw.y, 1, width);     // column col + 5
-    }
+    const float own[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) r.v[HK + j] = own[j];
     const bool inrow = row >= 0 && row < H;
     const T* const rp = plane + (long long)row * W;
-    if (sub == 0) {
-        l1 = (inrow && col >= 1 && col - 1 < W) ? to_float(rp[col - 1]) : 0.f;
-        if (HK == 2) l2 = (inrow && col >= 2 && col - 2 < W) ? to_float(rp[col - 2]) : 0.f;
-    }
-    if (sub == width - 1) {
-        r1 = (inrow && col + 4 < W) ? to_float(rp[col + 4]) : 0.f;
-        if (HK == 2) r2 = (inrow && col + 5 < W) ? to_float(rp[col + 5]) : 0.f;
-    }
-    r.v[HK - 1] = l1;
-    r.v[HK + 4] = r1;
-    if (HK == 2) {
-        r.v[0] = l2;
-        r.v[HK + 5] = r2;
+#pragma unroll
+    for (int d = 1; d <= HK; ++d) {
+        // column col - d: the previous lane's column 4 - d; column col + 3 + d: the next lane's column d - 1
+        float l = __shfl_up_sync(0xffffffffu, own[4 - d], 1, width);
+        float rr = __shfl_down_sync(0xffffffffu, own[d - 1], 1, width);
+        if (sub == 0) l = (inrow && col >= d && col - d < W) ? to_float(rp[col - d]) : 0.f;
+        if (sub == width - 1) rr = (inrow && col + 3 + d < W) ? to_float(rp[col + 3 + d]) : 0.f;
+        r.v[HK - d] = l;
+        r.v[HK + 3 + d] = rr;
     }
     return r;
 }
@@ -1052,6 +1043,9 @@ template __global__ void direct_dw<float, 3, true, false, 1>(DIRECT_DW_ARGS(floa
 template __global__ void direct_dw<half_t, 3, false, false, 1>(DIRECT_DW_ARGS(half_t));
 template __global__ void direct_dw<float, 5, false, true, 1>(DIRECT_DW_ARGS(float));
 template __global__ void direct_dw<float, 5, true, false, 5>(DIRECT_DW_ARGS(float));
+template __global__ void direct_dw<float, 7, false, true, 1>(DIRECT_DW_ARGS(float));
+template __global__ void direct_dw<float, 7, true, false, 1>(DIRECT_DW_ARGS(float));
+template __global__ void direct_dw<half_t, 7, false, false, 1>(DIRECT_DW_ARGS(half_t));
 template __global__ void direct_dw_scale<float>(float*, int, float);
 #define DIRECT_DW_S2_ARGS(T) const T*, const T*, T*, int, int, int, int, int, int, int, int, int, long long, float, float
 template __global__ void direct_dw_s2_bwd<float, 3, true, 1>(DIRECT_DW_S2_ARGS(float));
@@ -1064,4 +1058,6 @@ template __global__ void direct_dw_s2_bwf<float, 5, false, 1>(DIRECT_DW_S2_BWF_A
 template __global__ void direct_dw_bwf<float, 3, true, 1>(DIRECT_DW_BWF_ARGS);
 template __global__ void direct_dw_bwf<float, 3, false, 5>(DIRECT_DW_BWF_ARGS);
 template __global__ void direct_dw_bwf<float, 5, true, 1>(DIRECT_DW_BWF_ARGS);
+template __global__ void direct_dw_bwf<float, 7, true, 1>(DIRECT_DW_BWF_ARGS);
+template __global__ void direct_dw_bwf<float, 7, false, 1>(DIRECT_DW_BWF_ARGS);
 #endif

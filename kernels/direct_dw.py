@@ -1,5 +1,6 @@
 """The depthwise K x K layer's own kernels in ``direct.cu`` (``direct_dw*``; issue 17): launch geometry, launchers and a
-CPU emulation of their index math, for the ``direct`` source's ``direct-dw3`` / ``direct-dw5`` configurations.
+CPU emulation of their index math, for the ``direct`` source's ``direct-dw3`` / ``direct-dw5`` / ``direct-dw7``
+configurations (7 x 7: ConvNeXt's depthwise layers, stride 1).
 
 Why kernels of its own: a depthwise layer (one filter per channel, MobileNet's, EfficientNet's) is bound by memory
 bandwidth; the seed's single-channel block (``kernels/direct.py``) stages a tile for one filter's taps and waits on
@@ -18,9 +19,10 @@ from ucudnn.problem import ConvProblem
 from . import _compile
 from .direct import _CTYPE, NT, SOURCE, Launcher, _pow2_at_least, refusal
 
-# ---- depthwise 3x3 and 5x5 (direct_dw) --------------------------------------------------------------------------
+# ---- depthwise 3x3, 5x5 and 7x7 (direct_dw) ---------------------------------------------------------------------
 DW = "direct_dw"
-DW_SIZES = (3, 5)             # filter sizes (K x K, padding K / 2)
+DW_SIZES = (3, 5, 7)          # filter sizes (K x K, padding K / 2) at stride 1: a lane's 4 columns hold K / 2 <= 3
+DW_S2_SIZES = (3, 5)          # ... and at stride 2 (backward data and filter)
 DW_SEGMENT = 128              # columns a group of 32 lanes covers at a time: 32 lanes x 4
 DW_WARPS = NT // 32           # warps per block
 DW_ROWS = (4, 8, 16, 32, 0)   # rows of a group's band (0: the whole plane)
@@ -31,8 +33,8 @@ DW_OPS = ("forward", "backward_data", "backward_filter")
 def dw_refusal(op: str, problem: ConvProblem) -> str | None:
     """Why :data:`DW` does not run ``op`` on ``problem`` (None: it does): it is the depthwise K x K layer (K in
     :data:`DW_SIZES`), padding K / 2, one filter per channel, in NCHW: at stride 1 all three ops, at stride 2
-    backward data (``direct_dw_s2_bwd``) and backward filter (``direct_dw_s2_bwf``); backward filter in float32
-    only (float atomics sum it)."""
+    (K in :data:`DW_S2_SIZES`) backward data (``direct_dw_s2_bwd``) and backward filter (``direct_dw_s2_bwf``);
+    backward filter in float32 only (float atomics sum it)."""
     p = problem
     if op not in DW_OPS:
         return f"unknown op {op!r}"
@@ -44,7 +46,9 @@ def dw_refusal(op: str, problem: ConvProblem) -> str | None:
     if not (p.groups == p.c == p.k):
         return "not depthwise with one filter per channel"
     if p.r != p.s or p.r not in DW_SIZES or p.stride not in ((1, 1), (2, 2)) or p.pad != (p.r // 2, p.r // 2):
-        return "not 3x3 or 5x5 at stride 1 or 2 with padding K / 2"
+        return "not 3x3, 5x5 or 7x7 at stride 1 or 2 with padding K / 2"
+    if p.stride == (2, 2) and p.r not in DW_S2_SIZES:
+        return f"{p.r}x{p.r} at stride 2 (stride 2: 3x3 and 5x5 only)"
     if p.stride == (2, 2) and op == "forward":
         return "stride 2: backward data and filter only (cuDNN is near the copy floor on the forward)"
     if p.layout != "NCHW":

@@ -360,12 +360,12 @@ def test_source_identity():
     assert algo_name(ConvProblem(1, 8, 8, 8, 16, 3, 3, groups=4)) == "direct-multi"
 
 
-# ---- the depthwise kernel (direct_dw: 3x3 and 5x5) ----------------------------------------------------------------
+# ---- the depthwise kernel (direct_dw: 3x3, 5x5 and 7x7) ---------------------------------------------------------
 @st.composite
-def depthwise(draw):
-    """Depthwise K x K (3 or 5) / stride 1 / padding K / 2 NCHW problems: widths across 4-column lanes and
+def depthwise(draw, sizes=DW.DW_SIZES):
+    """Depthwise K x K (3, 5 or 7) / stride 1 / padding K / 2 NCHW problems: widths across 4-column lanes and
     128-column segments (1 .. 300, multiples of 4 and not), heights from 1, a few planes."""
-    c, k = draw(st.integers(1, 5)), draw(st.sampled_from(DW.DW_SIZES))
+    c, k = draw(st.integers(1, 5)), draw(st.sampled_from(sizes))
     return ConvProblem(draw(st.integers(1, 2)), c, draw(st.integers(1, 20)),
                        draw(st.one_of(st.integers(1, 140), st.sampled_from([128, 129, 256, 260, 300]))),
                        c, k, k, pad=(k // 2, k // 2), groups=c)
@@ -393,7 +393,7 @@ def test_dw_emulated_group_by_group_equals_the_reference(p, rows, op):
 
 
 @settings(max_examples=60, deadline=None)
-@given(depthwise(), st.sampled_from(DW.DW_ROWS), st.sampled_from(["backward_data", "backward_filter"]))
+@given(depthwise(DW.DW_S2_SIZES), st.sampled_from(DW.DW_ROWS), st.sampled_from(["backward_data", "backward_filter"]))
 def test_dw_stride_two_emulated_equals_the_reference(p1, rows, op):
     """Stride 2.  Backward data: bands of dx row pairs, each lane's dy window from its own 2 columns and its
     neighbours', the taps met by parity, cover dx exactly once and sum the transposed convolution.  Backward filter:
@@ -405,19 +405,20 @@ def test_dw_stride_two_emulated_equals_the_reference(p1, rows, op):
 @pytest.mark.parametrize("problem, why", [
     (ConvProblem(2, 4, 8, 8, 4, 3, 3, pad=(1, 1), groups=4, layout="NHWC"), "NHWC"),
     (ConvProblem(2, 4, 8, 8, 8, 3, 3, pad=(1, 1), groups=4), "one filter per channel"),
-    (ConvProblem(2, 4, 8, 8, 4, 7, 7, pad=(3, 3), groups=4), "not 3x3 or 5x5"),
-    (ConvProblem(2, 4, 8, 8, 4, 3, 5, pad=(1, 2), groups=4), "not 3x3 or 5x5"),
+    (ConvProblem(2, 4, 8, 8, 4, 9, 9, pad=(4, 4), groups=4), "not 3x3, 5x5 or 7x7"),
+    (ConvProblem(2, 4, 8, 8, 4, 3, 5, pad=(1, 2), groups=4), "not 3x3, 5x5 or 7x7"),
+    (ConvProblem(2, 4, 8, 8, 4, 7, 7, pad=(3, 3), stride=(2, 2), groups=4), "7x7 at stride 2"),
     (ConvProblem(2, 4, 8, 8, 4, 3, 3, pad=(1, 1), stride=(2, 2), groups=4), "stride 2: backward data and filter"),
     (ConvProblem(2, 4, 8, 8, 4, 3, 3, pad=(1, 1), stride=(3, 3), groups=4), "at stride 1 or 2"),
     (ConvProblem(2, 4, 8, 8, 4, 3, 3, pad=(0, 0), groups=4), "padding K / 2"),
     (ConvProblem(2, 4, 8, 8, 4, 5, 5, pad=(1, 1), groups=4), "padding K / 2"),
     (ConvProblem(2, 1, 8, 8, 4, 3, 3, pad=(1, 1)), "one filter per channel"),
 ])
-def test_dw_runs_only_the_same_padded_depthwise_3x3_and_5x5(problem, why):
+def test_dw_runs_only_the_same_padded_depthwise_3x3_5x5_and_7x7(problem, why):
     assert why in DW.dw_refusal("forward", problem)
     if problem.stride != (2, 2):
         assert why in DW.dw_refusal("backward_filter", problem)
-    for k in DW.DW_SIZES:     # stride 2: backward data and backward filter
+    for k in DW.DW_S2_SIZES:     # stride 2: backward data and backward filter
         s2 = ConvProblem(2, 4, 9, 9, 4, k, k, pad=(k // 2, k // 2), stride=(2, 2), groups=4)
         assert DW.dw_refusal("backward_data", s2) is None and DW.dw_refusal("backward_filter", s2) is None
     for k in DW.DW_SIZES:
@@ -451,7 +452,7 @@ def test_dw_geometry_splits_planes_into_bands_and_segments():
     assert e.value.field == "rows"
 
 
-@pytest.mark.parametrize("k", [3, 5])
+@pytest.mark.parametrize("k", [3, 5, 7])
 def test_depthwise_layers_get_their_size_s_configurations_recorded_for_prepare(k):
     from ucudnn.measure.sources.direct import DW_ALGOS, DW_CONFIGS
 

@@ -307,7 +307,7 @@ def test_registry_finds_the_source():
     assert registry.get("direct").name == "direct"
 
 
-# ---- the depthwise kernel (direct-dw3, direct-dw5) -----------------------------------------------------------------
+# ---- the depthwise kernel (direct-dw3, direct-dw5, direct-dw7) -----------------------------------------------------
 DW_CASES = {
     "mobilenet-like": (ConvProblem(5, 8, 28, 28, 8, 3, 3, pad=(1, 1), groups=8), [3, 2]),     # 16-byte rows
     "odd-width": (ConvProblem(7, 6, 13, 15, 6, 3, 3, pad=(1, 1), groups=6), [4, 3]),         # element loads
@@ -318,6 +318,10 @@ DW_CASES = {
     "5x5-efficientnet-like": (ConvProblem(5, 8, 28, 28, 8, 5, 5, pad=(2, 2), groups=8), [3, 2]),
     "5x5-odd-width": (ConvProblem(4, 6, 11, 133, 6, 5, 5, pad=(2, 2), groups=6), [3, 1]),  # 2 segments, elements
     "5x5-narrow-7x7": (ConvProblem(3, 13, 7, 7, 13, 5, 5, pad=(2, 2), groups=13), [3]),
+    "7x7-convnext-like": (ConvProblem(5, 8, 28, 28, 8, 7, 7, pad=(3, 3), groups=8), [3, 2]),
+    "7x7-odd-width": (ConvProblem(4, 6, 11, 133, 6, 7, 7, pad=(3, 3), groups=6), [3, 1]),   # 2 segments, elements
+    "7x7-narrow-7x7": (ConvProblem(3, 13, 7, 7, 13, 7, 7, pad=(3, 3), groups=13), [3]),     # window wider than the row
+    "7x7-one-row": (ConvProblem(2, 3, 1, 6, 3, 7, 7, pad=(3, 3), groups=3), [1, 1]),
     # stride 2: backward data and backward filter
     "s2-mobilenet-like": (ConvProblem(5, 8, 28, 28, 8, 3, 3, pad=(1, 1), stride=(2, 2), groups=8), [3, 2]),
     "s2-odd": (ConvProblem(4, 6, 15, 133, 6, 3, 3, pad=(1, 1), stride=(2, 2), groups=6), [3, 1]),
@@ -364,7 +368,7 @@ def test_dw_micro_batched_matches_cudnn_and_float64(name, dtype, rows, minb, op)
 
 
 @pytest.mark.parametrize("op", ["forward", "backward_data", "backward_filter"])
-@pytest.mark.parametrize("name", ["mobilenet-like", "5x5-efficientnet-like", "s2-mobilenet-like"])
+@pytest.mark.parametrize("name", ["mobilenet-like", "5x5-efficientnet-like", "7x7-convnext-like", "s2-mobilenet-like"])
 def test_dw_alpha_beta_and_unaligned_rows(name, op):
     """out = alpha * conv + beta * out, and operands 4 bytes off 16-byte alignment take the element loads."""
     import cupy as cp
@@ -393,7 +397,7 @@ def test_dw_alpha_beta_and_unaligned_rows(name, op):
         assert rel_err(got, expect) < tol, f"shift {shift}"
 
 
-@pytest.mark.parametrize("name", ["mobilenet-like", "5x5-efficientnet-like", "s2-5x5"])
+@pytest.mark.parametrize("name", ["mobilenet-like", "5x5-efficientnet-like", "7x7-convnext-like", "s2-5x5"])
 def test_dw_measured_rows_capture_and_replay(name):
     """The source measures every depthwise configuration of the layer's filter size as a zero-workspace row beside
     the seed kernel's, and a plan of them replays from a CUDA graph."""

@@ -26,10 +26,10 @@ per loaded element.  Its backward filter splits the reduction over blocks that a
 (``extra["direct"]["splits"]``, recorded so ``prepare`` runs the measured launch): not deterministic when split, so
 ``-deterministic`` numerics measure it unsplit.
 
-Depthwise 3x3 and 5x5 (``direct-dw3`` / ``direct-dw5``, ``direct_dw*`` in ``kernels/direct.cu``): the NCHW
-depthwise layer with one filter per channel, padding K / 2 (MobileNet's, EfficientNet's and MnasNet's depthwise
-layers) also gets configurations of kernels made for it -- at stride 1 all three ops, at stride 2 backward data and
-backward filter: a group of lanes walks a band of one plane's rows with a window in registers, so x and y (dy) move
+Depthwise 3x3, 5x5 and 7x7 (``direct-dw3`` / ``direct-dw5`` / ``direct-dw7``, ``direct_dw*`` in
+``kernels/direct.cu``): the NCHW depthwise layer with one filter per channel, padding K / 2 (MobileNet's,
+EfficientNet's and MnasNet's depthwise layers, ConvNeXt's 7x7) also gets configurations of kernels made for it -- at
+stride 1 all three ops, at stride 2 (3x3, 5x5) backward data and backward filter: a group of lanes walks a band of one plane's rows with a window in registers, so x and y (dy) move
 once and nothing is staged
 (``DW_CONFIGS``: band height and launch bound per filter size, recorded in ``extra["direct"]``); backward filter
 adds each band's K*K sums to dw atomically (float32; not deterministic, so ``-deterministic`` numerics do not
@@ -68,8 +68,9 @@ IGEMM = "direct-igemm"
 #: the depthwise kernel's configurations (``kernels/direct_dw.py``) per filter size: rows of a lane
 #: group's band (0: the whole plane) and the launch bound (blocks an SM must hold), each measured as its own row.
 #: 3x3: the three whose worst row was closest to its best on seed 001's and MobileNet V2's stride-1 layers (H200,
-#: ``dw3_configs-b256.md``); 5x5: no launch bound (a 5-row window spills under one)
-DW_CONFIGS = {3: ((8, 1), (0, 1), (4, 5)), 5: ((8, 1), (0, 1), (4, 1))}
+#: ``dw3_configs-b256.md``); 5x5 and 7x7: no launch bound (a 5-row window spills under one; 7x7 takes 150-161
+#: registers a thread unbounded)
+DW_CONFIGS = {3: ((8, 1), (0, 1), (4, 5)), 5: ((8, 1), (0, 1), (4, 1)), 7: ((8, 1), (0, 1), (4, 1))}
 #: the depthwise configurations' algorithm names, per filter size
 DW_ALGOS = {k: f"direct-dw{k}" for k in DW_CONFIGS}
 #: the single-channel rows kernel's configurations (``kernels/direct_plane.py``): (rows a thread owns, filters
