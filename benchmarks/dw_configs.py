@@ -46,9 +46,10 @@ def torch_ms(op: str, p, time_ms) -> float | None:
     torch.backends.cudnn.benchmark = True
     torch.backends.cudnn.allow_tf32 = False
     dev = "cuda"
-    x = torch.randn(p.n, p.c, p.h, p.w, device=dev)
-    w = torch.randn(p.k, p.c // p.groups, p.r, p.s, device=dev)
-    dy = torch.randn(p.n, p.k, p.p, p.q, device=dev)
+    fmt = torch.channels_last if p.layout == "NHWC" else torch.contiguous_format   # channels-last: cuDNN's NHWC
+    x = torch.randn(p.n, p.c, p.h, p.w, device=dev).contiguous(memory_format=fmt)
+    w = torch.randn(p.k, p.c // p.groups, p.r, p.s, device=dev).contiguous(memory_format=fmt)
+    dy = torch.randn(p.n, p.k, p.p, p.q, device=dev).contiguous(memory_format=fmt)
     args = (None, list(p.stride), list(p.pad), [1, 1], False, [0, 0], p.groups)
     if op == "forward":
         def run():
@@ -67,6 +68,9 @@ def main() -> None:
     ap.add_argument("--only", default=None, help="comma-separated layer names")
     ap.add_argument("--out", default="benchmarks/results")
     ap.add_argument("--suffix", default="", help="appended to the result files' name")
+    ap.add_argument("--layout", default="NCHW", choices=("NCHW", "NHWC"),
+                    help="NHWC: the channels-last kernels' tiles (kernels/direct_dw_nhwc.py) against cuDNN's and "
+                         "PyTorch's channels-last convolutions (stride 1 layers)")
     args = ap.parse_args()
 
     import cupy as cp
@@ -75,6 +79,7 @@ def main() -> None:
     from ucudnn.kernels import _compile
     from ucudnn.kernels import direct as D
     from ucudnn.kernels import direct_dw as DW
+    from ucudnn.kernels import direct_dw_nhwc as NH
     from ucudnn.measure.benchmarking import Buffers
     from ucudnn.problem import ConvProblem
 
@@ -83,33 +88,34 @@ def main() -> None:
     for name, hw, c, k, stride in LAYERS:
         if args.only and name not in args.only.split(","):
             continue
-        p = ConvProblem(args.batch, c, hw, hw, c, k, k, pad=(k // 2, k // 2), stride=(stride, stride), groups=c)
+        p = ConvProblem(args.batch, c, hw, hw, c, k, k, pad=(k // 2, k // 2), stride=(stride, stride), groups=c,
+                        layout=args.layout)
+        nhwc = args.layout == "NHWC"
         buf = Buffers(p)
         floor_ms = p.n * p.c * (p.h * p.w + p.p * p.q) * 4 / bw * 1e3    # x (dx) and y (dy) moved once
         for op in DW.DW_OPS:
-            if DW.dw_refusal(op, p):
+            if (NH.refusal if nhwc else DW.dw_refusal)(op, p):
                 continue
             t0 = time.time()
             ops = buf.operands(op, p.n)
             operands = (ops.a, ops.b, ops.out)
             times = {}
-            for r in DW.DW_ROWS:
-                for mb in DW.DW_MINB:
-                    launch = DW.dw_launcher(op, p, r, mb)
-                    times[(r, mb)] = time_ms(lambda: launch(*operands, 1.0, 0.0), repeat=3, warmup=1,
-                                             min_sample_ms=0.5)
+            configs = NH.tiles_of(op) if nhwc else [(r, mb) for r in DW.DW_ROWS for mb in DW.DW_MINB]
+            for cfg in configs:
+                launch = NH.launcher(op, p, cfg) if nhwc else DW.dw_launcher(op, p, *cfg)
+                times[cfg] = time_ms(lambda: launch(*operands, 1.0, 0.0), repeat=3, warmup=1, min_sample_ms=0.5)
             tiling, how, seed_ms = None, None, None
-            if op in D.OPS:     # the seed's single-channel kernel has no backward filter
+            if op in D.OPS and D.refusal(op, p) is None:   # the seed's single-channel kernel: no backward filter
                 tiling, how = D.tuned_tiling(op, p, operands)
                 seed = D.launcher(op, p, tiling, D.uses_async(op, p, _compile.compute_capability()))
                 seed_ms = time_ms(lambda: seed(*operands, 1.0, 0.0), repeat=3, warmup=1, min_sample_ms=0.5)
             cu = cudnn_best(op, p, ops, 1 << 30)
             pt = torch_ms(op, p, time_ms)
             ranked = sorted(times.items(), key=lambda kv: kv[1])
-            (br, bm), best_ms = ranked[0]
+            best, best_ms = ranked[0]
             row = {"layer": name, "op": op, "problem": p.describe(),
-                   "configs": [[r, mb, round(t, 4)] for (r, mb), t in ranked],
-                   "best": [br, bm], "best_ms": round(best_ms, 4),
+                   "configs": [[*cfg, round(t, 4)] for cfg, t in ranked],
+                   "best": list(best), "best_ms": round(best_ms, 4),
                    "seed_single": tiling and tiling.as_list(), "seed_single_how": how,
                    "seed_single_ms": seed_ms and round(seed_ms, 4),
                    "cudnn_zero": cu["zero"][0], "cudnn_zero_ms": round(cu["zero"][1], 4),
@@ -127,7 +133,7 @@ def main() -> None:
                   flush=True)
         del buf
     doc = {"provenance": provenance(), "copy_bandwidth_gbs": round(bw / 1e9, 1), "rows": rows}
-    md = [md_header(f"Depthwise kernel (direct-dw3, -dw5, -dw7) per configuration, NCHW float32 b{args.batch}",
+    md = [md_header(f"Depthwise kernel (direct-dw3, -dw5, -dw7) per configuration, {args.layout} float32 b{args.batch}",
                     doc["provenance"]),
           f"Every (band rows, launch bound) timed (rows 0: the whole plane); copy bandwidth "
           f"{doc['copy_bandwidth_gbs']} GB/s (the floor: x and y moved once at that rate).  Bar (issue 17): direct "
@@ -141,8 +147,9 @@ def main() -> None:
                   f"{r['cudnn_any_ms']} | {r['best_vs_cudnn_any']} | {r.get('torch_ms')} | {r.get('best_vs_torch')} | "
                   f"{r['floor_ms']} | {r['best_over_floor']} |")
     md += ["", "Every configuration (ms), per layer and op:", ""]
-    md += [f"- {r['layer']} {r['op']}: " + ", ".join(f"[{a}, {b}] {t}" for a, b, t in r["configs"]) for r in rows]
-    write(args.out, f"dw_configs-b{args.batch}{args.suffix}", doc, "\n".join(md) + "\n")
+    md += [f"- {r['layer']} {r['op']}: " + ", ".join(f"{c[:-1]} {c[-1]}" for c in r["configs"]) for r in rows]
+    layout = "-nhwc" if args.layout == "NHWC" else ""
+    write(args.out, f"dw_configs-b{args.batch}{layout}{args.suffix}", doc, "\n".join(md) + "\n")
 
 
 if __name__ == "__main__":

@@ -411,7 +411,9 @@ def layer_times(model_name: str, batch: int, mode: str, limit: str, sources: str
     recorded around it (its kernels plus any launch gaps inside the call).
 
     PyTorch's: ``aten::cudnn_convolution`` (forward) and ``aten::convolution_backward`` (dx and dw in one call)
-    grouped by input shapes; ucudnn's: a ``record_function`` range around each ``runtime.launch``."""
+    grouped by input shapes; ucudnn's: a ``record_function`` range around each ``runtime.launch`` -- the Python
+    path's launches only: what the compiled path launches from C++ counts in the rest of the step (run with
+    ``UCUDNN_TORCH_FASTPATH=0`` to range every call, or see :func:`kernel_names`)."""
     import gc
     from collections import defaultdict
 
@@ -532,6 +534,51 @@ def layer_times(model_name: str, batch: int, mode: str, limit: str, sources: str
         out["totals"][f"{impl}_non_conv_ms"] = None if k is None else round(
             k - out["totals"][f"{impl}_fwd_ms"] - out["totals"][f"{impl}_bwd_ms"], 3)
     return out
+
+
+def kernel_names(model_name: str, batch: int, mode: str, limit: str, sources: str | None, n: int = 3,
+                 top: int = 40) -> dict:
+    """GPU time per step of every CUDA kernel by name, PyTorch's step against the converted one (torch.profiler over
+    ``n`` steps after warm-up): what :func:`layer_times` cannot attribute -- it ranges ucudnn's Python launches
+    only, so kernels the compiled path launches from C++ count there as the rest of the step.  Rows: the ``top``
+    kernel names by the larger of the two times, each side's ms per step and calls per step."""
+    import gc
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    def per_name(step) -> dict:
+        for _ in range(3):
+            step()
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(n):
+                step()
+            torch.cuda.synchronize()
+        out: dict = {}
+        for e in prof.key_averages():
+            if str(getattr(e, "device_type", "")).endswith("CUDA"):
+                ms, calls = out.get(e.key, (0.0, 0))
+                out[e.key] = (ms + _avg_device_us(e) / n / 1e3, calls + e.count / n)
+        return out
+
+    sides = {}
+    for impl, lim in (("torch", None), ("ucudnn", limit)):
+        step = build(model_name, batch, mode, lim, sources if lim else None)
+        step()      # plans (benchmarks if no cache has them)
+        sides[impl] = per_name(step)
+        del step
+        gc.collect()
+        torch.cuda.empty_cache()
+    names = sorted(set(sides["torch"]) | set(sides["ucudnn"]),
+                   key=lambda k: -max(sides["torch"].get(k, (0,))[0], sides["ucudnn"].get(k, (0,))[0]))
+    rows = [{"kernel": k[:160], "torch_ms": round(sides["torch"].get(k, (0.0, 0))[0], 4),
+             "torch_calls": round(sides["torch"].get(k, (0.0, 0))[1], 1),
+             "ucudnn_ms": round(sides["ucudnn"].get(k, (0.0, 0))[0], 4),
+             "ucudnn_calls": round(sides["ucudnn"].get(k, (0.0, 0))[1], 1)} for k in names[:top]]
+    return {"n_steps_profiled": n, "rows": rows,
+            "torch_total_ms": round(sum(v[0] for v in sides["torch"].values()), 3),
+            "ucudnn_total_ms": round(sum(v[0] for v in sides["ucudnn"].values()), 3)}
 
 
 def launch_costs(model_name: str, batch: int, mode: str, limit: str, sources: str | None, reps: int = 100) -> dict:
@@ -673,6 +720,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--layers", action="store_true",
                     help="only the per-layer GPU time of the convolutions, PyTorch's against ucudnn's, and ucudnn's "
                          "plans (see layer_times()); --out/torch_layers-*")
+    ap.add_argument("--kernels", action="store_true",
+                    help="only the GPU time per step of every kernel by name, PyTorch's step against the converted "
+                         "one (see kernel_names()); --out/torch_kernels-*")
     ap.add_argument("--launch-costs", action="store_true",
                     help="only the host time per call of each of the converted model's kernels, layer by layer of "
                          "ucudnn's launch path, beside PyTorch's (see launch_costs()); --out/torch_launch_costs-*")
@@ -708,6 +758,20 @@ def main(argv: list[str] | None = None) -> int:
               f"Kernels measured: {lc['kernels_measured']}", "",
               *[f"- {r}" for r in lc["rows"]]]
         write(Path(a.out), f"torch_launch_costs-{a.model}-{a.mode}", res, "\n".join(md) + "\n")
+        return 0
+    if a.kernels:
+        res = {"model": a.model, "batch": a.batch, "mode": a.mode, "limit": a.limit, "sources": a.sources,
+               "kernels": kernel_names(a.model, a.batch, a.mode, a.limit, a.sources), "provenance": provenance()}
+        k = res["kernels"]
+        md = [md_header(f"GPU kernels of a {a.model} b{a.batch} step ({a.mode}), PyTorch vs ucudnn at {a.limit}",
+                        res["provenance"]), "",
+              f"ms per step over every kernel (torch.profiler, {k['n_steps_profiled']} steps): PyTorch "
+              f"{k['torch_total_ms']}, ucudnn {k['ucudnn_total_ms']}", "",
+              "| kernel | PyTorch ms | calls | ucudnn ms | calls |", "|---|---:|---:|---:|---:|",
+              *[f"| `{r['kernel']}` | {r['torch_ms']} | {r['torch_calls']} | {r['ucudnn_ms']} | {r['ucudnn_calls']} |"
+                for r in k["rows"]]]
+        write(Path(a.out), f"torch_kernels-{a.model}-{a.mode}", res, "\n".join(md) + "\n")
+        print("\n".join(md))
         return 0
     if a.layers:
         res = {"model": a.model, "batch": a.batch, "mode": a.mode, "limit": a.limit, "sources": a.sources,

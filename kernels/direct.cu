@@ -1016,6 +1016,181 @@ direct_dw_s2_bwf(const T* __restrict__ x, const T* __restrict__ dy, T* __restric
     dw_add_sums(acc, reinterpret_cast<float*>(dw) + at.c * KK, width, at.active && sub == 0, alpha);
 }
 
+// ---------------------------------------------------------------------------------------------------------------
+// Depthwise K x K (3, 5 or 7), stride 1, padding K / 2, one filter per channel, NHWC (direct_dw_nhwc*).  Why: a
+// model whose depthwise layers see channels-last activations -- autocast with channels_last (MobileNet, EfficientNet),
+// and ConvNeXt in any precision (its blocks permute to NHWC for LayerNorm and Linear and back, so its 7x7 depthwise
+// layers get channels-last strides) -- reaches cuDNN's NHWC depthwise kernels, whose backward filter in float32 is
+// slow (H200, ConvNeXt-tiny b64 FP32: cuDNN's depthwise backward filters, and their NHWC -> NCHW transposes, are 64
+// of the 127 ms of a training step, in PyTorch and in ucudnn alike).  In NHWC the channels are contiguous, so a
+// thread takes 4 channels (16-byte loads where float rows are aligned, VEC) and the block a tile of TH rows x TW
+// columns of one sample for 4 * CQ channels: the input tile with its K / 2 halo, (TH + K - 1) x (TW + K - 1)
+// positions, is staged once in shared memory ([row][column][quad] float4, channels innermost: conflict-free), and
+// the taps as [i * K + j][quad].  Forward (and backward data: ROT, the taps rotated by 180 degrees, dy -> dx): a
+// thread computes CPT adjacent columns of one row for its 4 channels, reading each tile row's CPT + K - 1 values
+// once per tap row (K * CPT * 4 FMAs per K + CPT + K - 1 shared loads).  Threads: CQ quads (fastest) x TWT column
+// groups x TH rows.
+template <typename T, bool VEC>
+__device__ __forceinline__ float4 nhwc_load4(const T* __restrict__ p, int c, int C) {
+    if (VEC) return *reinterpret_cast<const float4*>(p);
+    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (c < C) v.x = to_float(p[0]);
+    if (c + 1 < C) v.y = to_float(p[1]);
+    if (c + 2 < C) v.z = to_float(p[2]);
+    if (c + 3 < C) v.w = to_float(p[3]);
+    return v;
+}
+
+__device__ __forceinline__ void fma4(float4& acc, const float4& a, const float4& b) {
+    acc.x = fmaf(a.x, b.x, acc.x); acc.y = fmaf(a.y, b.y, acc.y);
+    acc.z = fmaf(a.z, b.z, acc.z); acc.w = fmaf(a.w, b.w, acc.w);
+}
+
+// The block's tile of one NHWC plane set, with its halo, into shared memory: [row][column][quad], zeros outside the
+// plane and past C.  Rows h0 - HK .. h0 - HK + SR - 1, columns w0 - HK .. w0 - HK + SC - 1.
+template <typename T, bool VEC, int CQ>
+__device__ __forceinline__ void nhwc_stage(float4* __restrict__ tile, const T* __restrict__ plane, int SR, int SC,
+                                           int h0, int w0, int c0, int C, int H, int W) {
+    for (int e = threadIdx.x; e < SR * SC * CQ; e += blockDim.x) {
+        const int q = e % CQ, rc = e / CQ, col = rc % SC, row = rc / SC;
+        const int h = h0 + row, w = w0 + col, c = c0 + 4 * q;
+        float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (h >= 0 && h < H && w >= 0 && w < W && c < C)
+            v = nhwc_load4<T, VEC>(plane + ((long long)h * W + w) * C + c, c, C);
+        tile[e] = v;
+    }
+}
+
+template <typename T, int K, bool ROT, bool VEC, int TH, int TWT, int CPT, int CQ>
+__global__ void __launch_bounds__(CQ * TWT * TH)
+direct_dw_nhwc(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y, int C, int H, int W,
+               int tiles_w, int tiles_hw, float alpha, float beta) {
+    static_assert(!VEC || sizeof(T) == 4, "16-byte channel quads are float quads");
+    constexpr int HK = K / 2, KK = K * K, TW = TWT * CPT, SR = TH + K - 1, SC = TW + K - 1;
+    extern __shared__ float4 dw_smem[];
+    float4* const tile = dw_smem;                 // [SR][SC][CQ]
+    float4* const taps = dw_smem + SR * SC * CQ;  // [KK][CQ]
+    const int tq = threadIdx.x % CQ, pos = threadIdx.x / CQ, g = pos % TWT, r = pos / TWT;
+    const int n = blockIdx.x / tiles_hw, t = blockIdx.x % tiles_hw;
+    const int h0 = (t / tiles_w) * TH, w0 = (t % tiles_w) * TW, c0 = blockIdx.y * 4 * CQ;
+    for (int e = threadIdx.x; e < KK * CQ; e += blockDim.x) {
+        const int q = e % CQ, ij = e / CQ, src = ROT ? KK - 1 - ij : ij;
+        float v[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            const int c = c0 + 4 * q + k;
+            v[k] = c < C ? to_float(w[(long long)c * KK + src]) : 0.f;
+        }
+        taps[e] = make_float4(v[0], v[1], v[2], v[3]);
+    }
+    const long long plane = (long long)n * H * W * C;
+    nhwc_stage<T, VEC, CQ>(tile, x + plane, SR, SC, h0 - HK, w0 - HK, c0, C, H, W);
+    __syncthreads();
+    float4 acc[CPT];
+#pragma unroll
+    for (int u = 0; u < CPT; ++u) acc[u] = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+    for (int i = 0; i < K; ++i) {
+        float4 f[K];
+#pragma unroll
+        for (int j = 0; j < K; ++j) f[j] = taps[(i * K + j) * CQ + tq];
+        const float4* const row = tile + ((r + i) * SC + g * CPT) * CQ + tq;
+#pragma unroll
+        for (int u = 0; u < CPT + K - 1; ++u) {
+            const float4 xv = row[u * CQ];
+#pragma unroll
+            for (int o = 0; o < CPT; ++o)
+                if (u - o >= 0 && u - o < K) fma4(acc[o], f[u - o], xv);
+        }
+    }
+    const int h = h0 + r, c = c0 + 4 * tq;
+    if (h >= H || c >= C) return;
+#pragma unroll
+    for (int o = 0; o < CPT; ++o) {
+        const int col = w0 + g * CPT + o;
+        if (col >= W) break;
+        T* const out = y + plane + ((long long)h * W + col) * C + c;
+        float4 v = make_float4(alpha * acc[o].x, alpha * acc[o].y, alpha * acc[o].z, alpha * acc[o].w);
+        if (VEC) {
+            if (beta != 0.f) {
+                const float4 old = *reinterpret_cast<const float4*>(out);
+                v.x += beta * old.x; v.y += beta * old.y; v.z += beta * old.z; v.w += beta * old.w;
+            }
+            *reinterpret_cast<float4*>(out) = v;
+        } else {
+            const float vs[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+            for (int k = 0; k < 4; ++k)
+                if (c + k < C) out[k] = from_float<T>(beta != 0.f ? vs[k] + beta * to_float(out[k]) : vs[k]);
+        }
+    }
+}
+
+// Backward filter of the same NHWC layer: dw[c][i][j] = alpha * sum over (n, h, w) of dy[n][h][w][c] *
+// x[n][h + i - K/2][w + j - K/2][c], added to dw (set to beta * dw first by direct_dw_scale) by float atomics.
+// A block walks tiles of TH x TW dy positions (its share of all samples' tiles, for 4 * CQ channels), staging the x
+// tile with its halo and the dy tile; thread (quad, tap row i, dy row r) slides along the tile's columns with a K-wide
+// window of x row r + i in registers: K * 4 FMAs per dy value and 2 shared loads.  At the end the TH rows' sums meet
+// in shared memory and one thread per (quad, i) adds K * 4 sums to dw atomically (not bitwise reproducible).
+template <typename T, int K, bool VEC, int TH, int TW, int CQ>
+__global__ void __launch_bounds__(CQ * K * TH)
+direct_dw_nhwc_bwf(const T* __restrict__ x, const T* __restrict__ dy, float* __restrict__ dw, int C, int H, int W,
+                   int tiles_w, int tiles_hw, long long tiles, float alpha) {
+    static_assert(sizeof(T) == 4, "dw is summed by float atomics");
+    constexpr int HK = K / 2, KK = K * K, SR = TH + K - 1, SC = TW + K - 1;
+    extern __shared__ float4 dw_smem[];
+    float4* const xt = dw_smem;                  // [SR][SC][CQ]
+    float4* const gt = dw_smem + SR * SC * CQ;   // [TH][TW][CQ]
+    const int tq = threadIdx.x % CQ, pos = threadIdx.x / CQ, i = pos % K, r = pos / K;
+    const int c0 = blockIdx.y * 4 * CQ;
+    float4 acc[K];
+#pragma unroll
+    for (int j = 0; j < K; ++j) acc[j] = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (long long tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        const long long n = tile / tiles_hw;
+        const int t = (int)(tile % tiles_hw), h0 = (t / tiles_w) * TH, w0 = (t % tiles_w) * TW;
+        const long long plane = n * H * W * C;
+        __syncthreads();   // the previous tile's readers are done
+        nhwc_stage<T, VEC, CQ>(xt, x + plane, SR, SC, h0 - HK, w0 - HK, c0, C, H, W);
+        nhwc_stage<T, VEC, CQ>(gt, dy + plane, TH, TW, h0, w0, c0, C, H, W);
+        __syncthreads();
+        const float4* const xr = xt + (r + i) * SC * CQ + tq;
+        const float4* const gr = gt + r * TW * CQ + tq;
+        float4 win[K];
+#pragma unroll
+        for (int j = 0; j < K - 1; ++j) win[j + 1] = xr[j * CQ];
+#pragma unroll 4
+        for (int col = 0; col < TW; ++col) {
+#pragma unroll
+            for (int j = 0; j < K - 1; ++j) win[j] = win[j + 1];
+            win[K - 1] = xr[(col + K - 1) * CQ];
+            const float4 d = gr[col * CQ];
+#pragma unroll
+            for (int j = 0; j < K; ++j) fma4(acc[j], d, win[j]);
+        }
+    }
+    __syncthreads();
+    float4* const red = dw_smem;   // [TH][K][K][CQ]: the rows' sums
+#pragma unroll
+    for (int j = 0; j < K; ++j) red[((r * K + i) * K + j) * CQ + tq] = acc[j];
+    __syncthreads();
+    if (r != 0) return;
+#pragma unroll
+    for (int j = 0; j < K; ++j) {
+        float4 s = red[(i * K + j) * CQ + tq];
+        for (int rr = 1; rr < TH; ++rr) {
+            const float4 v = red[((rr * K + i) * K + j) * CQ + tq];
+            s.x += v.x; s.y += v.y; s.z += v.z; s.w += v.w;
+        }
+        const float vs[4] = {s.x, s.y, s.z, s.w};
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            const int c = c0 + 4 * tq + k;
+            if (c < C) atomicAdd(dw + (long long)c * KK + i * K + j, alpha * vs[k]);
+        }
+    }
+}
+
 #ifdef UCUDNN_NVCC_CHECK
 #define DIRECT_FWD_ARGS(T) const T*, const T*, T*, int, int, int, int, int, int, int, int, int, int, int, int, int, \
     int, int, float, float
@@ -1060,4 +1235,13 @@ template __global__ void direct_dw_bwf<float, 3, false, 5>(DIRECT_DW_BWF_ARGS);
 template __global__ void direct_dw_bwf<float, 5, true, 1>(DIRECT_DW_BWF_ARGS);
 template __global__ void direct_dw_bwf<float, 7, true, 1>(DIRECT_DW_BWF_ARGS);
 template __global__ void direct_dw_bwf<float, 7, false, 1>(DIRECT_DW_BWF_ARGS);
+#define DIRECT_DW_NHWC_ARGS(T) const T*, const T*, T*, int, int, int, int, int, float, float
+template __global__ void direct_dw_nhwc<float, 7, false, true, 8, 4, 2, 8>(DIRECT_DW_NHWC_ARGS(float));
+template __global__ void direct_dw_nhwc<float, 7, true, false, 4, 4, 4, 8>(DIRECT_DW_NHWC_ARGS(float));
+template __global__ void direct_dw_nhwc<float, 3, false, true, 8, 4, 2, 8>(DIRECT_DW_NHWC_ARGS(float));
+template __global__ void direct_dw_nhwc<half_t, 5, true, false, 4, 4, 4, 8>(DIRECT_DW_NHWC_ARGS(half_t));
+#define DIRECT_DW_NHWC_BWF_ARGS const float*, const float*, float*, int, int, int, int, int, long long, float
+template __global__ void direct_dw_nhwc_bwf<float, 7, true, 4, 16, 8>(DIRECT_DW_NHWC_BWF_ARGS);
+template __global__ void direct_dw_nhwc_bwf<float, 7, false, 8, 8, 4>(DIRECT_DW_NHWC_BWF_ARGS);
+template __global__ void direct_dw_nhwc_bwf<float, 3, true, 4, 16, 8>(DIRECT_DW_NHWC_BWF_ARGS);
 #endif

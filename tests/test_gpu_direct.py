@@ -428,6 +428,109 @@ def test_dw_measured_rows_capture_and_replay(name):
         assert rel_err(out.get(), _reference(p, op, x, w, dy)) < tol
 
 
+# ---- the depthwise NHWC kernels (direct_dw_nhwc: channels-last 3x3, 5x5, 7x7) -------------------------------------
+DW_NHWC_CASES = {
+    "convnext-like-7x7": (ConvProblem(5, 40, 28, 28, 40, 7, 7, pad=(3, 3), groups=40, layout="NHWC"), [3, 2]),
+    "odd-channels-7x7": (ConvProblem(3, 6, 11, 13, 6, 7, 7, pad=(3, 3), groups=6, layout="NHWC"), [2, 1]),
+    "plane-narrower-than-filter": (ConvProblem(4, 12, 3, 5, 12, 7, 7, pad=(3, 3), groups=12, layout="NHWC"), [4]),
+    "mobilenet-like-3x3": (ConvProblem(5, 72, 14, 14, 72, 3, 3, pad=(1, 1), groups=72, layout="NHWC"), [3, 2]),
+    "efficientnet-like-5x5": (ConvProblem(3, 36, 15, 9, 36, 5, 5, pad=(2, 2), groups=36, layout="NHWC"), [2, 1]),
+    "one-channel-3x3": (ConvProblem(3, 1, 9, 9, 1, 3, 3, pad=(1, 1), groups=1, layout="NHWC"), [3]),
+}
+
+
+def _dw_nhwc_plan(p: ConvProblem, op: str, sizes: list[int], tile):
+    from ucudnn.measure.sources.direct import configure_dw_nhwc
+    from ucudnn.planning.plan import KernelPlan, MicroConfig
+
+    return KernelPlan(f"test/{op}", op, p, [MicroConfig.of(configure_dw_nhwc(op, p.with_batch(mb), tile))
+                                            for mb in sizes])
+
+
+@pytest.mark.parametrize("op", ["forward", "backward_data", "backward_filter"])
+@pytest.mark.parametrize("tile", [0, 1])
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("name", sorted(DW_NHWC_CASES))
+def test_dw_nhwc_micro_batched_matches_cudnn_and_float64(name, dtype, tile, op):
+    """Micro-batched through the executor (backward filter accumulating across micro-batches), every tile."""
+    import cupy as cp
+
+    from ucudnn.execute.executor import Executor
+    from ucudnn.kernels import direct_dw_nhwc as NH
+
+    if dtype == "float16" and op == "backward_filter":
+        pytest.skip("backward filter is float only")
+    base, sizes = DW_NHWC_CASES[name]
+    p = _variant(base, dtype, "NHWC")
+    x, w, dy = _tensors(p, seed=len(name) + tile)
+    a, b = _operands(op, x, w, dy)
+    out = cp.full(p.operand_shapes(op)[2], cp.nan, dtype=p.dtype)
+    Executor(_dw_nhwc_plan(p, op, sizes, NH.tiles_of(op)[tile]))(a, b, out)
+    got = out.get()
+    assert not np.isnan(got).any(), "every output element is written"
+    bound = 10 if op == "backward_filter" else 1
+    assert rel_err(got, _reference(p, op, x, w, dy)) < TOL_REF[dtype] * bound
+    ref = _cudnn(p, op, a, b, cp.empty_like(out))
+    if ref is not None:
+        assert rel_err(got, ref.get()) < TOL_CUDNN[dtype] * bound
+
+
+@pytest.mark.parametrize("op", ["forward", "backward_data", "backward_filter"])
+def test_dw_nhwc_alpha_beta_and_unaligned_operands(op):
+    """out = alpha * conv + beta * out, and operands 4 bytes off 16-byte alignment take the element loads."""
+    import cupy as cp
+
+    from ucudnn.kernels import direct_dw_nhwc as NH
+
+    p = DW_NHWC_CASES["convnext-like-7x7"][0]
+    x, w, dy = _tensors(p, seed=41)
+    a, b = _operands(op, x, w, dy)
+    shape = p.operand_shapes(op)[2]
+    old = cp.random.default_rng(42).standard_normal(shape, dtype="float32")
+    src = b if op == "backward_data" else a
+    tol = TOL_REF["float32"] * (10 if op == "backward_filter" else 1)
+    for shift in (0, 1):
+        moved = cp.empty(src.size + 1, dtype=cp.float32)
+        moved[shift:shift + src.size] = src.ravel()
+        outbuf = cp.empty(old.size + 1, dtype=cp.float32)
+        outbuf[shift:shift + old.size] = old.ravel()
+        src_ptr = moved.data.ptr + 4 * shift
+        ptrs = (a.data.ptr, src_ptr) if op == "backward_data" else (src_ptr, b.data.ptr)
+        NH.launcher(op, p, NH.tiles_of(op)[0])(*ptrs, outbuf.data.ptr + 4 * shift, 0.5, 2.0)
+        got = outbuf[shift:shift + old.size].reshape(shape).get()
+        expect = 0.5 * _reference(p, op, x, w, dy) + 2.0 * old.get()
+        assert rel_err(got, expect) < tol, f"shift {shift}"
+
+
+def test_dw_nhwc_measured_rows_capture_and_replay():
+    """The source measures every NHWC tile of the layer as a zero-workspace row, and a plan of them replays from a
+    CUDA graph."""
+    import cupy as cp
+
+    from ucudnn.execute.executor import Executor
+    from ucudnn.kernels import direct_dw_nhwc as NH
+    from ucudnn.measure.benchmarking import Buffers
+    from ucudnn.measure.sources.base import BenchSettings
+    from ucudnn.measure.sources.direct import DW_ALGOS, DirectSource
+
+    p, sizes = DW_NHWC_CASES["convnext-like-7x7"]
+    buf = Buffers(p)
+    for op in ("forward", "backward_data", "backward_filter"):
+        ms, _ = DirectSource(tune=False).measure(op, p, buf.operands(op, p.n), 0, BenchSettings("strict", repeat=2))
+        dw = [m for m in ms if m.algo == DW_ALGOS[7]]
+        assert [tuple(m.extra["direct"]["tile"]) for m in dw] == list(NH.tiles_of(op))
+        assert all(m.workspace_bytes == 0 and m.time_ms > 0 for m in dw)
+        x, w, dy = _tensors(p, seed=43)
+        a, b = _operands(op, x, w, dy)
+        ex = Executor(_dw_nhwc_plan(p, op, sizes, NH.tiles_of(op)[1]), replay=True)
+        out = cp.full(p.operand_shapes(op)[2], cp.nan, dtype=p.dtype)
+        for _ in range(2):
+            ex(a, b, out)
+        assert ex.replay_failures == [] and len(ex._graphs) == 1
+        tol = TOL_REF["float32"] * (10 if op == "backward_filter" else 1)
+        assert rel_err(out.get(), _reference(p, op, x, w, dy)) < tol
+
+
 # ---- the single-channel forward by rows (direct-plane) --------------------------------------------------------
 PLANE_CASES = {
     "mnist-like": (ConvProblem(9, 1, 28, 28, 40, 5, 5, pad=(2, 2)), [5, 4]),           # K past a filter block

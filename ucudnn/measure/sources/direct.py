@@ -27,15 +27,18 @@ per loaded element.  Its backward filter splits the reduction over blocks that a
 ``-deterministic`` numerics measure it unsplit.
 
 Depthwise 3x3, 5x5 and 7x7 (``direct-dw3`` / ``direct-dw5`` / ``direct-dw7``, ``direct_dw*`` in
-``kernels/direct.cu``): the NCHW depthwise layer with one filter per channel, padding K / 2 (MobileNet's,
-EfficientNet's and MnasNet's depthwise layers, ConvNeXt's 7x7) also gets configurations of kernels made for it -- at
-stride 1 all three ops, at stride 2 (3x3, 5x5) backward data and backward filter: a group of lanes walks a band of one plane's rows with a window in registers, so x and y (dy) move
-once and nothing is staged
-(``DW_CONFIGS``: band height and launch bound per filter size, recorded in ``extra["direct"]``); backward filter
-adds each band's K*K sums to dw atomically (float32; not deterministic, so ``-deterministic`` numerics do not
-measure it).  Why: such a layer is bound by memory bandwidth, the seed's single-channel block stages a tile for one
-filter's taps and waits on it, and cuDNN's zero-workspace backward filter there is slow (H200, MobileNet's 112x112
-layer at b256: 15.7 ms; 0.72 ms with 784 MiB; this kernel 0.27 ms with none).
+``kernels/direct.cu``): the depthwise layer with one filter per channel, padding K / 2 (MobileNet's, EfficientNet's
+and MnasNet's depthwise layers, ConvNeXt's 7x7) also gets configurations of kernels made for it.  NCHW: at stride 1
+all three ops, at stride 2 (3x3, 5x5) backward data and backward filter; a group of lanes walks a band of one
+plane's rows with a window in registers, so x and y (dy) move once and nothing is staged (``DW_CONFIGS``: band height
+and launch bound per filter size, recorded in ``extra["direct"]``).  NHWC (channels-last models: autocast with
+``channels_last``, and ConvNeXt, whose blocks permute to NHWC and back): at stride 1 all three ops, 4 channels a
+thread and a tile with its halo staged in shared memory (``kernels/direct_dw_nhwc.py``; the tile recorded in
+``extra["direct"]``).  Backward filter adds its sums to dw atomically (float32; not deterministic, so
+``-deterministic`` numerics do not measure it).  Why: such a layer is bound by memory bandwidth, the seed's
+single-channel block stages a tile for one filter's taps and waits on it, and cuDNN's zero-workspace backward filter
+there is slow (H200, MobileNet's 112x112 layer at b256: 15.7 ms; 0.72 ms with 784 MiB; this kernel 0.27 ms with
+none; ConvNeXt-tiny's NHWC layers: 64 of a 127 ms FP32 training step at b64).
 
 Single-channel planes by rows (``direct-plane``, ``direct_plane`` in ``kernels/direct.cu``): the NCHW forward of one
 input channel without groups, stride 1, filters up to 5 x 5 (rows up to a few hundred columns wide, so that a block's
@@ -103,10 +106,12 @@ class DirectSource(Prepared):
         """Why this source records no configuration for ``op`` on ``problem`` (None: it measures one)."""
         from ucudnn.kernels import igemm
         from ucudnn.kernels.direct import refusal
+        from ucudnn.kernels import direct_dw_nhwc
         from ucudnn.kernels.direct_dw import dw_refusal
 
         why, why_igemm = refusal(op, problem), igemm.refusal(op, problem)
-        if why and why_igemm and dw_refusal(op, problem) is not None:
+        depthwise = dw_refusal(op, problem) is None or direct_dw_nhwc.refusal(op, problem) is None
+        if why and why_igemm and not depthwise:
             return why if why == why_igemm else f"{why}; igemm: {why_igemm}"
         math = MATH_TYPES[problem.dtype]
         if numerics is not None and math not in num.allowed_math_types(numerics, problem.dtype):
@@ -115,7 +120,7 @@ class DirectSource(Prepared):
 
     def measure(self, op: str, problem: ConvProblem, ops: Operands, workspace: int,
                 settings: BenchSettings) -> tuple[list[Measurement], list[Skipped]]:
-        from ucudnn.kernels import igemm
+        from ucudnn.kernels import direct_dw_nhwc, igemm
         from ucudnn.kernels.direct import refusal
         from ucudnn.kernels.direct_dw import dw_refusal
         from ucudnn.kernels.direct_plane import plane_refusal
@@ -138,6 +143,9 @@ class DirectSource(Prepared):
             for rows, minb in DW_CONFIGS[problem.r]:
                 variants.append((DW_ALGOS[problem.r],
                                  lambda rows=rows, minb=minb: configure_dw(op, problem, rows, minb)))
+        if direct_dw_nhwc.refusal(op, problem) is None and not (op == "backward_filter" and deterministic):
+            for tile in direct_dw_nhwc.tiles_of(op):
+                variants.append((DW_ALGOS[problem.r], lambda tile=tile: configure_dw_nhwc(op, problem, tile)))
         for config in PLANE_CONFIGS:
             if plane_refusal(op, problem, config) is None:
                 variants.append((PLANE_ALGO, lambda c=config: configure_plane(problem, *c)))
@@ -266,15 +274,28 @@ def configure_dw(op: str, problem: ConvProblem, rows: int, minb: int) -> Measure
                         "deterministic": op != "backward_filter"})
 
 
+def configure_dw_nhwc(op: str, problem: ConvProblem, tile: tuple[int, ...]) -> Measurement:
+    """The NHWC depthwise configuration (time 0) of ``op`` with ``tile`` (``kernels.direct_dw_nhwc``; backward
+    filter sums by atomics: not deterministic)."""
+    return Measurement(problem.n, DW_ALGOS[problem.r], MATH_TYPES[problem.dtype], 0.0, 0, "direct", None,
+                       {"direct": {"kernel": "direct_dw_nhwc", "tile": list(tile)},
+                        "deterministic": op != "backward_filter"})
+
+
 def _dw_launch(op: str, problem: ConvProblem, config: Measurement) -> Launch:
-    """The recorded depthwise configuration's launch (its algorithm names the filter size it was made for)."""
+    """The recorded depthwise configuration's launch (its algorithm names the filter size it was made for; its
+    ``extra.direct.kernel`` the NCHW kernels' band rows or the NHWC kernels' tile)."""
+    from ucudnn.kernels import direct_dw_nhwc
     from ucudnn.kernels.direct_dw import dw_launcher
 
     info = config.extra.get("direct") or {}
-    if "rows" not in info:
-        raise InputError(f"a {config.algo} configuration needs extra.direct.rows", "extra.direct.rows")
     if str(config.algo) != DW_ALGOS.get(problem.r):
         raise UcudnnError(f"direct configuration {config.algo!r} is not this problem's ({problem.r}x{problem.s})")
+    if info.get("kernel") == direct_dw_nhwc.KERNEL:
+        tile = direct_dw_nhwc.check_tile(op, info.get("tile"), "extra.direct.tile")
+        return _no_workspace(direct_dw_nhwc.launcher(op, problem, tile))
+    if "rows" not in info:
+        raise InputError(f"a {config.algo} configuration needs extra.direct.rows", "extra.direct.rows")
     return _no_workspace(dw_launcher(op, problem, info["rows"], info.get("minb", 1)))
 
 
