@@ -491,7 +491,7 @@ def test_sources_resolve_by_name_for_benchmarking_and_execution():
     assert registry.get("graph") is graph, "execution finds the instance that measured"
     with pytest.raises(InputError) as e:
         resolve_sources(["legacy", "cublas"])
-    assert "known: direct, fft, fold, graph, legacy, mec, relayout, winograd" in str(e.value) and e.value.field == "source"
+    assert "known: depthwise, direct, fft, fold, graph, legacy, mec, relayout, winograd" in str(e.value) and e.value.field == "source"
 
 
 @pytest.mark.parametrize("argv, message", [

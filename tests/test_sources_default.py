@@ -38,7 +38,7 @@ def test_equal_requests_have_one_canonical_spelling(written, canonical):
     assert source_names.canonical(written) == canonical
 
 
-@pytest.mark.parametrize("written, message", [("legacy,cufft", "unknown algorithm source 'cufft'; known: direct, fft, fold, graph, legacy, mec, relayout"),
+@pytest.mark.parametrize("written, message", [("legacy,cufft", "unknown algorithm source 'cufft'; known: depthwise, direct, fft, fold, graph, legacy, mec"),
                                               ("", "name at least one algorithm source"),
                                               (",,", "name at least one algorithm source")])
 def test_bad_source_names_name_the_field(written, message):
@@ -47,12 +47,32 @@ def test_bad_source_names_name_the_field(written, message):
     assert e.value.field == "--sources"
 
 
-def test_the_default_is_legacy_graph_and_fold_where_the_frontend_is_installed(monkeypatch):
+def test_the_default_is_legacy_graph_depthwise_and_fold_where_the_frontend_is_installed(monkeypatch):
     monkeypatch.delenv("UCUDNN_SOURCES", raising=False)
     monkeypatch.setattr(source_names, "graph_installed", lambda: True)
-    assert source_names.canonical(None) == ("legacy", "graph", "fold")
+    assert source_names.canonical(None) == ("legacy", "graph", "depthwise", "fold")
     monkeypatch.setattr(source_names, "graph_installed", lambda: False)
-    assert source_names.canonical(None) == ("legacy", "fold")
+    assert source_names.canonical(None) == ("legacy", "depthwise", "fold")
+
+
+def test_a_request_naming_direct_measures_the_depthwise_rows_once_as_direct():
+    assert source_names.canonical("legacy,depthwise,direct") == ("legacy", "direct")
+    assert source_names.canonical("depthwise,legacy") == ("legacy", "depthwise")
+
+
+DEPTHWISE = ConvProblem(8, 96, 56, 56, 96, 7, 7, pad=3, groups=96, layout="NHWC")
+
+
+@pytest.mark.parametrize("problem", [PROBLEM, ConvProblem(8, 96, 56, 56, 192, 3, 3, pad=1, groups=96),
+                                     ConvProblem(8, 1, 28, 28, 1, 3, 3, pad=1)])
+def test_a_layer_the_depthwise_source_cannot_measure_keeps_the_key_it_had_without_it(problem):
+    """Adding depthwise to the default kept every cached plan and bundle entry of the layers it declines."""
+    for op in ("forward", "backward_data", "backward_filter"):
+        assert source_names.key_field(("legacy", "graph", "depthwise", "fold"), op, problem) == "legacy,graph,fold"
+        assert source_names.key_field(("legacy", "depthwise"), op, problem) is None      # legacy alone: no field
+    assert source_names.key_field(("legacy", "graph", "depthwise", "fold"), "forward", DEPTHWISE) == \
+        "legacy,graph,depthwise,fold"
+    assert source_names.effective(("legacy", "depthwise"), "forward", DEPTHWISE) == ("legacy", "depthwise")
 
 
 def test_UCUDNN_SOURCES_sets_the_default_and_is_checked(monkeypatch):
@@ -129,7 +149,7 @@ def test_no_sources_means_the_default_sources(fake_gpu, monkeypatch):
     api._plan_from_store_or_bench(PROBLEM, "forward", 64 << 20, "powerOfTwo", "strict")
     monkeypatch.setenv("UCUDNN_SOURCES", "legacy")
     api._plan_from_store_or_bench(PROBLEM, "backward_data", 64 << 20, "powerOfTwo", "strict")
-    assert api.calls == [("forward", ("legacy", "graph", "fold")), ("backward_data", ("legacy",))]
+    assert api.calls == [("forward", ("legacy", "graph", "depthwise", "fold")), ("backward_data", ("legacy",))]
 
 
 def test_conv2d_layer_checks_its_sources_when_made():

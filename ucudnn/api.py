@@ -79,7 +79,7 @@ def _cache_key(problem: ConvProblem, op: str, numerics: str, batch_policy: str, 
     ``unwritten: true`` for a plan that may take workspace from output not written yet (left out otherwise)."""
     key = {"device": device_name(), "cudnn_version": cudnn.get_version(), "problem": problem.to_dict(), "op": op,
            "numerics": numerics, "batch_policy": batch_policy}
-    field = source_names.key_field(sources)
+    field = source_names.key_field(sources, op, problem)
     if field is not None:
         key["sources"] = field
     channels = config.channel_policy()

@@ -13,7 +13,7 @@ defaults that explicit arguments and CLI flags override.
 | ``UCUDNN_CUDNN_LIBRARY`` | path of libcudnn.so.9 to load | search wheels, then system |
 | ``UCUDNN_PLAN_SERVER`` | plan service URL consulted before benchmarking | unset |
 | ``UCUDNN_BUNDLE_PATH`` | ``:``-separated plan bundles to look plans up in | unset |
-| ``UCUDNN_SOURCES`` | algorithm sources benchmarked (``legacy,graph,fold``; see :mod:`ucudnn.source_names`) | legacy, graph where installed, fold |
+| ``UCUDNN_SOURCES`` | algorithm sources benchmarked (``legacy,graph,fold``; see :mod:`ucudnn.source_names`) | legacy, graph where installed, depthwise, fold |
 | ``UCUDNN_BENCHMARK`` | ``full``: a kernel no cache knows is benchmarked before its first call runs; ``heuristic``: it runs at once on cuDNN's heuristic choice and is benchmarked in a background thread | ``full`` |
 | ``UCUDNN_PROGRESS`` | ``1`` / ``0``: benchmark progress on stderr always / never | after 2 s |
 | ``UCUDNN_CHANNEL_POLICY`` | ``none`` / ``halves`` / ``powerOfTwo``: channel slices benchmarked besides micro-batches (:func:`ucudnn.policy.channel_sizes`, issue 18) | ``none`` |

@@ -57,7 +57,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "graph (cuDNN graph-API engines; needs ucudnn[graph]), relayout (the other sources named, run in the "
                    "other layout through ucudnn's transform kernels), fold (the other sources named, run on strided "
                    "first layers folded into stride-1 convolutions by ucudnn's fold kernels) (default: UCUDNN_SOURCES, else "
-                   "legacy,graph,fold where nvidia-cudnn-frontend is installed, legacy,fold otherwise)")
+                   "legacy,graph,depthwise,fold where nvidia-cudnn-frontend is installed, legacy,depthwise,fold "
+                   "otherwise; depthwise: ucudnn's depthwise K x K kernels, declining other layers at no cost)")
     p.add_argument("--graph-top-k", type=int, default=None, help="graph source: time only the first K engine "
                    "configurations (heuristic order) that build at each micro-batch size (default: 12)")
     p.add_argument("--timing", default="eager", choices=("eager", "replay"), help="eager: each configuration "

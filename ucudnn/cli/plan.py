@@ -30,7 +30,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--save-table", metavar="T.json", help="with --network alone: also write the measured table here")
     p.add_argument("--sources", default=None, metavar="NAMES",
                    help="with --network alone: algorithm sources to benchmark (see `ucudnn bench --sources`; "
-                        "default: UCUDNN_SOURCES, else legacy,graph,fold where nvidia-cudnn-frontend is installed)")
+                        "default: UCUDNN_SOURCES, else legacy,graph,depthwise,fold where nvidia-cudnn-frontend is "
+                        "installed)")
     p.add_argument("--policy", choices=("wr", "wd", "undivided"), default=None,
                    help="wr: per-kernel limit (default); wd: whole-network budget "
                         "(default when UCUDNN_TOTAL_WORKSPACE_SIZE is set); undivided: cuDNN alone")

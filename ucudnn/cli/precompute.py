@@ -45,8 +45,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--repeat", type=int, default=None, help="timed samples per configuration (default 3; 0: Find's time)")
     p.add_argument("--sources", metavar="NAMES", default=None,
                    help="algorithm sources to measure networks with (legacy, graph, relayout, fold; default: "
-                        "UCUDNN_SOURCES, else legacy,graph,fold where nvidia-cudnn-frontend is installed, legacy,fold "
-                        "otherwise); recorded tables keep the sources they were measured with")
+                        "UCUDNN_SOURCES, else legacy,graph,depthwise,fold where nvidia-cudnn-frontend is installed, "
+                        "legacy,depthwise,fold otherwise); recorded tables keep the sources they were measured with")
     p.add_argument("--channel-policy", metavar="POLICY", default=None,
                    help="none | halves | powerOfTwo: also measure output-channel slices (default: "
                         "UCUDNN_CHANNEL_POLICY, else none) for networks; jobs that run with that policy find "

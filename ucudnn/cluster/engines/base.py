@@ -56,7 +56,7 @@ class Unit:
         key = {"device": self.target.device, "cudnn_version": self.target.cudnn_version,
                "problem": self.problem.to_dict(), "op": self.op, "numerics": self.numerics,
                "batch_policy": self.batch_policy}
-        sources = source_names.key_field(self.sources)
+        sources = source_names.key_field(self.sources, self.op, self.problem)
         if sources is not None:
             key["sources"] = sources
         if self.channel_policy != "none":   # left out for none, as ucudnn.api._cache_key does

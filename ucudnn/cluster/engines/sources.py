@@ -106,9 +106,10 @@ class ReplaySource:
                 nm, srcs = effective_numerics(t).numerics, source_names.of_table(t.extra)
                 cp = channel_policy_of(t.extra)
                 for k in t.kernels:
-                    idx.setdefault((t.device, t.cudnn_version, nm, srcs, cp, k.problem, k.op), k)
+                    eff = source_names.effective(srcs, k.op, k.problem)   # as the unit's key names them
+                    idx.setdefault((t.device, t.cudnn_version, nm, eff, cp, k.problem, k.op), k)
                     if cp != "none":   # its whole-k rows answer a unit without slices as well
-                        idx.setdefault((t.device, t.cudnn_version, nm, srcs, "none", k.problem, k.op),
+                        idx.setdefault((t.device, t.cudnn_version, nm, eff, "none", k.problem, k.op),
                                        KernelBench(k.name, k.op, k.problem,
                                                    [m for m in k.measurements if m.channels is None],
                                                    k.skipped, k.benchmark_seconds))
@@ -120,8 +121,9 @@ class ReplaySource:
 
     def lookup(self, unit: Unit) -> KernelBench | None:
         """The recorded kernel for ``unit`` (any micro-batch sizes), or None."""
-        return self.index().get((unit.target.device, unit.target.cudnn_version, unit.numerics, unit.sources,
-                                 unit.channel_policy, unit.problem, unit.op))
+        return self.index().get((unit.target.device, unit.target.cudnn_version, unit.numerics,
+                                 source_names.effective(unit.sources, unit.op, unit.problem), unit.channel_policy,
+                                 unit.problem, unit.op))
 
     def measure(self, unit: Unit) -> KernelBench:
         kb = self.lookup(unit)

@@ -104,55 +104,38 @@ class DirectSource(Prepared):
     # -- measuring ---------------------------------------------------------------------------
     def refusal(self, op: str, problem: ConvProblem, numerics: str | None = None) -> str | None:
         """Why this source records no configuration for ``op`` on ``problem`` (None: it measures one)."""
-        from ucudnn.kernels import igemm
-        from ucudnn.kernels.direct import refusal
-        from ucudnn.kernels import direct_dw_nhwc
-        from ucudnn.kernels.direct_dw import dw_refusal
-
-        why, why_igemm = refusal(op, problem), igemm.refusal(op, problem)
-        depthwise = dw_refusal(op, problem) is None or direct_dw_nhwc.refusal(op, problem) is None
-        if why and why_igemm and not depthwise:
-            return why if why == why_igemm else f"{why}; igemm: {why_igemm}"
+        why = self._kernels_refusal(op, problem)
+        if why:
+            return why
         math = MATH_TYPES[problem.dtype]
         if numerics is not None and math not in num.allowed_math_types(numerics, problem.dtype):
             return f"{math} math is not allowed under {numerics} numerics"
         return None
 
+    def _kernels_refusal(self, op: str, problem: ConvProblem) -> str | None:
+        """Why none of this source's kernels runs ``op`` on ``problem`` (None: one does)."""
+        from ucudnn.kernels import igemm
+        from ucudnn.kernels.direct import refusal
+
+        why, why_igemm = refusal(op, problem), igemm.refusal(op, problem)
+        if why and why_igemm and depthwise_refusal(op, problem) is not None:
+            return why if why == why_igemm else f"{why}; igemm: {why_igemm}"
+        return None
+
     def measure(self, op: str, problem: ConvProblem, ops: Operands, workspace: int,
                 settings: BenchSettings) -> tuple[list[Measurement], list[Skipped]]:
-        from ucudnn.kernels import direct_dw_nhwc, igemm
-        from ucudnn.kernels.direct import refusal
-        from ucudnn.kernels.direct_dw import dw_refusal
-        from ucudnn.kernels.direct_plane import plane_refusal
-
         mb = problem.n
         why = self.refusal(op, problem, settings.numerics)
         if why:
-            return [], [Skipped(mb, None, None, f"direct: {why}")]
+            return [], [Skipped(mb, None, None, f"{self.name}: {why}")]
         math = MATH_TYPES[problem.dtype]
         beta = timed_beta(op, problem)
         measured: list[Measurement] = []
         skipped: list[Skipped] = []
-        variants = []
         # the atomic configurations (depthwise backward filter, igemm's scatter form) are not measured for
         # -deterministic numerics
         deterministic = settings.numerics is not None and num.deterministic_only(settings.numerics)
-        if refusal(op, problem) is None:
-            variants.append((algo_name(problem), lambda: self.configure(op, problem, ops)))
-        if dw_refusal(op, problem) is None and not (op == "backward_filter" and deterministic):
-            for rows, minb in DW_CONFIGS[problem.r]:
-                variants.append((DW_ALGOS[problem.r],
-                                 lambda rows=rows, minb=minb: configure_dw(op, problem, rows, minb)))
-        if direct_dw_nhwc.refusal(op, problem) is None and not (op == "backward_filter" and deterministic):
-            for tile in direct_dw_nhwc.tiles_of(op):
-                variants.append((DW_ALGOS[problem.r], lambda tile=tile: configure_dw_nhwc(op, problem, tile)))
-        for config in PLANE_CONFIGS:
-            if plane_refusal(op, problem, config) is None:
-                variants.append((PLANE_ALGO, lambda c=config: configure_plane(problem, *c)))
-        if igemm.refusal(op, problem) is None:
-            for bn, ks, scatter in igemm.variants(op, problem, deterministic):
-                variants.append((IGEMM, lambda bn=bn, ks=ks, sc=scatter: self.configure_igemm(
-                    op, problem, settings.numerics, bn, ks, sc)))
+        variants = self._variants(op, problem, ops, settings.numerics, deterministic)
         # the seed kernel first: where the implicit GEMM is hopeless beside it (AlexNet conv1's backward data, C = 3
         # at stride 4: 1.4 s a call at n = 256 on an H100, most of each 128-column tile idle), one sample is kept
         pruner = Pruner(settings, trust_long=False)
@@ -163,14 +146,35 @@ class DirectSource(Prepared):
                 t, how = pruner.retime(lambda give_up: time_config(lambda: launch(ops, workspace, 0, 1.0, beta),
                                                                    settings, give_up=give_up), None, 0)
             except CaptureError as e:
-                skipped.append(Skipped(mb, algo, math, f"direct: {e}"))
+                skipped.append(Skipped(mb, algo, math, f"{self.name}: {e}"))
                 continue
             except Exception as e:  # noqa: BLE001 - a compile or launch failure is a skipped row, never an exception
-                skipped.append(Skipped(mb, algo, math, f"direct: {summary(e)}"))
+                skipped.append(Skipped(mb, algo, math, f"{self.name}: {summary(e)}"))
                 continue
             measured.append(Measurement(mb, config.algo, math, max(t, 1e-6), 0, self.name, None,
                                         {**config.extra, "timed": how}))
         return measured, skipped
+
+    def _variants(self, op: str, problem: ConvProblem, ops: Operands, numerics: str | None,
+                  deterministic: bool) -> list[tuple[str, Any]]:
+        """(algorithm, configure()) of every configuration measured for ``op`` on ``problem``: the seed kernel
+        first, then the depthwise kernels', the single-channel rows kernel's and the implicit GEMM's."""
+        from ucudnn.kernels import igemm
+        from ucudnn.kernels.direct import refusal
+        from ucudnn.kernels.direct_plane import plane_refusal
+
+        variants = []
+        if refusal(op, problem) is None:
+            variants.append((algo_name(problem), lambda: self.configure(op, problem, ops)))
+        variants += depthwise_variants(op, problem, deterministic, self.name)
+        for config in PLANE_CONFIGS:
+            if plane_refusal(op, problem, config) is None:
+                variants.append((PLANE_ALGO, lambda c=config: configure_plane(problem, *c)))
+        if igemm.refusal(op, problem) is None:
+            for bn, ks, scatter in igemm.variants(op, problem, deterministic):
+                variants.append((IGEMM, lambda bn=bn, ks=ks, sc=scatter: self.configure_igemm(
+                    op, problem, numerics, bn, ks, sc)))
+        return variants
 
     def configure(self, op: str, problem: ConvProblem, ops: Operands | None = None) -> Measurement:
         """The configuration (time 0) this source runs ``op`` on ``problem`` with on the current device: the
@@ -225,6 +229,54 @@ class DirectSource(Prepared):
         return _no_workspace(launcher(op, problem, tiling, bool(info.get("async", False))))
 
 
+class DepthwiseSource(DirectSource):
+    """The depthwise kernels alone (``depthwise``: the ``direct-dwK`` rows, NCHW and NHWC), zero workspace.
+
+    Why a source of its own: it is in the default set.  It declines every layer that is not depthwise K x K at no
+    cost, and on those it measures two or three configurations per op that beat cuDNN's every algorithm (any
+    workspace) on MobileNet's, EfficientNet's and ConvNeXt's layers, where the rest of ``direct`` (the seed's
+    kernels, tuned; the implicit GEMM's tiles) costs benchmark time on every layer for wins under tight limits only.
+    ``direct`` includes these rows: a request naming both measures them once, as ``direct``
+    (:func:`ucudnn.source_names.canonical`)."""
+
+    name = "depthwise"
+
+    def _kernels_refusal(self, op: str, problem: ConvProblem) -> str | None:
+        return depthwise_refusal(op, problem)
+
+    def _variants(self, op: str, problem: ConvProblem, ops: Operands, numerics: str | None,
+                  deterministic: bool) -> list[tuple[str, Any]]:
+        return depthwise_variants(op, problem, deterministic, self.name)
+
+
+def depthwise_refusal(op: str, problem: ConvProblem) -> str | None:
+    """Why neither depthwise kernel family (NCHW ``direct_dw``, NHWC ``direct_dw_nhwc``) runs ``op`` on ``problem``."""
+    from ucudnn.kernels import direct_dw_nhwc
+    from ucudnn.kernels.direct_dw import dw_refusal
+
+    why = dw_refusal(op, problem) if problem.layout == "NCHW" else direct_dw_nhwc.refusal(op, problem)
+    return None if why is None else f"depthwise kernels: {why}"
+
+
+def depthwise_variants(op: str, problem: ConvProblem, deterministic: bool, source: str = "direct"
+                       ) -> list[tuple[str, Any]]:
+    """(algorithm, configure()) of the depthwise kernels' configurations of ``op`` on ``problem`` (none where they
+    do not run it; backward filter's atomics not under ``deterministic`` numerics)."""
+    from ucudnn.kernels import direct_dw_nhwc
+    from ucudnn.kernels.direct_dw import dw_refusal
+
+    if op == "backward_filter" and deterministic:
+        return []
+    algo = DW_ALGOS.get(problem.r)
+    if dw_refusal(op, problem) is None:
+        return [(algo, lambda rows=rows, minb=minb: configure_dw(op, problem, rows, minb, source))
+                for rows, minb in DW_CONFIGS[problem.r]]
+    if direct_dw_nhwc.refusal(op, problem) is None:
+        return [(algo, lambda tile=tile: configure_dw_nhwc(op, problem, tile, source))
+                for tile in direct_dw_nhwc.tiles_of(op)]
+    return []
+
+
 def _no_workspace(run: Any) -> Launch:
     """A kernel launcher's ``run(a, b, out, alpha, beta)`` as the source's :data:`~.base.Launch`: the direct
     kernels take no workspace, so the workspace arguments are ignored."""
@@ -266,18 +318,18 @@ def _igemm_launch(op: str, problem: ConvProblem, config: Measurement) -> Launch:
     return _no_workspace(igemm.launcher(op, problem, splits, bn, ks, scatter))
 
 
-def configure_dw(op: str, problem: ConvProblem, rows: int, minb: int) -> Measurement:
+def configure_dw(op: str, problem: ConvProblem, rows: int, minb: int, source: str = "direct") -> Measurement:
     """The depthwise configuration (time 0) of ``op`` with ``rows`` per band and launch bound ``minb`` (backward
     filter sums by atomics: not deterministic)."""
-    return Measurement(problem.n, DW_ALGOS[problem.r], MATH_TYPES[problem.dtype], 0.0, 0, "direct", None,
+    return Measurement(problem.n, DW_ALGOS[problem.r], MATH_TYPES[problem.dtype], 0.0, 0, source, None,
                        {"direct": {"kernel": "direct_dw", "rows": rows, "minb": minb},
                         "deterministic": op != "backward_filter"})
 
 
-def configure_dw_nhwc(op: str, problem: ConvProblem, tile: tuple[int, ...]) -> Measurement:
+def configure_dw_nhwc(op: str, problem: ConvProblem, tile: tuple[int, ...], source: str = "direct") -> Measurement:
     """The NHWC depthwise configuration (time 0) of ``op`` with ``tile`` (``kernels.direct_dw_nhwc``; backward
     filter sums by atomics: not deterministic)."""
-    return Measurement(problem.n, DW_ALGOS[problem.r], MATH_TYPES[problem.dtype], 0.0, 0, "direct", None,
+    return Measurement(problem.n, DW_ALGOS[problem.r], MATH_TYPES[problem.dtype], 0.0, 0, source, None,
                        {"direct": {"kernel": "direct_dw_nhwc", "tile": list(tile)},
                         "deterministic": op != "backward_filter"})
 

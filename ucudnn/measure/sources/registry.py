@@ -10,6 +10,7 @@ _SOURCES: dict[str, AlgorithmSource] = {}
 _BUILTIN = {"legacy": ("ucudnn.measure.sources.legacy", "LegacySource"), "graph": ("ucudnn.measure.sources.graph", "GraphSource"),
             "relayout": ("ucudnn.measure.sources.relayout", "RelayoutSource"), "fold": ("ucudnn.measure.sources.fold", "FoldSource"),
             "mec": ("ucudnn.measure.sources.mec", "MecSource"), "direct": ("ucudnn.measure.sources.direct", "DirectSource"),
+            "depthwise": ("ucudnn.measure.sources.direct", "DepthwiseSource"),
             "winograd": ("ucudnn.measure.sources.winograd", "WinogradSource"),
             "fft": ("ucudnn.measure.sources.fft", "FftSource")}
 
