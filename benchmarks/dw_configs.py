@@ -133,13 +133,16 @@ def main() -> None:
                   flush=True)
         del buf
     doc = {"provenance": provenance(), "copy_bandwidth_gbs": round(bw / 1e9, 1), "rows": rows}
+    nhwc = args.layout == "NHWC"
+    configs = ("Every tile timed (forward / backward data [rows, column groups, columns a thread, channel quads], "
+               "backward filter [rows, columns, channel quads])" if nhwc else
+               "Every (band rows, launch bound) timed (rows 0: the whole plane)")
     md = [md_header(f"Depthwise kernel (direct-dw3, -dw5, -dw7) per configuration, {args.layout} float32 b{args.batch}",
                     doc["provenance"]),
-          f"Every (band rows, launch bound) timed (rows 0: the whole plane); copy bandwidth "
-          f"{doc['copy_bandwidth_gbs']} GB/s (the floor: x and y moved once at that rate).  Bar (issue 17): direct "
-          ">= 1.5x cuDNN's zero-workspace best.", "",
-          "| layer | op | dw best [rows, minb] | ms | seed single ms | cuDNN 0-ws | ms | dw vs 0-ws | cuDNN any | ms "
-          "| dw vs any | PyTorch ms | dw vs PyTorch | floor ms | dw / floor |",
+          f"{configs}; copy bandwidth {doc['copy_bandwidth_gbs']} GB/s (the floor: x and y moved once at that rate).  "
+          "Bar (issue 17): direct >= 1.5x cuDNN's zero-workspace best.", "",
+          f"| layer | op | dw best {'tile' if nhwc else '[rows, minb]'} | ms | seed single ms | cuDNN 0-ws | ms "
+          "| dw vs 0-ws | cuDNN any | ms | dw vs any | PyTorch ms | dw vs PyTorch | floor ms | dw / floor |",
           "|---|---|---|---:|---:|---|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         md.append(f"| {r['layer']} | {r['op']} | {r['best']} | {r['best_ms']} | {r['seed_single_ms']} | "
