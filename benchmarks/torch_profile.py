@@ -244,18 +244,25 @@ def plan_shapes(step) -> dict:
     return {"kernels": len(runtime._calls), "by_steps": dict(steps), "steps_by_source": dict(sources)}
 
 
-def gpu_kernel_ms(step, n: int = 3) -> dict:
-    """GPU time per step summed over its kernels (torch.profiler), so host-bound steps still show what the
-    GPU alone would take; with the five longest kernels' names."""
+def _cuda_profile(step, n: int, warm: int = 1):
+    """torch.profiler's CUDA activity over ``n`` steps after ``warm`` unprofiled ones."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    step()
+    for _ in range(warm):
+        step()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(n):
             step()
         torch.cuda.synchronize()
+    return prof
+
+
+def gpu_kernel_ms(step, n: int = 3) -> dict:
+    """GPU time per step summed over its kernels (torch.profiler), so host-bound steps still show what the
+    GPU alone would take; with the five longest kernels' names."""
+    prof = _cuda_profile(step, n)
     total = 0.0
     rows = []
     for e in prof.key_averages():
@@ -545,16 +552,9 @@ def kernel_names(model_name: str, batch: int, mode: str, limit: str, sources: st
     import gc
 
     import torch
-    from torch.profiler import ProfilerActivity, profile
 
     def per_name(step) -> dict:
-        for _ in range(3):
-            step()
-        torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            for _ in range(n):
-                step()
-            torch.cuda.synchronize()
+        prof = _cuda_profile(step, n, warm=3)
         out: dict = {}
         for e in prof.key_averages():
             if str(getattr(e, "device_type", "")).endswith("CUDA"):

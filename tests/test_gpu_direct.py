@@ -367,21 +367,15 @@ def test_dw_micro_batched_matches_cudnn_and_float64(name, dtype, rows, minb, op)
         assert rel_err(got, ref.get()) < TOL_CUDNN[dtype] * (10 if op == "backward_filter" else 1)
 
 
-@pytest.mark.parametrize("op", ["forward", "backward_data", "backward_filter"])
-@pytest.mark.parametrize("name", ["mobilenet-like", "5x5-efficientnet-like", "7x7-convnext-like", "s2-mobilenet-like"])
-def test_dw_alpha_beta_and_unaligned_rows(name, op):
-    """out = alpha * conv + beta * out, and operands 4 bytes off 16-byte alignment take the element loads."""
+def _alpha_beta_unaligned(p: ConvProblem, op: str, launch, seed: int) -> None:
+    """``launch(a, b, out, alpha, beta)`` gives out = alpha * conv + beta * out, with the activation operand and
+    out 16-byte aligned and 4 bytes off it (the kernels' element loads)."""
     import cupy as cp
 
-    from ucudnn.kernels.direct_dw import dw_launcher
-
-    p = DW_CASES[name][0]
-    if p.stride == (2, 2) and op == "forward":
-        pytest.skip("stride 2: backward data and filter only")
-    x, w, dy = _tensors(p, seed=31)
+    x, w, dy = _tensors(p, seed=seed)
     a, b = _operands(op, x, w, dy)
     shape = p.operand_shapes(op)[2]
-    old = cp.random.default_rng(32).standard_normal(shape, dtype="float32")
+    old = cp.random.default_rng(seed + 1).standard_normal(shape, dtype="float32")
     src = b if op == "backward_data" else a
     tol = TOL_REF["float32"] * (10 if op == "backward_filter" else 1)
     for shift in (0, 1):
@@ -391,10 +385,22 @@ def test_dw_alpha_beta_and_unaligned_rows(name, op):
         outbuf[shift:shift + old.size] = old.ravel()
         src_ptr = moved.data.ptr + 4 * shift
         ptrs = (a.data.ptr, src_ptr) if op == "backward_data" else (src_ptr, b.data.ptr)
-        dw_launcher(op, p, 16)(*ptrs, outbuf.data.ptr + 4 * shift, 0.5, 2.0)
+        launch(*ptrs, outbuf.data.ptr + 4 * shift, 0.5, 2.0)
         got = outbuf[shift:shift + old.size].reshape(shape).get()
         expect = 0.5 * _reference(p, op, x, w, dy) + 2.0 * old.get()
         assert rel_err(got, expect) < tol, f"shift {shift}"
+
+
+@pytest.mark.parametrize("op", ["forward", "backward_data", "backward_filter"])
+@pytest.mark.parametrize("name", ["mobilenet-like", "5x5-efficientnet-like", "7x7-convnext-like", "s2-mobilenet-like"])
+def test_dw_alpha_beta_and_unaligned_rows(name, op):
+    """out = alpha * conv + beta * out, and operands 4 bytes off 16-byte alignment take the element loads."""
+    from ucudnn.kernels.direct_dw import dw_launcher
+
+    p = DW_CASES[name][0]
+    if p.stride == (2, 2) and op == "forward":
+        pytest.skip("stride 2: backward data and filter only")
+    _alpha_beta_unaligned(p, op, dw_launcher(op, p, 16), seed=31)
 
 
 @pytest.mark.parametrize("name", ["mobilenet-like", "5x5-efficientnet-like", "7x7-convnext-like", "s2-5x5"])
@@ -478,28 +484,10 @@ def test_dw_nhwc_micro_batched_matches_cudnn_and_float64(name, dtype, tile, op):
 @pytest.mark.parametrize("op", ["forward", "backward_data", "backward_filter"])
 def test_dw_nhwc_alpha_beta_and_unaligned_operands(op):
     """out = alpha * conv + beta * out, and operands 4 bytes off 16-byte alignment take the element loads."""
-    import cupy as cp
-
     from ucudnn.kernels import direct_dw_nhwc as NH
 
     p = DW_NHWC_CASES["convnext-like-7x7"][0]
-    x, w, dy = _tensors(p, seed=41)
-    a, b = _operands(op, x, w, dy)
-    shape = p.operand_shapes(op)[2]
-    old = cp.random.default_rng(42).standard_normal(shape, dtype="float32")
-    src = b if op == "backward_data" else a
-    tol = TOL_REF["float32"] * (10 if op == "backward_filter" else 1)
-    for shift in (0, 1):
-        moved = cp.empty(src.size + 1, dtype=cp.float32)
-        moved[shift:shift + src.size] = src.ravel()
-        outbuf = cp.empty(old.size + 1, dtype=cp.float32)
-        outbuf[shift:shift + old.size] = old.ravel()
-        src_ptr = moved.data.ptr + 4 * shift
-        ptrs = (a.data.ptr, src_ptr) if op == "backward_data" else (src_ptr, b.data.ptr)
-        NH.launcher(op, p, NH.tiles_of(op)[0])(*ptrs, outbuf.data.ptr + 4 * shift, 0.5, 2.0)
-        got = outbuf[shift:shift + old.size].reshape(shape).get()
-        expect = 0.5 * _reference(p, op, x, w, dy) + 2.0 * old.get()
-        assert rel_err(got, expect) < tol, f"shift {shift}"
+    _alpha_beta_unaligned(p, op, NH.launcher(op, p, NH.tiles_of(op)[0]), seed=41)
 
 
 def test_dw_nhwc_measured_rows_capture_and_replay():

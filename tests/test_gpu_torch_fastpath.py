@@ -82,10 +82,27 @@ def test_one_step_legacy_and_graph_plans_launch_from_cpp():
         assert python1 == python0, sources
 
 
+def _converted_with_plans(monkeypatch, plans, memory_format=None):
+    """(plain, converted, x): a 16 -> 24 3x3 layer converted at 1 MiB with the legacy source, every kernel planned
+    by ``plans(problem, op, ...)`` instead of a benchmark, on a batch of 37, prepared by one training call."""
+    from ucudnn import api
+    from ucudnn.torch import runtime
+
+    fmt = memory_format or torch.contiguous_format
+    monkeypatch.setattr(api, "_plan_from_store_or_bench", plans)
+    monkeypatch.setattr(api, "_executors", {})
+    runtime.forget_prepared()
+    torch.manual_seed(0)
+    plain = nn.Conv2d(16, 24, 3, padding=1).cuda().to(memory_format=fmt)
+    ours = ut.convert(copy.deepcopy(plain), workspace_limit="1MiB", sources="legacy")
+    x = torch.randn(37, 16, 14, 14, device="cuda").to(memory_format=fmt)
+    grads(ours, x)                           # prepares
+    return plain, ours, x
+
+
 def test_micro_batched_legacy_plans_launch_from_cpp_step_by_step(monkeypatch):
     """A plan of two micro-batches (20 + 17 samples, legacy algorithm 0 each: backward filter's second step adds
     into dw with beta 1) launches every op from C++, step by step, and gives nn.Conv2d's results."""
-    from ucudnn import api
     from ucudnn.planning.plan import KernelPlan, MicroConfig
     from ucudnn.torch import runtime
 
@@ -93,14 +110,7 @@ def test_micro_batched_legacy_plans_launch_from_cpp_step_by_step(monkeypatch):
         return KernelPlan("two-steps", op, problem, [MicroConfig(20, 0, "FMA", 1.0, 0, "legacy"),
                                                      MicroConfig(17, 0, "FMA", 1.0, 0, "legacy")])
 
-    monkeypatch.setattr(api, "_plan_from_store_or_bench", two_steps)
-    monkeypatch.setattr(api, "_executors", {})
-    runtime.forget_prepared()
-    torch.manual_seed(0)
-    plain = nn.Conv2d(16, 24, 3, padding=1).cuda()
-    ours = ut.convert(copy.deepcopy(plain), workspace_limit="1MiB", sources="legacy")
-    x = torch.randn(37, 16, 14, 14, device="cuda")
-    grads(ours, x)                           # prepares
+    plain, ours, x = _converted_with_plans(monkeypatch, two_steps)
     assert [len(call.executor.steps) for _, call in fastpath._keep[-3:]] == [2, 2, 2]
     _every_op_from_cpp_equal_to_float64(ours, plain, x)
     runtime.forget_prepared()
@@ -114,7 +124,6 @@ def test_steps_on_unwritten_memory_launch_from_cpp_in_the_later_samples_output(m
     later step must overwrite what the first borrowed: results equal a float64 reference.  NCHW only: in NHWC
     cuDNN 9.19's backward-data algorithm 1 needs 641040 bytes here, more than the 213248 of dx's tail, and that
     step goes to Python, which refuses it and lets torch run the op (seen on the H200)."""
-    from ucudnn import api
     from ucudnn.planning.plan import KernelPlan, MicroConfig
     from ucudnn.torch import runtime
 
@@ -123,15 +132,8 @@ def test_steps_on_unwritten_memory_launch_from_cpp_in_the_later_samples_output(m
         rest = MicroConfig(17, 0, "FMA", 1.0, 0, "legacy")
         return KernelPlan("borrowing", op, problem, [MicroConfig.of(first, op != "backward_filter"), rest])
 
-    monkeypatch.setattr(api, "_plan_from_store_or_bench", borrowing)
-    monkeypatch.setattr(api, "_executors", {})
-    runtime.forget_prepared()
-    torch.manual_seed(0)
-    fmt = torch.channels_last if channels_last else torch.contiguous_format
-    plain = nn.Conv2d(16, 24, 3, padding=1).cuda().to(memory_format=fmt)
-    ours = ut.convert(copy.deepcopy(plain), workspace_limit="1MiB", sources="legacy")
-    x = torch.randn(37, 16, 14, 14, device="cuda").to(memory_format=fmt)
-    grads(ours, x)                           # prepares
+    plain, ours, x = _converted_with_plans(monkeypatch, borrowing,
+                                           torch.channels_last if channels_last else torch.contiguous_format)
     calls = fastpath._keep[-3:]
     described = [call.executor.native_steps for _, call in calls]
     assert [s[0].from_out >= 0 for s in described[:2]] == [True, True]
@@ -159,14 +161,7 @@ def test_a_backward_filter_borrowing_dx_launches_from_cpp_before_backward_data_o
         return original(problem, op, limit, bp, nm, sources, False)
 
     monkeypatch.setenv("UCUDNN_UNWRITTEN", "1")
-    monkeypatch.setattr(api, "_plan_from_store_or_bench", borrowing)
-    monkeypatch.setattr(api, "_executors", {})
-    runtime.forget_prepared()
-    torch.manual_seed(0)
-    plain = nn.Conv2d(16, 24, 3, padding=1).cuda()
-    ours = ut.convert(copy.deepcopy(plain), workspace_limit="1MiB", sources="legacy")
-    x = torch.randn(37, 16, 14, 14, device="cuda")
-    grads(ours, x)                           # prepares
+    plain, ours, x = _converted_with_plans(monkeypatch, borrowing)
     lent = fastpath._keep[-1][1].executor
     assert lent.plan.op == "backward_filter" and [s.from_out for s in lent.native_steps] == [0, -1]
     _every_op_from_cpp_equal_to_float64(ours, plain, x)
