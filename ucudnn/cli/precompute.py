@@ -44,7 +44,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--gpu-models", metavar="M[,M...]", help="only these GPU models (H100, H200, or full device names)")
     p.add_argument("--repeat", type=int, default=None, help="timed samples per configuration (default 3; 0: Find's time)")
     p.add_argument("--sources", metavar="NAMES", default=None,
-                   help="algorithm sources to measure networks with (legacy, graph, relayout, fold; default: "
+                   help="algorithm sources to measure networks with (legacy, graph, mec, direct, depthwise, winograd, "
+                        "fft, relayout, fold; default: "
                         "UCUDNN_SOURCES, else legacy,graph,depthwise,fold where nvidia-cudnn-frontend is installed, "
                         "legacy,depthwise,fold otherwise); recorded tables keep the sources they were measured with")
     p.add_argument("--channel-policy", metavar="POLICY", default=None,
