@@ -15,6 +15,8 @@ import time
 from types import SimpleNamespace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ucudnn import source_names
 from ucudnn.errors import InputError
@@ -64,7 +66,7 @@ DEPTHWISE = ConvProblem(8, 96, 56, 56, 96, 7, 7, pad=3, groups=96, layout="NHWC"
 
 
 @pytest.mark.parametrize("problem", [PROBLEM, ConvProblem(8, 96, 56, 56, 192, 3, 3, pad=1, groups=96),
-                                     ConvProblem(8, 1, 28, 28, 1, 3, 3, pad=1)])
+                                     ConvProblem(8, 1, 28, 28, 16, 3, 3, pad=1)])
 def test_a_layer_the_depthwise_source_cannot_measure_keeps_the_key_it_had_without_it(problem):
     """Adding depthwise to the default kept every cached plan and bundle entry of the layers it declines."""
     for op in ("forward", "backward_data", "backward_filter"):
@@ -73,6 +75,19 @@ def test_a_layer_the_depthwise_source_cannot_measure_keeps_the_key_it_had_withou
     assert source_names.key_field(("legacy", "graph", "depthwise", "fold"), "forward", DEPTHWISE) == \
         "legacy,graph,depthwise,fold"
     assert source_names.effective(("legacy", "depthwise"), "forward", DEPTHWISE) == ("legacy", "depthwise")
+
+
+def test_every_layer_the_depthwise_source_measures_keeps_it_in_its_key():
+    """The key's test is a superset of the kernels' own: a layer they run never shares a key with a measurement
+    made without them (a single channel with one filter included)."""
+    from ucudnn.measure.sources.direct import depthwise_refusal
+
+    for c, k, groups, r, layout in [(96, 96, 96, 7, "NHWC"), (32, 32, 32, 3, "NCHW"), (1, 1, 1, 3, "NHWC"),
+                                    (1, 1, 1, 5, "NCHW"), (6, 6, 6, 5, "NHWC")]:
+        p = ConvProblem(4, c, 9, 9, k, r, r, pad=r // 2, groups=groups, layout=layout)
+        for op in ("forward", "backward_data", "backward_filter"):
+            assert depthwise_refusal(op, p) is None
+            assert "depthwise" in source_names.effective(("legacy", "depthwise"), op, p)
 
 
 def test_UCUDNN_SOURCES_sets_the_default_and_is_checked(monkeypatch):
@@ -396,3 +411,18 @@ def test_a_plan_that_may_borrow_unwritten_output_has_a_key_of_its_own_and_heuris
     assert api.wait_for_benchmarks(timeout=10)
     measured = api._executor(PROBLEM, "forward", "64MiB", "powerOfTwo", "strict", sources="legacy", unwritten=True)
     assert measured is not borrowing and "timed" not in measured.plan.configs[0].extra
+
+
+@given(st.integers(1, 4), st.integers(1, 3), st.integers(1, 3), st.sampled_from([1, 2, 3, 5, 7]),
+       st.sampled_from([(1, 1), (2, 2)]), st.sampled_from(["NCHW", "NHWC"]), st.sampled_from(["float32", "float16"]),
+       st.booleans(), st.sampled_from(["forward", "backward_data", "backward_filter"]))
+@settings(max_examples=300, deadline=None)
+def test_no_layer_the_depthwise_kernels_run_is_left_out_of_its_key(groups, cm, km, r, stride, layout, dtype,
+                                                                   half_pad, op):
+    """Over grouped layers of every kind: wherever the depthwise kernels run an op, its key names the source."""
+    from ucudnn.measure.sources.direct import depthwise_refusal
+
+    p = ConvProblem(3, groups * cm, 9, 10, groups * km, r, r, pad=r // 2 if half_pad else 0, stride=stride,
+                    groups=groups, dtype=dtype, layout=layout)
+    if depthwise_refusal(op, p) is None:
+        assert "depthwise" in source_names.effective(("legacy", "depthwise"), op, p)

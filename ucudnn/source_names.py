@@ -39,9 +39,10 @@ INCLUDED_IN = {"depthwise": "direct"}
 
 
 def _depthwise(op: str, problem) -> bool:
-    """Whether ``problem`` may be a layer the ``depthwise`` source measures (one filter per channel, more than one
-    channel): a superset of what its kernels run, so a key never leaves out a source that measured its layer."""
-    return problem.groups > 1 and problem.groups == problem.c == problem.k
+    """Whether ``problem`` may be a layer the ``depthwise`` source measures (one filter per channel, one channel a
+    group: a single-channel layer with one filter too): a superset of what its kernels run, so a key never leaves
+    out a source that measured its layer."""
+    return problem.groups == problem.c == problem.k
 
 
 #: Sources that measure few layers, with the test of those (pure: shapes only): a key of any other layer leaves
