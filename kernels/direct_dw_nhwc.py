@@ -35,6 +35,7 @@ BWF_BLOCKS_PER_SM = 4
 
 
 def tiles_of(op: str) -> tuple[tuple[int, ...], ...]:
+    """The tiles ``op``'s kernel is instantiated for (each a configuration the source measures)."""
     return BWF_TILES if op == "backward_filter" else FWD_TILES
 
 
