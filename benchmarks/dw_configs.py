@@ -84,13 +84,13 @@ def main() -> None:
     from ucudnn.problem import ConvProblem
 
     bw = copy_bandwidth(cp)
+    nhwc = args.layout == "NHWC"
     rows = []
     for name, hw, c, k, stride in LAYERS:
         if args.only and name not in args.only.split(","):
             continue
         p = ConvProblem(args.batch, c, hw, hw, c, k, k, pad=(k // 2, k // 2), stride=(stride, stride), groups=c,
                         layout=args.layout)
-        nhwc = args.layout == "NHWC"
         buf = Buffers(p)
         floor_ms = p.n * p.c * (p.h * p.w + p.p * p.q) * 4 / bw * 1e3    # x (dx) and y (dy) moved once
         for op in DW.DW_OPS:
@@ -133,7 +133,6 @@ def main() -> None:
                   flush=True)
         del buf
     doc = {"provenance": provenance(), "copy_bandwidth_gbs": round(bw / 1e9, 1), "rows": rows}
-    nhwc = args.layout == "NHWC"
     configs = ("Every tile timed (forward / backward data [rows, column groups, columns a thread, channel quads], "
                "backward filter [rows, columns, channel quads])" if nhwc else
                "Every (band rows, launch bound) timed (rows 0: the whole plane)")
@@ -151,7 +150,7 @@ def main() -> None:
                   f"{r['floor_ms']} | {r['best_over_floor']} |")
     md += ["", "Every configuration (ms), per layer and op:", ""]
     md += [f"- {r['layer']} {r['op']}: " + ", ".join(f"{c[:-1]} {c[-1]}" for c in r["configs"]) for r in rows]
-    layout = "-nhwc" if args.layout == "NHWC" else ""
+    layout = "-nhwc" if nhwc else ""
     write(args.out, f"dw_configs-b{args.batch}{layout}{args.suffix}", doc, "\n".join(md) + "\n")
 
 

@@ -403,13 +403,28 @@ def test_dw_alpha_beta_and_unaligned_rows(name, op):
     _alpha_beta_unaligned(p, op, dw_launcher(op, p, 16), seed=31)
 
 
+def _replays_equal_to_float64(p: ConvProblem, op: str, plan, seed: int) -> None:
+    """``plan`` run twice from one captured CUDA graph (no replay failure) gives the float64 reference's ``op``."""
+    import cupy as cp
+
+    from ucudnn.execute.executor import Executor
+
+    x, w, dy = _tensors(p, seed=seed)
+    a, b = _operands(op, x, w, dy)
+    ex = Executor(plan, replay=True)
+    out = cp.full(p.operand_shapes(op)[2], cp.nan, dtype=p.dtype)
+    for _ in range(2):
+        ex(a, b, out)
+    assert ex.replay_failures == [] and len(ex._graphs) == 1
+    tol = TOL_REF["float32"] * (10 if op == "backward_filter" else 1)
+    assert rel_err(out.get(), _reference(p, op, x, w, dy)) < tol
+
+
 @pytest.mark.parametrize("name", ["mobilenet-like", "5x5-efficientnet-like", "7x7-convnext-like", "s2-5x5"])
 def test_dw_measured_rows_capture_and_replay(name):
     """The source measures every depthwise configuration of the layer's filter size as a zero-workspace row beside
     the seed kernel's, and a plan of them replays from a CUDA graph."""
-    import cupy as cp
 
-    from ucudnn.execute.executor import Executor
     from ucudnn.measure.benchmarking import Buffers
     from ucudnn.measure.sources.base import BenchSettings
     from ucudnn.measure.sources.direct import DW_ALGOS, DW_CONFIGS, DirectSource
@@ -423,15 +438,7 @@ def test_dw_measured_rows_capture_and_replay(name):
         assert [(m.extra["direct"]["rows"], m.extra["direct"]["minb"]) for m in dw] == list(DW_CONFIGS[p.r])
         assert all(m.workspace_bytes == 0 and m.time_ms > 0 for m in dw)
         assert all(m.extra["deterministic"] is (op != "backward_filter") for m in dw)
-        x, w, dy = _tensors(p, seed=33)
-        a, b = _operands(op, x, w, dy)
-        ex = Executor(_dw_plan(p, op, DW_CASES[name][1], 0, 1), replay=True)
-        out = cp.full(p.operand_shapes(op)[2], cp.nan, dtype=p.dtype)
-        for _ in range(2):
-            ex(a, b, out)
-        assert ex.replay_failures == [] and len(ex._graphs) == 1
-        tol = TOL_REF["float32"] * (10 if op == "backward_filter" else 1)
-        assert rel_err(out.get(), _reference(p, op, x, w, dy)) < tol
+        _replays_equal_to_float64(p, op, _dw_plan(p, op, DW_CASES[name][1], 0, 1), seed=33)
 
 
 # ---- the depthwise NHWC kernels (direct_dw_nhwc: channels-last 3x3, 5x5, 7x7) -------------------------------------
@@ -493,9 +500,7 @@ def test_dw_nhwc_alpha_beta_and_unaligned_operands(op):
 def test_dw_nhwc_measured_rows_capture_and_replay():
     """The source measures every NHWC tile of the layer as a zero-workspace row, and a plan of them replays from a
     CUDA graph."""
-    import cupy as cp
 
-    from ucudnn.execute.executor import Executor
     from ucudnn.kernels import direct_dw_nhwc as NH
     from ucudnn.measure.benchmarking import Buffers
     from ucudnn.measure.sources.base import BenchSettings
@@ -508,15 +513,7 @@ def test_dw_nhwc_measured_rows_capture_and_replay():
         dw = [m for m in ms if m.algo == DW_ALGOS[7]]
         assert [tuple(m.extra["direct"]["tile"]) for m in dw] == list(NH.tiles_of(op))
         assert all(m.workspace_bytes == 0 and m.time_ms > 0 for m in dw)
-        x, w, dy = _tensors(p, seed=43)
-        a, b = _operands(op, x, w, dy)
-        ex = Executor(_dw_nhwc_plan(p, op, sizes, NH.tiles_of(op)[1]), replay=True)
-        out = cp.full(p.operand_shapes(op)[2], cp.nan, dtype=p.dtype)
-        for _ in range(2):
-            ex(a, b, out)
-        assert ex.replay_failures == [] and len(ex._graphs) == 1
-        tol = TOL_REF["float32"] * (10 if op == "backward_filter" else 1)
-        assert rel_err(out.get(), _reference(p, op, x, w, dy)) < tol
+        _replays_equal_to_float64(p, op, _dw_nhwc_plan(p, op, sizes, NH.tiles_of(op)[1]), seed=43)
 
 
 # ---- the single-channel forward by rows (direct-plane) --------------------------------------------------------
