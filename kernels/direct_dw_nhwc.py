@@ -97,31 +97,35 @@ def launcher(op: str, problem: ConvProblem, tile: Any) -> Launcher:
     if why:
         raise InputError(f"{KERNEL} cannot run {op} on {problem.describe()}: {why}", "problem")
     t = check_tile(op, tile)
-    p = problem
+    calls = tuple(_calls(op, problem, t))
+
+    def launch(a: int, b: int, out: int, alpha: float, beta: float) -> None:
+        _compile.run_calls(calls, a, b, out, alpha, beta)
+
+    launch.calls = calls   # type: ignore[attr-defined] - what ucudnn.torch's compiled path launches itself
+    return launch
+
+
+def _calls(op: str, p: ConvProblem, t: tuple[int, ...]) -> list[_compile.Call]:
     g = geometry(p, op, t)
     vec_ok = p.dtype == "float32" and p.c % 4 == 0
     ints = (np.int32(p.c), np.int32(p.h), np.int32(p.w), np.int32(g["tiles_w"]), np.int32(g["tiles_hw"]))
     dims = ",".join(str(v) for v in t)
-
+    block = (g["threads"], 1, 1)
     if op == "backward_filter":
         def kernel_of(vec: bool) -> Any:
             return _compile.get_kernel(SOURCE, f"{KERNEL}_bwf<float,{p.r},{'true' if vec else 'false'},{dims}>")
 
-        scalar, vector = kernel_of(False), kernel_of(True) if vec_ok else None
-        scale = _compile.get_kernel(SOURCE, "direct_dw_scale<float>")
-        taps = p.c * p.r * p.s
         from .igemm import sm_count
 
+        taps = p.c * p.r * p.s
         blocks = max(1, min(g["tiles"], -(-BWF_BLOCKS_PER_SM * sm_count() // g["cblocks"])))
-        grid, scale_grid = (blocks, g["cblocks"], 1), (-(-taps // 256), 1, 1)
-        args = ints + (np.int64(g["tiles"]),)
-
-        def launch_bwf(a: int, b: int, out: int, alpha: float, beta: float) -> None:
-            kernel = vector if vector is not None and not (a | b) % 16 else scalar
-            scale(scale_grid, (256,), (out, np.int32(taps), np.float32(beta)))
-            kernel(grid, (g["threads"],), (a, b, out) + args + (np.float32(alpha),), shared_mem=g["smem"])
-
-        return launch_bwf
+        scale = _compile.Call(_compile.get_kernel(SOURCE, "direct_dw_scale<float>"), None, (),
+                              (-(-taps // 256), 1, 1), (256, 1, 1), 0, ("out", np.int32(taps), "beta"))
+        sums = _compile.Call(kernel_of(False), kernel_of(True) if vec_ok else None, ("a", "b"),
+                             (blocks, g["cblocks"], 1), block, g["smem"],
+                             ("a", "b", "out") + ints + (np.int64(g["tiles"]), "alpha"))
+        return [scale, sums]       # dw = beta * dw, then the sums added atomically
 
     rot = "true" if op == "backward_data" else "false"
 
@@ -129,16 +133,10 @@ def launcher(op: str, problem: ConvProblem, tile: Any) -> Launcher:
         return _compile.get_kernel(SOURCE, f"{KERNEL}<{_CTYPE[p.dtype]},{p.r},{rot},{'true' if vec else 'false'},"
                                            f"{dims}>")
 
-    scalar, vector = kernel_of(False), kernel_of(True) if vec_ok else None
-    grid = (p.n * g["tiles_hw"], g["cblocks"], 1)
-
-    def launch(a: int, b: int, out: int, alpha: float, beta: float) -> None:
-        src, w = (a, b) if op == "forward" else (b, a)
-        kernel = vector if vector is not None and not (src | out) % 16 else scalar
-        kernel(grid, (g["threads"],), (src, w, out) + ints + (np.float32(alpha), np.float32(beta)),
-               shared_mem=g["smem"])
-
-    return launch
+    src, w = ("a", "b") if op == "forward" else ("b", "a")
+    return [_compile.Call(kernel_of(False), kernel_of(True) if vec_ok else None, (src, "out"),
+                          (p.n * g["tiles_hw"], g["cblocks"], 1), block, g["smem"],
+                          (src, w, "out") + ints + ("alpha", "beta"))]
 
 
 def emulate(op: str, problem: ConvProblem, tile: Any, a: np.ndarray, b: np.ndarray,

@@ -60,7 +60,7 @@ from ... import numerics as num
 from ...errors import CaptureError, InputError, UcudnnError, summary
 from ...planning.table import Measurement, Skipped
 from ...problem import ConvProblem
-from .base import BenchSettings, Launch, Operands, Prepared, Pruner, time_config, timed_beta
+from .base import BenchSettings, Launch, Native, Operands, Prepared, Pruner, time_config, timed_beta
 
 #: the math type each dtype's rows are labelled with (see the module doc)
 MATH_TYPES = {"float32": "FMA", "float16": "DEFAULT"}
@@ -345,10 +345,18 @@ def _dw_launch(op: str, problem: ConvProblem, config: Measurement) -> Launch:
         raise UcudnnError(f"direct configuration {config.algo!r} is not this problem's ({problem.r}x{problem.s})")
     if info.get("kernel") == direct_dw_nhwc.KERNEL:
         tile = direct_dw_nhwc.check_tile(op, info.get("tile"), "extra.direct.tile")
-        return _no_workspace(direct_dw_nhwc.launcher(op, problem, tile))
+        return _described(op, problem, direct_dw_nhwc.launcher(op, problem, tile))
     if "rows" not in info:
         raise InputError(f"a {config.algo} configuration needs extra.direct.rows", "extra.direct.rows")
-    return _no_workspace(dw_launcher(op, problem, info["rows"], info.get("minb", 1)))
+    return _described(op, problem, dw_launcher(op, problem, info["rows"], info.get("minb", 1)))
+
+
+def _described(op: str, problem: ConvProblem, run: Any) -> Launch:
+    """:func:`_no_workspace` of a kernel launcher that says what it launches (``run.calls``), with that as its
+    :class:`~.base.Native` description, so ucudnn.torch's compiled path launches it without Python."""
+    launch = _no_workspace(run)
+    launch.native = Native("kernel", op, problem, calls=run.calls, keep=run)  # type: ignore[attr-defined]
+    return launch
 
 
 def configure_plane(problem: ConvProblem, rb: int, kt: int, kl: int) -> Measurement:
