@@ -189,8 +189,8 @@ class PackedLaunch:
             self._launch_kernel(self._func, gx, gy, gz, bx, by, bz, self._shared, stream, self._params_ptr, 0)
 
 
-#: the per-call arguments of a :class:`Call`: the operands in cuDNN's order and the scaling factors
-CALL_ROLES = ("a", "b", "out", "alpha", "beta")
+#: the per-call arguments of a :class:`Call`: the operands in cuDNN's order, the scaling factors and the workspace
+CALL_ROLES = ("a", "b", "out", "alpha", "beta", "ws")
 
 
 @dataclass(frozen=True)
@@ -211,11 +211,12 @@ class Call:
     args: tuple
 
 
-def run_calls(calls: tuple[Call, ...], a: int, b: int, out: int, alpha: float, beta: float) -> None:
-    """Launch ``calls`` in order on CuPy's current stream, the operand pointers and scaling factors filled in."""
+def run_calls(calls: tuple[Call, ...], a: int, b: int, out: int, alpha: float, beta: float, ws: int = 0) -> None:
+    """Launch ``calls`` in order on CuPy's current stream, the operand pointers, scaling factors and workspace
+    pointer filled in."""
     import numpy as np
 
-    roles = {"a": a, "b": b, "out": out, "alpha": np.float32(alpha), "beta": np.float32(beta)}
+    roles = {"a": a, "b": b, "out": out, "alpha": np.float32(alpha), "beta": np.float32(beta), "ws": ws}
     for c in calls:
         ptrs = {"a": a, "b": b, "out": out}
         kernel = c.vector if c.vector is not None and not any(ptrs[r] % 16 for r in c.aligned) else c.scalar

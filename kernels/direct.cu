@@ -1127,7 +1127,8 @@ direct_dw_nhwc(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__
 }
 
 // Backward filter of the same NHWC layer: dw[c][i][j] = alpha * sum over (n, h, w) of dy[n][h][w][c] *
-// x[n][h + i - K/2][w + j - K/2][c], added to dw (set to beta * dw first by direct_dw_scale) by float atomics.
+// x[n][h + i - K/2][w + j - K/2][c], added to dw (set to beta * dw first by direct_dw_scale) by float atomics; for
+// float16 data into a float workspace set to zero first, which direct_dw_finish then writes to dw with its beta.
 // A block walks tiles of TH x TW dy positions (its share of all samples' tiles, for 4 * CQ channels), staging the x
 // tile with its halo and the dy tile; thread (quad, tap row i, dy row r) slides along the tile's columns with a K-wide
 // window of x row r + i in registers: K * 4 FMAs per dy value and 2 shared loads.  At the end the TH rows' sums meet
@@ -1136,7 +1137,7 @@ template <typename T, int K, bool VEC, int TH, int TW, int CQ>
 __global__ void __launch_bounds__(CQ * K * TH)
 direct_dw_nhwc_bwf(const T* __restrict__ x, const T* __restrict__ dy, float* __restrict__ dw, int C, int H, int W,
                    int tiles_w, int tiles_hw, long long tiles, float alpha) {
-    static_assert(sizeof(T) == 4, "dw is summed by float atomics");
+    static_assert(!VEC || sizeof(T) == 4, "16-byte channel quads are float quads");
     constexpr int HK = K / 2, KK = K * K, SR = TH + K - 1, SC = TW + K - 1;
     extern __shared__ float4 dw_smem[];
     float4* const xt = dw_smem;                  // [SR][SC][CQ]
@@ -1189,6 +1190,15 @@ direct_dw_nhwc_bwf(const T* __restrict__ x, const T* __restrict__ dy, float* __r
             if (c < C) atomicAdd(dw + (long long)c * KK + i * K + j, alpha * vs[k]);
         }
     }
+}
+
+// The float16 NHWC backward filter's end: dw = sums + beta * dw, the sums (alpha applied) from the float workspace
+// its atomics added into.
+template <typename T>
+__global__ void __launch_bounds__(DIRECT_NT) direct_dw_finish(const float* __restrict__ sums, T* __restrict__ dw,
+                                                              int count, float beta) {
+    const int i = blockIdx.x * DIRECT_NT + threadIdx.x;
+    if (i < count) dw[i] = from_float<T>(beta == 0.f ? sums[i] : sums[i] + beta * to_float(dw[i]));
 }
 
 #ifdef UCUDNN_NVCC_CHECK
@@ -1244,4 +1254,7 @@ template __global__ void direct_dw_nhwc<half_t, 5, true, false, 4, 4, 4, 8>(DIRE
 template __global__ void direct_dw_nhwc_bwf<float, 7, true, 4, 16, 8>(DIRECT_DW_NHWC_BWF_ARGS);
 template __global__ void direct_dw_nhwc_bwf<float, 7, false, 8, 8, 4>(DIRECT_DW_NHWC_BWF_ARGS);
 template __global__ void direct_dw_nhwc_bwf<float, 3, true, 4, 16, 8>(DIRECT_DW_NHWC_BWF_ARGS);
+template __global__ void direct_dw_nhwc_bwf<half_t, 7, false, 4, 16, 8>(const half_t*, const half_t*, float*, int, int,
+                                                                         int, int, int, long long, float);
+template __global__ void direct_dw_finish<half_t>(const float*, half_t*, int, float);
 #endif

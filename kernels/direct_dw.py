@@ -124,8 +124,8 @@ def dw_launcher(op: str, problem: ConvProblem, rows: int, minb: int = 1) -> Laun
         calls = (_compile.Call(scalar, vector, (src, "out"), grid, block, 0,
                                (src, w, "out") + ints + ("alpha", "beta")),)
 
-    def launch(a: int, b: int, out: int, alpha: float, beta: float) -> None:
-        _compile.run_calls(calls, a, b, out, alpha, beta)
+    def launch(a: int, b: int, out: int, alpha: float, beta: float, ws: int = 0) -> None:
+        _compile.run_calls(calls, a, b, out, alpha, beta, ws)
 
     launch.calls = calls   # type: ignore[attr-defined] - what ucudnn.torch's compiled path launches itself
     return launch

@@ -42,7 +42,7 @@ def tiles_of(op: str) -> tuple[tuple[int, ...], ...]:
 def refusal(op: str, problem: ConvProblem) -> str | None:
     """Why the NHWC depthwise kernels do not run ``op`` on ``problem`` (None: they do): the depthwise K x K layer (K in
     :data:`~.direct_dw.DW_SIZES`), stride 1, padding K / 2, dilation 1, one filter per channel, NHWC, float32 or
-    float16 (backward filter: float32 only, it sums by float atomics)."""
+    float16 (float16's backward filter sums in a float workspace: :func:`workspace_bytes`)."""
     p = problem
     if op not in DW_OPS:
         return f"unknown op {op!r}"
@@ -50,14 +50,18 @@ def refusal(op: str, problem: ConvProblem) -> str | None:
         return "NCHW (the direct_dw kernels run it)"
     if p.dtype not in _CTYPE:
         return f"dtype {p.dtype}"
-    if op == "backward_filter" and p.dtype != "float32":
-        return f"backward filter sums by float atomics: {p.dtype} is not supported (float32)"
     if not (p.groups == p.c == p.k):
         return "not depthwise with one filter per channel"
     if p.r != p.s or p.r not in DW_SIZES or p.stride != (1, 1) or p.pad != (p.r // 2, p.r // 2) \
             or p.dilation != (1, 1):
         return "not 3x3, 5x5 or 7x7 at stride 1 with padding K / 2"
     return None
+
+
+def workspace_bytes(op: str, problem: ConvProblem) -> int:
+    """Workspace ``op`` needs: float16's backward filter adds its sums atomically into C * K * K floats (float
+    atomics), written to dw at the end; everything else none."""
+    return 4 * problem.c * problem.r * problem.s if op == "backward_filter" and problem.dtype != "float32" else 0
 
 
 def check_tile(op: str, tile: Any, field: str = "tile") -> tuple[int, ...]:
@@ -99,8 +103,8 @@ def launcher(op: str, problem: ConvProblem, tile: Any) -> Launcher:
     t = check_tile(op, tile)
     calls = tuple(_calls(op, problem, t))
 
-    def launch(a: int, b: int, out: int, alpha: float, beta: float) -> None:
-        _compile.run_calls(calls, a, b, out, alpha, beta)
+    def launch(a: int, b: int, out: int, alpha: float, beta: float, ws: int = 0) -> None:
+        _compile.run_calls(calls, a, b, out, alpha, beta, ws)
 
     launch.calls = calls   # type: ignore[attr-defined] - what ucudnn.torch's compiled path launches itself
     return launch
@@ -114,18 +118,24 @@ def _calls(op: str, p: ConvProblem, t: tuple[int, ...]) -> list[_compile.Call]:
     block = (g["threads"], 1, 1)
     if op == "backward_filter":
         def kernel_of(vec: bool) -> Any:
-            return _compile.get_kernel(SOURCE, f"{KERNEL}_bwf<float,{p.r},{'true' if vec else 'false'},{dims}>")
+            return _compile.get_kernel(SOURCE, f"{KERNEL}_bwf<{_CTYPE[p.dtype]},{p.r},{'true' if vec else 'false'},"
+                                               f"{dims}>")
 
         from .igemm import sm_count
 
-        taps = p.c * p.r * p.s
+        taps = np.int32(p.c * p.r * p.s)
         blocks = max(1, min(g["tiles"], -(-BWF_BLOCKS_PER_SM * sm_count() // g["cblocks"])))
-        scale = _compile.Call(_compile.get_kernel(SOURCE, "direct_dw_scale<float>"), None, (),
-                              (-(-taps // 256), 1, 1), (256, 1, 1), 0, ("out", np.int32(taps), "beta"))
+        one = (-(-int(taps) // 256), 1, 1), (256, 1, 1), 0
+        scale = _compile.get_kernel(SOURCE, "direct_dw_scale<float>")
+        sums = ("a", "b", "out" if p.dtype == "float32" else "ws") + ints + (np.int64(g["tiles"]), "alpha")
         sums = _compile.Call(kernel_of(False), kernel_of(True) if vec_ok else None, ("a", "b"),
-                             (blocks, g["cblocks"], 1), block, g["smem"],
-                             ("a", "b", "out") + ints + (np.int64(g["tiles"]), "alpha"))
-        return [scale, sums]       # dw = beta * dw, then the sums added atomically
+                             (blocks, g["cblocks"], 1), block, g["smem"], sums)
+        if p.dtype == "float32":   # dw = beta * dw, then the sums added atomically
+            return [_compile.Call(scale, None, (), *one, ("out", taps, "beta")), sums]
+        # float16: the sums added atomically into a zeroed float workspace, then dw = sums + beta * dw
+        finish = _compile.get_kernel(SOURCE, f"direct_dw_finish<{_CTYPE[p.dtype]}>")
+        return [_compile.Call(scale, None, (), *one, ("ws", taps, np.float32(0.0))), sums,
+                _compile.Call(finish, None, (), *one, ("ws", "out", taps, "beta"))]
 
     rot = "true" if op == "backward_data" else "false"
 

@@ -284,7 +284,7 @@ def _launch(number: int, op: str, native: Any, workspace: int, device: int) -> i
 
 
 #: a kernel call's per-launch arguments and their numbers in launch.cpp (then int32, int64 and float32 values)
-_ARG_KINDS = {"a": 0, "b": 1, "out": 2, "alpha": 3, "beta": 4}
+_ARG_KINDS = {"a": 0, "b": 1, "out": 2, "alpha": 3, "beta": 4, "ws": 8}
 _VALUE_KINDS = {"int32": 5, "int64": 6, "float32": 7}
 _ALIGNED_BITS = {"a": 1, "b": 2, "out": 4}
 

@@ -169,7 +169,7 @@ struct Launch {
   std::vector<Call> calls;
 };
 enum ArgKind : int8_t { ARG_A = 0, ARG_B = 1, ARG_OUT = 2, ARG_ALPHA = 3, ARG_BETA = 4, ARG_I32 = 5, ARG_I64 = 6,
-                        ARG_F32 = 7 };
+                        ARG_F32 = 7, ARG_WS = 8 };
 
 // launches and layers live for the process (a few per distinct convolution), so the integers Python holds stay
 // valid for every autograd node that refers to them
@@ -214,7 +214,7 @@ Layer& layer_at(int64_t id) {
 }
 
 // ``l``'s own kernels on raw pointers, on ``stream``; the driver's status (0: launched).
-Status launch_kernels(const Launch& l, void* stream, void* pa, void* pb, void* po, bool accumulate) {
+Status launch_kernels(const Launch& l, void* stream, void* pa, void* pb, void* po, void* ws, bool accumulate) {
   union Value {
     void* p;
     float f;
@@ -237,6 +237,7 @@ Status launch_kernels(const Launch& l, void* stream, void* pa, void* pb, void* p
         case ARG_BETA: v.f = accumulate ? 1.0f : 0.0f; break;
         case ARG_I32: v.i = static_cast<int32_t>(c.ints[i]); break;
         case ARG_I64: v.l = c.ints[i]; break;
+        case ARG_WS: v.p = ws; break;
         default: v.f = c.floats[i]; break;
       }
       params[i] = &v;
@@ -252,7 +253,7 @@ Status launch_kernels(const Launch& l, void* stream, void* pa, void* pb, void* p
 Status launch_one(const Launch& l, Handle h, void* stream, void* pa, void* pb, void* po, void* ws_ptr,
                   int64_t ws_bytes, bool accumulate) {
   static const float one = 1.0f, zero = 0.0f;
-  if (!l.calls.empty()) return launch_kernels(l, stream, pa, pb, po, accumulate);
+  if (!l.calls.empty()) return launch_kernels(l, stream, pa, pb, po, ws_ptr, accumulate);
   if (!l.backend) {
     return cudnn.legacy[l.op](h, &one, l.a, pa, l.b, pb, l.conv, l.algo, ws_ptr, static_cast<size_t>(ws_bytes),
                               accumulate ? &one : &zero, l.out, po);
@@ -476,7 +477,7 @@ int64_t legacy_launch(int64_t op, int64_t a, int64_t b, int64_t out, int64_t con
 // ucudnn's own kernels as one launch: per call its CUDA functions (``fns``: scalar, vector or 0), the operands its
 // vector function needs 16-byte aligned (``aligned``: bits 1 a, 2 b, 4 out), grid, block and shared memory
 // (``dims``, 7 a call) and its arguments (``nargs`` a call; ``kinds``: ArgKind, with ``ints`` / ``floats`` holding
-// the values of the fixed ones), flattened.
+// the values of the fixed ones; ARG_WS: the step's workspace), flattened.
 int64_t kernel_launch(int64_t op, int64_t workspace, c10::IntArrayRef fns, c10::IntArrayRef aligned,
                       c10::IntArrayRef dims, c10::IntArrayRef nargs, c10::IntArrayRef kinds, c10::IntArrayRef ints,
                       c10::ArrayRef<double> floats) {
@@ -512,7 +513,7 @@ int64_t kernel_launch(int64_t op, int64_t workspace, c10::IntArrayRef fns, c10::
     call.aligned = static_cast<int>(aligned[c]);
     for (int d = 0; d < 7; ++d) call.dims[d] = static_cast<unsigned>(dims[7 * c + d]);
     for (int64_t k = 0; k < nargs[c]; ++k, ++at) {
-      TORCH_CHECK(kinds[at] >= ARG_A && kinds[at] <= ARG_F32, "ucudnn: unknown kernel argument kind ", kinds[at]);
+      TORCH_CHECK(kinds[at] >= ARG_A && kinds[at] <= ARG_WS, "ucudnn: unknown kernel argument kind ", kinds[at]);
       call.kinds.push_back(static_cast<int8_t>(kinds[at]));
       call.ints.push_back(ints[at]);
       call.floats.push_back(static_cast<float>(floats[at]));
