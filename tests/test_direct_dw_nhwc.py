@@ -146,7 +146,7 @@ def test_a_depthwise_launch_runs_exactly_the_calls_it_describes_to_the_compiled_
     # backward filter: dw = beta * dw, then the sums; float16: zero the float sums, add them, dw = sums + beta * dw
     assert len(native.calls) == (3 if half_bwf else 2 if op == "backward_filter" else 1)
     assert any("ws" in c.args for c in native.calls) is half_bwf
-    for a, b, out, vector in ((4096, 8192, 12288, dtype == "float32"), (4100, 8196, 12292, False)):
+    for a, b, out, vector in ((4096, 8192, 12288, True), (4100, 8196, 12292, False)):
         log.clear()
         launch(Operands(a, b, out), 65536, config.workspace_bytes, 0.5, 1.0)
         assert len(log) == len(native.calls)
@@ -155,5 +155,5 @@ def test_a_depthwise_launch_runs_exactly_the_calls_it_describes_to_the_compiled_
             kernel = c.vector if vector and c.vector is not None else c.scalar
             assert name == kernel.name and (grid, block, smem) == (c.grid, c.block, c.smem)
             assert args == tuple(ptrs[x] if isinstance(x, str) else x for x in c.args)
-    # float32 with C a multiple of 4: every call that reads activations has its 16-byte variant (float16: none)
-    assert all((c.vector is not None) is (dtype == "float32") for c in native.calls if c.aligned)
+    # C a multiple of 4: every call that reads activations has its one-load-a-quad variant
+    assert all(c.vector is not None for c in native.calls if c.aligned)
