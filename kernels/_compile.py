@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 import threading
+from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 from typing import Any
@@ -186,6 +187,40 @@ class PackedLaunch:
             for slot, value in zip(self._slots, filled):
                 slot.value = value
             self._launch_kernel(self._func, gx, gy, gz, bx, by, bz, self._shared, stream, self._params_ptr, 0)
+
+
+#: the per-call arguments of a :class:`Call`: the operands in cuDNN's order, the scaling factors and the workspace
+CALL_ROLES = ("a", "b", "out", "alpha", "beta", "ws")
+
+
+@dataclass(frozen=True)
+class Call:
+    """One kernel launch of a launcher, as data: ``scalar`` (a ``cupy.RawKernel``), or ``vector`` where every operand
+    named in ``aligned`` is 16-byte aligned, on ``grid`` x ``block`` with ``smem`` bytes of dynamic shared memory;
+    ``args`` each a :data:`CALL_ROLES` name (filled at each launch) or a NumPy scalar (int32, int64, float32).
+
+    Why data: the same description runs here (:func:`run_calls`) and in ucudnn.torch's compiled launch path, which
+    launches ucudnn's own kernels without Python (``csrc/launch.cpp``): one source of truth for both."""
+
+    scalar: Any
+    vector: Any
+    aligned: tuple[str, ...]
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    smem: int
+    args: tuple
+
+
+def run_calls(calls: tuple[Call, ...], a: int, b: int, out: int, alpha: float, beta: float, ws: int = 0) -> None:
+    """Launch ``calls`` in order on CuPy's current stream, the operand pointers, scaling factors and workspace
+    pointer filled in."""
+    import numpy as np
+
+    roles = {"a": a, "b": b, "out": out, "alpha": np.float32(alpha), "beta": np.float32(beta), "ws": ws}
+    for c in calls:
+        ptrs = {"a": a, "b": b, "out": out}
+        kernel = c.vector if c.vector is not None and not any(ptrs[r] % 16 for r in c.aligned) else c.scalar
+        kernel(c.grid, c.block, tuple(roles[x] if isinstance(x, str) else x for x in c.args), shared_mem=c.smem)
 
 
 def packed(kernel: Any, grid: tuple[int, ...], block: tuple[int, ...], args: tuple,

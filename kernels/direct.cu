@@ -1023,16 +1023,28 @@ direct_dw_s2_bwf(const T* __restrict__ x, const T* __restrict__ dy, T* __restric
 // layers get channels-last strides) -- reaches cuDNN's NHWC depthwise kernels, whose backward filter in float32 is
 // slow (H200, ConvNeXt-tiny b64 FP32: cuDNN's depthwise backward filters, and their NHWC -> NCHW transposes, are 64
 // of the 127 ms of a training step, in PyTorch and in ucudnn alike).  In NHWC the channels are contiguous, so a
-// thread takes 4 channels (16-byte loads where float rows are aligned, VEC) and the block a tile of TH rows x TW
-// columns of one sample for 4 * CQ channels: the input tile with its K / 2 halo, (TH + K - 1) x (TW + K - 1)
+// thread takes 4 channels (one 16-byte load of float, 8-byte of half, where the rows are aligned: VEC) and the
+// block a tile of TH rows x TW columns of one sample for 4 * CQ channels: the input tile with its K / 2 halo, (TH + K - 1) x (TW + K - 1)
 // positions, is staged once in shared memory ([row][column][quad] float4, channels innermost: conflict-free), and
 // the taps as [i * K + j][quad].  Forward (and backward data: ROT, the taps rotated by 180 degrees, dy -> dx): a
 // thread computes CPT adjacent columns of one row for its 4 channels, reading each tile row's CPT + K - 1 values
 // once per tap row (K * CPT * 4 FMAs per K + CPT + K - 1 shared loads).  Threads: CQ quads (fastest) x TWT column
 // groups x TH rows.
+// 4 half_t in one 8-byte word, as loaded and stored together
+struct __align__(8) half4_t {
+    half_t v[4];
+};
+
 template <typename T, bool VEC>
 __device__ __forceinline__ float4 nhwc_load4(const T* __restrict__ p, int c, int C) {
-    if (VEC) return *reinterpret_cast<const float4*>(p);
+    if (VEC) {
+        if constexpr (sizeof(T) == 4) {
+            return *reinterpret_cast<const float4*>(p);
+        } else {   // half: one 8-byte load
+            const half4_t h = *reinterpret_cast<const half4_t*>(p);
+            return make_float4(to_float(h.v[0]), to_float(h.v[1]), to_float(h.v[2]), to_float(h.v[3]));
+        }
+    }
     float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
     if (c < C) v.x = to_float(p[0]);
     if (c + 1 < C) v.y = to_float(p[1]);
@@ -1065,7 +1077,6 @@ template <typename T, int K, bool ROT, bool VEC, int TH, int TWT, int CPT, int C
 __global__ void __launch_bounds__(CQ * TWT * TH)
 direct_dw_nhwc(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y, int C, int H, int W,
                int tiles_w, int tiles_hw, float alpha, float beta) {
-    static_assert(!VEC || sizeof(T) == 4, "16-byte channel quads are float quads");
     constexpr int HK = K / 2, KK = K * K, TW = TWT * CPT, SR = TH + K - 1, SC = TW + K - 1;
     extern __shared__ float4 dw_smem[];
     float4* const tile = dw_smem;                 // [SR][SC][CQ]
@@ -1113,10 +1124,17 @@ direct_dw_nhwc(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__
         float4 v = make_float4(alpha * acc[o].x, alpha * acc[o].y, alpha * acc[o].z, alpha * acc[o].w);
         if (VEC) {
             if (beta != 0.f) {
-                const float4 old = *reinterpret_cast<const float4*>(out);
+                const float4 old = nhwc_load4<T, true>(out, c, C);
                 v.x += beta * old.x; v.y += beta * old.y; v.z += beta * old.z; v.w += beta * old.w;
             }
-            *reinterpret_cast<float4*>(out) = v;
+            if constexpr (sizeof(T) == 4) {
+                *reinterpret_cast<float4*>(out) = v;
+            } else {
+                half4_t h;
+                h.v[0] = from_float<T>(v.x); h.v[1] = from_float<T>(v.y);
+                h.v[2] = from_float<T>(v.z); h.v[3] = from_float<T>(v.w);
+                *reinterpret_cast<half4_t*>(out) = h;
+            }
         } else {
             const float vs[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
@@ -1127,7 +1145,8 @@ direct_dw_nhwc(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__
 }
 
 // Backward filter of the same NHWC layer: dw[c][i][j] = alpha * sum over (n, h, w) of dy[n][h][w][c] *
-// x[n][h + i - K/2][w + j - K/2][c], added to dw (set to beta * dw first by direct_dw_scale) by float atomics.
+// x[n][h + i - K/2][w + j - K/2][c], added to dw (set to beta * dw first by direct_dw_scale) by float atomics; for
+// float16 data into a float workspace set to zero first, which direct_dw_finish then writes to dw with its beta.
 // A block walks tiles of TH x TW dy positions (its share of all samples' tiles, for 4 * CQ channels), staging the x
 // tile with its halo and the dy tile; thread (quad, tap row i, dy row r) slides along the tile's columns with a K-wide
 // window of x row r + i in registers: K * 4 FMAs per dy value and 2 shared loads.  At the end the TH rows' sums meet
@@ -1136,7 +1155,6 @@ template <typename T, int K, bool VEC, int TH, int TW, int CQ>
 __global__ void __launch_bounds__(CQ * K * TH)
 direct_dw_nhwc_bwf(const T* __restrict__ x, const T* __restrict__ dy, float* __restrict__ dw, int C, int H, int W,
                    int tiles_w, int tiles_hw, long long tiles, float alpha) {
-    static_assert(sizeof(T) == 4, "dw is summed by float atomics");
     constexpr int HK = K / 2, KK = K * K, SR = TH + K - 1, SC = TW + K - 1;
     extern __shared__ float4 dw_smem[];
     float4* const xt = dw_smem;                  // [SR][SC][CQ]
@@ -1191,6 +1209,15 @@ direct_dw_nhwc_bwf(const T* __restrict__ x, const T* __restrict__ dy, float* __r
     }
 }
 
+// The float16 NHWC backward filter's end: dw = sums + beta * dw, the sums (alpha applied) from the float workspace
+// its atomics added into.
+template <typename T>
+__global__ void __launch_bounds__(DIRECT_NT) direct_dw_finish(const float* __restrict__ sums, T* __restrict__ dw,
+                                                              int count, float beta) {
+    const int i = blockIdx.x * DIRECT_NT + threadIdx.x;
+    if (i < count) dw[i] = from_float<T>(beta == 0.f ? sums[i] : sums[i] + beta * to_float(dw[i]));
+}
+
 #ifdef UCUDNN_NVCC_CHECK
 #define DIRECT_FWD_ARGS(T) const T*, const T*, T*, int, int, int, int, int, int, int, int, int, int, int, int, int, \
     int, int, float, float
@@ -1240,8 +1267,12 @@ template __global__ void direct_dw_nhwc<float, 7, false, true, 8, 4, 2, 8>(DIREC
 template __global__ void direct_dw_nhwc<float, 7, true, false, 4, 4, 4, 8>(DIRECT_DW_NHWC_ARGS(float));
 template __global__ void direct_dw_nhwc<float, 3, false, true, 8, 4, 2, 8>(DIRECT_DW_NHWC_ARGS(float));
 template __global__ void direct_dw_nhwc<half_t, 5, true, false, 4, 4, 4, 8>(DIRECT_DW_NHWC_ARGS(half_t));
+template __global__ void direct_dw_nhwc<half_t, 7, false, true, 8, 4, 2, 8>(DIRECT_DW_NHWC_ARGS(half_t));
 #define DIRECT_DW_NHWC_BWF_ARGS const float*, const float*, float*, int, int, int, int, int, long long, float
 template __global__ void direct_dw_nhwc_bwf<float, 7, true, 4, 16, 8>(DIRECT_DW_NHWC_BWF_ARGS);
 template __global__ void direct_dw_nhwc_bwf<float, 7, false, 8, 8, 4>(DIRECT_DW_NHWC_BWF_ARGS);
 template __global__ void direct_dw_nhwc_bwf<float, 3, true, 4, 16, 8>(DIRECT_DW_NHWC_BWF_ARGS);
+template __global__ void direct_dw_nhwc_bwf<half_t, 7, true, 4, 16, 8>(const half_t*, const half_t*, float*, int, int,
+                                                                         int, int, int, long long, float);
+template __global__ void direct_dw_finish<half_t>(const float*, half_t*, int, float);
 #endif

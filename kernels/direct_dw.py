@@ -109,32 +109,25 @@ def dw_launcher(op: str, problem: ConvProblem, rows: int, minb: int = 1) -> Laun
     vector = kernel_of(True) if vec_ok else None
     planes = (p.c, p.h, p.w) + ((p.p, p.q) if p.stride == (2, 2) else ())    # the stride-2 kernels take dy's too
     ints = tuple(np.int32(v) for v in planes + (rw, bands, segs, width)) + (np.int64(items),)
-    grid = (-(-warps // DW_WARPS), 1, 1)
+    grid, block = (-(-warps // DW_WARPS), 1, 1), (NT, 1, 1)
 
     if p.stride == (2, 2) and op == "backward_data":      # w, dy, dx; 16-byte dx rows
-        def launch_s2(a: int, b: int, out: int, alpha: float, beta: float) -> None:
-            kernel = vector if vector is not None and not out % 16 else scalar
-            kernel(grid, (NT,), (a, b, out) + ints + (np.float32(alpha), np.float32(beta)))
-
-        return launch_s2
-
-    if op == "backward_filter":     # x, dy, dw; 16-byte x rows
-        scale = _compile.get_kernel(SOURCE, f"{DW}_scale<float>")
+        calls = (_compile.Call(scalar, vector, ("out",), grid, block, 0, ("a", "b", "out") + ints + ("alpha", "beta")),)
+    elif op == "backward_filter":     # x, dy, dw; 16-byte x rows: dw = beta * dw, then the sums added atomically
         taps = np.int32(p.c * p.r * p.s)
-        scale_grid = (-(-p.c * p.r * p.s // NT), 1, 1)
+        scale = _compile.Call(_compile.get_kernel(SOURCE, f"{DW}_scale<float>"), None, (),
+                              (-(-p.c * p.r * p.s // NT), 1, 1), block, 0, ("out", taps, "beta"))
+        calls = (scale, _compile.Call(scalar, vector, ("a", "b"), grid, block, 0,
+                                      ("a", "b", "out") + ints + ("alpha",)))
+    else:
+        src, w = ("a", "b") if op == "forward" else ("b", "a")
+        calls = (_compile.Call(scalar, vector, (src, "out"), grid, block, 0,
+                               (src, w, "out") + ints + ("alpha", "beta")),)
 
-        def launch_bwf(a: int, b: int, out: int, alpha: float, beta: float) -> None:
-            kernel = vector if vector is not None and not (a | b) % 16 else scalar
-            scale(scale_grid, (NT,), (out, taps, np.float32(beta)))
-            kernel(grid, (NT,), (a, b, out) + ints + (np.float32(alpha),))
+    def launch(a: int, b: int, out: int, alpha: float, beta: float, ws: int = 0) -> None:
+        _compile.run_calls(calls, a, b, out, alpha, beta, ws)
 
-        return launch_bwf
-
-    def launch(a: int, b: int, out: int, alpha: float, beta: float) -> None:
-        src, w = (a, b) if op == "forward" else (b, a)
-        kernel = vector if vector is not None and not (src | out) % 16 else scalar
-        kernel(grid, (NT,), (src, w, out) + ints + (np.float32(alpha), np.float32(beta)))
-
+    launch.calls = calls   # type: ignore[attr-defined] - what ucudnn.torch's compiled path launches itself
     return launch
 
 

@@ -42,7 +42,7 @@ def tiles_of(op: str) -> tuple[tuple[int, ...], ...]:
 def refusal(op: str, problem: ConvProblem) -> str | None:
     """Why the NHWC depthwise kernels do not run ``op`` on ``problem`` (None: they do): the depthwise K x K layer (K in
     :data:`~.direct_dw.DW_SIZES`), stride 1, padding K / 2, dilation 1, one filter per channel, NHWC, float32 or
-    float16 (backward filter: float32 only, it sums by float atomics)."""
+    float16 (float16's backward filter sums in a float workspace: :func:`workspace_bytes`)."""
     p = problem
     if op not in DW_OPS:
         return f"unknown op {op!r}"
@@ -50,14 +50,18 @@ def refusal(op: str, problem: ConvProblem) -> str | None:
         return "NCHW (the direct_dw kernels run it)"
     if p.dtype not in _CTYPE:
         return f"dtype {p.dtype}"
-    if op == "backward_filter" and p.dtype != "float32":
-        return f"backward filter sums by float atomics: {p.dtype} is not supported (float32)"
     if not (p.groups == p.c == p.k):
         return "not depthwise with one filter per channel"
     if p.r != p.s or p.r not in DW_SIZES or p.stride != (1, 1) or p.pad != (p.r // 2, p.r // 2) \
             or p.dilation != (1, 1):
         return "not 3x3, 5x5 or 7x7 at stride 1 with padding K / 2"
     return None
+
+
+def workspace_bytes(op: str, problem: ConvProblem) -> int:
+    """Workspace ``op`` needs: float16's backward filter adds its sums atomically into C * K * K floats (float
+    atomics), written to dw at the end; everything else none."""
+    return 4 * problem.c * problem.r * problem.s if op == "backward_filter" and problem.dtype != "float32" else 0
 
 
 def check_tile(op: str, tile: Any, field: str = "tile") -> tuple[int, ...]:
@@ -90,38 +94,48 @@ def geometry(problem: ConvProblem, op: str, tile: tuple[int, ...]) -> dict[str, 
 
 def launcher(op: str, problem: ConvProblem, tile: Any) -> Launcher:
     """``launch(a, b, out, alpha, beta)`` in cuDNN's operand order (forward x, w, y; backward data w, dy, dx;
-    backward filter x, dy, dw): 16-byte channel quads (float, C a multiple of 4) where the activations are 16-byte
+    backward filter x, dy, dw): a channel quad in one load (C a multiple of 4) where the activations are 16-byte
     aligned, else element loads; both instances compiled here.  Backward filter is two launches: dw = beta * dw,
     then the sums added atomically (not bitwise reproducible)."""
     why = refusal(op, problem)
     if why:
         raise InputError(f"{KERNEL} cannot run {op} on {problem.describe()}: {why}", "problem")
     t = check_tile(op, tile)
-    p = problem
+    calls = tuple(_calls(op, problem, t))
+
+    def launch(a: int, b: int, out: int, alpha: float, beta: float, ws: int = 0) -> None:
+        _compile.run_calls(calls, a, b, out, alpha, beta, ws)
+
+    launch.calls = calls   # type: ignore[attr-defined] - what ucudnn.torch's compiled path launches itself
+    return launch
+
+
+def _calls(op: str, p: ConvProblem, t: tuple[int, ...]) -> list[_compile.Call]:
     g = geometry(p, op, t)
-    vec_ok = p.dtype == "float32" and p.c % 4 == 0
+    vec_ok = p.c % 4 == 0     # a quad's one load: 16 bytes of float, 8 of half (both asked 16-aligned at the base)
     ints = (np.int32(p.c), np.int32(p.h), np.int32(p.w), np.int32(g["tiles_w"]), np.int32(g["tiles_hw"]))
     dims = ",".join(str(v) for v in t)
-
+    block = (g["threads"], 1, 1)
     if op == "backward_filter":
         def kernel_of(vec: bool) -> Any:
-            return _compile.get_kernel(SOURCE, f"{KERNEL}_bwf<float,{p.r},{'true' if vec else 'false'},{dims}>")
+            return _compile.get_kernel(SOURCE, f"{KERNEL}_bwf<{_CTYPE[p.dtype]},{p.r},{'true' if vec else 'false'},"
+                                               f"{dims}>")
 
-        scalar, vector = kernel_of(False), kernel_of(True) if vec_ok else None
-        scale = _compile.get_kernel(SOURCE, "direct_dw_scale<float>")
-        taps = p.c * p.r * p.s
         from .igemm import sm_count
 
+        taps = np.int32(p.c * p.r * p.s)
         blocks = max(1, min(g["tiles"], -(-BWF_BLOCKS_PER_SM * sm_count() // g["cblocks"])))
-        grid, scale_grid = (blocks, g["cblocks"], 1), (-(-taps // 256), 1, 1)
-        args = ints + (np.int64(g["tiles"]),)
-
-        def launch_bwf(a: int, b: int, out: int, alpha: float, beta: float) -> None:
-            kernel = vector if vector is not None and not (a | b) % 16 else scalar
-            scale(scale_grid, (256,), (out, np.int32(taps), np.float32(beta)))
-            kernel(grid, (g["threads"],), (a, b, out) + args + (np.float32(alpha),), shared_mem=g["smem"])
-
-        return launch_bwf
+        one = (-(-int(taps) // 256), 1, 1), (256, 1, 1), 0
+        scale = _compile.get_kernel(SOURCE, "direct_dw_scale<float>")
+        sums = ("a", "b", "out" if p.dtype == "float32" else "ws") + ints + (np.int64(g["tiles"]), "alpha")
+        sums = _compile.Call(kernel_of(False), kernel_of(True) if vec_ok else None, ("a", "b"),
+                             (blocks, g["cblocks"], 1), block, g["smem"], sums)
+        if p.dtype == "float32":   # dw = beta * dw, then the sums added atomically
+            return [_compile.Call(scale, None, (), *one, ("out", taps, "beta")), sums]
+        # float16: the sums added atomically into a zeroed float workspace, then dw = sums + beta * dw
+        finish = _compile.get_kernel(SOURCE, f"direct_dw_finish<{_CTYPE[p.dtype]}>")
+        return [_compile.Call(scale, None, (), *one, ("ws", taps, np.float32(0.0))), sums,
+                _compile.Call(finish, None, (), *one, ("ws", "out", taps, "beta"))]
 
     rot = "true" if op == "backward_data" else "false"
 
@@ -129,16 +143,10 @@ def launcher(op: str, problem: ConvProblem, tile: Any) -> Launcher:
         return _compile.get_kernel(SOURCE, f"{KERNEL}<{_CTYPE[p.dtype]},{p.r},{rot},{'true' if vec else 'false'},"
                                            f"{dims}>")
 
-    scalar, vector = kernel_of(False), kernel_of(True) if vec_ok else None
-    grid = (p.n * g["tiles_hw"], g["cblocks"], 1)
-
-    def launch(a: int, b: int, out: int, alpha: float, beta: float) -> None:
-        src, w = (a, b) if op == "forward" else (b, a)
-        kernel = vector if vector is not None and not (src | out) % 16 else scalar
-        kernel(grid, (g["threads"],), (src, w, out) + ints + (np.float32(alpha), np.float32(beta)),
-               shared_mem=g["smem"])
-
-    return launch
+    src, w = ("a", "b") if op == "forward" else ("b", "a")
+    return [_compile.Call(kernel_of(False), kernel_of(True) if vec_ok else None, (src, "out"),
+                          (p.n * g["tiles_hw"], g["cblocks"], 1), block, g["smem"],
+                          (src, w, "out") + ints + ("alpha", "beta"))]
 
 
 def emulate(op: str, problem: ConvProblem, tile: Any, a: np.ndarray, b: np.ndarray,

@@ -63,8 +63,8 @@ def test_backward_filter_emulated_over_block_shares_equals_the_reference(p, tile
     (ConvProblem(2, 4, 8, 8, 4, 3, 3, pad=(1, 1), stride=(2, 2), groups=4, layout="NHWC"), "backward_data",
      "at stride 1"),
     (ConvProblem(2, 4, 8, 8, 4, 5, 5, pad=(1, 1), groups=4, layout="NHWC"), "forward", "padding K / 2"),
-    (ConvProblem(2, 4, 8, 8, 4, 3, 3, pad=(1, 1), groups=4, layout="NHWC", dtype="float16"), "backward_filter",
-     "float atomics"),
+    (ConvProblem(2, 4, 8, 8, 4, 3, 3, pad=(1, 1), groups=4, layout="NHWC", dtype="bfloat16"), "backward_filter",
+     "dtype bfloat16"),
 ])
 def test_only_the_same_padded_stride_one_nhwc_depthwise_layer_runs(problem, op, why):
     assert why in NH.refusal(op, problem)
@@ -107,3 +107,53 @@ def test_a_recorded_nhwc_tile_is_checked_before_it_runs():
         DirectSource().prepare("forward", p, Measurement(2, DW_ALGOS[7], "FMA", 1.0, 0, "direct", None,
                                                          {"direct": {"kernel": NH.KERNEL, "tile": [3, 3, 3, 3]}}))
     assert e.value.field == "extra.direct.tile"
+
+
+class _FakeKernel:
+    """A ``cupy.RawKernel`` stand-in: records its launches."""
+
+    def __init__(self, name, log):
+        self.name, self.log = name, log
+
+    def __call__(self, grid, block, args, shared_mem=0):
+        self.log.append((self.name, grid, block, args, shared_mem))
+
+
+@pytest.mark.parametrize("layout, op, dtype", [("NHWC", "forward", "float32"), ("NHWC", "backward_data", "float32"),
+                                               ("NHWC", "backward_filter", "float32"),
+                                               ("NHWC", "backward_filter", "float16"),
+                                               ("NCHW", "backward_filter", "float32"),
+                                               ("NCHW", "backward_data", "float32")])
+def test_a_depthwise_launch_runs_exactly_the_calls_it_describes_to_the_compiled_path(monkeypatch, layout, op, dtype):
+    """What the compiled launch path is handed (``launch.native.calls``) is what the Python launch runs: the vector
+    kernel where the operands it names are 16-byte aligned, else the scalar one, the operands and alpha / beta in
+    their places."""
+    import numpy as np
+    from ucudnn.kernels import _compile, igemm
+
+    from ucudnn.measure.sources.direct import configure_dw, configure_dw_nhwc
+
+    log: list = []
+    monkeypatch.setattr(_compile, "get_kernel", lambda source, name: _FakeKernel(name, log))
+    monkeypatch.setattr(igemm, "sm_count", lambda: 132)
+    p = ConvProblem(4, 40, 14, 12, 40, 7, 7, pad=(3, 3), groups=40, layout=layout, dtype=dtype)
+    config = configure_dw_nhwc(op, p, NH.tiles_of(op)[0]) if layout == "NHWC" else configure_dw(op, p, 8, 1)
+    half_bwf = dtype == "float16" and op == "backward_filter"
+    assert config.workspace_bytes == (4 * 40 * 49 if half_bwf else 0)    # float16 sums in C * K * K floats
+    launch = DirectSource().prepare(op, p, config)
+    native = launch.native
+    assert native.kind == "kernel" and native.op == op and native.problem == p
+    # backward filter: dw = beta * dw, then the sums; float16: zero the float sums, add them, dw = sums + beta * dw
+    assert len(native.calls) == (3 if half_bwf else 2 if op == "backward_filter" else 1)
+    assert any("ws" in c.args for c in native.calls) is half_bwf
+    for a, b, out, vector in ((4096, 8192, 12288, True), (4100, 8196, 12292, False)):
+        log.clear()
+        launch(Operands(a, b, out), 65536, config.workspace_bytes, 0.5, 1.0)
+        assert len(log) == len(native.calls)
+        ptrs = {"a": a, "b": b, "out": out, "alpha": np.float32(0.5), "beta": np.float32(1.0), "ws": 65536}
+        for (name, grid, block, args, smem), c in zip(log, native.calls):
+            kernel = c.vector if vector and c.vector is not None else c.scalar
+            assert name == kernel.name and (grid, block, smem) == (c.grid, c.block, c.smem)
+            assert args == tuple(ptrs[x] if isinstance(x, str) else x for x in c.args)
+    # C a multiple of 4: every call that reads activations has its one-load-a-quad variant
+    assert all(c.vector is not None for c in native.calls if c.aligned)

@@ -336,3 +336,28 @@ def test_a_compiled_path_is_told_where_a_step_on_unwritten_memory_finds_its_work
     assert [(s.from_out, s.need) for s in bwf] == [(0, 1 << 20), (-1, 256)]
     plain = Executor(_unwritten_plan("backward_filter", [8, 2], [0, 256], [False, False])).native_steps
     assert [s.from_out for s in plain] == [-1, -1]
+
+
+@pytest.mark.parametrize("kind, described", [("kernel", True), ("legacy", True), ("graph", False)])
+def test_a_compiled_path_gets_accumulating_steps_where_their_description_can_add(monkeypatch, kind, described):
+    """A micro-batched backward filter's later steps add into dw (beta 1): legacy launches and ucudnn's own kernels
+    take beta as an argument, so the compiled path runs them; a graph engine adds through a scratch buffer its
+    description does not say, so such a plan stays with Python."""
+    from ucudnn.measure.sources import registry
+    from ucudnn.measure.sources.base import Native
+
+    class Described(_Recorder):
+        def prepare(self, op, problem, config):
+            launch = super().prepare(op, problem, config)
+
+            def run(*args):
+                return launch(*args)
+
+            run.native = Native(kind, op, problem)
+            return run
+
+    monkeypatch.setitem(registry._SOURCES, "recorder", Described())
+    steps = Executor(_unwritten_plan("backward_filter", [8, 2], [0, 0], [False, False])).native_steps
+    assert (steps is not None) is described
+    if described:
+        assert [s.accumulate for s in steps] == [False, True]

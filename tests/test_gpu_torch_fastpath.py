@@ -82,9 +82,11 @@ def test_one_step_legacy_and_graph_plans_launch_from_cpp():
         assert python1 == python0, sources
 
 
-def _converted_with_plans(monkeypatch, plans, memory_format=None):
-    """(plain, converted, x): a 16 -> 24 3x3 layer converted at 1 MiB with the legacy source, every kernel planned
-    by ``plans(problem, op, ...)`` instead of a benchmark, on a batch of 37, prepared by one training call."""
+def _converted_with_plans(monkeypatch, plans, memory_format=None, conv=None, shape=(37, 16, 14, 14),
+                          sources="legacy"):
+    """(plain, converted, x): ``conv`` (default a 16 -> 24 3x3 layer) converted at 1 MiB with ``sources``, every
+    kernel planned by ``plans(problem, op, ...)`` instead of a benchmark, on an input of ``shape``, prepared by one
+    training call."""
     from ucudnn import api
     from ucudnn.torch import runtime
 
@@ -93,9 +95,9 @@ def _converted_with_plans(monkeypatch, plans, memory_format=None):
     monkeypatch.setattr(api, "_executors", {})
     runtime.forget_prepared()
     torch.manual_seed(0)
-    plain = nn.Conv2d(16, 24, 3, padding=1).cuda().to(memory_format=fmt)
-    ours = ut.convert(copy.deepcopy(plain), workspace_limit="1MiB", sources="legacy")
-    x = torch.randn(37, 16, 14, 14, device="cuda").to(memory_format=fmt)
+    plain = (conv or nn.Conv2d(16, 24, 3, padding=1)).cuda().to(memory_format=fmt)
+    ours = ut.convert(copy.deepcopy(plain), workspace_limit="1MiB", sources=sources)
+    x = torch.randn(shape, device="cuda").to(memory_format=fmt)
     grads(ours, x)                           # prepares
     return plain, ours, x
 
@@ -164,6 +166,55 @@ def test_a_backward_filter_borrowing_dx_launches_from_cpp_before_backward_data_o
     plain, ours, x = _converted_with_plans(monkeypatch, borrowing)
     lent = fastpath._keep[-1][1].executor
     assert lent.plan.op == "backward_filter" and [s.from_out for s in lent.native_steps] == [0, -1]
+    _every_op_from_cpp_equal_to_float64(ours, plain, x)
+    runtime.forget_prepared()
+
+
+DEPTHWISE = [(False, 3), (False, 7), (True, 7), (True, 5)]
+DEPTHWISE_IDS = ["NCHW-3x3", "NCHW-7x7", "NHWC-7x7", "NHWC-5x5"]
+
+
+@pytest.mark.parametrize("channels_last, k", DEPTHWISE, ids=DEPTHWISE_IDS)
+def test_depthwise_kernels_launch_from_cpp_through_the_driver(channels_last, k):
+    """A depthwise layer planned on the ``depthwise`` source alone runs ucudnn's own kernels, described as calls
+    (CUDA functions, geometry, arguments) and launched by the C++ node through cuLaunchKernel: every op from C++,
+    none handed to Python, results equal a float64 reference."""
+    torch.manual_seed(0)
+    fmt = torch.channels_last if channels_last else torch.contiguous_format
+    plain = nn.Conv2d(40, 40, k, padding=k // 2, groups=40).cuda().to(memory_format=fmt)
+    ours = ut.convert(copy.deepcopy(plain), workspace_limit="64MiB", sources="depthwise")
+    x = torch.randn(13, 40, 15, 17, device="cuda").to(memory_format=fmt)
+    grads(ours, x)                           # prepares (benchmarks the depthwise rows)
+    registered = [call for _, call in fastpath._keep[-3:]]
+    assert all(s.native.kind == "kernel" for c in registered for s in c.executor.native_steps)
+    _every_op_from_cpp_equal_to_float64(ours, plain, x)
+
+
+@pytest.mark.parametrize("channels_last, k", DEPTHWISE, ids=DEPTHWISE_IDS)
+def test_micro_batched_depthwise_kernels_launch_from_cpp_and_accumulate_dw(monkeypatch, channels_last, k):
+    """Two micro-batches (7 + 6 samples) of the depthwise kernels: the second backward-filter step adds into dw
+    through its beta argument (1), every op from C++, results equal a float64 reference."""
+    from ucudnn.measure.sources.direct import configure_dw, configure_dw_nhwc
+    from ucudnn.planning.plan import KernelPlan, MicroConfig
+    from ucudnn.torch import runtime
+
+    def two_steps(problem, op, *args, **kwargs):
+        def cfg(n):
+            q = problem.with_batch(n)
+            if problem.layout == "NHWC":
+                from ucudnn.kernels.direct_dw_nhwc import tiles_of
+
+                return MicroConfig.of(configure_dw_nhwc(op, q, tiles_of(op)[1], "depthwise"))
+            return MicroConfig.of(configure_dw(op, q, 0, 1, "depthwise"))
+
+        return KernelPlan("two-steps", op, problem, [cfg(7), cfg(6)])
+
+    plain, ours, x = _converted_with_plans(
+        monkeypatch, two_steps, torch.channels_last if channels_last else torch.contiguous_format,
+        nn.Conv2d(40, 40, k, padding=k // 2, groups=40), (13, 40, 15, 17), "depthwise")
+    registered = [call for _, call in fastpath._keep[-3:]]
+    assert [[s.accumulate for s in c.executor.native_steps] for c in registered] == \
+        [[False, False], [False, False], [False, True]]
     _every_op_from_cpp_equal_to_float64(ours, plain, x)
     runtime.forget_prepared()
 

@@ -36,7 +36,8 @@ def extension(tmp_path_factory):
 
 def test_the_extension_builds_against_torchs_headers_alone_and_declares_its_ops(extension):
     schemas = {n: str(getattr(extension, n).default._schema) for n in
-               ("init", "legacy_launch", "backend_launch", "add_program", "add_layer", "stats", "py_launch", "conv2d")}
+               ("init", "legacy_launch", "backend_launch", "kernel_launch", "add_program", "add_layer", "stats",
+                "py_launch", "conv2d")}
     assert schemas["conv2d"] == ("ucudnn_c::conv2d(Tensor x, Tensor weight, Tensor? bias, int layer, "
                                  "ScalarType? cast) -> Tensor")
     assert schemas["py_launch"] == "ucudnn_c::py_launch(int op, Tensor a, Tensor b, Tensor out, int py_layer) -> ()"
@@ -60,6 +61,29 @@ def test_the_registry_refuses_what_it_cannot_run_with_a_clear_error(extension):
         extension.add_program([0], [0, 0, 0], [0], 0, [])
     with pytest.raises(RuntimeError, match="cannot open /nonexistent/libcudnn.so"):
         extension.init("/nonexistent/libcudnn.so")
+    with pytest.raises(RuntimeError, match="2 functions, an alignment mask and 7 dimensions per call"):
+        extension.kernel_launch(0, 0, [1], [0], [1] * 7, [0], [], [], [])
+    with pytest.raises(RuntimeError, match="one kind, int and float per kernel argument"):
+        extension.kernel_launch(0, 0, [1, 0], [0], [1] * 7, [2], [0], [0], [0.0])
+    with pytest.raises(RuntimeError, match="at most 32 arguments"):
+        extension.kernel_launch(0, 0, [1, 0], [0], [1] * 7, [33], [0] * 33, [0] * 33, [0.0] * 33)
+
+
+def test_own_kernels_register_through_the_cuda_driver_where_there_is_one(extension):
+    """A kernel launch registers where libcuda.so.1 loads (it is never launched here); without a driver the
+    registration says so, and Python keeps the op."""
+    import ctypes
+
+    args = (2, 0, [1234, 0], [3], [4, 1, 1, 256, 1, 1, 0], [3], [0, 1, 3], [0, 0, 0], [0.0, 0.0, 0.0])
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        with pytest.raises(RuntimeError, match="cannot open libcuda.so.1"):
+            extension.kernel_launch(*args)
+        return
+    assert extension.kernel_launch(*args) >= 0
+    with pytest.raises(RuntimeError, match="unknown kernel argument kind 9"):
+        extension.kernel_launch(2, 0, [1234, 0], [0], [1] * 7, [1], [9], [0], [0.0])
 
 
 def test_the_environment_switches_it_off(monkeypatch):
@@ -113,6 +137,10 @@ class _FakeC:
     def add_program(self, *args):
         self.calls.append(("program", args))
         return 100
+
+    def kernel_launch(self, *args):
+        self.calls.append(("kernel", args))
+        return self._id()
 
 
 class _Executor:
@@ -299,3 +327,36 @@ def test_a_backward_filter_that_borrows_dx_is_registered_apart_and_only_where_it
     fake.calls.clear()
     assert fastpath._launch_id("backward_filter", layer, "strict", 0, borrowing=True) == -1
     assert fake.calls == []
+
+
+def test_own_kernels_are_handed_over_as_their_calls_flattened(monkeypatch):
+    """ucudnn's own kernels (``Native`` kind "kernel": ``kernels._compile.Call`` s) reach the C++ registry as each
+    call's CUDA functions (scalar, vector or 0), the operands its vector function needs aligned (bits a 1, b 2,
+    out 4), grid, block, shared memory, and its arguments: operands and alpha / beta by role, fixed values typed."""
+    import numpy as np
+    from ucudnn.kernels._compile import Call
+
+    from ucudnn.measure.sources.base import Native
+
+    class Fn:
+        def __init__(self, ptr):
+            self.kernel = type("F", (), {"ptr": ptr})()
+
+    fake = _FakeC()
+    monkeypatch.setattr(fastpath, "_c", fake)
+    monkeypatch.setattr(fastpath, "_keep", [])
+    p = _problem("NHWC", "float32")
+    scale = Call(Fn(11), None, (), (3, 1, 1), (256, 1, 1), 0, ("out", np.int32(96), "beta"))
+    sums = Call(Fn(21), Fn(22), ("a", "b"), (528, 3, 1), (224, 1, 1), 37376,
+                ("a", "b", "out", np.int32(96), np.int64(1 << 40), np.float32(0.5), "alpha"))
+    keep = object()
+    steps = [(Native("kernel", "backward_filter", p, calls=(scale, sums), keep=keep), (0, 0, 0), False),
+             (Native("kernel", "backward_filter", p, calls=(scale, sums), keep=keep), (64, 128, 0), True)]
+    assert fastpath.register("backward_filter", _Call(steps, ws=0), p, 0) == 100
+    (k1, args), (k2, _), program = fake.calls
+    assert k1 == k2 == "kernel"
+    assert args == (2, 0, [11, 0, 21, 22], [0, 3], [3, 1, 1, 256, 1, 1, 0, 528, 3, 1, 224, 1, 1, 37376], [3, 7],
+                    [2, 5, 4, 0, 1, 2, 5, 6, 7, 3], [0, 96, 0, 0, 0, 0, 96, 1 << 40, 0, 0],
+                    [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.5, 0.0])
+    assert program == ("program", ([7, 8], [0, 0, 0, 64, 128, 0], [0, 1], 0, [-1, -1]))
+    assert fastpath._keep[-1][0] == [keep, keep]       # the launchers (and their loaded modules) stay alive

@@ -153,7 +153,7 @@ class Executor:
         steps = []
         for s in self.steps:
             native = native_of(s.launch)
-            if native is None or (s.accumulate and native.kind != "legacy"):
+            if native is None or (s.accumulate and native.kind == "graph"):
                 return None
             steps.append(NativeStep(native, tuple(s.shifts), bool(s.accumulate), s.from_out, int(s.workspace_bytes)))
         return steps

@@ -8,10 +8,12 @@ cuDNN engines.  ``csrc/launch.cpp`` does per call what ``nn.Conv2d``'s own C++ p
 (``torch.ops.ucudnn_c.conv2d``) casts for autocast, records a C++ autograd node, takes outputs and workspace
 from torch's caching allocator and calls cuDNN on torch's current stream.
 
-What runs there: plans whose steps all come from the legacy and graph sources, micro-batched or not
-(:class:`~ucudnn.measure.sources.base.Native`: the legacy source's descriptors and algorithm, or the graph
-source's engine configuration, rebuilt in C++ from its global index and knobs; each step on its micro-batch's
-shifted pointers).  Every other op (ucudnn's own kernels, wrapped sources, graph engines that would accumulate,
+What runs there: plans whose steps all come from the legacy and graph sources or from ucudnn's own kernels that
+describe their launches (the depthwise kernels), micro-batched or not
+(:class:`~ucudnn.measure.sources.base.Native`: the legacy source's descriptors and algorithm, the graph
+source's engine configuration, rebuilt in C++ from its global index and knobs, or the kernels' CUDA functions with
+their launch geometry and arguments, launched through the CUDA driver; each step on its micro-batch's shifted
+pointers).  Every other op (the other own kernels, wrapped sources, graph engines that would accumulate,
 installed WD plans, misaligned micro-batches of graph steps, a launch cuDNN refuses, a workspace torch cannot
 allocate) comes back here through
 ``ucudnn_c::py_launch`` and runs the Python path, fallbacks to torch included: which path ran never changes a
@@ -265,6 +267,8 @@ def _launch(number: int, op: str, native: Any, workspace: int, device: int) -> i
     if native.kind == "legacy":
         a, b, out, conv = native.descriptors
         return int(_c.legacy_launch(number, int(a), int(b), int(out), int(conv), int(native.algo), workspace))
+    if native.kind == "kernel":
+        return _kernel_launch(number, native, workspace, device)
     if native.kind != "graph":
         raise ValueError(f"no compiled launch for {native.kind!r} configurations")
     from ..measure.sources.graph import tensor_layout
@@ -277,6 +281,41 @@ def _launch(number: int, op: str, native: Any, workspace: int, device: int) -> i
     return int(_c.backend_launch(number, _CUDNN_DTYPES[p.dtype], ad, as_, bd, bs, od, os_, list(p.pad),
                                  list(p.stride), list(p.dilation), int(native.engine_id), [k for k, _ in knobs],
                                  [v for _, v in knobs], max(workspace, int(native.engine_bytes)), device))
+
+
+#: a kernel call's per-launch arguments and their numbers in launch.cpp (then int32, int64 and float32 values)
+_ARG_KINDS = {"a": 0, "b": 1, "out": 2, "alpha": 3, "beta": 4, "ws": 8}
+_VALUE_KINDS = {"int32": 5, "int64": 6, "float32": 7}
+_ALIGNED_BITS = {"a": 1, "b": 2, "out": 4}
+
+
+def _kernel_launch(number: int, native: Any, workspace: int, device: int) -> int:
+    """ucudnn's own kernels (``native.calls``, ``kernels._compile.Call``) as one launch in the C++ registry: each
+    call's CUDA functions (scalar, and vector where it has one: 0 otherwise), the operands its vector kernel needs
+    16-byte aligned, grid, block, shared memory and arguments, flattened."""
+    import numpy as np
+
+    import contextlib
+
+    fns, aligned, dims, nargs, kinds, ints, floats = [], [], [], [], [], [], []
+    # the functions are loaded on the layer's device (CuPy loads a RawKernel's module where it is first asked for)
+    with runtime._cp.cuda.Device(device) if runtime._cp is not None else contextlib.nullcontext():
+        for c in native.calls:
+            fns += [int(c.scalar.kernel.ptr), int(c.vector.kernel.ptr) if c.vector is not None else 0]
+            aligned.append(sum(_ALIGNED_BITS[r] for r in c.aligned))
+            dims += [*map(int, c.grid), *map(int, c.block), int(c.smem)]
+            nargs.append(len(c.args))
+            for x in c.args:
+                if isinstance(x, str):
+                    kinds.append(_ARG_KINDS[x])
+                    ints.append(0)
+                    floats.append(0.0)
+                else:
+                    kind = _VALUE_KINDS[np.asarray(x).dtype.name]
+                    kinds.append(kind)
+                    ints.append(int(x) if kind != 7 else 0)
+                    floats.append(float(x) if kind == 7 else 0.0)
+    return int(_c.kernel_launch(number, workspace, fns, aligned, dims, nargs, kinds, ints, floats))
 
 
 def _py_launch(op: int, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, py_layer: int) -> None:

@@ -600,7 +600,9 @@ class Native:
     ``kind`` "legacy": ``descriptors`` (a, b, out, convolution: the source's own cuDNN descriptors, owned by
     ``keep``, which must outlive every launch made from them) and ``algo``.  ``kind`` "graph": the engine
     configuration (``engine_id``, ``knobs``: cudnnBackendKnobType_t number -> choice) of ``problem``, rebuilt
-    there through the backend API, and the engine's own workspace (``engine_bytes``).
+    there through the backend API, and the engine's own workspace (``engine_bytes``).  ``kind`` "kernel": ucudnn's
+    own kernels, ``calls`` (``kernels._compile.Call``: function, grid, block, shared memory and arguments each,
+    the operands and alpha / beta filled at launch; beta 1 for a step that accumulates), launched by the driver.
 
     Why data and not another closure: the point is to leave Python; a compiled path can hold numbers, not
     frames."""
@@ -613,6 +615,7 @@ class Native:
     engine_id: int = -1
     knobs: tuple[tuple[int, int], ...] = ()
     engine_bytes: int = 0
+    calls: tuple = ()
     keep: Any = None
 
 

@@ -60,7 +60,7 @@ from ... import numerics as num
 from ...errors import CaptureError, InputError, UcudnnError, summary
 from ...planning.table import Measurement, Skipped
 from ...problem import ConvProblem
-from .base import BenchSettings, Launch, Operands, Prepared, Pruner, time_config, timed_beta
+from .base import BenchSettings, Launch, Native, Operands, Prepared, Pruner, time_config, timed_beta
 
 #: the math type each dtype's rows are labelled with (see the module doc)
 MATH_TYPES = {"float32": "FMA", "float16": "DEFAULT"}
@@ -142,6 +142,10 @@ class DirectSource(Prepared):
         for algo, configure in variants:
             try:
                 config = configure()
+                if config.workspace_bytes > settings.max_workspace:
+                    skipped.append(Skipped(mb, algo, math, f"{self.name}: needs {config.workspace_bytes} bytes of "
+                                                           f"workspace, {settings.max_workspace} offered"))
+                    continue
                 launch = self.prepare(op, problem, config)
                 t, how = pruner.retime(lambda give_up: time_config(lambda: launch(ops, workspace, 0, 1.0, beta),
                                                                    settings, give_up=give_up), None, 0)
@@ -151,7 +155,7 @@ class DirectSource(Prepared):
             except Exception as e:  # noqa: BLE001 - a compile or launch failure is a skipped row, never an exception
                 skipped.append(Skipped(mb, algo, math, f"{self.name}: {summary(e)}"))
                 continue
-            measured.append(Measurement(mb, config.algo, math, max(t, 1e-6), 0, self.name, None,
+            measured.append(Measurement(mb, config.algo, math, max(t, 1e-6), config.workspace_bytes, self.name, None,
                                         {**config.extra, "timed": how}))
         return measured, skipped
 
@@ -328,8 +332,11 @@ def configure_dw(op: str, problem: ConvProblem, rows: int, minb: int, source: st
 
 def configure_dw_nhwc(op: str, problem: ConvProblem, tile: tuple[int, ...], source: str = "direct") -> Measurement:
     """The NHWC depthwise configuration (time 0) of ``op`` with ``tile`` (``kernels.direct_dw_nhwc``; backward
-    filter sums by atomics: not deterministic)."""
-    return Measurement(problem.n, DW_ALGOS[problem.r], MATH_TYPES[problem.dtype], 0.0, 0, source, None,
+    filter sums by atomics: not deterministic; float16's in a float workspace)."""
+    from ucudnn.kernels.direct_dw_nhwc import workspace_bytes
+
+    return Measurement(problem.n, DW_ALGOS[problem.r], MATH_TYPES[problem.dtype], 0.0,
+                       workspace_bytes(op, problem), source, None,
                        {"direct": {"kernel": "direct_dw_nhwc", "tile": list(tile)},
                         "deterministic": op != "backward_filter"})
 
@@ -345,10 +352,21 @@ def _dw_launch(op: str, problem: ConvProblem, config: Measurement) -> Launch:
         raise UcudnnError(f"direct configuration {config.algo!r} is not this problem's ({problem.r}x{problem.s})")
     if info.get("kernel") == direct_dw_nhwc.KERNEL:
         tile = direct_dw_nhwc.check_tile(op, info.get("tile"), "extra.direct.tile")
-        return _no_workspace(direct_dw_nhwc.launcher(op, problem, tile))
+        return _described(op, problem, direct_dw_nhwc.launcher(op, problem, tile))
     if "rows" not in info:
         raise InputError(f"a {config.algo} configuration needs extra.direct.rows", "extra.direct.rows")
-    return _no_workspace(dw_launcher(op, problem, info["rows"], info.get("minb", 1)))
+    return _described(op, problem, dw_launcher(op, problem, info["rows"], info.get("minb", 1)))
+
+
+def _described(op: str, problem: ConvProblem, run: Any) -> Launch:
+    """A kernel launcher that says what it launches (``run.calls``; the workspace pointer passed on) as the source's
+    :data:`~.base.Launch`, with that as its :class:`~.base.Native` description, so ucudnn.torch's compiled path
+    launches it without Python."""
+    def launch(ops: Operands, workspace: int, workspace_bytes: int, alpha: float, beta: float) -> None:
+        run(ops.a, ops.b, ops.out, alpha, beta, workspace)
+
+    launch.native = Native("kernel", op, problem, calls=run.calls, keep=run)  # type: ignore[attr-defined]
+    return launch
 
 
 def configure_plane(problem: ConvProblem, rb: int, kt: int, kl: int) -> Measurement:

@@ -9,10 +9,12 @@
 // casts, an autograd node (C++), outputs and workspace from torch's caching allocator, torch's current stream.
 //
 // What it runs: plans (one step or micro-batched) whose steps come from the legacy source (cudnnConvolution*
-// with the source's own descriptors, beta 1 where a step accumulates) and the graph source (the engine
+// with the source's own descriptors, beta 1 where a step accumulates), the graph source (the engine
 // configuration a step names, rebuilt here through cuDNN's backend API from its global index and knobs: the same
-// execution plan the frontend builds).  Everything else (ucudnn's own kernels, a graph step that would
-// accumulate, misaligned graph operands, a launch cuDNN refuses, a workspace torch cannot allocate) goes back to
+// execution plan the frontend builds) and ucudnn's own kernels that describe their launches (the depthwise
+// kernels: CUDA functions CuPy loaded, with grid, block, shared memory and arguments, launched here through the
+// CUDA driver's cuLaunchKernel on the same stream).  Everything else (the other own kernels, a graph step that
+// would accumulate, misaligned graph operands, a launch cuDNN refuses, a workspace torch cannot allocate) goes back to
 // Python through ``ucudnn_c::py_launch``, whose implementation is the Python path: results never depend on which
 // path ran.
 //
@@ -81,6 +83,11 @@ enum Op : int64_t { FORWARD = 0, BACKWARD_DATA = 1, BACKWARD_FILTER = 2 };
 using LegacyFn = Status (*)(Handle, const void*, Desc, const void*, Desc, const void*, Desc, int, void*, size_t,
                             const void*, Desc, void*);
 
+// ---- the CUDA driver's launch (own kernels), resolved from libcuda.so.1 when the first such launch registers --
+using LaunchKernelFn = int (*)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void*,
+                               void**, void**);
+LaunchKernelFn launch_kernel = nullptr;
+
 struct Cudnn {
   Status (*create)(Handle*) = nullptr;
   Status (*set_stream)(Handle, void*) = nullptr;
@@ -148,7 +155,21 @@ struct Launch {
   Desc plan = nullptr;
   std::array<int64_t, 3> uids{1, 2, 3};
   int64_t alignment = 16;
+  // own kernels: the calls in order, each a CUDA function (the vector one where the operands its mask names are
+  // 16-byte aligned), its launch geometry and its arguments: operands and alpha / beta filled at each launch
+  struct Call {
+    void* scalar = nullptr;
+    void* vector = nullptr;
+    int aligned = 0;   // bits: 1 a, 2 b, 4 out
+    unsigned dims[7] = {1, 1, 1, 1, 1, 1, 0};   // grid, block, dynamic shared memory bytes
+    std::vector<int8_t> kinds;   // ArgKind
+    std::vector<int64_t> ints;
+    std::vector<float> floats;
+  };
+  std::vector<Call> calls;
 };
+enum ArgKind : int8_t { ARG_A = 0, ARG_B = 1, ARG_OUT = 2, ARG_ALPHA = 3, ARG_BETA = 4, ARG_I32 = 5, ARG_I64 = 6,
+                        ARG_F32 = 7, ARG_WS = 8 };
 
 // launches and layers live for the process (a few per distinct convolution), so the integers Python holds stay
 // valid for every autograd node that refers to them
@@ -192,10 +213,47 @@ Layer& layer_at(int64_t id) {
   return *layers[id];
 }
 
-// One launch of ``l`` on raw pointers; cuDNN's status.
-Status launch_one(const Launch& l, Handle h, void* pa, void* pb, void* po, void* ws_ptr, int64_t ws_bytes,
-                  bool accumulate) {
+// ``l``'s own kernels on raw pointers, on ``stream``; the driver's status (0: launched).
+Status launch_kernels(const Launch& l, void* stream, void* pa, void* pb, void* po, void* ws, bool accumulate) {
+  union Value {
+    void* p;
+    float f;
+    int32_t i;
+    int64_t l;
+  };
+  std::array<Value, 32> values{};
+  std::array<void*, 32> params{};
+  void* const ptrs[3] = {pa, pb, po};
+  for (const Launch::Call& c : l.calls) {
+    bool vector = c.vector != nullptr;
+    for (int r = 0; r < 3 && vector; ++r) {
+      if ((c.aligned >> r & 1) && reinterpret_cast<uintptr_t>(ptrs[r]) % 16) vector = false;
+    }
+    for (size_t i = 0; i < c.kinds.size(); ++i) {
+      Value& v = values[i];
+      switch (c.kinds[i]) {
+        case ARG_A: case ARG_B: case ARG_OUT: v.p = ptrs[c.kinds[i]]; break;
+        case ARG_ALPHA: v.f = 1.0f; break;
+        case ARG_BETA: v.f = accumulate ? 1.0f : 0.0f; break;
+        case ARG_I32: v.i = static_cast<int32_t>(c.ints[i]); break;
+        case ARG_I64: v.l = c.ints[i]; break;
+        case ARG_WS: v.p = ws; break;
+        default: v.f = c.floats[i]; break;
+      }
+      params[i] = &v;
+    }
+    const Status s = launch_kernel(vector ? c.vector : c.scalar, c.dims[0], c.dims[1], c.dims[2], c.dims[3],
+                                   c.dims[4], c.dims[5], c.dims[6], stream, params.data(), nullptr);
+    if (s != 0) return s;
+  }
+  return 0;
+}
+
+// One launch of ``l`` on raw pointers; cuDNN's status (own kernels: the driver's).
+Status launch_one(const Launch& l, Handle h, void* stream, void* pa, void* pb, void* po, void* ws_ptr,
+                  int64_t ws_bytes, bool accumulate) {
   static const float one = 1.0f, zero = 0.0f;
+  if (!l.calls.empty()) return launch_kernels(l, stream, pa, pb, po, ws_ptr, accumulate);
   if (!l.backend) {
     return cudnn.legacy[l.op](h, &one, l.a, pa, l.b, pb, l.conv, l.algo, ws_ptr, static_cast<size_t>(ws_bytes),
                               accumulate ? &one : &zero, l.out, po);
@@ -259,10 +317,11 @@ bool run_native(const Program& P, const Tensor& a, const Tensor& b, const Tensor
     if (size < s.launch->workspace) return false;
     spaces.emplace_back(reinterpret_cast<void*>(start), size);
   }
-  Handle h = handle_for(device, current_stream(device));
+  void* const stream = current_stream(device);
+  Handle h = handle_for(device, stream);
   for (size_t i = 0; i < P.steps.size(); ++i) {
     const Step& s = P.steps[i];
-    if (launch_one(*s.launch, h, pa + s.shifts[0], pb + s.shifts[1], po + s.shifts[2], spaces[i].first,
+    if (launch_one(*s.launch, h, stream, pa + s.shifts[0], pb + s.shifts[1], po + s.shifts[2], spaces[i].first,
                    spaces[i].second, s.accumulate) != 0) {
       return false;
     }
@@ -412,6 +471,55 @@ int64_t legacy_launch(int64_t op, int64_t a, int64_t b, int64_t out, int64_t con
   l->conv = reinterpret_cast<Desc>(conv);
   l->algo = static_cast<int>(algo);
   l->workspace = workspace;
+  return add_launch(std::move(l));
+}
+
+// ucudnn's own kernels as one launch: per call its CUDA functions (``fns``: scalar, vector or 0), the operands its
+// vector function needs 16-byte aligned (``aligned``: bits 1 a, 2 b, 4 out), grid, block and shared memory
+// (``dims``, 7 a call) and its arguments (``nargs`` a call; ``kinds``: ArgKind, with ``ints`` / ``floats`` holding
+// the values of the fixed ones; ARG_WS: the step's workspace), flattened.
+int64_t kernel_launch(int64_t op, int64_t workspace, c10::IntArrayRef fns, c10::IntArrayRef aligned,
+                      c10::IntArrayRef dims, c10::IntArrayRef nargs, c10::IntArrayRef kinds, c10::IntArrayRef ints,
+                      c10::ArrayRef<double> floats) {
+  TORCH_CHECK(op >= 0 && op <= 2, "ucudnn: op must be 0, 1 or 2, got ", op);
+  const size_t n = nargs.size();
+  TORCH_CHECK(n > 0 && fns.size() == 2 * n && aligned.size() == n && dims.size() == 7 * n,
+              "ucudnn: a kernel launch needs 2 functions, an alignment mask and 7 dimensions per call");
+  size_t total = 0;
+  for (int64_t k : nargs) {
+    TORCH_CHECK(k >= 0 && k <= 32, "ucudnn: a kernel call takes at most 32 arguments, got ", k);
+    total += static_cast<size_t>(k);
+  }
+  TORCH_CHECK(kinds.size() == total && ints.size() == total && floats.size() == total,
+              "ucudnn: one kind, int and float per kernel argument");
+  {
+    std::lock_guard<std::mutex> lock(registry_mutex);
+    if (launch_kernel == nullptr) {
+      void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+      TORCH_CHECK(lib != nullptr, "ucudnn: cannot open libcuda.so.1: ", dlerror());
+      launch_kernel = reinterpret_cast<LaunchKernelFn>(dlsym(lib, "cuLaunchKernel"));
+      TORCH_CHECK(launch_kernel != nullptr, "ucudnn: cuLaunchKernel not found in libcuda.so.1");
+    }
+  }
+  auto l = std::make_unique<Launch>();
+  l->op = op;
+  l->workspace = workspace;
+  size_t at = 0;
+  for (size_t c = 0; c < n; ++c) {
+    Launch::Call call;
+    call.scalar = reinterpret_cast<void*>(fns[2 * c]);
+    call.vector = reinterpret_cast<void*>(fns[2 * c + 1]);
+    TORCH_CHECK(call.scalar != nullptr, "ucudnn: kernel call ", c, " has no function");
+    call.aligned = static_cast<int>(aligned[c]);
+    for (int d = 0; d < 7; ++d) call.dims[d] = static_cast<unsigned>(dims[7 * c + d]);
+    for (int64_t k = 0; k < nargs[c]; ++k, ++at) {
+      TORCH_CHECK(kinds[at] >= ARG_A && kinds[at] <= ARG_WS, "ucudnn: unknown kernel argument kind ", kinds[at]);
+      call.kinds.push_back(static_cast<int8_t>(kinds[at]));
+      call.ints.push_back(ints[at]);
+      call.floats.push_back(static_cast<float>(floats[at]));
+    }
+    l->calls.push_back(std::move(call));
+  }
   return add_launch(std::move(l));
 }
 
@@ -620,6 +728,9 @@ TORCH_LIBRARY(ucudnn_c, m) {
         "int[] o_dims, int[] o_strides, int[] pad, int[] stride, int[] dilation, int engine, int[] knob_types, "
         "int[] knob_values, int workspace, int device) -> int",
         TORCH_FN(backend_launch));
+  m.def("kernel_launch(int op, int workspace, int[] fns, int[] aligned, int[] dims, int[] nargs, int[] kinds, "
+        "int[] ints, float[] floats) -> int",
+        TORCH_FN(kernel_launch));
   m.def("add_program(int[] launches, int[] shifts, int[] accumulate, int workspace, int[] from_out) -> int",
         TORCH_FN(add_program));
   m.def("add_layer(int[] programs, int[] y_shape, bool channels_last, int py_layer) -> int", TORCH_FN(add_layer));
