@@ -66,10 +66,13 @@ from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
 OUT = RESULTS / "torch_train.jsonl"
-IMPLS = {"torch": None, "ucudnn-16": "16MiB", "ucudnn-64": "64MiB", "ucudnn-256": "256MiB",
+IMPLS = {"torch": None, "torch-heuristic": None, "ucudnn-16": "16MiB", "ucudnn-64": "64MiB", "ucudnn-256": "256MiB",
          "ucudnn-256-replay": "256MiB", "ucudnn-64-py": "64MiB", "ucudnn-256-py": "256MiB",
          "ucudnn-64-unwritten": "64MiB", "ucudnn-256-unwritten": "256MiB",
          "ucudnn-64-no-unwritten": "64MiB", "ucudnn-256-no-unwritten": "256MiB"}
+#: ``torch-heuristic``: plain PyTorch with ``cudnn.benchmark`` off (cuDNN's heuristics pick each algorithm): two
+#: valid algorithm choices of PyTorch itself, so its loss against ``torch``'s says how far rounding alone moves a
+#: model's loss over the steps (the yardstick for a converted model's)
 #: the environment an implementation's worker runs under, beyond the caller's: ``-py``, ucudnn.torch's Python
 #: launch path (the others take the compiled one, ``ucudnn/torch/csrc/launch.cpp``, where it builds, loaded before
 #: the first step); ``-unwritten`` / ``-no-unwritten``, plans that may / never borrow output not written yet
@@ -131,7 +134,7 @@ def worker(a: argparse.Namespace) -> dict:
            "cap_bytes": a.cap_bytes, "device": torch.cuda.get_device_name(), "torch": torch.__version__,
            "cudnn": torch.backends.cudnn.version(), "steps": a.steps, "warmup": a.warmup,
            "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or "default"}   # the caching allocator's settings
-    torch.backends.cudnn.benchmark = True
+    torch.backends.cudnn.benchmark = a.impl != "torch-heuristic"
     torch.backends.cudnn.allow_tf32 = a.mode != "fp32"
     torch.backends.cuda.matmul.allow_tf32 = False
     dev = torch.device("cuda")
@@ -189,15 +192,25 @@ def worker(a: argparse.Namespace) -> dict:
             step()
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
+        # an event after every step (no synchronisation): the steps' spread shows a one-off stall (an allocator
+        # refill, a collection) that a mean over few steps would spread over all of them; host = wall ms until
+        # the step's last launch is queued
+        marks = [torch.cuda.Event(enable_timing=True) for _ in range(a.steps + 1)]
+        host = []
+        marks[0].record()
         for i in range(a.steps):
             phase = f"timed step {i + 1}"
+            t0 = time.perf_counter()
             loss = step()
-        end.record()
+            host.append((time.perf_counter() - t0) * 1e3)
+            marks[i + 1].record()
         torch.cuda.synchronize()
         rec["loss_last"] = loss.item()      # read after the timing: no synchronisation inside it
-        ms = start.elapsed_time(end) / a.steps
+        ms = marks[0].elapsed_time(marks[-1]) / a.steps
+        each = [marks[i].elapsed_time(marks[i + 1]) for i in range(a.steps)]
+        rec["step_ms_each"] = [round(v, 3) for v in each]
+        rec["step_ms_median"] = statistics.median(each)
+        rec["host_ms_median"] = statistics.median(host)
         if IMPLS[a.impl]:   # kernels whose plans take workspace from output not written yet (UCUDNN_UNWRITTEN)
             from ucudnn.torch import runtime
 

@@ -40,7 +40,28 @@ def test_rows_pair_each_converted_run_with_pytorchs_and_judge_the_losses(zoo, tm
     text = md.read_text()
     assert "- device: `NVIDIA H200`" in text                  # from the records, not from this machine
     assert "2 of 3 converted models train, 1 within the loss tolerance" in text
-    assert "| convnext_tiny b64 | fp32 | 100 | 120 | 1.20x |" in text
+    assert "| convnext_tiny b64 | fp32 | ucudnn-64 | 100 | 120 | 1.20x |" in text
     assert "- densenet121: a layer ran through torch" in text
     assert "- inception_v3 fp32: ucudnn oom, PyTorch ok: CUDA out of memory" in text
     assert json.loads(js.read_text())["summary"]["speedup_median"] == pytest.approx(1.05)
+
+
+def test_a_pytorch_control_run_gets_its_own_row_and_stays_out_of_the_summary(zoo, tmp_path):
+    """``torch-heuristic`` (PyTorch with cuDNN's heuristic algorithms) is the yardstick of how far rounding alone
+    moves a model's loss: reported beside the converted run, judged the same way, never counted as ucudnn's."""
+    records = [run("inception_v3", "torch", 100.0, 7.0, 6.0),
+               run("inception_v3", "ucudnn-64", 90.0, 7.0, 6.1),
+               run("inception_v3", "torch-heuristic", 80.0, 7.0, 6.12)]
+    rows = {r["impl"]: r for r in zoo.rows(records)}
+    assert set(rows) == {"ucudnn-64", "torch-heuristic"}
+    assert rows["torch-heuristic"]["loss_last_rel"] == pytest.approx(0.12 / 6.0)
+    assert not rows["torch-heuristic"]["trains_like_torch"]
+    path = tmp_path / "zoo.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    md, js = tmp_path / "zoo.md", tmp_path / "zoo.json"
+    assert zoo.report(path, md, js, "torch_zoo.py --report") == 0
+    text = md.read_text()
+    assert "1 of 1 converted models train" in text
+    assert "| inception_v3 b64 | fp32 | torch-heuristic | 100 | 80 | 0.80x |" in text
+    summary = json.loads(js.read_text())["summary"]
+    assert summary["speedup_median"] == pytest.approx(0.9) and summary["models"] == 1
