@@ -338,11 +338,11 @@ def test_a_compiled_path_is_told_where_a_step_on_unwritten_memory_finds_its_work
     assert [s.from_out for s in plain] == [-1, -1]
 
 
-@pytest.mark.parametrize("kind, described", [("kernel", True), ("legacy", True), ("graph", False)])
+@pytest.mark.parametrize("kind, described", [("kernel", True), ("legacy", True), ("graph", True)])
 def test_a_compiled_path_gets_accumulating_steps_where_their_description_can_add(monkeypatch, kind, described):
     """A micro-batched backward filter's later steps add into dw (beta 1): legacy launches and ucudnn's own kernels
-    take beta as an argument, so the compiled path runs them; a graph engine adds through a scratch buffer its
-    description does not say, so such a plan stays with Python."""
+    take beta as an argument, and a graph engine's step adds through scratch after its workspace
+    (``graph.blend_of``), so the compiled path runs all three with the step's accumulate flag."""
     from ucudnn.measure.sources import registry
     from ucudnn.measure.sources.base import Native
 

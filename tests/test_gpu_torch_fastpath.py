@@ -118,6 +118,30 @@ def test_micro_batched_legacy_plans_launch_from_cpp_step_by_step(monkeypatch):
     runtime.forget_prepared()
 
 
+@pytest.mark.parametrize("channels_last", [False, True], ids=["NCHW", "NHWC"])
+def test_micro_batched_graph_plans_launch_from_cpp_and_blend_dw(monkeypatch, channels_last):
+    """Two micro-batches (20 + 17 samples) of measured graph-API engines for every op: backward filter's second
+    engine (built with beta 0) writes into scratch after its own workspace and cudnnTransformTensor adds that into
+    dw (``graph.blend_of``), all from C++ -- no op handed to Python -- and the results equal a float64 reference."""
+    from test_gpu_graph import _frontend_or_skip, _graph_plan
+
+    from ucudnn.torch import runtime
+
+    _frontend_or_skip()
+
+    def graph_steps(problem, op, *args, **kwargs):
+        return _graph_plan(problem, op, [20, 17], "strict")[0]
+
+    plain, ours, x = _converted_with_plans(monkeypatch, graph_steps,
+                                           torch.channels_last if channels_last else torch.contiguous_format,
+                                           sources="graph")
+    steps = [call.executor.native_steps for _, call in fastpath._keep[-3:]]
+    assert [[s.native.kind for s in st] for st in steps] == [["graph", "graph"]] * 3
+    assert [[s.accumulate for s in st] for st in steps] == [[False, False], [False, False], [False, True]]
+    _every_op_from_cpp_equal_to_float64(ours, plain, x)
+    runtime.forget_prepared()
+
+
 @pytest.mark.parametrize("channels_last", [False], ids=["NCHW"])
 def test_steps_on_unwritten_memory_launch_from_cpp_in_the_later_samples_output(monkeypatch, channels_last):
     """Forward and backward data plans whose first micro-batch (20 of 37 samples, legacy algorithm 1) takes its

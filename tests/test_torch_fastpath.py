@@ -185,11 +185,37 @@ def test_a_graph_plan_is_handed_over_as_its_engine_and_the_operands_in_the_ops_r
     a, b, o = (lay[r] for r in ROLES[op])
     assert kind == "backend"
     assert args == (fastpath.OPS.index(op), 2, a[0], a[1], b[0], b[1], o[0], o[1], [1, 2], [2, 1], [1, 1], 28,
-                    [2, 13], [3, 1], 8192, 0)   # float16 = cudnnDataType_t 2; the engine's own workspace wins
-    assert program == ("program", ([7], [0, 0, 0], [0], 4096, [-1]))
+                    [2, 13], [3, 1], 8192, 0, 0, 0, 0)   # float16 = cudnnDataType_t 2; the engine's own
+    assert program == ("program", ([7], [0, 0, 0], [0], 4096, [-1]))   # workspace wins; no blend: no accumulation
     # the operand roles are cuDNN's: backward data reads w and dy into dx, backward filter x and dy into dw
     assert [r for r in ROLES[op]] == {"forward": ["x", "w", "y"], "backward_data": ["w", "y", "x"],
                                       "backward_filter": ["x", "y", "w"]}[op]
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_an_accumulating_graph_step_is_handed_over_with_its_blend(monkeypatch, layout):
+    """A micro-batched backward filter's later graph step adds into dw: the engine is built with beta 0, so its
+    launch carries the graph source's blend (dw's descriptor, the scratch offset after the engine's own
+    workspace, dw's bytes; ``graph.blend_of``) and the program's step says it accumulates; the first step has none."""
+    from ucudnn.measure.sources import graph
+    from ucudnn.measure.sources.base import Native
+
+    fake = _FakeC()
+    monkeypatch.setattr(fastpath, "_c", fake)
+    monkeypatch.setattr(fastpath, "_keep", [])
+    monkeypatch.setattr(graph, "_output_descriptor", lambda op, problem: 4242)   # no libcudnn on the CPU
+    p = _problem(layout, "float32")
+    first, rest = p.with_batch(2), p.with_batch(1)
+    dw_bytes = 12 * 8 * 3 * 5 * 4
+    steps = [(Native("graph", "backward_filter", first, engine_id=28, engine_bytes=1000), (0, 0, 0), False),
+             (Native("graph", "backward_filter", rest, engine_id=28, engine_bytes=1000),
+              (2 * 8 * 9 * 7 * 4, 2 * 12 * 5 * 7 * 4, 0), True)]
+    assert fastpath.register("backward_filter", _Call(steps, ws=1024 + dw_bytes), p, 0) == 100
+    (_, a1), (_, a2), program = fake.calls
+    # (workspace, device, blend descriptor, scratch offset, output bytes)
+    assert a1[-5:] == (1024 + dw_bytes, 0, 0, 0, 0) and a2[-5:] == (1024 + dw_bytes, 0, 4242, 1024, dw_bytes)
+    assert program == ("program", ([7, 8], [0, 0, 0, 4032, 3360, 0], [0, 1], 1024 + dw_bytes, [-1, -1]))
+    assert graph.blend_of("forward", p, 1000) is None      # a forward never accumulates
 
 
 def test_a_micro_batched_legacy_plan_is_one_program_of_its_steps_and_keeps_their_descriptors(monkeypatch):

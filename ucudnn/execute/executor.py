@@ -141,8 +141,9 @@ class Executor:
         self.direct = direct_of(only.launch) if (only is not None and not replay and not any(only.shifts)
                                                  and not only.accumulate and not only.unwritten) else None
         #: every step described as data for a compiled launch path (ucudnn.torch's): :class:`NativeStep` s, None
-        #: for replayed plans and where a step has no description or accumulates through a graph engine (the graph
-        #: source adds into its output through a scratch buffer, which a description does not say).  A backward
+        #: for replayed plans and where a step has no description.  A step that accumulates says so: legacy and
+        #: own-kernel launches take beta 1, a graph engine (built with beta 0) writes into scratch after its own
+        #: workspace and the launch path adds that in, as the graph source's launcher does.  A backward
         #: filter's steps on unwritten memory say ``from_out`` 0: their workspace is the dx the caller lends
         self.native_steps = self._native_steps() if not replay else None
         self._own: Any = None          # the workspace allocated when the caller passes none
@@ -153,7 +154,7 @@ class Executor:
         steps = []
         for s in self.steps:
             native = native_of(s.launch)
-            if native is None or (s.accumulate and native.kind == "graph"):
+            if native is None:
                 return None
             steps.append(NativeStep(native, tuple(s.shifts), bool(s.accumulate), s.from_out, int(s.workspace_bytes)))
         return steps

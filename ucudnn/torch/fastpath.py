@@ -249,7 +249,8 @@ def _register(op: str, call: Any, problem: Any, device: int) -> int:
     try:
         for s in steps:
             # a step on the output's unwritten tail gets what it needs there, the others the call's buffer
-            ids.append(_launch(number, op, s.native, s.need if s.from_out >= 0 else workspace, device))
+            ids.append(_launch(number, op, s.native, s.need if s.from_out >= 0 else workspace, device,
+                               s.accumulate))
             shifts += [int(v) for v in s.shifts]
         pid = int(_c.add_program(ids, shifts, [int(s.accumulate) for s in steps], workspace,
                                  [int(s.from_out) for s in steps]))
@@ -262,8 +263,9 @@ def _register(op: str, call: Any, problem: Any, device: int) -> int:
     return pid
 
 
-def _launch(number: int, op: str, native: Any, workspace: int, device: int) -> int:
-    """One step's launch in the C++ registry (raises RuntimeError where the extension refuses it)."""
+def _launch(number: int, op: str, native: Any, workspace: int, device: int, accumulate: bool = False) -> int:
+    """One step's launch in the C++ registry (raises RuntimeError where the extension refuses it); ``accumulate``:
+    the step adds into what earlier steps wrote."""
     if native.kind == "legacy":
         a, b, out, conv = native.descriptors
         return int(_c.legacy_launch(number, int(a), int(b), int(out), int(conv), int(native.algo), workspace))
@@ -271,16 +273,19 @@ def _launch(number: int, op: str, native: Any, workspace: int, device: int) -> i
         return _kernel_launch(number, native, workspace, device)
     if native.kind != "graph":
         raise ValueError(f"no compiled launch for {native.kind!r} configurations")
-    from ..measure.sources.graph import tensor_layout
+    from ..measure.sources.graph import blend_of, tensor_layout
     from ..problem import ROLES
 
     p = native.problem
     lay = tensor_layout(p)
     (ad, as_), (bd, bs), (od, os_) = (lay[r] for r in ROLES[op])
     knobs = list(native.knobs)
+    # a step that accumulates gets the graph source's blend: the engine (built with beta 0) writes into scratch
+    # after its own workspace, and cudnnTransformTensor adds that into the output
+    blend = (blend_of(op, p, int(native.engine_bytes)) if accumulate else None) or (0, 0, 0)
     return int(_c.backend_launch(number, _CUDNN_DTYPES[p.dtype], ad, as_, bd, bs, od, os_, list(p.pad),
                                  list(p.stride), list(p.dilation), int(native.engine_id), [k for k, _ in knobs],
-                                 [v for _, v in knobs], max(workspace, int(native.engine_bytes)), device))
+                                 [v for _, v in knobs], max(workspace, int(native.engine_bytes)), device, *blend))
 
 
 #: a kernel call's per-launch arguments and their numbers in launch.cpp (then int32, int64 and float32 values)

@@ -245,6 +245,19 @@ def scratch_bytes(op: str, problem: ConvProblem) -> int:
     return 0
 
 
+def blend_of(op: str, problem: ConvProblem, engine_bytes: int) -> tuple[int, int, int] | None:
+    """How a step of ``op`` on ``problem`` accumulates through an engine built with beta 0, for a launch path that
+    runs it without this module's launcher (ucudnn.torch's compiled one): (the output's legacy descriptor, the
+    scratch's offset in the step's workspace, the output's bytes) -- the engine writes into that scratch, then
+    ``cudnnTransformTensor`` adds it into the output, as :meth:`GraphSource._run_staged` does.  None for an op
+    that never accumulates (forward; backward data of the whole K)."""
+    from ...planning.arena import align_up
+
+    if not scratch_bytes(op, problem):
+        return None
+    return _output_descriptor(op, problem), align_up(engine_bytes), _bytes(ROLES[op][2], problem)
+
+
 def plan_workspace(engine_bytes: int, op: str, problem: ConvProblem) -> int:
     """What a measurement needs: the engine's workspace, plus (backward filter) the aligned scratch after it."""
     from ...planning.arena import align_up

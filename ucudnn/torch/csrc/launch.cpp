@@ -31,6 +31,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdint>
@@ -98,6 +99,7 @@ struct Cudnn {
   Status (*be_get)(Desc, int, int, int64_t, int64_t*, void*) = nullptr;
   Status (*be_finalize)(Desc) = nullptr;
   Status (*be_execute)(Handle, Desc, Desc) = nullptr;
+  Status (*transform)(Handle, const void*, Desc, const void*, const void*, Desc, void*) = nullptr;
   const char* (*error_string)(Status) = nullptr;
   bool ready = false;
 };
@@ -155,6 +157,12 @@ struct Launch {
   Desc plan = nullptr;
   std::array<int64_t, 3> uids{1, 2, 3};
   int64_t alignment = 16;
+  // backend, a step that accumulates (the plan is built with beta 0): the engine writes into scratch ``scratch_at``
+  // bytes into the step's workspace (after the engine's own), then cudnnTransformTensor adds its ``out_bytes`` into
+  // the output (``blend``: the output's legacy descriptor, the graph source's, kept alive by Python), as the graph
+  // source's Python launcher does; nullptr: this launch cannot accumulate
+  Desc blend = nullptr;
+  int64_t scratch_at = 0, out_bytes = 0;
   // own kernels: the calls in order, each a CUDA function (the vector one where the operands its mask names are
   // 16-byte aligned), its launch geometry and its arguments: operands and alpha / beta filled at each launch
   struct Call {
@@ -186,6 +194,11 @@ struct Step {
   std::array<int64_t, 3> shifts{0, 0, 0};
   bool accumulate = false;
   int64_t from_out = -1;
+  // bytes of workspace this step needs: its launch's, or (a backend step that accumulates) its scratch's end
+  int64_t need() const {
+    return accumulate && launch->backend ? std::max(launch->workspace, launch->scratch_at + launch->out_bytes)
+                                         : launch->workspace;
+  }
 };
 constexpr uintptr_t UNWRITTEN_ALIGN = 256;   // ucudnn.planning.wr.UNWRITTEN_ALIGN
 
@@ -263,11 +276,16 @@ Status launch_one(const Launch& l, Handle h, void* stream, void* pa, void* pb, v
   if (s != 0) return s;
   void* ptrs[3] = {pa, pb, po};
   s = cudnn.be_set(pack, A_VARIANT_PACK_UNIQUE_IDS, T_INT64, 3, l.uids.data());
+  if (accumulate) {
+    // checked at registration (add_program) and before the run (run_native): the scratch fits the workspace
+    ptrs[2] = static_cast<char*>(ws_ptr) + l.scratch_at;
+  }
   if (s == 0) s = cudnn.be_set(pack, A_VARIANT_PACK_DATA_POINTERS, T_VOID_PTR, 3, ptrs);
   if (s == 0) s = cudnn.be_set(pack, A_VARIANT_PACK_WORKSPACE, T_VOID_PTR, 1, &ws_ptr);
   if (s == 0) s = cudnn.be_finalize(pack);
   if (s == 0) s = cudnn.be_execute(h, l.plan, pack);
   cudnn.be_destroy(pack);
+  if (s == 0 && accumulate) s = cudnn.transform(h, &one, l.blend, ptrs[2], &one, l.blend, po);
   return s;
 }
 
@@ -314,7 +332,7 @@ bool run_native(const Program& P, const Tensor& a, const Tensor& b, const Tensor
     const uintptr_t start = (base + static_cast<uintptr_t>(s.from_out) + UNWRITTEN_ALIGN - 1) / UNWRITTEN_ALIGN *
                             UNWRITTEN_ALIGN;
     const int64_t size = start < end ? static_cast<int64_t>(end - start) : 0;
-    if (size < s.launch->workspace) return false;
+    if (size < s.need()) return false;
     spaces.emplace_back(reinterpret_cast<void*>(start), size);
   }
   void* const stream = current_stream(device);
@@ -448,6 +466,7 @@ int64_t init(const std::string& library) {
   resolve(lib, "cudnnBackendGetAttribute", cudnn.be_get);
   resolve(lib, "cudnnBackendFinalize", cudnn.be_finalize);
   resolve(lib, "cudnnBackendExecute", cudnn.be_execute);
+  resolve(lib, "cudnnTransformTensor", cudnn.transform);
   resolve(lib, "cudnnGetErrorString", cudnn.error_string);
   cudnn.ready = true;
   return 1;
@@ -569,11 +588,14 @@ int64_t backend_launch(int64_t op, int64_t data_type, c10::IntArrayRef a_dims, c
                        c10::IntArrayRef b_dims, c10::IntArrayRef b_strides, c10::IntArrayRef o_dims,
                        c10::IntArrayRef o_strides, c10::IntArrayRef pad, c10::IntArrayRef stride,
                        c10::IntArrayRef dilation, int64_t engine, c10::IntArrayRef knob_types,
-                       c10::IntArrayRef knob_values, int64_t workspace, int64_t device) {
+                       c10::IntArrayRef knob_values, int64_t workspace, int64_t device, int64_t blend,
+                       int64_t scratch_at, int64_t out_bytes) {
   TORCH_CHECK(cudnn.ready, "ucudnn: launch path not initialised");
   TORCH_CHECK(op >= 0 && op <= 2, "ucudnn: op must be 0, 1 or 2, got ", op);
   TORCH_CHECK(knob_types.size() == knob_values.size(), "ucudnn: knob types and values differ in length");
   TORCH_CHECK(pad.size() == 2 && stride.size() == 2 && dilation.size() == 2, "ucudnn: 2-D convolutions only");
+  TORCH_CHECK(blend == 0 || (scratch_at >= 0 && out_bytes > 0 && scratch_at % 16 == 0),
+              "ucudnn: a blend needs a 16-byte aligned scratch offset and the output's bytes");
   c10::DeviceGuard guard(c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(device)));
   Handle h = handle_for(static_cast<c10::DeviceIndex>(device), current_stream(static_cast<c10::DeviceIndex>(device)));
   Built built;
@@ -659,6 +681,9 @@ int64_t backend_launch(int64_t op, int64_t data_type, c10::IntArrayRef a_dims, c
   l->backend = true;
   l->plan = plan;
   l->workspace = workspace;
+  l->blend = reinterpret_cast<Desc>(blend);
+  l->scratch_at = scratch_at;
+  l->out_bytes = out_bytes;
   return add_launch(std::move(l));
 }
 
@@ -680,11 +705,12 @@ int64_t add_program(c10::IntArrayRef launch_ids, c10::IntArrayRef shifts, c10::I
     const Launch* l = launches[id].get();
     TORCH_CHECK(op < 0 || l->op == op, "ucudnn: the steps of one program run one op");
     op = l->op;
-    TORCH_CHECK(!(accumulate[i] && l->backend), "ucudnn: a backend plan cannot accumulate (built with beta 0)");
-    TORCH_CHECK(from_out[i] >= 0 || l->workspace <= workspace, "ucudnn: step ", i, " needs ", l->workspace,
+    TORCH_CHECK(!(accumulate[i] && l->backend && l->blend == nullptr),
+                "ucudnn: a backend plan accumulates only through a blend (built with beta 0)");
+    const Step step{l, {shifts[3 * i], shifts[3 * i + 1], shifts[3 * i + 2]}, accumulate[i] != 0, from_out[i]};
+    TORCH_CHECK(from_out[i] >= 0 || step.need() <= workspace, "ucudnn: step ", i, " needs ", step.need(),
                 " bytes of workspace, the program gives ", workspace);
-    P->steps.push_back({l, {shifts[3 * i], shifts[3 * i + 1], shifts[3 * i + 2]}, accumulate[i] != 0,
-                        from_out[i]});
+    P->steps.push_back(step);
     P->aligned = P->aligned || l->backend;
   }
   programs.push_back(std::move(P));
@@ -726,7 +752,7 @@ TORCH_LIBRARY(ucudnn_c, m) {
         TORCH_FN(legacy_launch));
   m.def("backend_launch(int op, int data_type, int[] a_dims, int[] a_strides, int[] b_dims, int[] b_strides, "
         "int[] o_dims, int[] o_strides, int[] pad, int[] stride, int[] dilation, int engine, int[] knob_types, "
-        "int[] knob_values, int workspace, int device) -> int",
+        "int[] knob_values, int workspace, int device, int blend=0, int scratch_at=0, int out_bytes=0) -> int",
         TORCH_FN(backend_launch));
   m.def("kernel_launch(int op, int workspace, int[] fns, int[] aligned, int[] dims, int[] nargs, int[] kinds, "
         "int[] ints, float[] floats) -> int",
