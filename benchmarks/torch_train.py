@@ -221,6 +221,10 @@ def worker(a: argparse.Namespace) -> dict:
                 f"{cfg.micro_batch}{'*' if cfg.unwritten else ''}/{cfg.source}:{cfg.algo}/{cfg.time_ms:.3f}ms"
                 for cfg in plan.configs)
                 for op, p, plan in borrowing]
+            if a.record_plans:   # every kernel's plan: micro-batches, source:algorithm, predicted ms, workspace
+                rec["plans"] = [f"{key[0]} {c.executor.plan.problem.describe()}: {c.executor.plan.summary()} "
+                                f"= {c.executor.plan.time_ms:.3f} ms, {c.executor.plan.workspace_bytes >> 20} MiB"
+                                for key, c in runtime._calls.items()]
         if rec.get("launch_path") == "compiled":   # launches from C++ / handed to Python, over all steps
             counts = list(torch.ops.ucudnn_c.stats())
             rec["launches_compiled"], rec["launches_python"] = sum(counts[:3]), sum(counts[3:])
@@ -258,7 +262,8 @@ def run_worker(cmd: list[str], timeout: float, env: dict | None = None, tail: in
 def run_one(model: str, batch: int, mode: str, impl: str, args: argparse.Namespace, cap_pct: int | None = None,
             cap_bytes: int | None = None, repeat: int = 0) -> dict:
     cmd = [sys.executable, __file__, "--worker", "--model", model, "--batch", str(batch), "--mode", mode,
-           "--impl", impl, "--steps", str(args.steps), "--warmup", str(args.warmup)]
+           "--impl", impl, "--steps", str(args.steps), "--warmup", str(args.warmup)] + \
+        (["--record-plans"] if args.record_plans else [])
     if cap_bytes:
         cmd += ["--cap-pct", str(cap_pct), "--cap-bytes", str(cap_bytes)]
     if args.sources is not None:
@@ -326,6 +331,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=1,
                     help="uncapped runs of each combination, interleaved over --impls; the report takes the median "
                          "images/s of a series (host-bound steps move 10-25%% between runs)")
+    ap.add_argument("--record-plans", action="store_true",
+                    help="converted runs record every kernel's plan (micro-batches, sources, predicted ms)")
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--timeout", type=int, default=300, help="seconds per run")
