@@ -66,7 +66,7 @@ class PlanRequest(_Strict):
                           "undivided: plain cuDNN under workspace_limit")
     workspace_limit: Size | None = Field(None, description="per-kernel limit for wr/undivided, e.g. '64MiB'")
     total_workspace: Size | None = Field(None, description="whole-table budget for wd, e.g. '120MiB'")
-    batch_policy: str = Field("powerOfTwo", description="all | powerOfTwo | powerOfTwoAndMidpoints | undivided")
+    batch_policy: str = Field("powerOfTwo", description="all | powerOfTwo | powerOfTwoAndMidpoints | powerOfTwoAndEvenSplits | undivided")
     unwritten: bool = Field(False, description="wr only: a kernel may take a micro-batch's workspace from output "
                                                "its call has not written yet (marked workspace_from: unwritten)")
 

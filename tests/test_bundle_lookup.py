@@ -321,6 +321,17 @@ def test_a_size_the_larger_batchs_policy_measured_needs_no_measurement_and_undiv
     assert near_keys.from_larger_batch(kb, _bench_key(kb, 300), never) is None
 
 
+def test_even_splits_of_a_smaller_batch_the_larger_one_lacks_send_the_kernel_to_a_full_benchmark(kb):
+    """``powerOfTwoAndEvenSplits`` at 127 wants 63, 31, 15, 7 and 3, which 256's sizes (its powers of two) lack: no
+    partial table is made from the larger batch (the caller benchmarks the kernel); 64 is all powers of two."""
+    def never():
+        raise AssertionError("nothing should be measured")
+
+    assert near_keys.from_larger_batch(kb, _bench_key(kb, 127, "powerOfTwoAndEvenSplits"), never) is None
+    got = near_keys.from_larger_batch(kb, _bench_key(kb, 64, "powerOfTwoAndEvenSplits"), never)
+    assert got.micro_batches() == [1, 2, 4, 8, 16, 32, 64]
+
+
 def test_the_library_plans_a_smaller_batch_from_a_bundles_larger_one_measuring_its_own_size_once(
         h100_bundle, fake_gpu, monkeypatch, kb, caplog):
     """The bundle holds AlexNet conv2 at batch 256: a job at batch 96 measures only micro-batch 96 (the undivided

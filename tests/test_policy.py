@@ -1,4 +1,6 @@
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from ucudnn.errors import InputError
 from ucudnn.policy import micro_batch_sizes, normalize_policy
@@ -30,3 +32,31 @@ def test_midpoints_adds_the_size_halfway_between_each_pair_of_powers_of_two():
 def test_midpoints_holds_every_power_of_two_size():
     for batch in range(1, 300):
         assert set(micro_batch_sizes("powerOfTwo", batch)) <= set(micro_batch_sizes("powerOfTwoAndMidpoints", batch))
+
+
+def test_even_splits_add_the_near_equal_parts_of_a_batch_that_is_no_power_of_two():
+    assert micro_batch_sizes("powerOfTwoAndEvenSplits", 127) == [1, 2, 3, 4, 7, 8, 15, 16, 31, 32, 63, 64, 127]
+    assert micro_batch_sizes("powerOfTwoAndEvenSplits", 100) == [1, 2, 3, 4, 6, 7, 8, 12, 13, 16, 25, 32, 50, 64,
+                                                                  100]
+    assert normalize_policy("evensplits") == normalize_policy("EVEN_SPLITS") == "powerOfTwoAndEvenSplits"
+
+
+@given(batch=st.integers(1, 4096))
+def test_even_splits_keep_every_power_of_two_size_and_equal_power_of_two_on_a_power_of_two(batch):
+    even, pow2 = micro_batch_sizes("powerOfTwoAndEvenSplits", batch), micro_batch_sizes("powerOfTwo", batch)
+    assert set(pow2) <= set(even) and even == sorted(set(even)) and max(even) == batch and min(even) >= 1
+    if batch & (batch - 1) == 0:
+        assert even == pow2
+
+
+@given(batch=st.integers(1, 4096), j=st.integers(0, 12))
+def test_even_splits_cover_the_batch_with_2_to_the_j_near_equal_micro_batches(batch, j):
+    """What the policy is for: any 2^j <= batch parts, each one of its sizes, sum to the batch (127 = 64 + 63)."""
+    parts = 1 << j
+    if parts > batch:
+        return
+    lo, hi = batch // parts, -(-batch // parts)
+    n_hi = batch - lo * parts                     # that many parts of hi, the rest of lo
+    assert n_hi * hi + (parts - n_hi) * lo == batch
+    sizes = set(micro_batch_sizes("powerOfTwoAndEvenSplits", batch))
+    assert lo in sizes and hi in sizes

@@ -5,7 +5,7 @@ defaults that explicit arguments and CLI flags override.
 
 | variable | meaning | default |
 | --- | --- | --- |
-| ``UCUDNN_BATCH_SIZE_POLICY`` | ``all`` / ``powerOfTwo`` / ``powerOfTwoAndMidpoints`` / ``undivided`` | ``powerOfTwo`` |
+| ``UCUDNN_BATCH_SIZE_POLICY`` | ``all`` / ``powerOfTwo`` / ``powerOfTwoAndMidpoints`` / ``powerOfTwoAndEvenSplits`` / ``undivided`` | ``powerOfTwo`` |
 | ``UCUDNN_BENCHMARK_DEVICES`` | ``0,1,2`` or ``all``: GPUs benchmarks are spread over | the current device |
 | ``UCUDNN_DEFAULT_WORKSPACE_LIMIT`` | per-kernel limit (bytes, or ``64MiB``) | 64 MiB |
 | ``UCUDNN_TOTAL_WORKSPACE_SIZE`` | if set, plan whole networks (WD) under this total | unset |

@@ -13,6 +13,18 @@ Names and meaning follow μ-cuDNN (seed 003, section 3.4) and its
   Measured on an H100 (AlexNet b256, fp32 strict NHWC, 64 MiB per kernel),
   conv2's configurations fit 8 samples but not 16; every 8-sample step pays
   the algorithm's fixed cost again.
+* ``powerOfTwoAndEvenSplits`` — ucudnn's addition: the powers of two and
+  B's even splits, B // 2^j and ceil(B / 2^j) (127: 63 and 64, 31 and 32,
+  ...), plus B: for a power-of-two B exactly ``powerOfTwo``'s sizes, else
+  about twice as many.  Why: a mini-batch that is no power of two (127, 200,
+  an epoch's last batch) can only be covered by ``powerOfTwo``'s sizes with a
+  tail of small steps (127 = 64 + 32 + 16 + 8 + 4 + 2 + 1), each paying an
+  algorithm's fixed cost; with its even splits it runs as 2^j near-equal
+  micro-batches (127 = 64 + 63).  Planned from a recorded H100 table holding
+  every size (AlexNet FP32, legacy, ``benchmarks/results/policy_sweep.md``),
+  over mini-batches 33-256: the median plan 0.863 of the best any sizes give
+  at 64 MiB per kernel with ``powerOfTwo``, 0.938 with even splits (0.910
+  with midpoints), 0.898 / 0.976 at 256 MiB; 127 at 64 MiB 0.761 / 0.961.
 * ``undivided`` — B only: what plain cuDNN does (the baseline).
 
 A table benchmarked under one policy can be planned under any policy whose
@@ -23,9 +35,11 @@ from __future__ import annotations
 
 from .errors import InputError
 
-POLICIES = ("all", "powerOfTwo", "powerOfTwoAndMidpoints", "undivided")
+POLICIES = ("all", "powerOfTwo", "powerOfTwoAndMidpoints", "powerOfTwoAndEvenSplits", "undivided")
 _ALIASES = {p.lower(): p for p in POLICIES} | {"power_of_two": "powerOfTwo", "pow2": "powerOfTwo",
-                                               "midpoints": "powerOfTwoAndMidpoints"}
+                                               "midpoints": "powerOfTwoAndMidpoints",
+                                               "evensplits": "powerOfTwoAndEvenSplits",
+                                               "even_splits": "powerOfTwoAndEvenSplits"}
 
 
 def normalize_policy(name: str, field: str = "batch_policy") -> str:
@@ -50,6 +64,12 @@ def micro_batch_sizes(policy: str, batch: int) -> list[int]:
             sizes.append(b + b // 2)
         b *= 2
     sizes.append(batch)
+    if policy == "powerOfTwoAndEvenSplits":
+        parts = 2
+        while parts <= batch:
+            sizes += [batch // parts, -(-batch // parts)]   # 2^j parts of these two sizes sum to batch
+            parts *= 2
+        return sorted(set(sizes))
     return sizes
 
 

@@ -7,6 +7,7 @@ import sys
 from .. import config
 from ..errors import InputError
 from ..measure.sources.base import DEFAULT_REPEAT
+from ..policy import POLICIES as BATCH_POLICIES
 from ..problem import OPS, ConvProblem, KernelSpec
 
 
@@ -49,7 +50,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--numerics", default=None, help="strict | tf32 | default, optionally -deterministic "
                                                      "(default: strict for float32, default otherwise)")
     p.add_argument("--ops", default=",".join(OPS), help="comma-separated subset of forward,backward_data,backward_filter")
-    p.add_argument("--batch-policy", default=None, help="all | powerOfTwo | powerOfTwoAndMidpoints | undivided")
+    p.add_argument("--batch-policy", default=None, help=" | ".join(BATCH_POLICIES))
     p.add_argument("--repeat", type=int, default=DEFAULT_REPEAT,
                    help=f"timed samples per configuration, median kept (default {DEFAULT_REPEAT}; 0: cuDNN Find's time)")
     p.add_argument("--max-workspace", default=None, help="largest workspace offered while benchmarking (default min(4GiB, free/4))")

@@ -7,6 +7,7 @@ from .. import config
 from ..errors import InputError
 from ..planning.planner import plan as make_plan
 from ..planning.table import BenchmarkTable
+from ..policy import POLICIES as BATCH_POLICIES
 
 DEFAULT_TABLE = "builtin:alexnet-b256-float32-NCHW-h100"
 
@@ -40,7 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--total-workspace", default=None, metavar="SIZE",
                    help="whole-network workspace budget for --policy wd (default: UCUDNN_TOTAL_WORKSPACE_SIZE)")
     p.add_argument("--batch-policy", default=None, metavar="POLICY",
-                   help="all | powerOfTwo | powerOfTwoAndMidpoints | undivided (default: UCUDNN_BATCH_SIZE_POLICY or powerOfTwo)")
+                   help=" | ".join(BATCH_POLICIES) + " (default: UCUDNN_BATCH_SIZE_POLICY or powerOfTwo)")
     p.add_argument("--unwritten", action="store_true",
                    help="with --policy wr: a kernel may take a micro-batch's workspace from output its call has not "
                         "written yet (forward / backward data: the later samples' output; backward filter: its "
@@ -118,9 +119,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _measure(args: argparse.Namespace, batch_policy: str) -> BenchmarkTable:
     """Benchmark ``--network`` on this GPU (raises GpuUnavailable without one: exit code 4)."""
-    from .bench import _sources
     from ..measure.benchmarking import benchmark
     from ..planning.network import load_network
+    from .bench import _sources
 
     kernels = load_network(args.network).kernels(args.batch, args.dtype or "float32", args.layout or "NCHW")
     table = benchmark(kernels, batch_policy, sources=_sources(args.sources, None))

@@ -11,6 +11,7 @@ import sys
 from .. import config
 from ..errors import InputError
 from ..planning.table import BenchmarkTable
+from ..policy import POLICIES as BATCH_POLICIES
 from ..units import format_size, parse_size
 
 
@@ -32,7 +33,7 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="benchmark table; repeat to combine several; 'builtin:NAME' for a shipped one")
     p.add_argument("--total-workspace", metavar="SIZE", help="WD budget for the whole table, e.g. 120MiB")
     p.add_argument("--workspace-limit", metavar="SIZE", help="per-kernel limit (WR / undivided), e.g. 8MiB")
-    p.add_argument("--batch-policy", default=None, help="all | powerOfTwo | powerOfTwoAndMidpoints | undivided (default: UCUDNN_BATCH_SIZE_POLICY)")
+    p.add_argument("--batch-policy", default=None, help=" | ".join(BATCH_POLICIES) + " (default: UCUDNN_BATCH_SIZE_POLICY)")
     p.add_argument("-o", "--out", required=True, metavar="FILE", help="picture to write: .png, .svg or .pdf")
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..policy import POLICIES as BATCH_POLICIES
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -38,7 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--numerics", metavar="N[,N...]",
                    help="strict | tf32 | default[-deterministic] (default: strict for float32, default otherwise)")
     p.add_argument("--ops", metavar="OP[,OP...]", help="subset of forward,backward_data,backward_filter")
-    p.add_argument("--batch-policy", metavar="POLICY", help="all | powerOfTwo | powerOfTwoAndMidpoints | undivided (default powerOfTwo)")
+    p.add_argument("--batch-policy", metavar="POLICY", help=" | ".join(BATCH_POLICIES) + " (default powerOfTwo)")
     p.add_argument("--workspace-limits", metavar="SIZE[,SIZE...]", help="per-kernel limits to plan with WR, e.g. 8MiB,64MiB")
     p.add_argument("--total-workspaces", metavar="SIZE[,SIZE...]", help="whole-table budgets to plan with WD, e.g. 1GiB")
     p.add_argument("--gpu-models", metavar="M[,M...]", help="only these GPU models (H100, H200, or full device names)")
