@@ -103,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
           f"Table {source}.  For each mini-batch B in {batches[0]}-{batches[-1]}: WR planned with each policy's "
           "micro-batch sizes, against WR with every size 1..B (the best WR can do; 1.000 = as good).  Planned "
           "totals from measured rows (no GPU here), summed over the table's kernels.", "",
-          "| limit | policy | median fraction of best | worst (B) | mean sizes benchmarked |", "|---|---|---:|---:|---:|"]
+          "| limit | policy | median fraction of best | worst (B) | mean sizes benchmarked |",
+          "|---|---|---:|---:|---:|"]
     for limit, r in res["limits"].items():
         for p, s in r["summary"].items():
             md.append(f"| {format_size(limit)} | {p} | {s['median']:.3f} | {s['min']:.3f} ({s['min_batch']}) | "
