@@ -229,3 +229,29 @@ def test_plans_that_borrow_unwritten_outputs_compute_what_a_float64_reference_do
     y0, dx0, _ = grads(ours, x)
     assert not any(call.executor.takes_unwritten for key, call in runtime._calls.items() if key[-1][3] == "0")
     torch.testing.assert_close(y0, y, rtol=2e-4, atol=2e-4)
+
+
+@pytest.mark.parametrize("channels_last", [False, True], ids=["NCHW", "NHWC"])
+def test_even_splits_of_an_odd_batch_compute_what_a_float64_reference_does(channels_last):
+    """``batch_policy="evenSplits"`` at an odd batch (37) and a limit far below what the fast algorithms want:
+    every plan's micro-batches are the policy's sizes for 37 (powers of two, 18 / 19, 9 / 10, 4 / 5, 2 / 3) and
+    sum to 37, and outputs and gradients equal a float64 reference."""
+    from ucudnn.policy import micro_batch_sizes
+
+    torch.manual_seed(0)
+    plain = nn.Conv2d(64, 96, 3, padding=1).cuda()
+    ours = ut.convert(copy.deepcopy(plain), workspace_limit="256KiB", batch_policy="evenSplits")
+    x = torch.randn(37, 64, 28, 28, device="cuda")
+    if channels_last:
+        x, ours = x.to(memory_format=torch.channels_last), ours.to(memory_format=torch.channels_last)
+    runtime.forget_prepared()
+    y, dx, dws = grads(ours, x)
+    sizes = set(micro_batch_sizes("powerOfTwoAndEvenSplits", 37))
+    plans = [call.executor.plan for call in runtime._calls.values()]
+    assert len(plans) == 3
+    for p in plans:
+        assert {c.micro_batch for c in p.configs} <= sizes and p.batch == 37
+    print("plans:", [p.summary() for p in plans])
+    ry, rdx, rdws = grads(copy.deepcopy(plain).double(), x.double())
+    for got, want in [(y, ry), (dx, rdx), *zip(dws, rdws)]:
+        torch.testing.assert_close(got.double(), want, rtol=2e-4, atol=2e-5 * max(1.0, want.abs().max().item()))
