@@ -299,8 +299,9 @@ def _measured_at(kb, n):
 @pytest.mark.parametrize("n", [96, 200, 3, 65])
 def test_a_smaller_batch_takes_the_larger_batchs_micro_batches_and_measures_only_its_own_size(kb, n):
     asked: list[int] = []
-    got = near_keys.from_larger_batch(kb, _bench_key(kb, n), lambda: (asked.append(n), _measured_at(kb, n))[1])
-    assert asked == [n]
+    got = near_keys.from_larger_batch(kb, _bench_key(kb, n),
+                                      lambda sizes: (asked.append(sizes), _measured_at(kb, n))[1])
+    assert asked == [[n]]
     from ucudnn.policy import micro_batch_sizes
 
     assert got.problem.n == n and got.micro_batches() == micro_batch_sizes("powerOfTwo", n)
@@ -311,8 +312,8 @@ def test_a_smaller_batch_takes_the_larger_batchs_micro_batches_and_measures_only
 
 
 def test_a_size_the_larger_batchs_policy_measured_needs_no_measurement_and_undivided_cannot_be_derived(kb):
-    def never():
-        raise AssertionError("nothing should be measured")
+    def never(sizes):
+        raise AssertionError(f"nothing should be measured, asked {sizes}")
 
     got = near_keys.from_larger_batch(kb, _bench_key(kb, 64), never)   # 64 is one of 256's powers of two
     assert got.micro_batches() == [1, 2, 4, 8, 16, 32, 64] and got.benchmark_seconds is None
@@ -321,13 +322,31 @@ def test_a_size_the_larger_batchs_policy_measured_needs_no_measurement_and_undiv
     assert near_keys.from_larger_batch(kb, _bench_key(kb, 300), never) is None
 
 
-def test_even_splits_of_a_smaller_batch_the_larger_one_lacks_send_the_kernel_to_a_full_benchmark(kb):
-    """``powerOfTwoAndEvenSplits`` at 127 wants 63, 31, 15, 7 and 3, which 256's sizes (its powers of two) lack: no
-    partial table is made from the larger batch (the caller benchmarks the kernel); 64 is all powers of two."""
-    def never():
-        raise AssertionError("nothing should be measured")
+def test_an_odd_batchs_even_splits_are_the_only_sizes_measured_beside_a_larger_batchs_powers_of_two(kb):
+    """``powerOfTwoAndEvenSplits`` at 127 wants 3, 7, 15, 31, 63 and 127 besides the powers of two 256 measured:
+    only those are measured, the rest taken from 256's rows, and WR plans 127 from them; 64 is all powers of two
+    (nothing measured)."""
+    def never(sizes):
+        raise AssertionError(f"nothing should be measured, asked {sizes}")
 
-    assert near_keys.from_larger_batch(kb, _bench_key(kb, 127, "powerOfTwoAndEvenSplits"), never) is None
+    from ucudnn.planning.table import KernelBench
+    from ucudnn.policy import micro_batch_sizes
+
+    asked: list[list[int]] = []
+
+    def measure(sizes):
+        asked.append(sizes)
+        return KernelBench(kb.name, kb.op, _at(kb, 127), [m for s in sizes for m in _measured_at(kb, s).measurements],
+                           [], 2.0)
+
+    key = _bench_key(kb, 127, "powerOfTwoAndEvenSplits")
+    got = near_keys.from_larger_batch(kb, key, measure)
+    assert asked == [[3, 7, 15, 31, 63, 127]]
+    assert got.problem.n == 127 and got.micro_batches() == micro_batch_sizes("powerOfTwoAndEvenSplits", 127)
+    for m in (1, 2, 4, 8, 16, 32, 64):                  # the larger batch's rows, as they are
+        assert [r for r in got.measurements if r.micro_batch == m] == [r for r in kb.measurements if r.micro_batch == m]
+    plan = lookup.wr_plan(got, {**key, "workspace_limit": LIMIT})
+    assert sum(c.micro_batch for c in plan.configs) == 127
     got = near_keys.from_larger_batch(kb, _bench_key(kb, 64, "powerOfTwoAndEvenSplits"), never)
     assert got.micro_batches() == [1, 2, 4, 8, 16, 32, 64]
 
@@ -344,7 +363,7 @@ def test_the_library_plans_a_smaller_batch_from_a_bundles_larger_one_measuring_i
 
     def benchmark(kernels, bp, nm, sources=None):
         policies.append(bp)
-        return BenchmarkTable(H100, CUDNN, [_measured_at(kb, kernels[0].problem.n)], nm)
+        return BenchmarkTable(H100, CUDNN, [_measured_at(kb, k.problem.n) for k in kernels], nm)
 
     monkeypatch.setenv("UCUDNN_BUNDLE_PATH", str(h100_bundle))
     api = fake_gpu(H100)
@@ -362,6 +381,32 @@ def test_the_library_plans_a_smaller_batch_from_a_bundles_larger_one_measuring_i
     held = store.get_kernel_bench(api_module._cache_key(_at(kb, 96), kb.op, "strict", "powerOfTwo"))
     assert held.micro_batches() == [1, 2, 4, 8, 16, 32, 64, 96]
 
+
+
+def test_an_even_splits_job_plans_an_odd_batch_from_a_powerOfTwo_bundle_measuring_only_its_even_splits(
+        h100_bundle, fake_gpu, monkeypatch, kb):
+    """The bundle (``powerOfTwo``, batch 256) serves an even-splits job: at 127 only the sizes 256's powers of two
+    lack are measured (3, 7, 15, 31, 63, 127: one benchmark, each as the undivided policy's one size) and WR plans
+    127 from them and the bundle's rows; at 128 (a power of two, keyed ``powerOfTwo``) nothing is measured."""
+    import ucudnn.api as api_module
+    from ucudnn.catalog.store import Store
+
+    asked: list[tuple[str, list[int]]] = []
+
+    def benchmark(kernels, bp, nm, sources=None):
+        asked.append((bp, [k.problem.n for k in kernels]))
+        return BenchmarkTable(H100, CUDNN, [_measured_at(kb, k.problem.n) for k in kernels], nm)
+
+    monkeypatch.setenv("UCUDNN_BUNDLE_PATH", str(h100_bundle))
+    api = fake_gpu(H100)
+    monkeypatch.setattr(api_module, "benchmark", benchmark)
+    monkeypatch.setattr(api_module, "_store", Store(f"sqlite:///{h100_bundle.parent / 'user.db'}"))
+    kp = api._plan_from_store_or_bench(_at(kb, 127), kb.op, LIMIT, "powerOfTwoAndEvenSplits", "strict")
+    assert asked == [("undivided", [3, 7, 15, 31, 63, 127])] and sum(c.micro_batch for c in kp.configs) == 127
+    kp = api._plan_from_store_or_bench(_at(kb, 128), kb.op, LIMIT, "powerOfTwoAndEvenSplits", "strict")
+    assert len(asked) == 1 and sum(c.micro_batch for c in kp.configs) == 128
+    assert api_module._cache_key(_at(kb, 128), kb.op, "strict", "powerOfTwoAndEvenSplits")["batch_policy"] == \
+        "powerOfTwo"
 
 
 @given(policy=st.sampled_from(["powerOfTwo", "powerOfTwoAndMidpoints", "all"]),

@@ -60,3 +60,18 @@ def test_even_splits_cover_the_batch_with_2_to_the_j_near_equal_micro_batches(ba
     assert n_hi * hi + (parts - n_hi) * lo == batch
     sizes = set(micro_batch_sizes("powerOfTwoAndEvenSplits", batch))
     assert lo in sizes and hi in sizes
+
+
+def test_a_key_names_even_splits_on_a_power_of_two_as_powerOfTwo_whose_sizes_they_are():
+    from ucudnn.policy import key_policy
+
+    assert key_policy("evenSplits", 128) == "powerOfTwo" and key_policy("evenSplits", 127) == "powerOfTwoAndEvenSplits"
+    assert key_policy("midpoints", 128) == "powerOfTwoAndMidpoints" and key_policy("powerOfTwo", 100) == "powerOfTwo"
+
+
+@given(policy=st.sampled_from(["all", "powerOfTwo", "powerOfTwoAndMidpoints", "powerOfTwoAndEvenSplits",
+                               "undivided"]), batch=st.integers(1, 2048))
+def test_a_keys_policy_name_measures_the_same_sizes_as_the_policy_asked(policy, batch):
+    from ucudnn.policy import key_policy
+
+    assert micro_batch_sizes(key_policy(policy, batch), batch) == micro_batch_sizes(policy, batch)

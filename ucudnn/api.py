@@ -42,7 +42,7 @@ from .execute.executor import Executor
 from .measure.benchmarking import benchmark
 from .planning.plan import KernelPlan
 from .planning.table import KernelBench
-from .policy import normalize_policy
+from .policy import key_policy, normalize_policy
 from .problem import ConvProblem, KernelSpec
 from .units import parse_size
 
@@ -75,10 +75,12 @@ def _cache_key(problem: ConvProblem, op: str, numerics: str, batch_policy: str, 
                sources: tuple[str, ...] = (source_names.LEGACY_ONLY,), unwritten: bool = False) -> dict:
     """The kernel-cache key: device, cuDNN version, problem, op, numerics, batch policy, sources (left out for legacy
     alone, so keys written before sources joined the key still answer), the channel policy every benchmark here
-    runs under (``UCUDNN_CHANNEL_POLICY``; left out for ``none``, likewise), and the limit for a plan's key, with
+    runs under (``UCUDNN_CHANNEL_POLICY``; left out for ``none``, likewise), the batch policy as
+    :func:`ucudnn.policy.key_policy` names it (one name for policies with the same sizes), and the limit for a
+    plan's key, with
     ``unwritten: true`` for a plan that may take workspace from output not written yet (left out otherwise)."""
     key = {"device": device_name(), "cudnn_version": cudnn.get_version(), "problem": problem.to_dict(), "op": op,
-           "numerics": numerics, "batch_policy": batch_policy}
+           "numerics": numerics, "batch_policy": key_policy(batch_policy, problem.n)}
     field = source_names.key_field(sources, op, problem)
     if field is not None:
         key["sources"] = field
@@ -164,10 +166,14 @@ def _lookup(problem: ConvProblem, op: str, limit: int, bp: str, nm: str, names: 
             raise _Deferred
         return benchmark([KernelSpec(f"{op}", op, problem)], bp, nm, sources=list(names)).kernels[0]
 
-    def measure_batch() -> Any:   # the mini-batch's own size only: the rest comes from a larger batch's table
+    def measure_batch(sizes: list[int]) -> Any:   # only these sizes: the rest comes from a larger batch's table
         if not benchmark_now:
             raise _Deferred
-        return benchmark([KernelSpec(f"{op}", op, problem)], "undivided", nm, sources=list(names)).kernels[0]
+        got = benchmark([KernelSpec(f"{op}@{m}", op, problem.with_batch(m)) for m in sizes], "undivided", nm,
+                        sources=list(names)).kernels
+        seconds = [k.benchmark_seconds for k in got if k.benchmark_seconds is not None]
+        return KernelBench(op, op, problem, [m for k in got for m in k.measurements],
+                           [s for k in got for s in k.skipped], sum(seconds) if seconds else None)
 
     return lookup.kernel_plan(
         _cache_key(problem, op, nm, bp, limit, names, unwritten), _cache_key(problem, op, nm, bp, sources=names),
@@ -200,7 +206,8 @@ def _from_a_larger_batch_now(problem: ConvProblem, op: str, limit: int, bp: str,
                              names: tuple[str, ...]) -> KernelPlan | None:
     """Heuristic mode's first plan where the user cache or a bundle holds this kernel at a larger batch: WR over
     that batch's micro-batches below this one (measured plans, against cuDNN's untimed heuristic choice), not
-    stored (the batch's own size is missing: the background benchmark measures it and replaces the plan).  None
+    stored (the sizes that batch lacks -- this batch's own, an odd batch's even splits -- are missing: the
+    background benchmark measures them and replaces the plan).  None
     where there is no such batch or nothing below this one fits the limit."""
     from .catalog import lookup, near_keys
 
@@ -210,7 +217,7 @@ def _from_a_larger_batch_now(problem: ConvProblem, op: str, limit: int, bp: str,
                                             _get_store(), lookup.installed_bundles(), None)
         if found is None:
             return None
-        kb = near_keys.from_larger_batch(found[1], bench_key, lambda: KernelBench(op, op, problem, []))
+        kb = near_keys.from_larger_batch(found[1], bench_key, lambda sizes: KernelBench(op, op, problem, []))
         return None if kb is None else lookup.wr_plan(kb, {**bench_key, "workspace_limit": limit})
     except Exception as e:  # noqa: BLE001 - infeasible below this batch, an unreadable cache: cuDNN's heuristic
         log.debug("ucudnn: no plan from a larger batch for %s %s: %s", op, problem.describe(), e)

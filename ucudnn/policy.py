@@ -73,6 +73,19 @@ def micro_batch_sizes(policy: str, batch: int) -> list[int]:
     return sizes
 
 
+def key_policy(policy: str, batch: int) -> str:
+    """The policy name a cache key records for ``policy`` at mini-batch ``batch``: ``powerOfTwo`` where
+    ``powerOfTwoAndEvenSplits`` measures exactly its sizes (a power-of-two batch), else ``policy`` itself.
+
+    Why: the same sizes give the same measurements and plans, so tables, plans and bundles made at 64, 128 or 256
+    serve both policies (a bundle precomputed under the default answers an even-splits job at its batch, and its
+    odd last batch measures only the even splits: :func:`ucudnn.catalog.near_keys.from_larger_batch`)."""
+    policy = normalize_policy(policy)
+    if policy == "powerOfTwoAndEvenSplits" and batch >= 1 and batch & (batch - 1) == 0:
+        return "powerOfTwo"
+    return policy
+
+
 # --- channel policies (issue 18) -------------------------------------------------------------------------------
 #: Channel policies: which output-channel slice sizes a benchmark measures besides the whole k.
 #:

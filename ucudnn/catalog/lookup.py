@@ -103,17 +103,18 @@ def kernel_plan(plan_key: dict[str, Any], bench_key: dict[str, Any], *, benchmar
                 memory: MutableMapping[str, KernelPlan] | None = None, store: Any = None,
                 server: BenchLayer | None = None, bundles: Sequence[str | Path] = (),
                 open_bundle: Callable[[str | Path], Any] | None = None,
-                measure_batch: Callable[[], KernelBench] | None = None) -> Found:
+                measure_batch: Callable[[list[int]], KernelBench] | None = None) -> Found:
     """The WR plan for ``plan_key`` (``ucudnn.api._cache_key`` with a limit) from the first layer that has it.
 
     ``bench_key`` is the same key without the limit (a kernel's
     measurements serve every limit).  ``benchmark`` measures the kernel on
-    this GPU; it runs only when no layer answers.  ``measure_batch``
-    measures only the micro-batch of the whole mini-batch (the ``undivided``
+    this GPU; it runs only when no layer answers.  ``measure_batch(sizes)``
+    measures only the micro-batch sizes it is given (each as the ``undivided``
     policy's one size): given, a kernel that no layer has at its mini-batch
     but the user cache or a bundle has at a larger one is planned from that
-    one's micro-batches (:func:`~.near_keys.from_larger_batch`), measuring at most this
-    one size.
+    one's micro-batches (:func:`~.near_keys.from_larger_batch`), measuring only
+    the sizes the larger batch's policy did not (the mini-batch itself, or an
+    odd mini-batch's even splits).
     """
     pid = key_id(plan_key)
     reasons: list[str] = []
@@ -206,8 +207,9 @@ def kernel_plan(plan_key: dict[str, Any], bench_key: dict[str, Any], *, benchmar
         kb = None if larger is None else from_larger_batch(larger[1], bench_key, measure_batch)
         if kb is not None:
             where, big = larger[0], larger[1].problem.n
+            fresh = sorted({m.micro_batch for m in kb.measurements} - {m.micro_batch for m in larger[1].measurements})
             measured = "nothing measured" if kb.benchmark_seconds is None else \
-                f"batch {bench_key['problem']['n']} itself measured here"
+                f"micro-batch{'es' if len(fresh) > 1 else ''} {', '.join(map(str, fresh))} measured here"
             _note(reasons, f"{describe_key(bench_key)}: planned from its measurements at batch {big} ({where}), "
                            f"{measured}")
             kp = wr_plan(kb, plan_key)

@@ -135,11 +135,12 @@ def miss_reason(path: str | Path, reader: Any, bench_key: dict[str, Any], target
 def from_larger_batch(held: KernelBench, bench_key: dict[str, Any],
                       measure_batch: Callable[[], KernelBench]) -> KernelBench | None:
     """This kernel's measurements at mini-batch n (``bench_key``) from ``held``, the same kernel's at a larger
-    mini-batch N under the same batch policy: every micro-batch size the policy measures for n except n itself is
-    one it measured for N (powers of two, midpoints and ``all`` alike), and a micro-batch's rows do not depend on
-    the mini-batch it is part of (each is the convolution of that many images).  So they are taken as they are,
-    and only n itself is measured (``measure_batch``), unless the policy measured n for N too (n = 64 from
-    N = 128 under ``powerOfTwo``: nothing is measured).  None where the policy's sizes for n are not all there
+    mini-batch N under the same batch policy: a micro-batch's rows do not depend on the mini-batch it is part of
+    (each is the convolution of that many images), so the sizes the policy measured for N are taken as they are,
+    and only the sizes it wants for n and did not measure for N are measured (``measure_batch(sizes)``): n itself
+    under powers of two, midpoints and ``all`` (every other size of theirs for n is one of N's), nothing where the
+    policy measured n for N too (n = 64 from N = 128 under ``powerOfTwo``), n's odd even splits under
+    ``powerOfTwoAndEvenSplits`` (127 from 256: 3, 7, 15, 31, 63 and 127).  None where N gives none of n's sizes
     (``undivided``): the caller benchmarks the whole kernel.
 
     Why: a job whose batch differs from the one its plans were made at (a bundle precomputed at 128, a job at 96;
@@ -155,23 +156,25 @@ def from_larger_batch(held: KernelBench, bench_key: dict[str, Any],
         return None
     wanted, measured = micro_batch_sizes(policy, n), set(micro_batch_sizes(policy, big))
     lacking = [m for m in wanted if m not in measured]
-    if lacking not in ([], [n]) or len(lacking) == len(wanted):   # nothing to take (undivided): benchmark it
+    if len(lacking) == len(wanted):   # nothing to take (undivided): benchmark it
         return None
-    keep = set(wanted)
+    keep, new_sizes = set(wanted) - set(lacking), set(lacking)
     rows = [m for m in held.measurements if m.micro_batch in keep]
     skipped = [s for s in held.skipped if s.micro_batch in keep]
     seconds = None
     if lacking:
-        new = measure_batch()
-        rows += [m for m in new.measurements if m.micro_batch == n]
-        skipped += [s for s in new.skipped if s.micro_batch == n]
+        new = measure_batch(lacking)
+        rows += [m for m in new.measurements if m.micro_batch in new_sizes]
+        skipped += [s for s in new.skipped if s.micro_batch in new_sizes]
         seconds = new.benchmark_seconds
     return KernelBench(held.name, held.op, problem, rows, skipped, seconds)
 
 
-def _without_n(key: dict[str, Any]) -> dict[str, Any]:
-    """A measurement key with its problem's mini-batch left out: equal for the same kernel at any batch."""
-    return {**key, "problem": {k: v for k, v in (key.get("problem") or {}).items() if k != "n"}}
+def _without_n_and_policy(key: dict[str, Any]) -> dict[str, Any]:
+    """A measurement key without its problem's mini-batch and its batch policy: equal for the same kernel at any
+    batch (policies are compared by the sizes they measure there: :func:`find_larger_batch`)."""
+    return {**{k: v for k, v in key.items() if k != "batch_policy"},
+            "problem": {k: v for k, v in (key.get("problem") or {}).items() if k != "n"}}
 
 
 def find_larger_batch(bench_key: dict[str, Any], target: tuple[str, int], store: Any,
@@ -179,11 +182,23 @@ def find_larger_batch(bench_key: dict[str, Any], target: tuple[str, int], store:
                       ) -> tuple[str, KernelBench] | None:
     """(where, measurements) of this kernel at the smallest mini-batch larger than ``bench_key``'s that the user
     cache or a bundle holds under an otherwise equal key; None if none does."""
-    n, wanted = bench_key["problem"]["n"], _without_n(bench_key)
+    from ..policy import micro_batch_sizes
+
+    n, policy = bench_key["problem"]["n"], bench_key.get("batch_policy")
+    wanted = _without_n_and_policy(bench_key)
 
     def larger_n(key: dict[str, Any]) -> int | None:
         m = (key.get("problem") or {}).get("n")
-        return m if isinstance(m, int) and m > n and _without_n(key) == wanted else None
+        if not (isinstance(m, int) and m > n and _without_n_and_policy(key) == wanted):
+            return None
+        theirs = key.get("batch_policy")
+        if theirs != policy:   # another name measuring the same sizes there (powerOfTwo for even splits at 256)
+            try:
+                if micro_batch_sizes(theirs, m) != micro_batch_sizes(policy, m):
+                    return None
+            except Exception:  # noqa: BLE001 - a policy this version does not know
+                return None
+        return m
 
     best: tuple[int, str, Any, dict[str, Any]] | None = None
     layers: list[tuple[str, Any, bool]] = [("store", store, False)] if store is not None else []

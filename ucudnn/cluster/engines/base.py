@@ -24,7 +24,7 @@ from ...catalog.target import Target
 from ...errors import UcudnnError
 from ...numerics import allowed_math_types
 from ...planning.table import BenchmarkTable, KernelBench
-from ...policy import micro_batch_sizes
+from ...policy import key_policy, micro_batch_sizes
 from ...problem import ConvProblem
 
 
@@ -55,7 +55,7 @@ class Unit:
         """The library's kernel-cache key (``ucudnn.api._cache_key``): precomputed units are its cache hits."""
         key = {"device": self.target.device, "cudnn_version": self.target.cudnn_version,
                "problem": self.problem.to_dict(), "op": self.op, "numerics": self.numerics,
-               "batch_policy": self.batch_policy}
+               "batch_policy": key_policy(self.batch_policy, self.problem.n)}
         sources = source_names.key_field(self.sources, self.op, self.problem)
         if sources is not None:
             key["sources"] = sources
