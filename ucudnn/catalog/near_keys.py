@@ -133,7 +133,7 @@ def miss_reason(path: str | Path, reader: Any, bench_key: dict[str, Any], target
 
 
 def from_larger_batch(held: KernelBench, bench_key: dict[str, Any],
-                      measure_batch: Callable[[], KernelBench]) -> KernelBench | None:
+                      measure_batch: Callable[[list[int]], KernelBench]) -> KernelBench | None:
     """This kernel's measurements at mini-batch n (``bench_key``) from ``held``, the same kernel's at a larger
     mini-batch N under the same batch policy: a micro-batch's rows do not depend on the mini-batch it is part of
     (each is the convolution of that many images), so the sizes the policy measured for N are taken as they are,
