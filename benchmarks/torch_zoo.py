@@ -31,6 +31,11 @@ from _report import md_header, provenance, write
 HERE = Path(__file__).resolve().parent
 MODELS = ("resnext50_32x4d@64,regnet_y_400mf@128,convnext_tiny@64,inception_v3@64,shufflenet_v2_x1_0@128,"
           "densenet121@64,mobilenet_v3_large@128,googlenet@128,squeezenet1_1@128")
+#: the second set (2026-11-29, ``torch_zoo2_h200.md``): transformer patch convolutions (ViT-B/16's 16x16 stride 16
+#: on 3 channels, Swin-T's 4x4 stride 4), 3x3 / 5x5 depthwise at strides 1 and 2 (EfficientNet-B0, MnasNet), an odd
+#: batch (ResNet-18 at 127); ``--models more`` runs it, ``--models all`` both sets
+MODELS_MORE = ("vit_b_16@64,swin_t@64,efficientnet_b0@128,mnasnet1_0@128,resnet18@127,mobilenet_v3_large@128,"
+               "shufflenet_v2_x1_0@128,inception_v3@64")
 IMPL = "ucudnn-64"
 #: implementations a row may hold beside PyTorch's: the converted ones count in the summary; ``torch-heuristic``
 #: (PyTorch with cuDNN's heuristic algorithms) is the yardstick of how far rounding alone moves the loss
@@ -152,7 +157,8 @@ def report(path: Path, md_out: Path | None, json_out: Path | None, command: str)
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", default=MODELS, help="model@batch,... (torchvision names)")
+    ap.add_argument("--models", default=MODELS,
+                    help="model@batch,... (torchvision names); 'more': the second set, 'all': both sets")
     ap.add_argument("--modes", default="fp32", help="fp32, default, amp (comma-separated)")
     ap.add_argument("--impls", default=IMPL,
                     help=f"implementations beside PyTorch's (torch_train.py's names; {', '.join(CONTROLS)}: a control)")
@@ -165,6 +171,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--report-json", default=None)
     a = ap.parse_args(argv)
     command = "torch_zoo.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    named = {"more": MODELS_MORE, "all": ",".join(dict.fromkeys(MODELS.split(",") + MODELS_MORE.split(",")))}
+    a.models = named.get(a.models, a.models)
     if not a.report:
         only = ",".join(f"{m}:{mode}" for m in a.models.split(",") for mode in a.modes.split(","))
         subprocess.run([sys.executable, str(HERE / "torch_train.py"), "--only", only, "--impls", f"torch,{a.impls}",
