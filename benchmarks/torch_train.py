@@ -226,9 +226,9 @@ def worker(a: argparse.Namespace) -> dict:
                 for cfg in plan.configs)
                 for op, p, plan in borrowing]
             if a.record_plans:   # every kernel's plan: micro-batches, source:algorithm, predicted ms, workspace
-                rec["plans"] = [f"{key[0]} {c.executor.plan.problem.describe()}: {c.executor.plan.summary()} "
-                                f"= {c.executor.plan.time_ms:.3f} ms, {c.executor.plan.workspace_bytes >> 20} MiB"
-                                for key, c in runtime._calls.items()]
+                rec["plans"] = [f"{key[0]} {p.problem.describe()}: {p.summary()} = {p.time_ms:.3f} ms, "
+                                f"{p.workspace_bytes >> 20} MiB"
+                                for key, p in ((k, c.executor.plan) for k, c in runtime._calls.items())]
         if rec.get("launch_path") == "compiled":   # launches from C++ / handed to Python, over all steps
             counts = list(torch.ops.ucudnn_c.stats())
             rec["launches_compiled"], rec["launches_python"] = sum(counts[:3]), sum(counts[3:])

@@ -13,11 +13,11 @@ describe their launches (the depthwise kernels), micro-batched or not
 (:class:`~ucudnn.measure.sources.base.Native`: the legacy source's descriptors and algorithm, the graph
 source's engine configuration, rebuilt in C++ from its global index and knobs, or the kernels' CUDA functions with
 their launch geometry and arguments, launched through the CUDA driver; each step on its micro-batch's shifted
-pointers).  Every other op (the other own kernels, wrapped sources, graph engines that would accumulate,
-installed WD plans, misaligned micro-batches of graph steps, a launch cuDNN refuses, a workspace torch cannot
-allocate) comes back here through
-``ucudnn_c::py_launch`` and runs the Python path, fallbacks to torch included: which path ran never changes a
-result, only its host time.
+pointers; a graph step that adds into its output through scratch and ``cudnnTransformTensor``, as the graph
+source's launcher does).  Every other op (the other own kernels, wrapped sources, installed WD plans,
+misaligned micro-batches of graph steps, a launch cuDNN refuses, a workspace torch cannot allocate) comes back
+here through ``ucudnn_c::py_launch`` and runs the Python path, fallbacks to torch included: which path ran never
+changes a result, only its host time.
 
 Building: the first converted forward starts a background build of ``csrc/launch.cpp`` with
 ``torch.utils.cpp_extension.load`` (a C++ compiler and ninja needed; no CUDA or cuDNN headers: it uses cuDNN's
@@ -298,9 +298,9 @@ def _kernel_launch(number: int, native: Any, workspace: int, device: int) -> int
     """ucudnn's own kernels (``native.calls``, ``kernels._compile.Call``) as one launch in the C++ registry: each
     call's CUDA functions (scalar, and vector where it has one: 0 otherwise), the operands its vector kernel needs
     16-byte aligned, grid, block, shared memory and arguments, flattened."""
-    import numpy as np
-
     import contextlib
+
+    import numpy as np
 
     fns, aligned, dims, nargs, kinds, ints, floats = [], [], [], [], [], [], []
     # the functions are loaded on the layer's device (CuPy loads a RawKernel's module where it is first asked for)

@@ -253,9 +253,10 @@ def blend_of(op: str, problem: ConvProblem, engine_bytes: int) -> tuple[int, int
     that never accumulates (forward; backward data of the whole K)."""
     from ...planning.arena import align_up
 
-    if not scratch_bytes(op, problem):
+    extra = scratch_bytes(op, problem)     # the output's bytes, for the ops that accumulate
+    if not extra:
         return None
-    return _output_descriptor(op, problem), align_up(engine_bytes), _bytes(ROLES[op][2], problem)
+    return _output_descriptor(op, problem), align_up(engine_bytes), extra
 
 
 def plan_workspace(engine_bytes: int, op: str, problem: ConvProblem) -> int:
