@@ -223,6 +223,16 @@ def run_calls(calls: tuple[Call, ...], a: int, b: int, out: int, alpha: float, b
         kernel(c.grid, c.block, tuple(roles[x] if isinstance(x, str) else x for x in c.args), shared_mem=c.smem)
 
 
+def calls_launcher(calls: tuple[Call, ...]) -> Any:
+    """``launch(a, b, out, alpha, beta, ws=0)`` running ``calls`` (:func:`run_calls`), with ``launch.calls``: what
+    ucudnn.torch's compiled path launches itself from the same description."""
+    def launch(a: int, b: int, out: int, alpha: float, beta: float, ws: int = 0) -> None:
+        run_calls(calls, a, b, out, alpha, beta, ws)
+
+    launch.calls = calls   # type: ignore[attr-defined]
+    return launch
+
+
 def packed(kernel: Any, grid: tuple[int, ...], block: tuple[int, ...], args: tuple,
            shared_mem: int = 0) -> PackedLaunch:
     """``kernel`` (a ``cupy.RawKernel``) launched on ``grid`` x ``block`` with ``args`` converted once: NumPy

@@ -123,12 +123,7 @@ def dw_launcher(op: str, problem: ConvProblem, rows: int, minb: int = 1) -> Laun
         src, w = ("a", "b") if op == "forward" else ("b", "a")
         calls = (_compile.Call(scalar, vector, (src, "out"), grid, block, 0,
                                (src, w, "out") + ints + ("alpha", "beta")),)
-
-    def launch(a: int, b: int, out: int, alpha: float, beta: float, ws: int = 0) -> None:
-        _compile.run_calls(calls, a, b, out, alpha, beta, ws)
-
-    launch.calls = calls   # type: ignore[attr-defined] - what ucudnn.torch's compiled path launches itself
-    return launch
+    return _compile.calls_launcher(calls)
 
 
 def _dw_items(problem: ConvProblem, rows: int, op: str = "forward"):

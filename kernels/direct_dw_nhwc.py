@@ -101,13 +101,7 @@ def launcher(op: str, problem: ConvProblem, tile: Any) -> Launcher:
     if why:
         raise InputError(f"{KERNEL} cannot run {op} on {problem.describe()}: {why}", "problem")
     t = check_tile(op, tile)
-    calls = tuple(_calls(op, problem, t))
-
-    def launch(a: int, b: int, out: int, alpha: float, beta: float, ws: int = 0) -> None:
-        _compile.run_calls(calls, a, b, out, alpha, beta, ws)
-
-    launch.calls = calls   # type: ignore[attr-defined] - what ucudnn.torch's compiled path launches itself
-    return launch
+    return _compile.calls_launcher(tuple(_calls(op, problem, t)))
 
 
 def _calls(op: str, p: ConvProblem, t: tuple[int, ...]) -> list[_compile.Call]:
