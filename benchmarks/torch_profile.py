@@ -45,7 +45,10 @@ def build(model_name: str, batch: int, mode: str, limit: str | None, sources: st
     torch.backends.cudnn.allow_tf32 = mode != "fp32"
     torch.manual_seed(0)
     fmt = torch.channels_last if mode == "amp" else torch.contiguous_format
-    model = getattr(torchvision.models, model_name)(num_classes=1000).cuda().to(memory_format=fmt)
+    from torch_train import MODEL_KWARGS   # the constructor arguments torch_train's runs of this model use
+
+    model = getattr(torchvision.models, model_name)(num_classes=1000, **MODEL_KWARGS.get(model_name, {}))
+    model = model.cuda().to(memory_format=fmt)
     if limit:
         import ucudnn.torch
 

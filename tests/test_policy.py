@@ -75,3 +75,22 @@ def test_a_keys_policy_name_measures_the_same_sizes_as_the_policy_asked(policy, 
     from ucudnn.policy import key_policy
 
     assert micro_batch_sizes(key_policy(policy, batch), batch) == micro_batch_sizes(policy, batch)
+
+
+def test_the_default_policy_adds_even_splits_only_where_the_batch_is_no_power_of_two(monkeypatch):
+    """Unset, UCUDNN_BATCH_SIZE_POLICY means powerOfTwoAndEvenSplits: a power-of-two batch measures powerOfTwo's
+    sizes under powerOfTwo's key (caches, bundles and the plan service's default request stay valid), an odd one
+    also its even splits; set, the variable still decides (μ-cuDNN's name)."""
+    from ucudnn import config
+    from ucudnn.policy import key_policy
+
+    monkeypatch.delenv("UCUDNN_BATCH_SIZE_POLICY", raising=False)
+    default = config.batch_policy()
+    assert default == "powerOfTwoAndEvenSplits"
+    for b in (1, 2, 64, 128, 256):
+        assert micro_batch_sizes(default, b) == micro_batch_sizes("powerOfTwo", b)
+        assert key_policy(default, b) == "powerOfTwo"
+    assert {15, 16, 31, 32, 63, 64, 127} <= set(micro_batch_sizes(default, 127))
+    assert key_policy(default, 127) == "powerOfTwoAndEvenSplits"
+    monkeypatch.setenv("UCUDNN_BATCH_SIZE_POLICY", "powerOfTwo")
+    assert config.batch_policy() == "powerOfTwo"

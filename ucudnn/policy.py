@@ -25,6 +25,9 @@ Names and meaning follow μ-cuDNN (seed 003, section 3.4) and its
   over mini-batches 33-256: the median plan 0.863 of the best any sizes give
   at 64 MiB per kernel with ``powerOfTwo``, 0.938 with even splits (0.910
   with midpoints), 0.898 / 0.976 at 256 MiB; 127 at 64 MiB 0.761 / 0.961.
+  Executed (H200, ResNet-18 b127 FP32 training): 0.86-0.89x PyTorch's
+  images/s with ``powerOfTwo``, 1.01-1.02x with even splits.  ucudnn's
+  default when ``UCUDNN_BATCH_SIZE_POLICY`` is unset (``config.batch_policy``).
 * ``undivided`` — B only: what plain cuDNN does (the baseline).
 
 A table benchmarked under one policy can be planned under any policy whose

@@ -41,7 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--total-workspace", default=None, metavar="SIZE",
                    help="whole-network workspace budget for --policy wd (default: UCUDNN_TOTAL_WORKSPACE_SIZE)")
     p.add_argument("--batch-policy", default=None, metavar="POLICY",
-                   help=" | ".join(BATCH_POLICIES) + " (default: UCUDNN_BATCH_SIZE_POLICY or powerOfTwo)")
+                   help=" | ".join(BATCH_POLICIES) + " (default: UCUDNN_BATCH_SIZE_POLICY or powerOfTwoAndEvenSplits)")
     p.add_argument("--unwritten", action="store_true",
                    help="with --policy wr: a kernel may take a micro-batch's workspace from output its call has not "
                         "written yet (forward / backward data: the later samples' output; backward filter: its "

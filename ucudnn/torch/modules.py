@@ -50,7 +50,7 @@ class Conv2d(nn.Conv2d):
 
     Same constructor, parameters, ``state_dict`` and ``repr`` as ``nn.Conv2d``, plus
     ``workspace_limit`` (bytes or ``"64MiB"``; default ``UCUDNN_DEFAULT_WORKSPACE_LIMIT`` or 64 MiB),
-    ``batch_policy`` (default ``UCUDNN_BATCH_SIZE_POLICY`` or ``powerOfTwo``), ``sources`` (algorithm
+    ``batch_policy`` (default ``UCUDNN_BATCH_SIZE_POLICY`` or ``powerOfTwoAndEvenSplits``), ``sources`` (algorithm
     sources, default ucudnn's) and ``replay`` (capture each call's steps in a CUDA graph and replay them).
     Layout follows the input (``channels_last``: the NHWC plans), numerics follow torch's switches
     (``allow_tf32``, deterministic algorithms), autocast float16 / bfloat16 runs the half-precision plans.

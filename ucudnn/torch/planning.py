@@ -18,6 +18,7 @@ from torch import nn
 
 from ..errors import InputError
 from ..planning.plan import KernelPlan, Plan
+from ..policy import key_policy, normalize_policy
 from ..problem import ConvProblem, KernelSpec
 from ..units import parse_size
 from . import runtime
@@ -145,7 +146,6 @@ def _settings(m: Conv2d) -> runtime.Settings:
 def _batch_policy(m: Conv2d) -> str:
     """The layer's batch policy as the API plans it (the layer's, else ``UCUDNN_BATCH_SIZE_POLICY``)."""
     from .. import config
-    from ..policy import normalize_policy
 
     return normalize_policy(m.batch_policy or config.batch_policy())
 
@@ -273,8 +273,12 @@ def _write_bundle(path: str, kernels: list[Traced], result: Plan, table: Any = N
         if result.policy == "wd":
             from ..cluster.precompute import plan_key
 
+            # keyed by the sizes the policy measured, as kernel keys are (policy.key_policy): the default's even
+            # splits at a power-of-two batch are the service's default request, powerOfTwo
+            batches = {k.problem.n for k in result.kernels}
+            bp = key_policy(result.batch_policy, batches.pop()) if len(batches) == 1 else result.batch_policy
             table_id = dst.put_table(table)
-            dst.put_plan(plan_key(table_id, "wd", result.batch_policy, result.total_workspace), result, table_id)
+            dst.put_plan(plan_key(table_id, "wd", bp, result.total_workspace), result, table_id)
     finally:
         dst.engine.dispose()
     finalize(path)

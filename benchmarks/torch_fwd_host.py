@@ -1,0 +1,117 @@
+"""Host microseconds per forward call, layer by layer: a converted model's layers against the same nn.Conv2d
+layers, with the GPU kept busy so that no call waits for it (issue 15's host path; diagnostic, GPU machine).
+
+Why: ``torch_gaps.py`` shows where a converted step's GPU waits; this says which layers' calls cost the host the
+most, and under which plan.  Each layer's recorded input (a forward pre-hook during a training step) is passed
+to the layer ``--calls`` times under ``no_grad`` right after a sleep kernel of about 100 ms, best of three: the
+calls are enqueued while the GPU sleeps, so the loop's wall time per call is the host's (few enough launches
+that the launch queue does not fill).  Each row names the converted layer's forward plan (source:micro-batch:
+algorithm per step).
+
+    python benchmarks/torch_fwd_host.py --model inception_v3 --batch 64 --mode fp32 --limit 64MiB
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import copy
+import json
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+
+def forward_host(model_name: str, batch: int, mode: str, limit: str, calls: int = 20) -> dict:
+    import torch
+    import torchvision
+
+    import ucudnn.torch as ut
+    from torch_train import MODEL_KWARGS
+    from ucudnn.torch import fastpath, runtime
+
+    torch.backends.cudnn.benchmark = True
+    torch.backends.cudnn.allow_tf32 = mode != "fp32"
+    torch.manual_seed(0)
+    fmt = torch.channels_last if mode == "amp" else torch.contiguous_format
+    ref = getattr(torchvision.models, model_name)(num_classes=1000, **MODEL_KWARGS.get(model_name, {}))
+    ref = ref.cuda().to(memory_format=fmt)
+    conv = ut.convert(copy.deepcopy(ref), workspace_limit=limit)
+    fastpath.start(wait=True)
+    x = torch.randn(batch, 3, 224, 224, device="cuda").to(memory_format=fmt)
+    t = torch.randint(0, 1000, (batch,), device="cuda")
+    inputs: dict = {}
+
+    def grab(name):
+        def hook(m, args):
+            inputs.setdefault(name, args[0].detach())
+        return hook
+
+    hooks = [m.register_forward_pre_hook(grab(n)) for n, m in conv.named_modules() if isinstance(m, torch.nn.Conv2d)]
+
+    def amp():
+        return torch.autocast("cuda", dtype=torch.float16, enabled=mode == "amp")
+
+    for mdl in (ref, conv):          # plans (benchmarks where no cache has them), cuDNN's own benchmark too
+        for _ in range(2):
+            with amp():
+                loss = torch.nn.functional.cross_entropy(mdl(x), t)
+            loss.backward()
+    for h in hooks:
+        h.remove()
+    torch.cuda.synchronize()
+    refm, convm = dict(ref.named_modules()), dict(conv.named_modules())
+
+    def host_us(fn) -> float:
+        best = 1e9
+        for _ in range(3):
+            torch.cuda.synchronize()
+            torch.cuda._sleep(int(2e8))        # ~100 ms of GPU sleep
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            best = min(best, (time.perf_counter() - t0) / calls * 1e6)
+        torch.cuda.synchronize()
+        return best
+
+    rows = []
+    with torch.no_grad(), amp():
+        for name, inp in inputs.items():
+            r, c = refm[name], convm[name]
+            rows.append({"layer": name, "shape": list(inp.shape), "w": list(c.weight.shape), "stride": list(c.stride),
+                         "torch_us": round(host_us(lambda: r(inp)), 1), "ucudnn_us": round(host_us(lambda: c(inp)), 1)})
+    plans = collections.defaultdict(list)
+    for key, call in runtime._calls.items():
+        if key[0] == "forward":
+            p = key[1]
+            plans[(p.c, p.h, p.w, p.k, p.r, p.s, tuple(p.stride))].append(
+                " ".join(f"{s.config.source}:{s.micro_batch}:{s.config.algo}" for s in call.executor.steps))
+    for row in rows:
+        _, cc, h, w = row["shape"]
+        k, _, rr, ss = row["w"]
+        row["plan"] = plans.get((cc, h, w, k, rr, ss, tuple(row["stride"])), ["?"])[-1]
+    return {"model": model_name, "batch": batch, "mode": mode, "limit": limit, "n_layers": len(rows),
+            "sum_torch_us": round(sum(r["torch_us"] for r in rows)),
+            "sum_ucudnn_us": round(sum(r["ucudnn_us"] for r in rows)), "rows": rows}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="inception_v3")
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--mode", default="fp32", choices=("fp32", "default", "amp"))
+    ap.add_argument("--limit", default="64MiB")
+    ap.add_argument("--calls", type=int, default=20)
+    ap.add_argument("--out", type=Path, default=None, help="write the record (JSON) here")
+    a = ap.parse_args(argv)
+    rec = forward_host(a.model, a.batch, a.mode, a.limit, a.calls)
+    print("REC", json.dumps(rec))
+    if a.out is not None:
+        a.out.write_text(json.dumps(rec, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
