@@ -24,20 +24,10 @@ sys.path.insert(0, str(HERE))
 
 
 def gaps(model: str, batch: int, mode: str, impl: str, steps: int = 3) -> dict:
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
-    from torch_profile import build
+    from torch_profile import _cuda_profile, build
 
     limit = None if impl == "torch" else impl.split("-")[1] + "MiB"
-    step = build(model, batch, mode, limit)
-    for _ in range(4):
-        step()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(steps):
-            step()
-        torch.cuda.synchronize()
+    prof = _cuda_profile(build(model, batch, mode, limit), steps, warm=4)
     path = tempfile.mktemp(suffix=".json")
     prof.export_chrome_trace(path)
     return {"model": model, "batch": batch, "mode": mode, "impl": impl,
