@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from ucudnn.planning.table import KernelBench, Measurement
@@ -213,6 +213,8 @@ def test_the_apis_backward_filter_refuses_a_dx_buffer_of_another_shape_or_dtype_
 @settings(max_examples=60, deadline=None)
 @given(tables(), st.integers(0, 8), st.sampled_from(["forward", "backward_data", "backward_filter"]),
        st.floats(0.0, 5.0))
+# found by CI: the same configurations summed in another order came out one rounding faster than WR's plan
+@example((7, [(3, 1.1217255490428673, 0), (1, 50.0, 0)]), 0, "forward", 0.0)
 def test_a_kernels_plan_takes_unwritten_memory_only_for_more_than_the_margin_and_only_above_the_limit(
         table, limit_mib, op, margin):
     """``kernel_configs(..., unwritten=True, min_gain_ms=m)``: the plan covers the batch; it is WR's plan at the limit

@@ -210,7 +210,10 @@ def kernel_configs(kernel: KernelBench, workspace_limit: int, batch_policy: str 
     if unwritten:
         alt = solve_with_unwritten(kernel, micro_batch_sizes(batch_policy, kernel.problem.n), workspace_limit,
                                    *unwritten_bytes(kernel))
-        if alt is not None and sum(m.time_ms for m in alt) + min_gain_ms < sum(c.time_ms for c in configs):
+        # only a plan that takes memory above the limit is an unwritten one: another at the limit is WR's plan
+        # again (in another order, its sum may differ from WR's by a rounding)
+        if alt is not None and any(m.workspace_bytes > workspace_limit for m in alt) and \
+                sum(m.time_ms for m in alt) + min_gain_ms < sum(c.time_ms for c in configs):
             configs = [MicroConfig.of(m, m.workspace_bytes > workspace_limit) for m in alt]
     return configs
 
