@@ -94,3 +94,12 @@ def test_the_default_policy_adds_even_splits_only_where_the_batch_is_no_power_of
     assert key_policy(default, 127) == "powerOfTwoAndEvenSplits"
     monkeypatch.setenv("UCUDNN_BATCH_SIZE_POLICY", "powerOfTwo")
     assert config.batch_policy() == "powerOfTwo"
+
+
+def test_a_tables_plans_are_named_by_the_sizes_their_policy_measures_at_its_one_batch():
+    from ucudnn.policy import key_policy_of
+
+    assert key_policy_of("evenSplits", [256, 256]) == "powerOfTwo"          # the same sizes: powerOfTwo's name
+    assert key_policy_of("powerOfTwoAndEvenSplits", [127]) == "powerOfTwoAndEvenSplits"
+    assert key_policy_of("evenSplits", [256, 128]) == "powerOfTwoAndEvenSplits"   # several batches: its own name
+    assert key_policy_of("pow2", iter([64])) == "powerOfTwo"

@@ -36,6 +36,8 @@ table).
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from .errors import InputError
 
 POLICIES = ("all", "powerOfTwo", "powerOfTwoAndMidpoints", "powerOfTwoAndEvenSplits", "undivided")
@@ -87,6 +89,15 @@ def key_policy(policy: str, batch: int) -> str:
     if policy == "powerOfTwoAndEvenSplits" and batch >= 1 and batch & (batch - 1) == 0:
         return "powerOfTwo"
     return policy
+
+
+def key_policy_of(policy: str, batches: Iterable[int]) -> str:
+    """:func:`key_policy` for a whole table: at its mini-batch where all its kernels share one, else ``policy``
+    (normalised).  What a table's plans are planned with, named by and keyed under (``ucudnn precompute``,
+    ``ucudnn.torch.plan``'s WD bundles), so the default's even splits at a power-of-two batch answer the plan
+    service's default request, ``powerOfTwo``: the same sizes, the same plan."""
+    distinct = set(batches)
+    return key_policy(policy, distinct.pop()) if len(distinct) == 1 else normalize_policy(policy)
 
 
 # --- channel policies (issue 18) -------------------------------------------------------------------------------

@@ -40,8 +40,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--numerics", metavar="N[,N...]",
                    help="strict | tf32 | default[-deterministic] (default: strict for float32, default otherwise)")
     p.add_argument("--ops", metavar="OP[,OP...]", help="subset of forward,backward_data,backward_filter")
-    p.add_argument("--batch-policy", metavar="POLICY", help=" | ".join(BATCH_POLICIES) + " (default powerOfTwo, the plan service's; jobs at a batch that is no power of two plan with "
-                   "powerOfTwoAndEvenSplits unless UCUDNN_BATCH_SIZE_POLICY says otherwise: name it to precompute theirs)")
+    p.add_argument("--batch-policy", metavar="POLICY",
+                   help=" | ".join(BATCH_POLICIES) + " (default powerOfTwoAndEvenSplits, the library's: what jobs "
+                   "plan with where UCUDNN_BATCH_SIZE_POLICY is unset; at a power-of-two batch its plans answer the "
+                   "plan service's powerOfTwo requests)")
     p.add_argument("--workspace-limits", metavar="SIZE[,SIZE...]", help="per-kernel limits to plan with WR, e.g. 8MiB,64MiB")
     p.add_argument("--total-workspaces", metavar="SIZE[,SIZE...]", help="whole-table budgets to plan with WD, e.g. 1GiB")
     p.add_argument("--gpu-models", metavar="M[,M...]", help="only these GPU models (H100, H200, or full device names)")

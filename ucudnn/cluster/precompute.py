@@ -42,11 +42,12 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from .. import numerics as num
 from .. import source_names
+from ..config import DEFAULT_BATCH_POLICY
 from ..catalog.store import Store
 from ..errors import InputError
 from ..measure.sources.base import DEFAULT_REPEAT
 from ..planning.table import BenchmarkTable, KernelBench, effective_numerics
-from ..policy import channel_policy_of, normalize_channel_policy, normalize_policy
+from ..policy import channel_policy_of, key_policy_of, normalize_channel_policy, normalize_policy
 from ..problem import DTYPES, LAYOUTS, OPS
 from ..schemas import validate
 from ..units import parse_size
@@ -108,7 +109,7 @@ class JobSpec:
     layouts: list[str] = field(default_factory=lambda: ["NCHW"])
     numerics: list[str | None] = field(default_factory=lambda: [None])
     ops: list[str] = field(default_factory=lambda: list(OPS))
-    batch_policy: str = "powerOfTwo"
+    batch_policy: str = DEFAULT_BATCH_POLICY    # the jobs' default, so their keys find what this stores
     workspace_limits: list[int] = field(default_factory=list)
     total_workspaces: list[int] = field(default_factory=list)
     gpu_models: list[str] | None = None
@@ -267,6 +268,12 @@ def expand(spec: JobSpec, targets: Sequence[Target],
     return out
 
 
+def service_policy(table: BenchmarkTable, batch_policy: str) -> str:
+    """The batch policy ``table``'s stored plans are planned with and keyed under (:func:`ucudnn.policy.key_policy_of`
+    over its kernels' mini-batches)."""
+    return key_policy_of(batch_policy, (k.problem.n for k in table.kernels))
+
+
 def plan_key(table_id: str, policy: str, batch_policy: str, size: int) -> dict[str, Any]:
     """The plan service's key for a stored table's plan (``PlanService.key``): a shared store answers it."""
     if policy == "undivided":
@@ -419,12 +426,13 @@ def run_job(spec: JobSpec, engine: Engine, store: Store, *, source: UnitSource |
                                             benches[u.id].skipped, benches[u.id].benchmark_seconds)
                                 for name, u in r.kernels], r.numerics, dict(r.extra))
         tid = store.put_table(table)
-        wanted = [(p, s) for p, s in sizes if store.find_plan(plan_key(tid, p, spec.batch_policy, s)) is None]
+        bp = service_policy(table, spec.batch_policy)   # what its plans are named and keyed by
+        wanted = [(p, s) for p, s in sizes if store.find_plan(plan_key(tid, p, bp, s)) is None]
         stored[i] = {"status": "stored", "id": tid, "plans_already_stored": len(sizes) - len(wanted)}
         progress.planned(len(sizes) - len(wanted))  # the bar counts every requested plan; these are done
         # small tasks, WR and WD mixed, so CPUs share the work evenly (a WD solve costs ~10 WR plans)
         chunks = max(1, -(-len(wanted) // PLAN_TASK_SIZE))
-        mine = [PlanTask(tid, table, wanted[j::chunks], spec.batch_policy) for j in range(chunks) if wanted[j::chunks]]
+        mine = [PlanTask(tid, table, wanted[j::chunks], bp) for j in range(chunks) if wanted[j::chunks]]
         if mine:
             tasks.extend(mine)
             planning.append(planner.submit(plan_all, mine))
@@ -460,7 +468,7 @@ def run_job(spec: JobSpec, engine: Engine, store: Store, *, source: UnitSource |
                              ("total_workspace" if policy == "wd" else "workspace_limit"): size}
                     if "plan" in ans:
                         plan = ans["plan"]
-                        pid = store.put_plan(plan_key(task.table_id, policy, spec.batch_policy, size), plan,
+                        pid = store.put_plan(plan_key(task.table_id, policy, task.batch_policy, size), plan,
                                              task.table_id)
                         plans_stored.append({**entry, "id": pid, "total_time_ms": round(plan.total_time_ms, 6)})
                     else:

@@ -18,7 +18,7 @@ from torch import nn
 
 from ..errors import InputError
 from ..planning.plan import KernelPlan, Plan
-from ..policy import key_policy, normalize_policy
+from ..policy import key_policy_of, normalize_policy
 from ..problem import ConvProblem, KernelSpec
 from ..units import parse_size
 from . import runtime
@@ -218,7 +218,8 @@ def _plan_wd(kernels: list[Traced], device: int, total: int) -> tuple[Plan, Any]
                 store.put_kernel_bench(_cache_key(s.problem, s.op, nm, bp, src), kb)
     table = BenchmarkTable(api.device_name(), api.cudnn.get_version(),
                            [_named(benches[s.name], s.name) for s in specs], numerics=nm)
-    wd = make_plan(table, "wd", total_workspace=total, batch_policy=bp)
+    # named as the plan service names it (a bundle written from it answers that service's default request)
+    wd = make_plan(table, "wd", total_workspace=total, batch_policy=key_policy_of(bp, (s.problem.n for s in specs)))
     replay = any(k.module.replay for k in kernels)
     ne = NetworkExecutor(wd, replay=replay)          # its arena comes from torch's allocator (shared pool)
     for kp in wd.kernels:
@@ -273,12 +274,8 @@ def _write_bundle(path: str, kernels: list[Traced], result: Plan, table: Any = N
         if result.policy == "wd":
             from ..cluster.precompute import plan_key
 
-            # keyed by the sizes the policy measured, as kernel keys are (policy.key_policy): the default's even
-            # splits at a power-of-two batch are the service's default request, powerOfTwo
-            batches = {k.problem.n for k in result.kernels}
-            bp = key_policy(result.batch_policy, batches.pop()) if len(batches) == 1 else result.batch_policy
             table_id = dst.put_table(table)
-            dst.put_plan(plan_key(table_id, "wd", bp, result.total_workspace), result, table_id)
+            dst.put_plan(plan_key(table_id, "wd", result.batch_policy, result.total_workspace), result, table_id)
     finally:
         dst.engine.dispose()
     finalize(path)
