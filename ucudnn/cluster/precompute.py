@@ -42,8 +42,8 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from .. import numerics as num
 from .. import source_names
-from ..config import DEFAULT_BATCH_POLICY
 from ..catalog.store import Store
+from ..config import DEFAULT_BATCH_POLICY
 from ..errors import InputError
 from ..measure.sources.base import DEFAULT_REPEAT
 from ..planning.table import BenchmarkTable, KernelBench, effective_numerics
