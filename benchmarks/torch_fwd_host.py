@@ -1,12 +1,15 @@
-"""Host microseconds per forward call, layer by layer: a converted model's layers against the same nn.Conv2d
-layers, with the GPU kept busy so that no call waits for it (issue 15's host path; diagnostic, GPU machine).
+"""Host microseconds per forward and per backward call, layer by layer: a converted model's layers against the
+same nn.Conv2d layers, with the GPU kept busy so that no call waits for it (issue 15's host path; diagnostic, GPU
+machine).
 
 Why: ``torch_gaps.py`` shows where a converted step's GPU waits; this says which layers' calls cost the host the
 most, and under which plan.  Each layer's recorded input (a forward pre-hook during a training step) is passed
 to the layer ``--calls`` times under ``no_grad`` right after a sleep kernel of about 100 ms, best of three: the
 calls are enqueued while the GPU sleeps, so the loop's wall time per call is the host's (few enough launches
-that the launch queue does not fill).  Each row names the converted layer's forward plan (source:micro-batch:
-algorithm per step).
+that the launch queue does not fill).  Backward: ``torch.autograd.grad`` of the layer's output for its input and
+weight (dx and dw), the same way.  Each row names the converted layer's plans (source:micro-batch:algorithm per
+step) of the three ops.  (The session-17 record of Inception v3 holds the forward columns only: the backward ones
+came later.)
 
     python benchmarks/torch_fwd_host.py --model inception_v3 --batch 64 --mode fp32 --limit 64MiB
 """
@@ -76,25 +79,42 @@ def forward_host(model_name: str, batch: int, mode: str, limit: str, calls: int 
         torch.cuda.synchronize()
         return best
 
+    def backward(layer, inp):
+        """One backward of ``layer`` on ``inp`` (dx and dw, through autograd as a step runs it), repeatable."""
+        xin = inp.detach().requires_grad_()
+        with amp():
+            y = layer(xin)
+        gy = torch.ones_like(y)
+        return lambda: torch.autograd.grad(y, (xin, layer.weight), gy, retain_graph=True)
+
     rows = []
-    with torch.no_grad(), amp():
-        for name, inp in inputs.items():
-            r, c = refm[name], convm[name]
-            rows.append({"layer": name, "shape": list(inp.shape), "w": list(c.weight.shape), "stride": list(c.stride),
-                         "torch_us": round(host_us(lambda: r(inp)), 1), "ucudnn_us": round(host_us(lambda: c(inp)), 1)})
-    plans = collections.defaultdict(list)
+    for name, inp in inputs.items():
+        r, c = refm[name], convm[name]
+        with torch.no_grad(), amp():
+            row = {"layer": name, "shape": list(inp.shape), "w": list(c.weight.shape), "stride": list(c.stride),
+                   "torch_us": round(host_us(lambda: r(inp)), 1), "ucudnn_us": round(host_us(lambda: c(inp)), 1)}
+        # backward: autograd's own per-call work is in both columns alike; the difference is the convolution's
+        for key, layer in (("backward_torch_us", r), ("backward_ucudnn_us", c)):
+            try:
+                row[key] = round(host_us(backward(layer, inp)), 1)
+            except Exception as e:  # noqa: BLE001 - a diagnostic: say what failed, measure the rest
+                row[key], row[f"{key}_error"] = 0.0, f"{type(e).__name__}: {str(e)[:160]}"
+        rows.append(row)
+    plans: dict = collections.defaultdict(list)
     for key, call in runtime._calls.items():
-        if key[0] == "forward":
-            p = key[1]
-            plans[(p.c, p.h, p.w, p.k, p.r, p.s, tuple(p.stride))].append(
-                " ".join(f"{s.config.source}:{s.micro_batch}:{s.config.algo}" for s in call.executor.steps))
+        p = key[1]
+        plans[(key[0], p.c, p.h, p.w, p.k, p.r, p.s, tuple(p.stride))].append(
+            " ".join(f"{s.config.source}:{s.micro_batch}:{s.config.algo}" for s in call.executor.steps))
     for row in rows:
         _, cc, h, w = row["shape"]
         k, _, rr, ss = row["w"]
-        row["plan"] = plans.get((cc, h, w, k, rr, ss, tuple(row["stride"])), ["?"])[-1]
+        for op, field in (("forward", "plan"), ("backward_data", "plan_dx"), ("backward_filter", "plan_dw")):
+            row[field] = plans.get((op, cc, h, w, k, rr, ss, tuple(row["stride"])), ["?"])[-1]
+    total = lambda f: round(sum(r[f] for r in rows))  # noqa: E731
     return {"model": model_name, "batch": batch, "mode": mode, "limit": limit, "n_layers": len(rows),
-            "sum_torch_us": round(sum(r["torch_us"] for r in rows)),
-            "sum_ucudnn_us": round(sum(r["ucudnn_us"] for r in rows)), "rows": rows}
+            "sum_torch_us": total("torch_us"), "sum_ucudnn_us": total("ucudnn_us"),
+            "sum_backward_torch_us": total("backward_torch_us"), "sum_backward_ucudnn_us": total("backward_ucudnn_us"),
+            "rows": rows}
 
 
 def main(argv: list[str] | None = None) -> int:
