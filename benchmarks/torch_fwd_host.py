@@ -4,12 +4,12 @@ machine).
 
 Why: ``torch_gaps.py`` shows where a converted step's GPU waits; this says which layers' calls cost the host the
 most, and under which plan.  Each layer's recorded input (a forward pre-hook during a training step) is passed
-to the layer ``--calls`` times under ``no_grad`` right after a sleep kernel of about 100 ms, best of three: the
+to the layer ``--calls`` times under ``no_grad`` right after a sleep kernel of about 40 ms, best of three: the
 calls are enqueued while the GPU sleeps, so the loop's wall time per call is the host's (few enough launches
 that the launch queue does not fill).  Backward: ``torch.autograd.grad`` of the layer's output for its input and
 weight (dx and dw), the same way.  Each row names the converted layer's plans (source:micro-batch:algorithm per
-step) of the three ops.  (The session-17 record of Inception v3 holds the forward columns only: the backward ones
-came later.)
+step) of the three ops.  (The session-17 record of Inception v3 holds the forward columns only, taken with 100 ms
+sleeps: the backward ones and the shorter sleep, with its check, came later.)
 
     python benchmarks/torch_fwd_host.py --model inception_v3 --batch 64 --mode fp32 --limit 64MiB
 """
@@ -67,16 +67,21 @@ def forward_host(model_name: str, batch: int, mode: str, limit: str, calls: int 
     torch.cuda.synchronize()
     refm, convm = dict(ref.named_modules()), dict(conv.named_modules())
 
-    def host_us(fn) -> float:
+    sleep_s = 0.04                              # ~40 ms of GPU sleep (cycles at ~2 GHz) ahead of each round
+    woke: list[str] = []
+
+    def host_us(fn, what: str = "") -> float:
         best = 1e9
         for _ in range(3):
             torch.cuda.synchronize()
-            torch.cuda._sleep(int(2e8))        # ~100 ms of GPU sleep
+            torch.cuda._sleep(int(2e9 * sleep_s))
             t0 = time.perf_counter()
             for _ in range(calls):
                 fn()
             best = min(best, (time.perf_counter() - t0) / calls * 1e6)
         torch.cuda.synchronize()
+        if best * calls > 0.75e6 * sleep_s:     # the GPU may have woken before the last call: say so
+            woke.append(what)
         return best
 
     def backward(layer, inp):
@@ -92,11 +97,12 @@ def forward_host(model_name: str, batch: int, mode: str, limit: str, calls: int 
         r, c = refm[name], convm[name]
         with torch.no_grad(), amp():
             row = {"layer": name, "shape": list(inp.shape), "w": list(c.weight.shape), "stride": list(c.stride),
-                   "torch_us": round(host_us(lambda: r(inp)), 1), "ucudnn_us": round(host_us(lambda: c(inp)), 1)}
+                   "torch_us": round(host_us(lambda: r(inp), f"{name} torch"), 1),
+                   "ucudnn_us": round(host_us(lambda: c(inp), f"{name} ucudnn"), 1)}
         # backward: autograd's own per-call work is in both columns alike; the difference is the convolution's
         for key, layer in (("backward_torch_us", r), ("backward_ucudnn_us", c)):
             try:
-                row[key] = round(host_us(backward(layer, inp)), 1)
+                row[key] = round(host_us(backward(layer, inp), f"{name} {key}"), 1)
             except Exception as e:  # noqa: BLE001 - a diagnostic: say what failed, measure the rest
                 row[key], row[f"{key}_error"] = 0.0, f"{type(e).__name__}: {str(e)[:160]}"
         rows.append(row)
@@ -114,7 +120,7 @@ def forward_host(model_name: str, batch: int, mode: str, limit: str, calls: int 
     return {"model": model_name, "batch": batch, "mode": mode, "limit": limit, "n_layers": len(rows),
             "sum_torch_us": total("torch_us"), "sum_ucudnn_us": total("ucudnn_us"),
             "sum_backward_torch_us": total("backward_torch_us"), "sum_backward_ucudnn_us": total("backward_ucudnn_us"),
-            "rows": rows}
+            "sleep_s": sleep_s, "gpu_may_have_woken": woke, "rows": rows}
 
 
 def main(argv: list[str] | None = None) -> int:
