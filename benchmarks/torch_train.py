@@ -66,27 +66,24 @@ from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
 OUT = RESULTS / "torch_train.jsonl"
+#: the environment an implementation's worker runs under, beyond the caller's, by suffix of ``ucudnn-64-`` /
+#: ``ucudnn-256-``: ``py``, ucudnn.torch's Python launch path (the others take the compiled one,
+#: ``ucudnn/torch/csrc/launch.cpp``, where it builds, loaded before the first step); ``unwritten`` /
+#: ``no-unwritten``, plans that may / never borrow output not written yet (``UCUDNN_UNWRITTEN``; off by default);
+#: ``even``, the ``powerOfTwoAndEvenSplits`` batch policy (``UCUDNN_BATCH_SIZE_POLICY``: a mini-batch that is no
+#: power of two as near-equal micro-batches; the default since session 17); ``pow2``, μ-cuDNN's ``powerOfTwo``
+#: (the default before)
+SUFFIX_ENV = {"py": {"UCUDNN_TORCH_FASTPATH": "0"}, "unwritten": {"UCUDNN_UNWRITTEN": "1"},
+              "no-unwritten": {"UCUDNN_UNWRITTEN": "0"},
+              "even": {"UCUDNN_BATCH_SIZE_POLICY": "powerOfTwoAndEvenSplits"},
+              "pow2": {"UCUDNN_BATCH_SIZE_POLICY": "powerOfTwo"}}
+IMPL_ENV = {f"ucudnn-{mib}-{suffix}": env for suffix, env in SUFFIX_ENV.items() for mib in (64, 256)}
+#: each implementation's per-kernel workspace limit (None: plain PyTorch).  ``torch-heuristic``: plain PyTorch with
+#: ``cudnn.benchmark`` off (cuDNN's heuristics pick each algorithm): two valid algorithm choices of PyTorch itself,
+#: so its loss against ``torch``'s says how far rounding alone moves a model's loss over the steps (the yardstick
+#: for a converted model's)
 IMPLS = {"torch": None, "torch-heuristic": None, "ucudnn-16": "16MiB", "ucudnn-64": "64MiB", "ucudnn-256": "256MiB",
-         "ucudnn-256-replay": "256MiB", "ucudnn-64-py": "64MiB", "ucudnn-256-py": "256MiB",
-         "ucudnn-64-unwritten": "64MiB", "ucudnn-256-unwritten": "256MiB",
-         "ucudnn-64-no-unwritten": "64MiB", "ucudnn-256-no-unwritten": "256MiB",
-         "ucudnn-64-even": "64MiB", "ucudnn-256-even": "256MiB", "ucudnn-64-pow2": "64MiB", "ucudnn-256-pow2": "256MiB"}
-#: ``torch-heuristic``: plain PyTorch with ``cudnn.benchmark`` off (cuDNN's heuristics pick each algorithm): two
-#: valid algorithm choices of PyTorch itself, so its loss against ``torch``'s says how far rounding alone moves a
-#: model's loss over the steps (the yardstick for a converted model's)
-#: the environment an implementation's worker runs under, beyond the caller's: ``-py``, ucudnn.torch's Python
-#: launch path (the others take the compiled one, ``ucudnn/torch/csrc/launch.cpp``, where it builds, loaded before
-#: the first step); ``-unwritten`` / ``-no-unwritten``, plans that may / never borrow output not written yet
-#: (``UCUDNN_UNWRITTEN``; off by default); ``-even``, the ``powerOfTwoAndEvenSplits`` batch policy
-#: (``UCUDNN_BATCH_SIZE_POLICY``: a mini-batch that is no power of two as near-equal micro-batches; the default
-#: since session 17); ``-pow2``, μ-cuDNN's ``powerOfTwo`` (the default before)
-IMPL_ENV = {"ucudnn-64-even": {"UCUDNN_BATCH_SIZE_POLICY": "powerOfTwoAndEvenSplits"},
-            "ucudnn-64-pow2": {"UCUDNN_BATCH_SIZE_POLICY": "powerOfTwo"},
-            "ucudnn-256-pow2": {"UCUDNN_BATCH_SIZE_POLICY": "powerOfTwo"},
-            "ucudnn-256-even": {"UCUDNN_BATCH_SIZE_POLICY": "powerOfTwoAndEvenSplits"},
-            "ucudnn-64-py": {"UCUDNN_TORCH_FASTPATH": "0"}, "ucudnn-256-py": {"UCUDNN_TORCH_FASTPATH": "0"},
-            "ucudnn-64-unwritten": {"UCUDNN_UNWRITTEN": "1"}, "ucudnn-256-unwritten": {"UCUDNN_UNWRITTEN": "1"},
-            "ucudnn-64-no-unwritten": {"UCUDNN_UNWRITTEN": "0"}, "ucudnn-256-no-unwritten": {"UCUDNN_UNWRITTEN": "0"}}
+         "ucudnn-256-replay": "256MiB", **{impl: impl.split("-")[1] + "MiB" for impl in IMPL_ENV}}
 MODES = ("fp32", "default", "amp")
 #: constructor arguments a torchvision model needs to train as a plain classifier (the auxiliary heads return
 #: tuples in training mode, which the step's loss does not take)

@@ -217,9 +217,8 @@ def run_calls(calls: tuple[Call, ...], a: int, b: int, out: int, alpha: float, b
     import numpy as np
 
     roles = {"a": a, "b": b, "out": out, "alpha": np.float32(alpha), "beta": np.float32(beta), "ws": ws}
-    for c in calls:
-        ptrs = {"a": a, "b": b, "out": out}
-        kernel = c.vector if c.vector is not None and not any(ptrs[r] % 16 for r in c.aligned) else c.scalar
+    for c in calls:     # ``aligned`` names operands only (a, b, out)
+        kernel = c.vector if c.vector is not None and not any(roles[r] % 16 for r in c.aligned) else c.scalar
         kernel(c.grid, c.block, tuple(roles[x] if isinstance(x, str) else x for x in c.args), shared_mem=c.smem)
 
 

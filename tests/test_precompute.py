@@ -558,9 +558,9 @@ def test_a_job_precomputes_with_the_librarys_default_policy_and_keys_plans_by_th
     """Jobs plan with ``powerOfTwoAndEvenSplits`` where UCUDNN_BATCH_SIZE_POLICY is unset, so a spec that names no
     policy precomputes that; a stored plan is keyed by the sizes its policy measured: ``powerOfTwo`` (the plan
     service's default request) at a power-of-two batch, the policy's own name at an odd one or across batches."""
-    from ucudnn.cluster.precompute import service_policy
     from ucudnn.config import DEFAULT_BATCH_POLICY
     from ucudnn.planning.table import BenchmarkTable, KernelBench
+    from ucudnn.policy import key_policy_of
     from ucudnn.problem import ConvProblem
 
     assert JobSpec().batch_policy == DEFAULT_BATCH_POLICY == "powerOfTwoAndEvenSplits"
@@ -568,6 +568,9 @@ def test_a_job_precomputes_with_the_librarys_default_policy_and_keys_plans_by_th
     def table(*batches):
         return BenchmarkTable("fake", 1, [KernelBench(f"k{n}", "forward", ConvProblem(n, 3, 8, 8, 4, 3, 3), [])
                                           for n in batches], "strict", {})
+
+    def service_policy(t, policy):      # what run_job names and keys a table's plans by
+        return key_policy_of(policy, (k.problem.n for k in t.kernels))
 
     assert service_policy(table(256, 256), "powerOfTwoAndEvenSplits") == "powerOfTwo"
     assert service_policy(table(127), "powerOfTwoAndEvenSplits") == "powerOfTwoAndEvenSplits"

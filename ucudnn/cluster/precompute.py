@@ -268,12 +268,6 @@ def expand(spec: JobSpec, targets: Sequence[Target],
     return out
 
 
-def service_policy(table: BenchmarkTable, batch_policy: str) -> str:
-    """The batch policy ``table``'s stored plans are planned with and keyed under (:func:`ucudnn.policy.key_policy_of`
-    over its kernels' mini-batches)."""
-    return key_policy_of(batch_policy, (k.problem.n for k in table.kernels))
-
-
 def plan_key(table_id: str, policy: str, batch_policy: str, size: int) -> dict[str, Any]:
     """The plan service's key for a stored table's plan (``PlanService.key``): a shared store answers it."""
     if policy == "undivided":
@@ -426,7 +420,7 @@ def run_job(spec: JobSpec, engine: Engine, store: Store, *, source: UnitSource |
                                             benches[u.id].skipped, benches[u.id].benchmark_seconds)
                                 for name, u in r.kernels], r.numerics, dict(r.extra))
         tid = store.put_table(table)
-        bp = service_policy(table, spec.batch_policy)   # what its plans are named and keyed by
+        bp = key_policy_of(spec.batch_policy, (k.problem.n for k in table.kernels))   # its plans' name and key
         wanted = [(p, s) for p, s in sizes if store.find_plan(plan_key(tid, p, bp, s)) is None]
         stored[i] = {"status": "stored", "id": tid, "plans_already_stored": len(sizes) - len(wanted)}
         progress.planned(len(sizes) - len(wanted))  # the bar counts every requested plan; these are done

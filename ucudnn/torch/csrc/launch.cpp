@@ -13,8 +13,9 @@
 // configuration a step names, rebuilt here through cuDNN's backend API from its global index and knobs: the same
 // execution plan the frontend builds) and ucudnn's own kernels that describe their launches (the depthwise
 // kernels: CUDA functions CuPy loaded, with grid, block, shared memory and arguments, launched here through the
-// CUDA driver's cuLaunchKernel on the same stream).  Everything else (the other own kernels, a graph step that
-// would accumulate, misaligned graph operands, a launch cuDNN refuses, a workspace torch cannot allocate) goes back to
+// CUDA driver's cuLaunchKernel on the same stream); a graph step that accumulates runs its engine (built with beta
+// 0) into scratch and adds that into the output with cudnnTransformTensor.  Everything else (the other own
+// kernels, misaligned graph operands, a launch cuDNN refuses, a workspace torch cannot allocate) goes back to
 // Python through ``ucudnn_c::py_launch``, whose implementation is the Python path: results never depend on which
 // path ran.
 //
