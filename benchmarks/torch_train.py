@@ -76,7 +76,7 @@ OUT = RESULTS / "torch_train.jsonl"
 SUFFIX_ENV = {"py": {"UCUDNN_TORCH_FASTPATH": "0"}, "unwritten": {"UCUDNN_UNWRITTEN": "1"},
               "no-unwritten": {"UCUDNN_UNWRITTEN": "0"},
               "even": {"UCUDNN_BATCH_SIZE_POLICY": "powerOfTwoAndEvenSplits"},
-              "pow2": {"UCUDNN_BATCH_SIZE_POLICY": "powerOfTwo"}}
+              "pow2": {"UCUDNN_BATCH_SIZE_POLICY": "powerOfTwo"}, "no-twins": {"UCUDNN_LEGACY_TWINS": "0"}}
 IMPL_ENV = {f"ucudnn-{mib}-{suffix}": env for suffix, env in SUFFIX_ENV.items() for mib in (64, 256)}
 #: each implementation's per-kernel workspace limit (None: plain PyTorch).  ``torch-heuristic``: plain PyTorch with
 #: ``cudnn.benchmark`` off (cuDNN's heuristics pick each algorithm): two valid algorithm choices of PyTorch itself,

@@ -237,6 +237,32 @@ def test_a_micro_batched_legacy_plan_is_one_program_of_its_steps_and_keeps_their
     assert fastpath._keep == [(keeps, call)]          # the descriptors' owners live as long as the launches
 
 
+@pytest.mark.parametrize("refused", [False, True])
+def test_a_legacy_step_with_a_graph_twin_launches_the_twin_unless_it_accumulates_or_the_twin_is_refused(
+        monkeypatch, refused):
+    """A legacy transform-domain configuration carries its graph-API twin (``Native.twin``, the engine cuDNN runs
+    it as): a step that writes its output launches the twin (less host work a call); a step that adds into
+    earlier steps' output keeps the legacy call (cuDNN's beta, no scratch); a twin the extension refuses leaves
+    the legacy call, not the Python path."""
+    from ucudnn.measure.sources.base import Native
+
+    fake = _FakeC(fail=refused)
+    monkeypatch.setattr(fastpath, "_c", fake)
+    monkeypatch.setattr(fastpath, "_keep", [])
+    p = _problem("NCHW", "float32")
+    big, tail = p.with_batch(2), p.with_batch(1)
+    twin = Native("graph", "backward_filter", big, engine_id=17, engine_bytes=4096)
+    steps = [(Native("legacy", "backward_filter", big, (11, 12, 13, 14), algo=5, twin=twin), (0, 0, 0), False),
+             (Native("legacy", "backward_filter", tail, (21, 22, 23, 24), algo=5,
+                     twin=Native("graph", "backward_filter", tail, engine_id=17, engine_bytes=4096)),
+              (2 * 8 * 9 * 7 * 4, 2 * 12 * 5 * 7 * 4, 0), True)]
+    assert fastpath.register("backward_filter", _Call(steps, ws=4096), p, 0) == 100
+    kinds = [k for k, _ in fake.calls]
+    assert kinds == (["legacy", "legacy", "program"] if refused else ["backend", "legacy", "program"])
+    if not refused:
+        assert fake.calls[0][1][11] == 17                  # the twin's engine id
+
+
 @pytest.mark.parametrize("why", ["no description", "installed plan"])
 def test_what_the_compiled_path_does_not_run_stays_with_python(monkeypatch, why):
     from ucudnn.measure.sources.base import Native

@@ -265,7 +265,13 @@ def _register(op: str, call: Any, problem: Any, device: int) -> int:
 
 def _launch(number: int, op: str, native: Any, workspace: int, device: int, accumulate: bool = False) -> int:
     """One step's launch in the C++ registry (raises RuntimeError where the extension refuses it); ``accumulate``:
-    the step adds into what earlier steps wrote."""
+    the step adds into what earlier steps wrote.  A legacy step with a graph-API twin (``native.twin``) that does
+    not accumulate launches the twin: the same engine, without the legacy call's per-call finalization."""
+    if native.kind == "legacy" and native.twin is not None and not accumulate:
+        try:
+            return _launch(number, op, native.twin, workspace, device)
+        except (RuntimeError, ValueError):
+            pass        # the extension refused the twin: the legacy call, as without one
     if native.kind == "legacy":
         a, b, out, conv = native.descriptors
         return int(_c.legacy_launch(number, int(a), int(b), int(out), int(conv), int(native.algo), workspace))

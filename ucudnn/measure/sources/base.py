@@ -617,6 +617,10 @@ class Native:
     engine_bytes: int = 0
     calls: tuple = ()
     keep: Any = None
+    #: a legacy configuration's graph-API twin (kind "graph": the engine cuDNN runs the algorithm as, built once;
+    #: :meth:`~ucudnn.measure.sources.graph.GraphSource.twin`), which a compiled path runs instead of the legacy
+    #: call for steps that do not accumulate (less host work, the same kernels); None: the legacy call always
+    twin: "Native | None" = None
 
 
 def native_of(launch: Launch) -> Native | None:

@@ -412,6 +412,7 @@ class GraphSource(Prepared):
         self._timer = timer
         self._blend_fn = blend
         self._plans: dict[tuple, _Built] = {}
+        self._twins: dict[tuple, Measurement | None] = {}   # legacy configurations' twins (twin), None: none
         self._notes: dict[tuple, frozenset[str] | None] = {}
         self._accumulate_ms: dict[ConvProblem, float] = {}
         self._executed: set[tuple] = set()   # (device, op, engine tag) run at least once (_quick)
@@ -977,6 +978,50 @@ class GraphSource(Prepared):
         raise CudnnError("graph heuristics", -1, "GRAPH_ENGINE_NOT_FOUND",
                          f"{ident.tag} is not among the heuristics' configurations for {op} at n={problem.n} "
                          "(a table from another cuDNN version or device?)")
+
+    def twin(self, op: str, problem: ConvProblem, engine_ids: Sequence[int], workspace_bytes: int,
+             deterministic: bool = True) -> Measurement | None:
+        """The graph-API configuration that runs what a legacy algorithm runs (its *twin*), built and kept for
+        :meth:`prepare`, or None.
+
+        Why: cuDNN 9 runs its legacy API on the graph API's engines; a legacy call finalizes the engine
+        configuration again on every call, which costs the host 20-60 us more than executing a plan built once
+        (``benchmarks/legacy_twins.py``, H200: FFT_TILING forward 70 vs 43 us, WINOGRAD_NONFUSED forward 82 vs 24).
+        ``engine_ids``: the engines cuDNN's own log shows the legacy algorithm running as
+        (:data:`~ucudnn.measure.sources.legacy.TWIN_ENGINES`), tried in order with their default knobs; one is the
+        twin when it builds with no tensor-core, down-converting or reduced-precision notes (nor a
+        nondeterministic one where the legacy row was deterministic) and needs exactly ``workspace_bytes``, the
+        legacy algorithm's own workspace at this problem (the check that it is the same algorithm)."""
+        key = (self._device(), op, problem, tuple(engine_ids), int(workspace_bytes), bool(deterministic))
+        with self._lock:
+            if key not in self._twins:
+                self._twins[key] = self._find_twin(key, op, problem, engine_ids, workspace_bytes, deterministic)
+            return self._twins[key]
+
+    def _find_twin(self, key: tuple, op: str, problem: ConvProblem, engine_ids: Sequence[int], workspace_bytes: int,
+                   deterministic: bool) -> Measurement | None:
+        found: Measurement | None = None
+        try:
+            fe = self._frontend()
+            excluded = ["TENSOR_CORE", "DOWN_CONVERT_INPUTS", "REDUCED_PRECISION_REDUCTION"]
+            excluded += ["NONDETERMINISTIC"] if deterministic else []
+            for e in engine_ids:
+                try:
+                    g = self.graph(op, problem)
+                    g.create_execution_plan(int(e), {})
+                    ident = EngineIdentity.parse_tag(g.get_plan_name_at_index(0))
+                    g.deselect_numeric_notes([getattr(fe.numerical_note, n) for n in excluded])
+                    g.build_plan_at_index(0)
+                    ws = int(g.get_workspace_size_plan_at_index(0))
+                except Exception:  # noqa: BLE001 - not this problem's engine, or refused by its notes
+                    continue
+                if ws == workspace_bytes and ident.engine_id == int(e):
+                    self._plans[(key[0], op, problem, ident)] = _Built(g, 0, ws)
+                    found = self._config(problem.n, ident, ws)
+                    break
+        except GraphUnavailable:
+            found = None
+        return found
 
     def prepare(self, op: str, problem: ConvProblem, config: Any) -> Launch:
         """The configuration's engine plan, built (or found built) now; the launcher executes it.

@@ -26,16 +26,36 @@ other sources' configurations (the graph source's heuristics, builds and note pr
 """
 from __future__ import annotations
 
+import dataclasses
+import os
 from typing import Any
 
 from ... import numerics as num
 from ...binding import cudnn
 from ...binding.gpu import current_device, descriptors, handle, handle_on
-from ...errors import CaptureError, CudnnError
+from ...errors import CaptureError, CudnnError, UcudnnError
 from ...planning.table import Measurement, Skipped
 from ...problem import ConvProblem
 from .base import BenchSettings, Launch, Native, Operands, Prepared, Pruner, identity, time_config, timed_beta
 from .overlap import OVERLAP
+
+
+#: The graph-API engines cuDNN 9 runs its legacy transform-domain algorithms as (FFT, FFT_TILING and
+#: WINOGRAD_NONFUSED of each op), with their default knobs: read from cuDNN 9.19's API log of legacy calls
+#: (``benchmarks/legacy_twins.py --legacy-once``, H200; backward data's FFT_TILING ran as engine 50 on 3x3 / 5x5
+#: filters and 5 on 1x1 / 1x7 / 7x1, with equal workspace and time).  The GEMM algorithms are left out: cuDNN
+#: tunes their engines' knobs per problem, so an engine id alone does not name the legacy call's kernels.
+TWIN_ENGINES: dict[tuple[str, int], tuple[int, ...]] = {
+    ("forward", 4): (3,), ("forward", 5): (4,), ("forward", 7): (6,),
+    ("backward_data", 2): (4,), ("backward_data", 3): (50, 5), ("backward_data", 5): (7,),
+    ("backward_filter", 2): (18,), ("backward_filter", 5): (17,),
+}
+
+
+def twins_enabled() -> bool:
+    """Whether prepared legacy configurations run through their graph-API twins (``UCUDNN_LEGACY_TWINS=0``: never;
+    for A/B measurements, read at each preparation)."""
+    return os.environ.get("UCUDNN_LEGACY_TWINS", "1") != "0"
 
 
 class LegacySource(Prepared):
@@ -98,7 +118,7 @@ class LegacySource(Prepared):
                                             extra={**extra, "timed": "find", "pruned": why}))
                 continue
             try:
-                launch = self.prepare(op, problem, config)
+                launch = self.prepare(op, problem, config, twin=False)   # as Find timed it; no plan builds
                 t, how = pruner.retime(lambda give_up: time_config(
                     lambda: launch(ops, workspace, r.workspace_bytes, 1.0, beta), settings, give_up=give_up),
                     r.time_ms, r.workspace_bytes)
@@ -112,7 +132,10 @@ class LegacySource(Prepared):
                                         extra={**extra, "find_time_ms": round(r.time_ms, 6), "timed": how}))
         return measured, skipped
 
-    def prepare(self, op: str, problem: ConvProblem, config: Measurement) -> Launch:
+    def prepare(self, op: str, problem: ConvProblem, config: Measurement, twin: bool = True) -> Launch:
+        """The configuration's launcher: the legacy call, or where the algorithm has a graph-API twin
+        (:func:`twin_of`; ``twin`` False: never) that twin's plan for calls with alpha 1 and beta 0, the legacy
+        call for the others (a twin built with beta 0 would need scratch beyond the legacy workspace to add)."""
         d = descriptors(problem, config.math_type)   # the launcher refers to d, so d outlives the descriptor cache
         a, b, out = d.operands(op)
         algo = int(config.algo)
@@ -123,7 +146,45 @@ class LegacySource(Prepared):
 
         launch.direct = _direct(op, d, a, b, out, algo)  # type: ignore[attr-defined]
         launch.native = Native("legacy", op, problem, (a, b, out, d.conv), algo, keep=d)  # type: ignore[attr-defined]
-        return launch
+        graph_launch = twin_of(op, problem, config) if twin else None
+        if graph_launch is None:
+            return launch
+        legacy_launch = launch
+        from .graph import ALIGNMENT
+
+        def twin_launch(ops: Operands, workspace: int, workspace_bytes: int, alpha: float, beta: float) -> None:
+            if alpha == 1.0 and beta == 0.0 and not (ops.a | ops.b | ops.out) % ALIGNMENT:
+                graph_launch(ops, workspace, workspace_bytes, alpha, beta)
+            else:
+                legacy_launch(ops, workspace, workspace_bytes, alpha, beta)
+
+        twin_launch.direct = getattr(graph_launch, "direct", None) or launch.direct  # type: ignore[attr-defined]
+        twin_launch.native = dataclasses.replace(  # type: ignore[attr-defined]
+            launch.native, twin=getattr(graph_launch, "native", None))  # type: ignore[attr-defined]
+        twin_launch.twin = graph_launch  # type: ignore[attr-defined]
+        return twin_launch
+
+
+def twin_of(op: str, problem: ConvProblem, config: Measurement) -> Launch | None:
+    """The graph source's launcher of the engine cuDNN runs ``config``'s algorithm as (:data:`TWIN_ENGINES`,
+    :meth:`~ucudnn.measure.sources.graph.GraphSource.twin`), or None: not a transform-domain algorithm, not
+    float32 data, twins turned off, no graph source here, or no engine that is provably the same algorithm."""
+    engines = TWIN_ENGINES.get((op, int(config.algo)))
+    if not engines or problem.dtype != "float32" or not twins_enabled():
+        return None
+    try:
+        from . import registry
+        from .graph import GraphUnavailable
+
+        graph = registry.get("graph")
+    except Exception:  # noqa: BLE001 - no graph source in this installation
+        return None
+    try:
+        cfg = graph.twin(op, problem, engines, config.workspace_bytes,  # type: ignore[attr-defined]
+                         deterministic=bool(config.extra.get("deterministic", True)))
+        return None if cfg is None else graph.prepare(op, problem, cfg)  # type: ignore[attr-defined]
+    except (GraphUnavailable, CudnnError, UcudnnError):
+        return None
 
 
 def _direct(op: str, d: Any, a_desc: int, b_desc: int, out_desc: int, algo: int) -> Any:

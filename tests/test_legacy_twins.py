@@ -1,0 +1,135 @@
+"""Legacy configurations that run through their graph-API twins (no GPU: the graph source on the fake frontend of
+test_graph_source / test_pruning_overlap, the legacy launch with fake descriptors and a recording cuDNN call).
+
+What the twin is (``legacy.TWIN_ENGINES``, ``GraphSource.twin``): cuDNN 9 runs each legacy transform-domain
+algorithm as one graph-API engine; a plan built once for that engine runs the same kernels with less host work a
+call.  The graph source accepts an engine as the twin only when it builds with no tensor-core / down-converting /
+reduced-precision note (nor a nondeterministic one for a deterministic row) and needs exactly the legacy
+algorithm's workspace.  Real execution against the legacy call: tests/test_gpu_execute.py.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from test_graph_source import Cfg, P
+from test_pruning_overlap import EngineFrontend
+
+from ucudnn.measure.sources import graph as G
+from ucudnn.measure.sources import legacy as L
+from ucudnn.measure.sources.base import Native, Operands
+from ucudnn.planning.table import Measurement
+
+ENGINES = {"A": [Cfg(4, ws=1000), Cfg(50, ws=2000), Cfg(5, ws=1000), Cfg(6, notes={"TENSOR_CORE"}, ws=1000),
+                 Cfg(7, notes={"NONDETERMINISTIC"}, ws=1000)]}
+
+
+def _graph(lists=ENGINES):
+    fe = EngineFrontend(lists)
+    return G.GraphSource(fe=fe, handle_fn=lambda: 42, timer=None, blend=None), fe
+
+
+def test_the_twin_is_the_first_listed_engine_that_needs_exactly_the_legacy_workspace():
+    src, fe = _graph()
+    cfg = src.twin("backward_data", P, (50, 5), 1000)
+    assert cfg is not None and (cfg.source, cfg.algo, cfg.workspace_bytes) == ("graph", "eng5", 1000)
+    assert G.EngineIdentity.from_json(cfg.engine) == G.EngineIdentity(5)
+    assert src.twin("backward_data", P, (50,), 1000) is None      # engine 50 needs 2000 bytes: not the same algorithm
+    assert src.twin("backward_data", P, (9,), 1000) is None       # not an engine of this problem
+
+
+def test_an_engine_with_tensor_core_or_nondeterministic_notes_is_no_twin_of_a_strict_deterministic_row():
+    src, _ = _graph()
+    assert src.twin("forward", P, (6,), 1000) is None
+    assert src.twin("forward", P, (7,), 1000) is None
+    assert src.twin("forward", P, (7,), 1000, deterministic=False).algo == "eng7"
+
+
+def test_a_twin_is_found_once_and_its_prepared_plan_runs_without_a_heuristics_query():
+    src, fe = _graph()
+    cfg = src.twin("forward", P, (4,), 1000)
+    plans = fe.engine_plans
+    assert src.twin("forward", P, (4,), 1000) is cfg and fe.engine_plans == plans
+    ops = Operands(0x10000, 0x20000, 0x30000)
+    src.prepare("forward", P, cfg)(ops, 0x100000, 1000, 1.0, 0.0)
+    op, n, ran, pack, ws = fe.executions[-1]
+    assert (op, n, ran.tag, ws) == ("forward", P.n, "eng4", 0x100000) and fe.queries == 0
+
+
+# --- the legacy launcher ---------------------------------------------------------------------------------------
+class _Descriptors:
+    conv = 14
+
+    def operands(self, op):
+        return 11, 12, 13
+
+
+class _TwinLaunch:
+    def __init__(self):
+        self.calls = []
+        self.direct = object()
+        self.native = Native("graph", "forward", P, engine_id=4, engine_bytes=1000)
+
+    def __call__(self, ops, workspace, workspace_bytes, alpha, beta):
+        self.calls.append((ops, workspace, workspace_bytes, alpha, beta))
+
+
+@pytest.fixture
+def legacy_calls(monkeypatch):
+    calls = []
+    monkeypatch.setattr(L, "descriptors", lambda problem, math: _Descriptors())
+    monkeypatch.setattr(L, "handle", lambda: 42)
+    monkeypatch.setattr(L.cudnn, "convolution", lambda *args: calls.append(args))
+    return calls
+
+
+def test_a_twinned_configuration_runs_its_twin_for_plain_calls_and_the_legacy_call_to_accumulate(
+        monkeypatch, legacy_calls):
+    twin = _TwinLaunch()
+    monkeypatch.setattr(L, "twin_of", lambda op, problem, config: twin)
+    launch = L.LegacySource().prepare("forward", P, Measurement(P.n, 5, "FMA", 1.0, 1000))
+    ops = Operands(0x10000, 0x20000, 0x30000)
+    launch(ops, 0x100000, 1000, 1.0, 0.0)
+    assert twin.calls == [(ops, 0x100000, 1000, 1.0, 0.0)] and legacy_calls == []
+    launch(ops, 0x100000, 1000, 1.0, 1.0)                       # accumulating: cuDNN's beta, no scratch needed
+    launch(Operands(0x10004, 0x20000, 0x30000), 0x100000, 1000, 1.0, 0.0)   # misaligned for the graph API
+    assert len(twin.calls) == 1 and [c[11] for c in legacy_calls] == [1.0, 0.0]
+    assert launch.direct is twin.direct
+    assert (launch.native.kind, launch.native.algo, launch.native.twin) == ("legacy", 5, twin.native)
+
+
+def test_benchmark_timing_and_untwinned_configurations_keep_the_legacy_call(monkeypatch, legacy_calls):
+    asked = []
+    monkeypatch.setattr(L, "twin_of", lambda op, problem, config: asked.append(config.algo))
+    launch = L.LegacySource().prepare("forward", P, Measurement(P.n, 0, "FMA", 1.0, 0))
+    assert asked == [0] and launch.native.twin is None
+    L.LegacySource().prepare("forward", P, Measurement(P.n, 5, "FMA", 1.0, 1000), twin=False)
+    assert asked == [0]
+    launch(Operands(0x10000, 0x20000, 0x30000), 0, 0, 1.0, 0.0)
+    assert len(legacy_calls) == 1
+
+
+@pytest.mark.parametrize("op, algo, dtype, env", [
+    ("forward", 0, "float32", None),          # a GEMM algorithm: its engine's knobs are cuDNN's per-problem choice
+    ("backward_filter", 3, "float32", None),
+    ("forward", 5, "float16", None),          # only float32's transform-domain algorithms
+    ("forward", 5, "float32", "0"),           # UCUDNN_LEGACY_TWINS=0
+])
+def test_no_twin_is_looked_for_outside_the_table_or_when_switched_off(monkeypatch, op, algo, dtype, env):
+    from ucudnn.measure.sources import registry
+
+    monkeypatch.setattr(registry, "get", lambda name: pytest.fail("the graph source was asked"))
+    if env is not None:
+        monkeypatch.setenv("UCUDNN_LEGACY_TWINS", env)
+    p = dataclasses.replace(P, dtype=dtype)
+    assert L.twin_of(op, p, Measurement(p.n, algo, "FMA", 1.0, 1000)) is None
+
+
+def test_every_transform_domain_algorithm_has_engines_and_no_gemm_algorithm_does():
+    # cuDNN's enums: forward FFT 4, FFT_TILING 5, WINOGRAD_NONFUSED 7; backward data FFT 2, FFT_TILING 3,
+    # WINOGRAD_NONFUSED 5; backward filter FFT 2, WINOGRAD_NONFUSED 5 (FFT_TILING 6 has no entry: not seen running)
+    assert set(L.TWIN_ENGINES) == {("forward", 4), ("forward", 5), ("forward", 7), ("backward_data", 2),
+                                   ("backward_data", 3), ("backward_data", 5), ("backward_filter", 2),
+                                   ("backward_filter", 5)}
+    assert all(v for v in L.TWIN_ENGINES.values())
