@@ -200,6 +200,53 @@ def legacy_once() -> None:
                     torch.cuda.synchronize()
 
 
+def parse_log(lines) -> dict:
+    """The engine (id and knob choices) each legacy call of ``--legacy-once`` ran as, from cuDNN's API log on its
+    stdout (``CUDNN_LOGLEVEL_DBG=3 CUDNN_LOGDEST_DBG=stdout``): {"problem op algo": [engine id, {knob: choice}]},
+    the first engine configuration the log finalizes after each call's marker line."""
+    import re
+
+    out: dict = {}
+    cur, first = None, False
+    for line in lines:
+        m = re.match(r"@@@ MARK (\S+) (\S+) algo (\d+) call \d+", line)
+        if m:
+            cur, first = " ".join(m.groups()), True
+            continue
+        if cur and first and "engineId" in line:
+            doc = json.loads(line.split("val=", 1)[1].strip().rstrip(";"))
+            eng = doc["engine"]
+            knobs = {k.replace("CUDNN_KNOB_TYPE_", ""): v for k, v in eng.get("knobChoices", {}).items()}
+            out.setdefault(cur, [eng["engineId"], knobs])
+            first = False
+    return out
+
+
+def report(records: list[dict], mapping: dict, meta: dict) -> str:
+    """Markdown: per problem and op, each legacy algorithm beside the engine its log names (and, where that engine
+    built here by id with its default knobs, its workspace, GPU ms and host us a call), strict-FP32 rows only for
+    float32 data (results within 2e-5 of the first row: Find's DEFAULT math lets some legacy GEMMs use TF32)."""
+    lines = [f"# Legacy algorithms and their graph-API engines ({meta.get('device', '?')})", ""]
+    lines += [f"- {k}: `{v}`" for k, v in meta.items()] + [""]
+    lines += ["| problem | op | legacy algo | ws MiB | GPU ms | host us | engine (log) | engine ws MiB "
+              "| engine GPU ms | engine host us |", "|---|---|---:|---:|---:|---:|---|---:|---:|---:|"]
+    for r in records:
+        rows = [x for x in r["rows"] if "gpu_ms" in x]
+        engines = {str(x["id"]): x for x in rows if x["kind"] == "engine"}
+        for x in rows:
+            if x["kind"] != "legacy":
+                continue
+            eid, knobs = mapping.get(f"{r['problem']} {r['op']} {x['id']}", [None, {}])
+            e = engines.get(f"eng{eid}") if eid is not None else None
+            same = e is not None and e["ws"] == x["ws"]
+            lines.append(f"| {r['problem']} | {r['op']} | {x['id']} | {x['ws'] / 2**20:.2f} | {x['gpu_ms']:.4f} | "
+                         f"{x['host_us']:.1f} | {'eng%s' % eid if eid is not None else '?'}"
+                         f"{' ' + json.dumps(knobs) if knobs else ''} | "
+                         + (f"{e['ws'] / 2**20:.2f} | {e['gpu_ms']:.4f} | {e['host_us']:.1f} |" if same
+                            else "- | - | - |"))
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=None)
@@ -207,9 +254,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--only", default="", help="comma-separated problem names")
     ap.add_argument("--legacy-once", action="store_true")
+    ap.add_argument("--report", nargs=3, metavar=("TWINS_JSON", "LOG", "MD"),
+                    help="write the Markdown report from a run's JSON and its --legacy-once log (plain or .gz)")
+    ap.add_argument("--meta", default="{}", help="JSON of the run's device / versions / date for the report")
     args = ap.parse_args(argv)
     if args.legacy_once:
         legacy_once()
+        return 0
+    if args.report:
+        import gzip
+
+        twins, log, md = args.report
+        opener = gzip.open if log.endswith(".gz") else open
+        with opener(log, "rt") as f:
+            mapping = parse_log(f)
+        records = json.loads(Path(twins).read_text())
+        Path(md).write_text(report(records, mapping, json.loads(args.meta)))
+        Path(md).with_suffix(".engines.json").write_text(json.dumps(mapping, indent=1, sort_keys=True))
         return 0
     only = [s for s in args.only.split(",") if s]
     out = []
@@ -224,7 +285,14 @@ def main(argv: list[str] | None = None) -> int:
             best = sorted((x for x in r["rows"] if "gpu_ms" in x), key=lambda x: x["gpu_ms"])[:4]
             print(name, op, [(x["kind"], x["id"], x["gpu_ms"], x["host_us"]) for x in best], flush=True)
     if args.out:
+        import torch
+
+        from ucudnn.binding import cudnn
+
+        meta = {"device": torch.cuda.get_device_name(), "cudnn": cudnn.get_version(), "torch": torch.__version__,
+                "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "command": " ".join(sys.argv)}
         args.out.write_text(json.dumps(out, indent=1))
+        args.out.with_suffix(".meta.json").write_text(json.dumps(meta, indent=1))
     return 0
 
 

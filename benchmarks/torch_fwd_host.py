@@ -123,6 +123,46 @@ def forward_host(model_name: str, batch: int, mode: str, limit: str, calls: int 
             "sleep_s": sleep_s, "gpu_may_have_woken": woke, "rows": rows}
 
 
+def _kind(plan: str) -> str:
+    """A plan's kind for grouping: each step's source and, for legacy, its algorithm (``legacy:64:5`` ->
+    ``legacy a5``; ``graph:64:eng70_k2=2`` -> ``graph``); several steps joined by ``+`` (distinct kinds)."""
+    kinds = []
+    for step in plan.split(" "):
+        parts = step.split(":")
+        k = f"legacy a{parts[-1]}" if parts[0] == "legacy" else parts[0]
+        if k not in kinds:
+            kinds.append(k)
+    return "+".join(kinds)
+
+
+def compare(a: dict, b: dict, label_a: str = "A", label_b: str = "B") -> str:
+    """Markdown: two records of the same model and plans (e.g. with and without a launch change), host us summed
+    per kind of plan (forward by its plan; backward by its dx and dw plans), with PyTorch's own layers from each
+    record beside them (their difference is the run-to-run noise).  Raises if the records' plans differ."""
+    rb = {r["layer"]: r for r in b["rows"]}
+    groups: dict[tuple, list[float]] = {}
+    for r in a["rows"]:
+        s = rb[r["layer"]]
+        if (r["plan"], r["plan_dx"], r["plan_dw"]) != (s["plan"], s["plan_dx"], s["plan_dw"]):
+            raise ValueError(f"{r['layer']}: the records ran different plans")
+        for key, ours, torch_ in ((("forward", _kind(r["plan"])), "ucudnn_us", "torch_us"),
+                                  (("backward", f"{_kind(r['plan_dx'])} / {_kind(r['plan_dw'])}"),
+                                   "backward_ucudnn_us", "backward_torch_us")):
+            g = groups.setdefault(key, [0, 0.0, 0.0, 0.0, 0.0])
+            g[0] += 1
+            g[1] += r[ours]
+            g[2] += s[ours]
+            g[3] += r[torch_]
+            g[4] += s[torch_]
+    out = [f"| pass | plans (dx / dw) | layers | {label_a} us | {label_b} us | per call | PyTorch us ({label_a} run) |"
+           f" PyTorch us ({label_b} run) |", "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for (pass_, kind), (n, x, y, tx, ty) in sorted(groups.items(), key=lambda kv: kv[1][1] - kv[1][2]):
+        out.append(f"| {pass_} | {kind} | {n} | {x:.0f} | {y:.0f} | {(x - y) / n:+.0f} | {tx:.0f} | {ty:.0f} |")
+    tot = [sum(g[i] for g in groups.values()) for i in range(1, 5)]
+    out.append(f"| all | | {len(a['rows'])} | {tot[0]:.0f} | {tot[1]:.0f} | | {tot[2]:.0f} | {tot[3]:.0f} |")
+    return "\n".join(out) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="inception_v3")
@@ -131,7 +171,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--limit", default="64MiB")
     ap.add_argument("--calls", type=int, default=20)
     ap.add_argument("--out", type=Path, default=None, help="write the record (JSON) here")
+    ap.add_argument("--compare", nargs=2, type=Path, metavar=("A_JSON", "B_JSON"),
+                    help="print the Markdown comparison of two records (no GPU)")
+    ap.add_argument("--labels", default="A,B", help="the two records' names in --compare's table")
     a = ap.parse_args(argv)
+    if a.compare:
+        la, lb = a.labels.split(",")
+        print(compare(*(json.loads(p.read_text()) for p in a.compare), la, lb), end="")
+        return 0
     rec = forward_host(a.model, a.batch, a.mode, a.limit, a.calls)
     print("REC", json.dumps(rec))
     if a.out is not None:

@@ -133,3 +133,53 @@ def test_every_transform_domain_algorithm_has_engines_and_no_gemm_algorithm_does
                                    ("backward_data", 3), ("backward_data", 5), ("backward_filter", 2),
                                    ("backward_filter", 5)}
     assert all(v for v in L.TWIN_ENGINES.values())
+
+
+# --- the diagnostics that found them (benchmarks/legacy_twins.py, benchmarks/torch_fwd_host.py) ---------------
+def test_the_api_log_parser_takes_the_first_engine_after_each_calls_marker():
+    from bench_scripts import load
+
+    lt = load("legacy_twins")
+    cfg = '{"operationGraph": {}, "engine": {"engineId": %d, "knobChoices": {"CUDNN_KNOB_TYPE_WORKSPACE": -1}}}'
+    log = ["I! CuDNN function cudnnGetConvolutionForwardWorkspaceSize() called:",
+           "i!     apiLog: type=json; val=" + cfg % 28 + ";",            # before any marker: ignored
+           "@@@ MARK p forward algo 7 call 0", "i!     apiLog: type=json; val=" + cfg % 6 + ";",
+           "i!     apiLog: type=json; val=" + cfg % 99 + ";",            # a later finalization: not the call's
+           "@@@ MARK p forward algo 7 call 1", "i!     apiLog: type=json; val=" + cfg % 6 + ";",
+           "@@@ MARK p backward_data algo 3 call 0", "@@@ FAIL CUDNN_STATUS_NOT_SUPPORTED"]
+    assert lt.parse_log(log) == {"p forward 7": [6, {"WORKSPACE": -1}]}
+
+
+def test_the_host_comparison_groups_layers_by_plan_kind_and_refuses_records_of_different_plans():
+    import pytest as _pytest
+    from bench_scripts import load
+
+    fh = load("torch_fwd_host")
+    assert fh._kind("legacy:64:5") == "legacy a5" and fh._kind("graph:64:eng70_k2=2_k18=0") == "graph"
+    assert fh._kind("legacy:32:5 legacy:32:5:5 graph:32:eng4") == "legacy a5+graph"
+
+    def rec(us, plan="legacy:64:5"):
+        row = {"layer": "l1", "plan": plan, "plan_dx": "legacy:64:3", "plan_dw": "graph:64:eng67", "torch_us": 30.0,
+               "ucudnn_us": us, "backward_torch_us": 100.0, "backward_ucudnn_us": 2 * us}
+        return {"rows": [row, {**row, "layer": "l2", "plan": "graph:64:eng70"}]}
+
+    md = fh.compare(rec(60.0), rec(90.0), "twins", "no-twins")
+    assert "| forward | legacy a5 | 1 | 60 | 90 | -30 | 30 | 30 |" in md
+    assert "| backward | legacy a3 / graph | 2 | 240 | 360 | -60 | 200 | 200 |" in md
+    assert md.rstrip().endswith("| all | | 2 | 360 | 540 | | 260 | 260 |")
+    with _pytest.raises(ValueError, match="different plans"):
+        fh.compare(rec(60.0), rec(90.0, plan="legacy:64:7"))
+
+
+def test_a_bad_switch_value_is_refused_naming_the_variable(monkeypatch):
+    from ucudnn import config
+    from ucudnn.errors import InputError
+
+    monkeypatch.setenv("UCUDNN_LEGACY_TWINS", "maybe")
+    with pytest.raises(InputError) as e:
+        config.legacy_twins()
+    assert e.value.field == "UCUDNN_LEGACY_TWINS"
+    monkeypatch.setenv("UCUDNN_LEGACY_TWINS", "off")
+    assert config.legacy_twins() is False
+    monkeypatch.delenv("UCUDNN_LEGACY_TWINS")
+    assert config.legacy_twins() is True

@@ -18,6 +18,7 @@ defaults that explicit arguments and CLI flags override.
 | ``UCUDNN_PROGRESS`` | ``1`` / ``0``: benchmark progress on stderr always / never | after 2 s |
 | ``UCUDNN_CHANNEL_POLICY`` | ``none`` / ``halves`` / ``powerOfTwo``: channel slices benchmarked besides micro-batches (:func:`ucudnn.policy.channel_sizes`, issue 18) | ``none`` |
 | ``UCUDNN_UNWRITTEN`` | ``1`` / ``0``: plans may take workspace from output a call has not written yet (:func:`unwritten`) | ``0`` |
+| ``UCUDNN_LEGACY_TWINS`` | ``1`` / ``0``: legacy transform-domain calls run as the graph-API engine cuDNN runs them as, built once (:func:`legacy_twins`) | ``1`` |
 """
 from __future__ import annotations
 
@@ -120,6 +121,18 @@ def unwritten() -> bool:
         from .errors import InputError
 
         raise InputError(f"expected 1 or 0 (on / off), got {v!r}", "UCUDNN_UNWRITTEN")
+    return _SWITCH[v]
+
+
+def legacy_twins() -> bool:
+    """``UCUDNN_LEGACY_TWINS``: whether prepared legacy FFT / FFT_TILING / WINOGRAD_NONFUSED configurations run
+    through their graph-API twins (``1``, the default; ``0`` keeps every legacy call, for A/B measurements).  Read at
+    each preparation (:func:`ucudnn.measure.sources.legacy.twin_of`)."""
+    v = (_env("UCUDNN_LEGACY_TWINS") or "1").lower()
+    if v not in _SWITCH:
+        from .errors import InputError
+
+        raise InputError(f"expected 1 or 0 (on / off), got {v!r}", "UCUDNN_LEGACY_TWINS")
     return _SWITCH[v]
 
 

@@ -27,9 +27,9 @@ other sources' configurations (the graph source's heuristics, builds and note pr
 from __future__ import annotations
 
 import dataclasses
-import os
 from typing import Any
 
+from ... import config as config_module
 from ... import numerics as num
 from ...binding import cudnn
 from ...binding.gpu import current_device, descriptors, handle, handle_on
@@ -50,12 +50,6 @@ TWIN_ENGINES: dict[tuple[str, int], tuple[int, ...]] = {
     ("backward_data", 2): (4,), ("backward_data", 3): (50, 5), ("backward_data", 5): (7,),
     ("backward_filter", 2): (18,), ("backward_filter", 5): (17,),
 }
-
-
-def twins_enabled() -> bool:
-    """Whether prepared legacy configurations run through their graph-API twins (``UCUDNN_LEGACY_TWINS=0``: never;
-    for A/B measurements, read at each preparation)."""
-    return os.environ.get("UCUDNN_LEGACY_TWINS", "1") != "0"
 
 
 class LegacySource(Prepared):
@@ -170,7 +164,7 @@ def twin_of(op: str, problem: ConvProblem, config: Measurement) -> Launch | None
     :meth:`~ucudnn.measure.sources.graph.GraphSource.twin`), or None: not a transform-domain algorithm, not
     float32 data, twins turned off, no graph source here, or no engine that is provably the same algorithm."""
     engines = TWIN_ENGINES.get((op, int(config.algo)))
-    if not engines or problem.dtype != "float32" or not twins_enabled():
+    if not engines or problem.dtype != "float32" or not config_module.legacy_twins():
         return None
     try:
         from . import registry
