@@ -183,3 +183,20 @@ def test_a_bad_switch_value_is_refused_naming_the_variable(monkeypatch):
     assert config.legacy_twins() is False
     monkeypatch.delenv("UCUDNN_LEGACY_TWINS")
     assert config.legacy_twins() is True
+
+
+def test_the_on_off_report_takes_medians_over_rounds_per_kernel_and_in_total():
+    from bench_scripts import load
+
+    ab = load("twins_ab")
+    rounds = {"on": [{"k1": 1.0, "k2": 2.0}, {"k1": 1.2, "k2": 2.0}, {"k1": 1.1, "k2": 2.2}],
+              "off": [{"k1": 2.0, "k2": 2.0}, {"k1": 2.2, "k2": 2.1}, {"k1": 1.9, "k2": 2.0}]}
+    s = ab.summarize(rounds, {"k1": "16x16 a7/FMA", "k2": "256 aeng1/FMA"})
+    assert s["totals_ms"] == {"on": [3.0, 3.2, 3.3], "off": [4.0, 4.3, 3.9]}
+    assert (s["median_total_on_ms"], s["median_total_off_ms"]) == (3.2, 4.0)
+    assert s["kernels"][0] == {"kernel": "k1", "plan": "16x16 a7/FMA", "on_ms": 1.1, "off_ms": 2.0,
+                               "off_over_on": 1.818}
+    doc = {"network": "alexnet", "batch": 256, "dtype": "float32", "layout": "NCHW", "limit": "64MiB",
+           "unwritten": True, "table": "t.json.gz", "rounds": 3, "summary": s}
+    md = ab.markdown({"device": "NVIDIA H200"}, doc)
+    assert "**1.250x**" in md and "| k1 | 16x16 a7/FMA | 1.1 | 2.0 | 1.818 |" in md
