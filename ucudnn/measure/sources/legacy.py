@@ -23,6 +23,13 @@ with that sample and ``extra["timed"] = "first-sample"``.  Re-timed ones carry
 
 Find is the benchmark's window for host work (:mod:`.overlap`): while it runs, the overlap helper prepares
 other sources' configurations (the graph source's heuristics, builds and note probes).
+
+Execution through twins: cuDNN 9 runs every legacy call on a graph-API engine and finalizes that engine's
+configuration again at each call.  For the transform-domain algorithms (FFT, FFT_TILING, WINOGRAD_NONFUSED) the
+engine is fixed (:data:`TWIN_ENGINES`), so :meth:`LegacySource.prepare` builds it once through the graph source
+(its *twin*: same workspace, numerics no looser) and runs it for the calls that do not accumulate: the same kernels
+with 20-60 us less host work a call (``benchmarks/results/legacy_twins_h200-notes.md``).  Benchmarks keep timing
+the legacy call itself.
 """
 from __future__ import annotations
 
