@@ -200,3 +200,25 @@ def test_the_on_off_report_takes_medians_over_rounds_per_kernel_and_in_total():
            "unwritten": True, "table": "t.json.gz", "rounds": 3, "summary": s}
     md = ab.markdown({"device": "NVIDIA H200"}, doc)
     assert "**1.250x**" in md and "| k1 | 16x16 a7/FMA | 1.1 | 2.0 | 1.818 |" in md
+
+
+def test_the_twin_table_holds_the_engines_cudnns_log_showed_and_leaves_out_the_tuned_gemms():
+    """The recorded H200 log (``benchmarks/results/legacy_twins_h200.engines.json``: the engine each legacy call ran
+    as, on seven public problems): every twinned algorithm ran only as engines its entry lists, and the
+    IMPLICIT_PRECOMP_GEMM algorithms, left out, ran as several engines and knob choices."""
+    import collections
+    import json
+    from pathlib import Path
+
+    log = json.loads((Path(__file__).resolve().parents[1] / "benchmarks" / "results" /
+                      "legacy_twins_h200.engines.json").read_text())
+    ran = collections.defaultdict(set)
+    for key, (engine, knobs) in log.items():
+        problem, op, algo = key.split()
+        if "f16" not in problem:       # the table is float32's
+            ran[(op, int(algo))].add((engine, json.dumps(knobs, sort_keys=True)))
+    for (op, algo), engines in L.TWIN_ENGINES.items():
+        assert ran[(op, algo)], f"{op} algo {algo} never ran in the log"
+        assert {e for e, _ in ran[(op, algo)]} <= set(engines), (op, algo, ran[(op, algo)])
+    for gemm in (("forward", 1), ("backward_data", 1), ("backward_filter", 1)):
+        assert gemm not in L.TWIN_ENGINES and len(ran[gemm]) > 2
