@@ -65,6 +65,10 @@ def test_a_v1_store_opens_keeps_its_rows_and_is_upgraded_to_head(store_url):
     assert store.get_plan(pid).workspace_limit == 6 << 30
     store.put_job("ab12", {"problems": []}, 3)
     assert store.get_job("ab12")["total"] == 3
+    # revision 0003: batch-policy names longer than 16 characters (PostgreSQL enforces the column's length)
+    for policy in ("powerOfTwoAndEvenSplits", "powerOfTwoAndMidpoints"):
+        long = make_plan(store.get_table(table_id), "wr", workspace_limit="64MiB", batch_policy=policy)
+        assert store.get_plan(store.put_plan({"policy": policy}, long)).batch_policy == policy
 
 
 def test_opening_an_up_to_date_store_again_changes_nothing(store_url):

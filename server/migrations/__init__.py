@@ -11,6 +11,8 @@ Revisions:
   Such stores are recognised and stamped ``0001`` before upgrading.
 * ``0002`` — plan workspace sizes become 64-bit (PostgreSQL ``INTEGER`` is
   32-bit; workspaces exceed 2 GiB) and the ``jobs`` table of the service.
+* ``0003`` — ``plans.batch_policy`` becomes VARCHAR(32) on PostgreSQL: the
+  ``powerOfTwoAndMidpoints`` / ``powerOfTwoAndEvenSplits`` names are longer than 16.
 
 Opening a store that is already at :data:`HEAD` costs one small query and
 does not import Alembic.  Revisions are written by hand (``alembic revision``
@@ -25,7 +27,7 @@ from pathlib import Path
 from sqlalchemy import inspect, text
 from sqlalchemy.engine import Connection, Engine
 
-HEAD = "0002"
+HEAD = "0003"
 V1_TABLES = {"benchmark_tables", "plans", "kernel_benches"}
 _PG_LOCK_KEY = 0x75637564  # "ucud": serialises migrations of one PostgreSQL store across processes
 _local_lock = threading.Lock()

@@ -44,7 +44,7 @@ class PlanRow(Base):
     device: Mapped[str] = mapped_column(String(256), index=True)
     cudnn_version: Mapped[int] = mapped_column(Integer, index=True)
     policy: Mapped[str] = mapped_column(String(16))
-    batch_policy: Mapped[str] = mapped_column(String(16))
+    batch_policy: Mapped[str] = mapped_column(String(32))   # powerOfTwoAndEvenSplits: 23 (revision 0003)
     workspace_limit: Mapped[int | None] = mapped_column(BigInteger, nullable=True)  # > 2 GiB happens
     total_workspace: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     total_time_ms: Mapped[float] = mapped_column(Float)
