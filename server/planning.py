@@ -26,8 +26,9 @@ from typing import Any
 from ucudnn.catalog.store import Store, key_id
 from ucudnn.errors import InfeasibleError, InputError, UcudnnError
 from ucudnn.planning.planner import plan as make_plan
+from ucudnn.planning.plan import Plan
 from ucudnn.planning.table import BenchmarkTable
-from ucudnn.policy import normalize_policy
+from ucudnn.policy import key_policy_of, normalize_policy
 from ucudnn.units import parse_size
 
 from .metrics import Metrics
@@ -156,11 +157,20 @@ class PlanService:
         else:
             self.store.put_table(table)  # an inline table is stored as POST /v1/tables would
         self.remember_table(table_id, table)
+        # the batch policy that measures the same sizes at this table's mini-batch (even splits at a power of two
+        # are powerOfTwo's sizes): its plan is this one, so it is found, or planned and kept, under both keys
+        same = {**key, "batch_policy": key_policy_of(key["batch_policy"], (k.problem.n for k in table.kernels))}
+        if same != key:
+            record = self.store.get_plan_record(key_id(same))
+            if record is not None:
+                self.metrics.plan_hits.labels("store").inc()
+                self.store.put_plan(key, Plan.from_dict(json.loads(record[0])), table_id)
+                return _response(pid, table_id, record[0])
         self.metrics.plan_misses.labels(key["policy"]).inc()
         start = time.perf_counter()
         try:
             plan = make_plan(table, key["policy"], workspace_limit=key["workspace_limit"],
-                             total_workspace=key["total_workspace"], batch_policy=key["batch_policy"],
+                             total_workspace=key["total_workspace"], batch_policy=same["batch_policy"],
                              unwritten=bool(key.get("unwritten")))
             text = plan.to_json()
         except InfeasibleError as e:
@@ -177,6 +187,8 @@ class PlanService:
         finally:
             self.metrics.solve_seconds.labels(key["policy"]).observe(time.perf_counter() - start)
         self.store.put_plan(key, plan, table_id)
+        if same != key:
+            self.store.put_plan(same, plan, table_id)
         return _response(pid, table_id, text)
 
     def remember_table(self, table_id: str, table: BenchmarkTable) -> None:

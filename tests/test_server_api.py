@@ -160,3 +160,26 @@ def test_the_openapi_document_lists_the_v1_endpoints(http):
                          ("/v1/plans/{plan_id}", "get"), ("/v1/jobs", "post"), ("/v1/jobs/{job_id}", "get"),
                          ("/healthz", "get"), ("/metrics", "get")]:
         assert method in paths[path], (path, method)
+
+
+def test_even_splits_at_a_power_of_two_batch_are_powerOfTwos_plan_solved_once(http):
+    """At a power-of-two mini-batch ``powerOfTwoAndEvenSplits`` measures exactly ``powerOfTwo``'s sizes, so the
+    service plans it once: each request keeps its own id, the second is answered from the store, and both bodies
+    are the same plan (named ``powerOfTwo``, as the library keys it); at a batch that is no power of two the two
+    policies stay two plans."""
+    tid = http.post("/v1/tables", json=synthetic_table(n=32)).json()["id"]
+    ask = {"table_id": tid, "policy": "wr", "workspace_limit": "8MiB"}
+    even = http.post("/v1/plans", json={**ask, "batch_policy": "powerOfTwoAndEvenSplits"})
+    pow2 = http.post("/v1/plans", json={**ask, "batch_policy": "powerOfTwo"})
+    assert even.status_code == pow2.status_code == 200, even.text
+    assert even.json()["id"] != pow2.json()["id"]
+    assert _metric(http, "ucudnn_plan_cache_misses_total", policy="wr") == 1
+    assert _metric(http, "ucudnn_plan_cache_hits_total", layer="store") == 1
+    strip = lambda b: {k: v for k, v in b.items() if k != "id"}  # noqa: E731
+    assert strip(even.json()) == strip(pow2.json()) and even.json()["batch_policy"] == "powerOfTwo"
+    odd = http.post("/v1/tables", json=synthetic_table(n=24)).json()["id"]
+    for policy in ("powerOfTwoAndEvenSplits", "powerOfTwo"):
+        r = http.post("/v1/plans", json={"table_id": odd, "policy": "wr", "workspace_limit": "8MiB",
+                                         "batch_policy": policy})
+        assert r.status_code == 200 and r.json()["batch_policy"] == policy
+    assert _metric(http, "ucudnn_plan_cache_misses_total", policy="wr") == 3
