@@ -71,7 +71,19 @@ def _timing(run, reps: int, sleep_cycles: int) -> tuple[float, float]:
     return min(gpu), min(host)
 
 
-def probe(name: str, p, op: str, max_engine: int, reps: int) -> dict:
+def knob_numbers(knobs: dict) -> dict[int, int]:
+    """An API log's knob choices by name (``{"TILE_SIZE": 4}``) as cudnnBackendKnobType_t numbers (``{2: 4}``), the
+    numbers an engine tag carries; a name the table does not know raises ValueError."""
+    from ucudnn.measure.sources.graph import BACKEND_KNOBS
+
+    return {BACKEND_KNOBS.index(k): int(v) for k, v in knobs.items()}
+
+
+def probe(name: str, p, op: str, max_engine: int, reps: int, logged: dict | None = None) -> dict:
+    """Legacy algorithms and engines by id (default knobs) of one problem and op, timed; with ``logged`` (an
+    ``.engines.json`` of ``--report``) also each legacy algorithm's logged engine built with the logged knobs
+    (kind ``logged``: ``knobs_match`` says whether the built plan carries exactly those knobs; the frontend cannot
+    set every knob, USE_TEX for one)."""
     import torch
 
     from ucudnn.binding import cudnn
@@ -115,7 +127,7 @@ def probe(name: str, p, op: str, max_engine: int, reps: int) -> dict:
                      "rel_err_vs_first": err})
 
     h = handle()
-    d = descriptors(p, "DEFAULT")
+    d = descriptors(p, "DEFAULT")   # the math the recorded API log was taken under (--legacy-once)
     da, db, dout = d.operands(op)
     legacy = LegacySource()
     for algo in range(ALGOS[op]):
@@ -127,10 +139,32 @@ def probe(name: str, p, op: str, max_engine: int, reps: int) -> dict:
         if need > ws_cap:
             rows.append({"kind": "legacy", "id": algo, "error": f"ws {need}"})
             continue
-        launch = legacy.prepare(op, p, Measurement(p.n, algo, "DEFAULT", 1.0, need))
+        launch = legacy.prepare(op, p, Measurement(p.n, algo, "DEFAULT", 1.0, need), twin=False)
         record("legacy", algo, need, launch.direct)
     gs = GraphSource()
     fe = gs._frontend()
+    for key, (eid, knobs) in sorted((logged or {}).items()):
+        prob, lop, algo = key.split()
+        if prob != name or lop != op:
+            continue
+        try:
+            want = knob_numbers(knobs)
+            kt = gs._knob_types()
+            g = gs.graph(op, p)
+            g.create_execution_plan(int(eid), {kt[k]: v for k, v in want.items() if k in kt})
+            tag = g.get_plan_name_at_index(0)
+            g.build_plan_at_index(0)
+            need = int(g.get_workspace_size_plan_at_index(0))
+            ident = EngineIdentity.parse_tag(tag)
+            from ucudnn.measure.sources.graph import _Built
+
+            gs._plans[(gs._device(), op, p, ident)] = _Built(g, 0, need)
+            launch = gs.prepare(op, p, Measurement(p.n, ident.tag, "", 1.0, need, "graph", ident.to_json()))
+        except Exception as e:  # noqa: BLE001
+            rows.append({"kind": "logged", "id": f"eng{eid}", "for_algo": int(algo), "error": str(e)[:200]})
+            continue
+        record("logged", tag, need, launch.direct)
+        rows[-1].update(for_algo=int(algo), knobs_match=dict(ident.knobs) == want)
     listed = {}
     for mode in ("A", "B", "FALLBACK"):
         try:
@@ -257,6 +291,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--report", nargs=3, metavar=("TWINS_JSON", "LOG", "MD"),
                     help="write the Markdown report from a run's JSON and its --legacy-once log (plain or .gz)")
     ap.add_argument("--meta", default="{}", help="JSON of the run's device / versions / date for the report")
+    ap.add_argument("--logged", type=Path, default=None, metavar="ENGINES_JSON",
+                    help="also build each legacy algorithm's logged engine with its logged knobs; --max-engine 0 "
+                         "skips the scan of engine ids by default knobs")
     args = ap.parse_args(argv)
     if args.legacy_once:
         legacy_once()
@@ -279,7 +316,8 @@ def main(argv: list[str] | None = None) -> int:
             continue
         for op in OPS:
             t0 = time.perf_counter()
-            r = probe(name, p, op, args.max_engine, args.reps)
+            logged = json.loads(args.logged.read_text()) if args.logged else None
+            r = probe(name, p, op, args.max_engine, args.reps, logged)
             r["probe_s"] = round(time.perf_counter() - t0, 2)
             out.append(r)
             best = sorted((x for x in r["rows"] if "gpu_ms" in x), key=lambda x: x["gpu_ms"])[:4]

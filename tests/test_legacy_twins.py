@@ -222,3 +222,13 @@ def test_the_twin_table_holds_the_engines_cudnns_log_showed_and_leaves_out_the_t
         assert {e for e, _ in ran[(op, algo)]} <= set(engines), (op, algo, ran[(op, algo)])
     for gemm in (("forward", 1), ("backward_data", 1), ("backward_filter", 1)):
         assert gemm not in L.TWIN_ENGINES and len(ran[gemm]) > 2
+
+
+def test_logged_knob_names_become_the_numbers_engine_tags_carry():
+    from bench_scripts import load
+
+    lt = load("legacy_twins")
+    assert lt.knob_numbers({"TILE_SIZE": 4, "USE_TEX": 0}) == {2: 4, 3: 0}
+    assert G.EngineIdentity(28, tuple(lt.knob_numbers({"TILE_SIZE": 4, "USE_TEX": 0}).items())).tag == "eng28_k2=4_k3=0"
+    with pytest.raises(ValueError):
+        lt.knob_numbers({"NOT_A_KNOB": 1})
