@@ -47,6 +47,16 @@ def _roles(op: str) -> tuple[str, str, str]:
     return {"forward": ("x", "w", "y"), "backward_data": ("w", "y", "x"), "backward_filter": ("x", "y", "w")}[op]
 
 
+def _buffers(p) -> dict:
+    """Random x, w and y of ``p`` on the GPU (flat; cuDNN reads them through its descriptors), seeded."""
+    import torch
+
+    dt = {"float32": torch.float32, "float16": torch.float16}[p.dtype]
+    numel = {"x": p.n * p.c * p.h * p.w, "w": p.k * (p.c // p.groups) * p.r * p.s, "y": p.n * p.k * p.p * p.q}
+    torch.manual_seed(0)
+    return {r: torch.randn(n, device="cuda", dtype=dt) for r, n in numel.items()}
+
+
 def _timing(run, reps: int, sleep_cycles: int) -> tuple[float, float]:
     """(GPU ms a call from events over ``reps`` calls, host us a call enqueued behind a GPU sleep), best of 3."""
     import torch
@@ -93,10 +103,7 @@ def probe(name: str, p, op: str, max_engine: int, reps: int, logged: dict | None
     from ucudnn.measure.sources.legacy import LegacySource
     from ucudnn.planning.table import Measurement
 
-    dt = {"float32": torch.float32, "float16": torch.float16}[p.dtype]
-    numel = {"x": p.n * p.c * p.h * p.w, "w": p.k * (p.c // p.groups) * p.r * p.s, "y": p.n * p.k * p.p * p.q}
-    torch.manual_seed(0)
-    bufs = {r: torch.randn(n, device="cuda", dtype=dt) for r, n in numel.items()}
+    bufs = _buffers(p)
     a, b, out = (bufs[r] for r in _roles(op))
     ws_cap = 1 << 30
     ws = torch.empty(ws_cap, dtype=torch.uint8, device="cuda")
@@ -209,9 +216,7 @@ def legacy_once() -> None:
 
     h = handle()
     for name, p in problems().items():
-        dt = {"float32": torch.float32, "float16": torch.float16}[p.dtype]
-        numel = {"x": p.n * p.c * p.h * p.w, "w": p.k * (p.c // p.groups) * p.r * p.s, "y": p.n * p.k * p.p * p.q}
-        bufs = {r: torch.randn(n, device="cuda", dtype=dt) for r, n in numel.items()}
+        bufs = _buffers(p)
         ws = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
         d = descriptors(p, "DEFAULT")
         for op in OPS:

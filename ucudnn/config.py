@@ -103,6 +103,17 @@ def benchmark_mode() -> str:
 _SWITCH = {"1": True, "on": True, "true": True, "yes": True, "0": False, "off": False, "false": False, "no": False}
 
 
+def _switch(name: str, default: str) -> bool:
+    """An on / off variable (``1`` / ``0`` and the :data:`_SWITCH` spellings), ``default`` when unset; anything
+    else is refused naming the variable."""
+    v = (_env(name) or default).lower()
+    if v not in _SWITCH:
+        from .errors import InputError
+
+        raise InputError(f"expected 1 or 0 (on / off), got {v!r}", name)
+    return _SWITCH[v]
+
+
 def unwritten() -> bool:
     """``UCUDNN_UNWRITTEN``: whether the library's plans may take a micro-batch's workspace from memory its call
     owns and has not written yet (``1``; ``0``, the default, turns it off).
@@ -116,24 +127,14 @@ def unwritten() -> bool:
     converted training step +2.6-2.8% (``benchmarks/results/torch_train_unwritten_h200.md``).  Off by default: in
     one of four AlexNet b256 runs a converted step with one such kernel trained 19% slower than without it, a loss
     not yet explained (the same report)."""
-    v = (_env("UCUDNN_UNWRITTEN") or "0").lower()
-    if v not in _SWITCH:
-        from .errors import InputError
-
-        raise InputError(f"expected 1 or 0 (on / off), got {v!r}", "UCUDNN_UNWRITTEN")
-    return _SWITCH[v]
+    return _switch("UCUDNN_UNWRITTEN", "0")
 
 
 def legacy_twins() -> bool:
     """``UCUDNN_LEGACY_TWINS``: whether prepared legacy FFT / FFT_TILING / WINOGRAD_NONFUSED configurations run
     through their graph-API twins (``1``, the default; ``0`` keeps every legacy call, for A/B measurements).  Read at
     each preparation (:func:`ucudnn.measure.sources.legacy.twin_of`)."""
-    v = (_env("UCUDNN_LEGACY_TWINS") or "1").lower()
-    if v not in _SWITCH:
-        from .errors import InputError
-
-        raise InputError(f"expected 1 or 0 (on / off), got {v!r}", "UCUDNN_LEGACY_TWINS")
-    return _SWITCH[v]
+    return _switch("UCUDNN_LEGACY_TWINS", "1")
 
 
 def cache_dir() -> Path:

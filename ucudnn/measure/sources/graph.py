@@ -995,33 +995,31 @@ class GraphSource(Prepared):
         key = (self._device(), op, problem, tuple(engine_ids), int(workspace_bytes), bool(deterministic))
         with self._lock:
             if key not in self._twins:
-                self._twins[key] = self._find_twin(key, op, problem, engine_ids, workspace_bytes, deterministic)
+                self._twins[key] = self._find_twin(key[0], op, problem, engine_ids, workspace_bytes, deterministic)
             return self._twins[key]
 
-    def _find_twin(self, key: tuple, op: str, problem: ConvProblem, engine_ids: Sequence[int], workspace_bytes: int,
-                   deterministic: bool) -> Measurement | None:
-        found: Measurement | None = None
+    def _find_twin(self, device: int, op: str, problem: ConvProblem, engine_ids: Sequence[int],
+                   workspace_bytes: int, deterministic: bool) -> Measurement | None:
         try:
             fe = self._frontend()
-            excluded = ["TENSOR_CORE", "DOWN_CONVERT_INPUTS", "REDUCED_PRECISION_REDUCTION"]
-            excluded += ["NONDETERMINISTIC"] if deterministic else []
-            for e in engine_ids:
-                try:
-                    g = self.graph(op, problem)
-                    g.create_execution_plan(int(e), {})
-                    ident = EngineIdentity.parse_tag(g.get_plan_name_at_index(0))
-                    g.deselect_numeric_notes([getattr(fe.numerical_note, n) for n in excluded])
-                    g.build_plan_at_index(0)
-                    ws = int(g.get_workspace_size_plan_at_index(0))
-                except Exception:  # noqa: BLE001 - not this problem's engine, or refused by its notes
-                    continue
-                if ws == workspace_bytes and ident.engine_id == int(e):
-                    self._plans[(key[0], op, problem, ident)] = _Built(g, 0, ws)
-                    found = self._config(problem.n, ident, ws)
-                    break
         except GraphUnavailable:
-            found = None
-        return found
+            return None
+        # strict numerics' filter (the twin's math is no looser than the legacy call's FMA)
+        excluded = excluded_notes("strict-deterministic" if deterministic else "strict", problem.dtype)
+        for e in engine_ids:
+            try:
+                g = self.graph(op, problem)
+                g.create_execution_plan(int(e), {})
+                ident = EngineIdentity.parse_tag(g.get_plan_name_at_index(0))
+                g.deselect_numeric_notes([getattr(fe.numerical_note, n) for n in excluded])
+                g.build_plan_at_index(0)
+                ws = int(g.get_workspace_size_plan_at_index(0))
+            except Exception:  # noqa: BLE001 - not this problem's engine, or refused by its notes
+                continue
+            if ws == workspace_bytes and ident.engine_id == int(e):
+                self._plans[(device, op, problem, ident)] = _Built(g, 0, ws)
+                return self._config(problem.n, ident, ws)
+        return None
 
     def prepare(self, op: str, problem: ConvProblem, config: Any) -> Launch:
         """The configuration's engine plan, built (or found built) now; the launcher executes it.
