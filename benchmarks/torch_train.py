@@ -72,11 +72,14 @@ OUT = RESULTS / "torch_train.jsonl"
 #: ``no-unwritten``, plans that may / never borrow output not written yet (``UCUDNN_UNWRITTEN``; off by default);
 #: ``even``, the ``powerOfTwoAndEvenSplits`` batch policy (``UCUDNN_BATCH_SIZE_POLICY``: a mini-batch that is no
 #: power of two as near-equal micro-batches; the default since session 17); ``pow2``, μ-cuDNN's ``powerOfTwo``
-#: (the default before)
+#: (the default before); ``no-twins``, legacy transform-domain calls kept (``UCUDNN_LEGACY_TWINS=0``); ``no-host-ties``,
+#: plans that take the fastest configuration at each size whatever its host work (``UCUDNN_HOST_TIES=0``: planned
+#: from the same tables under their own key)
 SUFFIX_ENV = {"py": {"UCUDNN_TORCH_FASTPATH": "0"}, "unwritten": {"UCUDNN_UNWRITTEN": "1"},
               "no-unwritten": {"UCUDNN_UNWRITTEN": "0"},
               "even": {"UCUDNN_BATCH_SIZE_POLICY": "powerOfTwoAndEvenSplits"},
-              "pow2": {"UCUDNN_BATCH_SIZE_POLICY": "powerOfTwo"}, "no-twins": {"UCUDNN_LEGACY_TWINS": "0"}}
+              "pow2": {"UCUDNN_BATCH_SIZE_POLICY": "powerOfTwo"}, "no-twins": {"UCUDNN_LEGACY_TWINS": "0"},
+              "no-host-ties": {"UCUDNN_HOST_TIES": "0"}}
 IMPL_ENV = {f"ucudnn-{mib}-{suffix}": env for suffix, env in SUFFIX_ENV.items() for mib in (64, 256)}
 #: each implementation's per-kernel workspace limit (None: plain PyTorch).  ``torch-heuristic``: plain PyTorch with
 #: ``cudnn.benchmark`` off (cuDNN's heuristics pick each algorithm): two valid algorithm choices of PyTorch itself,

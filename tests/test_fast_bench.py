@@ -143,6 +143,25 @@ def test_legacy_unpruned_retimes_everything(monkeypatch):
     assert [a for a, _ in calls] == [0, 1] and {m.extra["timed"] for m in got.values()} == {"median"}
 
 
+def test_legacy_records_the_host_work_of_what_it_timed_and_none_for_what_it_kept_from_find(monkeypatch):
+    """``host_ms`` (planning's near-ties, ``ucudnn.planning.wr.HOST_TIE_FRACTION``) is the timing's own: a row
+    kept at Find's time has none, not the previous row's."""
+    from ucudnn.binding import timing
+
+    fake_legacy(monkeypatch, [(0, 1.0, 4 * MiB), (1, 3.0, 8 * MiB), (2, 3.0, 0)], {0: 1.1, 1: 2.9, 2: 3.2})
+    inner = L.time_config
+
+    def timer(fn, settings, give_up=None):
+        t = inner(fn, settings, give_up)
+        timing._last.host_ms = 0.05 * t            # what time_ms leaves behind: the host ms per call
+        return t
+
+    monkeypatch.setattr(L, "time_config", timer)
+    got = measure(BenchSettings("strict", prune_margin=2.0, hopeless_factor=None, trust_estimate_ms=None))
+    assert got[0].extra["host_ms"] == pytest.approx(0.055) and got[2].extra["host_ms"] == pytest.approx(0.16)
+    assert "host_ms" not in got[1].extra           # dominated: Find's time kept, nothing timed
+
+
 def test_legacy_with_repeat_zero_trusts_find_as_before(monkeypatch):
     calls = fake_legacy(monkeypatch, [(0, 1.0, 0), (1, 30.0, 0)], {0: 1.0, 1: 30.0})
     got = measure(BenchSettings("strict", repeat=0))

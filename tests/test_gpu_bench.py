@@ -109,3 +109,14 @@ def test_the_kernel_budget_bounds_the_retiming(kernels):
     # what remains is Find's own time at each size: bounded by Find, not by re-timing
     timed = sum(1 for m in k.measurements if m.extra["timed"] == "median")
     assert timed < len(k.measurements)
+
+
+def test_timed_rows_record_the_hosts_work_per_call_and_rows_kept_from_find_do_not(tables):
+    """``host_ms`` (planning's near-ties on host work, ``ucudnn.planning.wr.HOST_TIE_FRACTION``): every row a
+    timing produced has it, positive and at most its time (the eager timer reports the longer of GPU and host);
+    a row that kept Find's time has none."""
+    on, _ = tables["on"]
+    timed = [m for k in on.kernels for m in k.measurements if m.extra.get("timed") in ("median", "first-sample")]
+    kept = [m for k in on.kernels for m in k.measurements if m.extra.get("timed") == "find"]
+    assert timed and all(0 < m.extra["host_ms"] <= m.time_ms * 1.0001 for m in timed)
+    assert all("host_ms" not in m.extra for m in kept)

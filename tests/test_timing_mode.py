@@ -122,3 +122,56 @@ def test_a_sample_costs_the_longer_of_the_host_and_gpu_time_per_call(monkeypatch
         fake.call()
 
     assert timing.time_ms(fn, repeat=3, warmup=1, min_sample_ms=0.5) == pytest.approx(expect)
+
+
+@pytest.mark.parametrize("host, gpu", [(3.0, 1.0), (0.05, 1.0), (0.2, 0.1)])
+def test_a_timing_keeps_the_hosts_enqueue_time_per_call_whichever_clock_won(monkeypatch, host, gpu):
+    """Tables record the host's work per call beside the time (``host_ms``): planning breaks near-ties on it."""
+    import sys
+    import types
+
+    fake = _FakeCupy(gpu)
+    clock = [0.0]
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    monkeypatch.setattr(timing, "_spin", {})
+    monkeypatch.setattr(timing, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
+
+    def fn():
+        clock[0] += host / 1e3
+        fake.call()
+
+    with timing.HostRecorder() as rec:
+        assert rec.ms is None                     # nothing timed in the block yet
+        timing.time_ms(fn, repeat=3, warmup=1, min_sample_ms=0.5)
+    assert rec.ms == pytest.approx(host)
+    with timing.HostRecorder() as again:
+        pass
+    assert again.ms is None                       # a block that timed nothing records nothing
+
+
+def test_a_replayed_timing_records_no_host_work(monkeypatch):
+    """A replay's host work is the CUDA graph's launch, not the configuration's: no ``host_ms`` from it."""
+    import sys
+    import types
+
+    fake = _FakeCupy(1.0)
+
+    class _Ctx:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *a):
+            return None
+
+        def synchronize(self):
+            pass
+
+    fake.cuda.Stream = lambda non_blocking=True: _Ctx()
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    monkeypatch.setattr(timing, "_spin", {})
+    import ucudnn.binding.gpu as gpu
+
+    monkeypatch.setattr(gpu, "capture", lambda fn: types.SimpleNamespace(launch=lambda stream: fake.call()))
+    with timing.HostRecorder() as rec:
+        assert timing.time_replay_ms(lambda: None, repeat=2, warmup=1, min_sample_ms=0.5) == pytest.approx(1.0)
+    assert rec.ms is None

@@ -78,7 +78,8 @@ def _cache_key(problem: ConvProblem, op: str, numerics: str, batch_policy: str, 
     runs under (``UCUDNN_CHANNEL_POLICY``; left out for ``none``, likewise), the batch policy as
     :func:`ucudnn.policy.key_policy` names it (one name for policies with the same sizes), and the limit for a
     plan's key, with
-    ``unwritten: true`` for a plan that may take workspace from output not written yet (left out otherwise)."""
+    ``unwritten: true`` for a plan that may take workspace from output not written yet (left out otherwise) and
+    ``host_ties: false`` for a plan made without host near-ties (``UCUDNN_HOST_TIES=0``; left out otherwise)."""
     key = {"device": device_name(), "cudnn_version": cudnn.get_version(), "problem": problem.to_dict(), "op": op,
            "numerics": numerics, "batch_policy": key_policy(batch_policy, problem.n)}
     field = source_names.key_field(sources, op, problem)
@@ -91,6 +92,8 @@ def _cache_key(problem: ConvProblem, op: str, numerics: str, batch_policy: str, 
         key["workspace_limit"] = limit
         if unwritten:
             key["unwritten"] = True
+        if not config.host_ties():
+            key["host_ties"] = False
     return key
 
 

@@ -19,6 +19,7 @@ defaults that explicit arguments and CLI flags override.
 | ``UCUDNN_CHANNEL_POLICY`` | ``none`` / ``halves`` / ``powerOfTwo``: channel slices benchmarked besides micro-batches (:func:`ucudnn.policy.channel_sizes`, issue 18) | ``none`` |
 | ``UCUDNN_UNWRITTEN`` | ``1`` / ``0``: plans may take workspace from output a call has not written yet (:func:`unwritten`) | ``0`` |
 | ``UCUDNN_LEGACY_TWINS`` | ``1`` / ``0``: legacy transform-domain calls run as the graph-API engine cuDNN runs them as, built once (:func:`legacy_twins`) | ``1`` |
+| ``UCUDNN_HOST_TIES`` | ``1`` / ``0``: plans take, between configurations of nearly the same time, the one costing the host less (:func:`host_ties`) | ``1`` |
 """
 from __future__ import annotations
 
@@ -135,6 +136,14 @@ def legacy_twins() -> bool:
     through their graph-API twins (``1``, the default; ``0`` keeps every legacy call, for A/B measurements).  Read at
     each preparation (:func:`ucudnn.measure.sources.legacy.twin_of`)."""
     return _switch("UCUDNN_LEGACY_TWINS", "1")
+
+
+def host_ties() -> bool:
+    """``UCUDNN_HOST_TIES``: whether the library's WR plans break near-ties on recorded host work (``1``, the
+    default; ``0``: the fastest configuration at each size whatever its host work, for A/B measurements and for
+    steps known to be GPU-bound).  Read when a plan is made; a plan made with ``0`` is cached under its own key
+    (``host_ties: false``).  The rule: :data:`ucudnn.planning.wr.HOST_TIE_FRACTION`."""
+    return _switch("UCUDNN_HOST_TIES", "1")
 
 
 def cache_dir() -> Path:

@@ -32,13 +32,41 @@ when): ``give_up(first_sample_ms)`` returning True stops after the first
 sample and returns it (a configuration already hopeless needs no median), and
 ``deadline`` (a :func:`time.perf_counter` value) stops sampling once passed,
 returning the median of the samples taken (at least one).
+
+Each timing also keeps the host's enqueue time per call (the median over its samples), which
+:class:`HostRecorder` hands to the sources: tables record it as ``host_ms`` beside ``time_ms``, so that
+planning can prefer, between configurations of nearly the same time, the one that costs the host less
+(:func:`ucudnn.planning.wr.fastest_per_size`).  Why: a training step whose host is the slower party pays every
+call's host work, even where each call's GPU work is longer; measured on an H200 (ResNet-50 b128 AMP, issue 15's
+bar 3), cuDNN's legacy IMPLICIT_PRECOMP_GEMM backward filter took 55-137 us of host a call against 14-30 us for
+the graph-API engine it runs as, at the same GPU time (``benchmarks/results/legacy_twins_logged_h200.md``).
 """
 from __future__ import annotations
 
 import math
 import statistics
+import threading
 import time
 from typing import Callable
+
+_last = threading.local()   # .host_ms: the last time_ms's median host ms per call on this thread (None: none)
+
+
+class HostRecorder:
+    """``with HostRecorder() as host: <time one configuration>`` then ``host.ms``: the median host enqueue ms per
+    call of the last eager timing inside the block, or None where none ran (an estimate kept, a replayed timing,
+    a test's timer)."""
+
+    def __enter__(self) -> "HostRecorder":
+        _last.host_ms = None
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    @property
+    def ms(self) -> float | None:
+        return getattr(_last, "host_ms", None)
 
 
 def time_ms(fn: Callable[[], None], repeat: int = 5, warmup: int = 1, min_sample_ms: float = 0.0,
@@ -47,9 +75,11 @@ def time_ms(fn: Callable[[], None], repeat: int = 5, warmup: int = 1, min_sample
     """Median per-call time of ``fn`` in milliseconds on CuPy's current stream (early exits: module doc)."""
     import cupy as cp
 
+    _last.host_ms = None
     stream = cp.cuda.get_current_stream()
     start, end = cp.cuda.Event(), cp.cuda.Event()
     host = [0.0]   # seconds the host last took to enqueue one call
+    hosts: list[float] = []   # each sample's host seconds per call
 
     def sample(inner: int) -> float:
         _hold(stream, 1.5 * host[0])
@@ -58,6 +88,8 @@ def time_ms(fn: Callable[[], None], repeat: int = 5, warmup: int = 1, min_sample
         for _ in range(inner):
             fn()
         host[0] = (time.perf_counter() - t0) / inner
+        hosts.append(host[0])
+        _last.host_ms = 1e3 * statistics.median(hosts)
         end.record(stream)
         end.synchronize()
         # back to back, a call costs the longer of its GPU time and its host enqueue time (module doc)
@@ -133,5 +165,7 @@ def time_replay_ms(fn: Callable[[], None], repeat: int = 5, warmup: int = 2, min
         fn()
         stream.synchronize()
         graph = capture(fn)
-        return time_ms(lambda: graph.launch(stream), repeat=repeat, warmup=warmup, min_sample_ms=min_sample_ms,
-                       give_up=give_up, deadline=deadline)
+        ms = time_ms(lambda: graph.launch(stream), repeat=repeat, warmup=warmup, min_sample_ms=min_sample_ms,
+                     give_up=give_up, deadline=deadline)
+        _last.host_ms = None    # a replay's host work is the graph launch's, not the configuration's
+        return ms

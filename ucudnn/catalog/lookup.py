@@ -72,11 +72,13 @@ _warned_misses: set[str] = set()
 
 def wr_plan(kb: KernelBench, plan_key: dict[str, Any]) -> KernelPlan:
     """The WR plan of a kernel's measurements under ``plan_key``'s limit and batch policy, taking workspace from
-    output not written yet where the key says ``unwritten`` (what every layer's answer is planned with)."""
+    output not written yet where the key says ``unwritten``, without host near-ties where it says ``host_ties:
+    false`` (what every layer's answer is planned with)."""
     from ..planning import wr
 
     configs = wr.kernel_configs(kb, plan_key["workspace_limit"], plan_key["batch_policy"],
-                                bool(plan_key.get("unwritten")), wr.UNWRITTEN_MIN_GAIN_MS)
+                                bool(plan_key.get("unwritten")), wr.UNWRITTEN_MIN_GAIN_MS,
+                                host_ties=plan_key.get("host_ties", True) is not False)
     return KernelPlan(kb.name, plan_key["op"], kb.problem, configs)
 
 

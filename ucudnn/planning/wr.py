@@ -32,20 +32,64 @@ from .plan import KernelPlan, MicroConfig, Plan
 from .table import BenchmarkTable, KernelBench, Measurement
 
 
+#: Near-ties on host work (issue 15's host-bound steps): at one micro-batch size a configuration at most
+#: HOST_TIE_FRACTION slower than the fastest replaces it where both recorded their host work (``host_ms``,
+#: :mod:`ucudnn.binding.timing`) and it saves the host at least HOST_TIE_MIN_MS and HOST_TIE_RATIO times the time
+#: it gives up.  Why: a step whose host is the slower party pays each call's host work, even where the call's GPU
+#: work is longer; measured on an H200, ResNet-50 b128 AMP's 64 MiB plans ran cuDNN's legacy IMPLICIT_PRECOMP_GEMM
+#: backward filter on 9 layers at 55-137 us of host a call where graph-API engines of the same GPU time take
+#: 14-30 us, and those layers' backward calls cost the host 35-150 us more than PyTorch's
+#: (``benchmarks/results/host_ties_h200.md``).  A GPU-bound step loses at most the fraction; tables without
+#: ``host_ms`` plan exactly as before.
+HOST_TIE_FRACTION = 0.02
+HOST_TIE_RATIO = 2.0
+HOST_TIE_MIN_MS = 0.01
+
+
+def host_ms(m: Measurement) -> float | None:
+    """The host ms per call ``m``'s timing recorded (None: not recorded)."""
+    h = m.extra.get("host_ms")
+    return float(h) if isinstance(h, (int, float)) and not isinstance(h, bool) else None
+
+
+def lighter(m: Measurement, fastest: Measurement) -> float:
+    """Host ms a call saves by running ``m`` in place of ``fastest`` (same size, ``fastest`` no slower) when
+    that is a near-tie by :data:`HOST_TIE_FRACTION` / :data:`HOST_TIE_RATIO` / :data:`HOST_TIE_MIN_MS`; else 0."""
+    hm, hf = host_ms(m), host_ms(fastest)
+    if hm is None or hf is None:
+        return 0.0
+    given_up, saved = m.time_ms - fastest.time_ms, hf - hm
+    if given_up > HOST_TIE_FRACTION * fastest.time_ms or saved < max(HOST_TIE_MIN_MS, HOST_TIE_RATIO * given_up):
+        return 0.0
+    return saved
+
+
 def fastest_per_size(measurements: Iterable[Measurement], sizes: Iterable[int], limit: int,
-                     channels: int | None = None) -> dict[int, Measurement]:
-    """T_u: for each allowed micro-batch size, the fastest measurement that fits ``limit`` (ties: less workspace).
+                     channels: int | None = None, host_ties: bool = True) -> dict[int, Measurement]:
+    """T_u: for each allowed micro-batch size, the fastest measurement that fits ``limit`` (ties: less workspace;
+    near-ties: less host work, :data:`HOST_TIE_FRACTION`, unless ``host_ties`` is False).
 
     ``channels``: only measurements of that channel slice (None: of all the kernel's channels)."""
     allowed = set(sizes)
     best: dict[int, Measurement] = {}
+    fits: list[Measurement] = []
     for m in measurements:
         if m.micro_batch not in allowed or m.workspace_bytes > limit or m.channels != channels:
             continue
+        fits.append(m)
         cur = best.get(m.micro_batch)
         if cur is None or (m.time_ms, m.workspace_bytes) < (cur.time_ms, cur.workspace_bytes):
             best[m.micro_batch] = m
-    return best
+    pick = dict(best)
+    if not host_ties:
+        return pick
+    rank: dict[int, tuple[float, float, int]] = {}   # size -> (-host saved, time, workspace) of its pick
+    for m in fits:
+        saved = lighter(m, best[m.micro_batch]) if m is not best[m.micro_batch] else 0.0
+        key = (-saved, m.time_ms, m.workspace_bytes)
+        if saved > 0 and key < rank.get(m.micro_batch, (0.0, math.inf, 0)):
+            rank[m.micro_batch], pick[m.micro_batch] = key, m
+    return pick
 
 
 def solve(batch: int, best: dict[int, Measurement]) -> list[Measurement] | None:
@@ -89,18 +133,19 @@ def _chain(batch: int, options: Sequence[Measurement], fits) -> list[Measurement
     return out
 
 
-def solve_kernel(kernel: KernelBench, sizes: Sequence[int], limit: int) -> list[Measurement] | None:
+def solve_kernel(kernel: KernelBench, sizes: Sequence[int], limit: int,
+                 host_ties: bool = True) -> list[Measurement] | None:
     """The WR optimum of one kernel under ``limit``: the batch DP (:func:`solve`) for all k channels and for each
     measured channel slice, then the best cover of k by them (:func:`ucudnn.planning.channels.combine`), laid out
     slice by slice.  A table without channel slices gives exactly :func:`solve`'s plan."""
     n, k = kernel.problem.n, kernel.problem.k
     slices = sorted({m.channels for m in kernel.measurements if m.channels is not None}, reverse=True)
-    whole = solve(n, fastest_per_size(kernel.measurements, sizes, limit))
+    whole = solve(n, fastest_per_size(kernel.measurements, sizes, limit, host_ties=host_ties))
     if not slices:
         return whole
     per: dict[int, list[Measurement]] = {}
     for c in slices:
-        sol = solve(n, fastest_per_size(kernel.measurements, sizes, limit, c))
+        sol = solve(n, fastest_per_size(kernel.measurements, sizes, limit, c, host_ties))
         if sol is not None:
             per[c] = sol
     cost = lambda sol: np.array([sum(m.time_ms for m in sol) if sol is not None else math.inf])  # noqa: E731
@@ -175,10 +220,12 @@ def min_feasible_workspace(kernel: KernelBench, batch_policy: str) -> int | None
     return candidates[lo]
 
 
-def plan_kernel(kernel: KernelBench, workspace_limit: int, batch_policy: str = "powerOfTwo") -> list[Measurement]:
-    """WR-optimal micro-configurations for one kernel; :class:`InfeasibleError` if none fits."""
+def plan_kernel(kernel: KernelBench, workspace_limit: int, batch_policy: str = "powerOfTwo",
+                host_ties: bool = True) -> list[Measurement]:
+    """WR-optimal micro-configurations for one kernel (``host_ties``: :func:`fastest_per_size`'s near-ties on host
+    work); :class:`InfeasibleError` if none fits."""
     sizes: Sequence[int] = micro_batch_sizes(batch_policy, kernel.problem.n)
-    result = solve_kernel(kernel, sizes, workspace_limit)
+    result = solve_kernel(kernel, sizes, workspace_limit, host_ties)
     if result is None:
         need = min_feasible_workspace(kernel, batch_policy)
         if need is None:
@@ -200,13 +247,13 @@ UNWRITTEN_MIN_GAIN_MS = 0.1
 
 
 def kernel_configs(kernel: KernelBench, workspace_limit: int, batch_policy: str = "powerOfTwo",
-                   unwritten: bool = False, min_gain_ms: float = 0.0) -> list[MicroConfig]:
+                   unwritten: bool = False, min_gain_ms: float = 0.0, host_ties: bool = True) -> list[MicroConfig]:
     """One kernel's WR plan as micro-configurations (:func:`plan_kernel`).  ``unwritten``: where the kernel is
     faster by more than ``min_gain_ms`` with memory its call has not written yet (:func:`solve_with_unwritten`; a
     backward filter counting on its layer's dx), that plan, its configurations above the limit marked
     :data:`~ucudnn.planning.plan.UNWRITTEN`.  The one place both :func:`plan_wr` and the library's per-kernel
     lookups (``ucudnn.catalog.lookup.wr_plan``, with :data:`UNWRITTEN_MIN_GAIN_MS`) plan a kernel."""
-    configs = [MicroConfig.of(m) for m in plan_kernel(kernel, workspace_limit, batch_policy)]
+    configs = [MicroConfig.of(m) for m in plan_kernel(kernel, workspace_limit, batch_policy, host_ties)]
     if unwritten:
         alt = solve_with_unwritten(kernel, micro_batch_sizes(batch_policy, kernel.problem.n), workspace_limit,
                                    *unwritten_bytes(kernel))

@@ -556,6 +556,14 @@ def time_config(fn: Callable[[], None], settings: BenchSettings,
         raise CaptureError(f"cannot be captured into a CUDA graph: {summary(e)}") from e
 
 
+def host_extra(host: Any) -> dict[str, float]:
+    """``{"host_ms": ...}`` from a :class:`ucudnn.binding.timing.HostRecorder` whose block timed a configuration
+    eagerly (the host's enqueue ms per call, 4 significant decimals of a ms), else ``{}``: a measurement records
+    host work only where it was measured (tables: ``host_ms``; why: :mod:`ucudnn.binding.timing`)."""
+    ms = host.ms
+    return {} if ms is None else {"host_ms": round(ms, 4)}
+
+
 def timed_beta(op: str, problem: ConvProblem | None = None) -> float:
     """The beta every source measures ``op`` with: the one most of a plan's steps run.
 
@@ -678,14 +686,17 @@ class Prepared:
         """``config`` (time 0) prepared and timed as execution runs it, through ``pruner``'s early stop: its row,
         ``extra`` gaining how it was timed, or a ``Skipped`` naming this source and why (a capture failure, or
         any error of this configuration alone: cuBLAS, CuPy, out of memory)."""
+        from ...binding.timing import HostRecorder
+
         mb, algo, label, ws = config.micro_batch, config.algo, config.math_type, config.workspace_bytes
         try:
             launch = self.prepare(op, problem, config)
-            t, how = pruner.retime(lambda give_up: time_config(lambda: launch(ops, workspace, ws, 1.0, beta),
-                                                              settings, give_up=give_up), None, ws)
+            with HostRecorder() as host:
+                t, how = pruner.retime(lambda give_up: time_config(lambda: launch(ops, workspace, ws, 1.0, beta),
+                                                                  settings, give_up=give_up), None, ws)
         except CaptureError as e:
             return Skipped(mb, algo, label, f"{self.name}: {e}")  # type: ignore[attr-defined]
         except Exception as e:  # noqa: BLE001 - cuBLAS / CuPy / out-of-memory: this configuration only
             return Skipped(mb, algo, label, f"{self.name}: {summary(e)}")  # type: ignore[attr-defined]
         return Measurement(mb, algo, label, max(t, 1e-6), ws, config.source, config.channels,
-                           {**config.extra, "timed": how})
+                           {**config.extra, "timed": how, **host_extra(host)})

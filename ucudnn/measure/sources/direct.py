@@ -57,10 +57,11 @@ from __future__ import annotations
 from typing import Any
 
 from ... import numerics as num
+from ...binding.timing import HostRecorder
 from ...errors import CaptureError, InputError, UcudnnError, summary
 from ...planning.table import Measurement, Skipped
 from ...problem import ConvProblem
-from .base import BenchSettings, Launch, Native, Operands, Prepared, Pruner, time_config, timed_beta
+from .base import BenchSettings, Launch, Native, Operands, Prepared, Pruner, host_extra, time_config, timed_beta
 
 #: the math type each dtype's rows are labelled with (see the module doc)
 MATH_TYPES = {"float32": "FMA", "float16": "DEFAULT"}
@@ -147,8 +148,9 @@ class DirectSource(Prepared):
                                                            f"workspace, {settings.max_workspace} offered"))
                     continue
                 launch = self.prepare(op, problem, config)
-                t, how = pruner.retime(lambda give_up: time_config(lambda: launch(ops, workspace, 0, 1.0, beta),
-                                                                   settings, give_up=give_up), None, 0)
+                with HostRecorder() as host:
+                    t, how = pruner.retime(lambda give_up: time_config(lambda: launch(ops, workspace, 0, 1.0, beta),
+                                                                       settings, give_up=give_up), None, 0)
             except CaptureError as e:
                 skipped.append(Skipped(mb, algo, math, f"{self.name}: {e}"))
                 continue
@@ -156,7 +158,7 @@ class DirectSource(Prepared):
                 skipped.append(Skipped(mb, algo, math, f"{self.name}: {summary(e)}"))
                 continue
             measured.append(Measurement(mb, config.algo, math, max(t, 1e-6), config.workspace_bytes, self.name, None,
-                                        {**config.extra, "timed": how}))
+                                        {**config.extra, "timed": how, **host_extra(host)}))
         return measured, skipped
 
     def _variants(self, op: str, problem: ConvProblem, ops: Operands, numerics: str | None,

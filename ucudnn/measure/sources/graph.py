@@ -104,6 +104,7 @@ from functools import lru_cache
 from typing import Any, Callable, Iterable, Sequence
 
 from ... import numerics as num
+from ...binding.timing import HostRecorder
 from ...errors import CudnnError, InputError, UcudnnError
 from ...planning.table import Measurement, Skipped
 from ...problem import ROLES, ConvProblem
@@ -732,6 +733,7 @@ class GraphSource(Prepared):
         beta = timed_beta(op, problem)   # backward filter: time the accumulating path
         t2 = time.perf_counter()
         quick: dict[int, float] = {}
+        quick_host: dict[int, float | None] = {}   # host ms per call of each quick sample (binding.timing)
         rows = []
         # split dominance before the quick sample (BenchSettings.split_margin): an engine whose time at a smaller
         # size already exceeds what WR can do here is not run at all.  Engines new at this size first, then by
@@ -764,7 +766,9 @@ class GraphSource(Prepared):
             fn = self._runner(op, problem, cfg, ops, workspace, ws, beta)
             tq = time.perf_counter()
             try:
-                quick[i] = self._quick(fn, settings, key0 + (ident.tag,), near)
+                with HostRecorder() as host:
+                    quick[i] = self._quick(fn, settings, key0 + (ident.tag,), near)
+                quick_host[i] = host.ms
             except Exception as e:  # noqa: BLE001
                 skipped.append(Skipped(mb, ident.tag, None, f"graph execution failed: {_first_line(e)}"))
                 continue
@@ -781,11 +785,14 @@ class GraphSource(Prepared):
             pruned = pruned or split_dominated
             t = quick[i]
             timing = "quick"
+            host_ms = quick_host.get(i)
             if settings.repeat > 0 and not pruned:
                 tf = time.perf_counter()
                 try:
-                    t = pruner.confirm(lambda: time_config(fn, settings, self._timer), quick[i],
-                                       time_config(fn, settings, self._timer))
+                    with HostRecorder() as host:
+                        t = pruner.confirm(lambda: time_config(fn, settings, self._timer), quick[i],
+                                           time_config(fn, settings, self._timer))
+                    host_ms = host.ms if host.ms is not None else host_ms
                     timing = "median"
                 except Exception as e:  # noqa: BLE001
                     skipped.append(Skipped(mb, ident.tag, None, f"graph execution failed: {_first_line(e)}"))
@@ -809,6 +816,8 @@ class GraphSource(Prepared):
                 extra["behavior_notes"] = behavior
             if acc_ms is not None:
                 extra["accumulate_ms"] = round(acc_ms, 6)
+            if host_ms is not None and settings.timing != "replay":
+                extra["host_ms"] = round(host_ms, 4)
             measured.append(Measurement(mb, ident.tag, math_type_label(eng_notes, numerics, problem.dtype),
                                         max(t, 1e-6), ws, self.name, ident.to_json(), extra))
         self.stats["time_s"] += time.perf_counter() - t2

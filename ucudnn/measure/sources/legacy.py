@@ -40,10 +40,12 @@ from ... import config as config_module
 from ... import numerics as num
 from ...binding import cudnn
 from ...binding.gpu import current_device, descriptors, handle, handle_on
+from ...binding.timing import HostRecorder
 from ...errors import CaptureError, CudnnError, UcudnnError
 from ...planning.table import Measurement, Skipped
 from ...problem import ConvProblem
-from .base import BenchSettings, Launch, Native, Operands, Prepared, Pruner, identity, time_config, timed_beta
+from .base import (BenchSettings, Launch, Native, Operands, Prepared, Pruner, host_extra, identity, time_config,
+                   timed_beta)
 from .overlap import OVERLAP
 
 
@@ -120,9 +122,10 @@ class LegacySource(Prepared):
                 continue
             try:
                 launch = self.prepare(op, problem, config, twin=False)   # as Find timed it; no plan builds
-                t, how = pruner.retime(lambda give_up: time_config(
-                    lambda: launch(ops, workspace, r.workspace_bytes, 1.0, beta), settings, give_up=give_up),
-                    r.time_ms, r.workspace_bytes)
+                with HostRecorder() as host:
+                    t, how = pruner.retime(lambda give_up: time_config(
+                        lambda: launch(ops, workspace, r.workspace_bytes, 1.0, beta), settings, give_up=give_up),
+                        r.time_ms, r.workspace_bytes)
             except CudnnError as e:
                 skipped.append(Skipped(mb, r.algo, r.math_type, f"{e.call}: {e.status_name}"))
                 continue
@@ -130,7 +133,8 @@ class LegacySource(Prepared):
                 skipped.append(Skipped(mb, r.algo, r.math_type, str(e)))
                 continue
             measured.append(Measurement(mb, r.algo, r.math_type, max(t, 1e-6), r.workspace_bytes,
-                                        extra={**extra, "find_time_ms": round(r.time_ms, 6), "timed": how}))
+                                        extra={**extra, "find_time_ms": round(r.time_ms, 6), "timed": how,
+                                               **host_extra(host)}))
         return measured, skipped
 
     def prepare(self, op: str, problem: ConvProblem, config: Measurement, twin: bool = True) -> Launch:

@@ -12,7 +12,7 @@ from ...planning.table import Measurement, Skipped
 from ...problem import ConvProblem
 from . import registry
 from ...errors import CaptureError
-from .base import AlgorithmSource, BenchSettings, Operands, Prepared, Pruner, time_config, timed_beta
+from .base import AlgorithmSource, BenchSettings, Operands, Prepared, Pruner, host_extra, time_config, timed_beta
 
 
 class Wrapper(Prepared):
@@ -65,9 +65,13 @@ class Wrapper(Prepared):
                 for got in self._time_steps(op, problem, configs, ops, workspace, settings)]
 
     def _time_steps(self, op: str, problem: ConvProblem, configs: Sequence[Measurement], ops: Operands,
-                    workspace: int, settings: BenchSettings) -> list[tuple[float, str, str | None] | CaptureError]:
-        """:meth:`time_steps` with why an estimate was kept (``Pruner.decide``'s reason; None when timed)."""
-        out: dict[int, tuple[float, str, str | None] | CaptureError] = {}
+                    workspace: int, settings: BenchSettings
+                    ) -> list[tuple[float, str, str | None, dict[str, float]] | CaptureError]:
+        """:meth:`time_steps` with why an estimate was kept (``Pruner.decide``'s reason; None when timed) and the
+        timing's host work (:func:`~ucudnn.measure.sources.base.host_extra`; empty for an estimate)."""
+        from ...binding.timing import HostRecorder
+
+        out: dict[int, tuple[float, str, str | None, dict[str, float]] | CaptureError] = {}
         split = settings.split_reference(problem) if settings.split_wrapped and self.estimate_is_lower_bound else None
         pruner = Pruner(settings, split=split)
         for i in sorted(range(len(configs)), key=lambda i: (configs[i].time_ms, configs[i].workspace_bytes)):
@@ -75,12 +79,13 @@ class Wrapper(Prepared):
             why = pruner.decide(cfg.time_ms, cfg.workspace_bytes)
             if why is not None:
                 pruner.record(cfg.time_ms, cfg.workspace_bytes, None, why)
-                out[i] = (cfg.time_ms, "estimate", why)
+                out[i] = (cfg.time_ms, "estimate", why, {})
                 continue
             try:
-                out[i] = (*pruner.retime(lambda give_up: self.time_step(op, problem, cfg, ops, workspace, settings,
-                                                                        give_up), cfg.time_ms, cfg.workspace_bytes),
-                          None)
+                with HostRecorder() as host:
+                    t, how = pruner.retime(lambda give_up: self.time_step(op, problem, cfg, ops, workspace, settings,
+                                                                          give_up), cfg.time_ms, cfg.workspace_bytes)
+                out[i] = (t, how, None, host_extra(host))
             except CaptureError as e:
                 out[i] = e
         return [out[i] for i in range(len(configs))]
@@ -99,9 +104,10 @@ class Wrapper(Prepared):
             if isinstance(got, CaptureError):
                 skipped.append(Skipped(cfg.micro_batch, cfg.algo, cfg.math_type, f"{what}: {got}"))
                 continue
-            t, how, why = got
+            t, how, why, host = got
+            inner = {k: v for k, v in extra(cfg).items() if k != "host_ms"}   # the inner call's, not this step's
             rows.append(Measurement(cfg.micro_batch, cfg.algo, cfg.math_type, t, cfg.workspace_bytes, self.name,
-                                    cfg.engine, {**extra(cfg), "timed": how, **({"pruned": why} if why else {})}))
+                                    cfg.engine, {**inner, "timed": how, **({"pruned": why} if why else {}), **host}))
         return rows, skipped
 
     def time_step(self, op: str, problem: ConvProblem, config: Measurement, ops: Operands, workspace: int,
