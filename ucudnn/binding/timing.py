@@ -79,7 +79,7 @@ def time_ms(fn: Callable[[], None], repeat: int = 5, warmup: int = 1, min_sample
     stream = cp.cuda.get_current_stream()
     start, end = cp.cuda.Event(), cp.cuda.Event()
     host = [0.0]   # seconds the host last took to enqueue one call
-    hosts: list[float] = []   # each sample's host seconds per call
+    hosts: list[float] = []   # the host ms per call of each sample in ``samples`` (the median's, not calibration's)
 
     def sample(inner: int) -> float:
         _hold(stream, 1.5 * host[0])
@@ -88,12 +88,15 @@ def time_ms(fn: Callable[[], None], repeat: int = 5, warmup: int = 1, min_sample
         for _ in range(inner):
             fn()
         host[0] = (time.perf_counter() - t0) / inner
-        hosts.append(host[0])
-        _last.host_ms = 1e3 * statistics.median(hosts)
         end.record(stream)
         end.synchronize()
         # back to back, a call costs the longer of its GPU time and its host enqueue time (module doc)
         return max(cp.cuda.get_elapsed_time(start, end) / inner, 1e3 * host[0])
+
+    def keep(ms: float) -> None:    # a sample of the median, with its host time (HostRecorder's, module doc)
+        samples.append(ms)
+        hosts.append(1e3 * host[0])
+        _last.host_ms = statistics.median(hosts)
 
     for _ in range(warmup):
         t0 = time.perf_counter()
@@ -104,14 +107,15 @@ def time_ms(fn: Callable[[], None], repeat: int = 5, warmup: int = 1, min_sample
     if min_sample_ms > 0 or give_up is not None:
         first = sample(1)
         if give_up is not None and give_up(first):
+            keep(first)
             return first
         inner = max(1, min(max_inner, math.ceil(min_sample_ms / max(first, 1e-3)))) if min_sample_ms > 0 else 1
         if inner == 1:   # one call already lasts a sample: the calibration call is a sample like the rest
-            samples.append(first)
+            keep(first)
     while len(samples) < max(1, repeat):
         if samples and deadline is not None and time.perf_counter() > deadline:
             break
-        samples.append(sample(inner))
+        keep(sample(inner))
     return float(statistics.median(samples))
 
 
