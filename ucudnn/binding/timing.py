@@ -37,9 +37,9 @@ Each timing also keeps the host's enqueue time per call (the median over its sam
 :class:`HostRecorder` hands to the sources: tables record it as ``host_ms`` beside ``time_ms``, so that
 planning can prefer, between configurations of nearly the same time, the one that costs the host less
 (:func:`ucudnn.planning.wr.fastest_per_size`).  Why: a training step whose host is the slower party pays every
-call's host work, even where each call's GPU work is longer; measured on an H200 (ResNet-50 b128 AMP, issue 15's
-bar 3), cuDNN's legacy IMPLICIT_PRECOMP_GEMM backward filter took 55-137 us of host a call against 14-30 us for
-the graph-API engine it runs as, at the same GPU time (``benchmarks/results/legacy_twins_logged_h200.md``).
+call's host work, even where each call's GPU work is longer; measured on an H200 (issue 15's bar 3), cuDNN's
+legacy IMPLICIT_PRECOMP_GEMM calls took 55-137 us of host a call against 14-30 us for the graph-API engine each
+runs as, at the same GPU time (``benchmarks/results/host_ties_h200.md``).
 """
 from __future__ import annotations
 

@@ -36,11 +36,11 @@ from .table import BenchmarkTable, KernelBench, Measurement
 #: HOST_TIE_FRACTION slower than the fastest replaces it where both recorded their host work (``host_ms``,
 #: :mod:`ucudnn.binding.timing`) and it saves the host at least HOST_TIE_MIN_MS and HOST_TIE_RATIO times the time
 #: it gives up.  Why: a step whose host is the slower party pays each call's host work, even where the call's GPU
-#: work is longer; measured on an H200, ResNet-50 b128 AMP's 64 MiB plans ran cuDNN's legacy IMPLICIT_PRECOMP_GEMM
-#: backward filter on 9 layers at 55-137 us of host a call where graph-API engines of the same GPU time take
-#: 14-30 us, and those layers' backward calls cost the host 35-150 us more than PyTorch's
-#: (``benchmarks/results/host_ties_h200.md``).  A GPU-bound step loses at most the fraction; tables without
-#: ``host_ms`` plan exactly as before.
+#: work is longer; measured on an H200, cuDNN's legacy IMPLICIT_PRECOMP_GEMM calls cost 55-137 us of host where the
+#: graph-API engine they run as takes 14-30 us at the same GPU time, ResNet-50 b128 AMP's 256 MiB plans held 4-12
+#: of them at near-ties (their layers' backward calls 35-150 us of host over PyTorch's), and with this rule 5 of
+#: 12 became graph engines at +0.07 ms of GPU work a 21.8 ms step (``benchmarks/results/host_ties_h200.md``).  A
+#: GPU-bound step loses at most the fraction; tables without ``host_ms`` plan exactly as before.
 HOST_TIE_FRACTION = 0.02
 HOST_TIE_RATIO = 2.0
 HOST_TIE_MIN_MS = 0.01
