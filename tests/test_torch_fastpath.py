@@ -412,3 +412,36 @@ def test_own_kernels_are_handed_over_as_their_calls_flattened(monkeypatch):
                     [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.5, 0.0])
     assert program == ("program", ([7, 8], [0, 0, 0, 64, 128, 0], [0, 1], 0, [-1, -1]))
     assert fastpath._keep[-1][0] == [keep, keep]       # the launchers (and their loaded modules) stay alive
+
+
+def test_a_converted_layers_weight_and_bias_are_read_as_its_attributes_would_give_them():
+    """``fastpath.params`` reads the parameter dict (``nn.Module.__getattr__`` is most of the module's Python per
+    call) only where that is what ``m.weight`` / ``m.bias`` are: not under a parametrization, not under an
+    old-style weight norm that keeps ``weight`` outside the dict."""
+    import warnings
+
+    from torch.nn.utils import parametrize
+
+    import ucudnn.torch as ut
+    from ucudnn.torch.modules import Conv2d
+
+    plain = ut.convert(torch.nn.Conv2d(3, 4, 3))
+    w, b = fastpath.params(plain, Conv2d)
+    assert w is plain.weight and b is plain.bias
+    nobias = ut.convert(torch.nn.Conv2d(3, 4, 3, bias=False))
+    assert fastpath.params(nobias, Conv2d) == (nobias.weight, None)
+
+    class Double(torch.nn.Module):
+        def forward(self, x):
+            return 2 * x
+
+    para = ut.convert(torch.nn.Conv2d(3, 4, 3))
+    parametrize.register_parametrization(para, "weight", Double())
+    w, b = fastpath.params(para, Conv2d)
+    assert torch.equal(w, para.weight) and torch.equal(w, 2 * para.parametrizations.weight.original)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        normed = torch.nn.utils.weight_norm(ut.convert(torch.nn.Conv2d(3, 4, 3)))
+    normed(torch.randn(1, 3, 5, 5))                       # its pre-hook sets weight from g and v
+    w, _ = fastpath.params(normed, Conv2d)
+    assert w is normed.weight

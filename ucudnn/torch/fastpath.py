@@ -123,13 +123,18 @@ def _build() -> None:
 
 
 # --- per call ------------------------------------------------------------------------------------------------
-def forward(m: Any, x: torch.Tensor) -> torch.Tensor | None:
+def forward(m: Any, x: torch.Tensor, w: torch.Tensor | None = None, b: Any = False) -> torch.Tensor | None:
     """``m``'s convolution of ``x`` (bias included) through the compiled path, or None: the caller runs the Python
     path (a call the compiled path does not take: another dtype, a module the Python path refuses, a build not
     ready).  The entry a call finds is keyed by everything that picks its plan (shapes, strides, dtypes, torch's
     numerics switches, whether gradients are wanted, the layer's environment defaults) and holds the lookup
-    chain's generation it was made at (``ucudnn.api.generation``): a replaced plan makes a new entry."""
-    w = m.weight
+    chain's generation it was made at (``ucudnn.api.generation``): a replaced plan makes a new entry.
+
+    ``w`` / ``b``: ``m.weight`` / ``m.bias`` where the caller has them (:func:`params`; ``b`` False: read here)."""
+    if w is None:
+        w = m.weight
+    if b is False:
+        b = m.bias
     if torch.is_autocast_enabled("cuda"):
         cast = torch.get_autocast_dtype("cuda")
         dt = cast
@@ -146,7 +151,20 @@ def forward(m: Any, x: torch.Tensor) -> torch.Tensor | None:
         runtime.release_cached()
     if hit[1] is None:
         return None
-    return _conv2d(x, w, m.bias, hit[1], cast)
+    return _conv2d(x, w, b, hit[1], cast)
+
+
+def params(m: Any, cls: type) -> tuple[Any, Any]:
+    """(``m.weight``, ``m.bias``) of a module whose class is exactly ``cls``, read from its parameter dict where
+    they are registered there (``nn.Module.__getattr__``, which ``m.weight`` goes through, took 1.7 us a read on
+    CI's host: two reads are most of the module's own Python per call); anything else (a parametrization's class,
+    an old-style ``weight_norm`` that keeps ``weight`` outside the dict) through the attributes."""
+    if type(m) is cls:
+        p = m._parameters
+        w = p.get("weight")
+        if w is not None and "bias" in p:
+            return w, p["bias"]
+    return m.weight, m.bias
 
 
 class _Fast:

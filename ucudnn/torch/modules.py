@@ -106,7 +106,8 @@ class Conv2d(nn.Conv2d):
     def forward(self, input: Tensor) -> Tensor:
         if type(input) is Tensor and input.is_cuda and fastpath.ready() and runtime.recording is None and \
                 not ops._is_compiling() and not ops._functorch_active():
-            y = fastpath.forward(self, input)   # the compiled launch path (csrc/launch.cpp), when it takes the call
+            w, b = fastpath.params(self, Conv2d)
+            y = fastpath.forward(self, input, w, b)   # the compiled launch path (csrc/launch.cpp), when it takes it
             if y is not None:
                 return y
         reason, x, w, b = self._operands(input)
