@@ -675,7 +675,8 @@ def launch_costs(model_name: str, batch: int, mode: str, limit: str, sources: st
             except Exception as e:  # noqa: BLE001
                 row[name] = f"error: {type(e).__name__}: {str(e)[:120]}"
         rows.append(row)
-        del x, w, dy, a, b, out, ws
+        variants.clear()    # and this kernel's buffers, before the next kernel's
+        x = w = dy = a = b = out = ws = None
     names = ["torch", "runtime.launch", "Executor.launch", "source launcher", "frontend execute_plan_at_index",
              "pybind _execute_plan_at_index", "binding.gpu.handle()"]
     sums = {n: round(sum(r[n] for r in rows if isinstance(r.get(n), float)), 1) for n in names}
