@@ -108,6 +108,12 @@ def test_the_calibration_call_is_the_first_sample_when_one_call_already_lasts_a_
 def test_a_sample_costs_the_longer_of_the_host_and_gpu_time_per_call(monkeypatch, host, gpu, expect):
     """Back to back, a call whose enqueue takes longer than its GPU work runs at the host's pace: that is what a
     plan of such steps executes in, so that is what the sample reports."""
+    fn = _timed_call(monkeypatch, host, gpu)
+    assert timing.time_ms(fn, repeat=3, warmup=1, min_sample_ms=0.5) == pytest.approx(expect)
+
+
+def _timed_call(monkeypatch, host: float, gpu: float):
+    """A call that takes ``host`` ms of the host's clock and ``gpu`` ms of the fake GPU's."""
     import sys
     import types
 
@@ -121,25 +127,13 @@ def test_a_sample_costs_the_longer_of_the_host_and_gpu_time_per_call(monkeypatch
         clock[0] += host / 1e3
         fake.call()
 
-    assert timing.time_ms(fn, repeat=3, warmup=1, min_sample_ms=0.5) == pytest.approx(expect)
+    return fn
 
 
 @pytest.mark.parametrize("host, gpu", [(3.0, 1.0), (0.05, 1.0), (0.2, 0.1)])
 def test_a_timing_keeps_the_hosts_enqueue_time_per_call_whichever_clock_won(monkeypatch, host, gpu):
     """Tables record the host's work per call beside the time (``host_ms``): planning breaks near-ties on it."""
-    import sys
-    import types
-
-    fake = _FakeCupy(gpu)
-    clock = [0.0]
-    monkeypatch.setitem(sys.modules, "cupy", fake)
-    monkeypatch.setattr(timing, "_spin", {})
-    monkeypatch.setattr(timing, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
-
-    def fn():
-        clock[0] += host / 1e3
-        fake.call()
-
+    fn = _timed_call(monkeypatch, host, gpu)
     with timing.HostRecorder() as rec:
         assert rec.ms is None                     # nothing timed in the block yet
         timing.time_ms(fn, repeat=3, warmup=1, min_sample_ms=0.5)
