@@ -445,3 +445,30 @@ def test_a_converted_layers_weight_and_bias_are_read_as_its_attributes_would_giv
     normed(torch.randn(1, 3, 5, 5))                       # its pre-hook sets weight from g and v
     w, _ = fastpath.params(normed, Conv2d)
     assert w is normed.weight
+
+
+def test_switching_cudnn_off_after_a_call_sends_the_next_calls_to_torch(monkeypatch):
+    """``torch.backends.cudnn.enabled`` is part of a compiled entry's key: with it off, the next call makes a new
+    entry (which the Python path's checks refuse: torch runs it, as it would a plain ``nn.Conv2d``)."""
+    import types
+
+    import ucudnn.torch as ut
+    from ucudnn.torch import ops
+
+    made = []
+
+    def entry(m, x, w, dt, key, grad):
+        made.append(torch.backends.cudnn.enabled)
+        return ops.remember(m._ucudnn_layers, key, (0, 1 if torch.backends.cudnn.enabled else None))
+
+    monkeypatch.setattr(fastpath, "_api", types.SimpleNamespace(generation=0))
+    monkeypatch.setattr(fastpath, "_conv2d", lambda x, w, b, layer, cast: "compiled")
+    monkeypatch.setattr(fastpath, "_entry", entry)
+    m = ut.convert(torch.nn.Conv2d(3, 4, 3))
+    x = torch.randn(1, 3, 5, 5)
+    with torch.backends.cudnn.flags(enabled=True):
+        assert fastpath.forward(m, x) == "compiled"
+        assert fastpath.forward(m, x) == "compiled" and made == [True]
+    with torch.backends.cudnn.flags(enabled=False):
+        assert fastpath.forward(m, x) is None
+    assert made == [True, False]

@@ -141,9 +141,10 @@ def forward(m: Any, x: torch.Tensor, w: torch.Tensor | None = None, b: Any = Fal
     else:
         cast, dt = None, x.dtype
     grad = torch.is_grad_enabled() and (x.requires_grad or w.requires_grad)
-    # torch's numerics switches read raw (runtime.numerics_for derives the numerics from them when an entry is made)
+    # torch's numerics and cuDNN switches read raw (runtime.numerics_for derives the numerics from them when an entry
+    # is made)
     key = (_FAST, x.shape, x.stride(), x.dtype, w.stride(), w.dtype, dt, _allow_tf32(), _deterministic(),
-           _deterministic_algorithms(), grad, runtime._defaults_env(m))
+           _deterministic_algorithms(), _cudnn_enabled(), grad, runtime._defaults_env(m))
     hit = m._ucudnn_layers.get(key)
     if hit is None or hit[0] != _api.generation:
         hit = _entry(m, x, w, dt, key, grad)
@@ -175,6 +176,9 @@ _FAST = _Fast()
 _allow_tf32 = torch._C._get_cudnn_allow_tf32
 _deterministic = torch._C._get_cudnn_deterministic
 _deterministic_algorithms = torch._C._get_deterministic_algorithms
+#: part of the key: ``torch.backends.cudnn.enabled = False`` after a layer's first call sends its next calls to torch
+#: (the Python path's ``Conv2d._unsupported``), as it would a plain ``nn.Conv2d``'s
+_cudnn_enabled = torch._C._get_cudnn_enabled
 _api: Any = None        # ucudnn.api, once the build is loaded (its generation is read per call)
 _c: Any = None          # torch.ops.ucudnn_c, once loaded (the registration ops)
 _conv2d: Any = None     # torch.ops.ucudnn_c.conv2d's overload, called without the op packet's Python frames
