@@ -69,6 +69,9 @@ class PlanRequest(_Strict):
     batch_policy: str = Field("powerOfTwo", description="all | powerOfTwo | powerOfTwoAndMidpoints | powerOfTwoAndEvenSplits | undivided")
     unwritten: bool = Field(False, description="wr only: a kernel may take a micro-batch's workspace from output "
                                                "its call has not written yet (marked workspace_from: unwritten)")
+    host_ties: bool = Field(True, description="wr / undivided: at one micro-batch size, a configuration at most 2% "
+                                              "slower that costs the host at least twice the time it gives up is "
+                                              "taken (tables that record host_ms); false: the fastest")
 
 
 class PlanResponse(BaseModel):

@@ -81,6 +81,10 @@ class PlanService:
         if req.unwritten and req.policy != "wr":
             raise InputError(f"unwritten memory is planned by the wr policy only, not {req.policy!r}", "unwritten")
         extra = {"unwritten": True} if req.unwritten else {}   # left out when false: earlier keys still answer
+        if not req.host_ties:
+            if req.policy == "wd":
+                raise InputError("host near-ties are a wr / undivided rule; wd plans the fastest", "host_ties")
+            extra["host_ties"] = False                          # likewise, left out when true
         return {"service": KEY_VERSION, "table_id": table_id, "policy": req.policy, "batch_policy": batch_policy,
                 **sizes, **extra}
 
@@ -171,7 +175,7 @@ class PlanService:
         try:
             plan = make_plan(table, key["policy"], workspace_limit=key["workspace_limit"],
                              total_workspace=key["total_workspace"], batch_policy=same["batch_policy"],
-                             unwritten=bool(key.get("unwritten")))
+                             unwritten=bool(key.get("unwritten")), host_ties=key.get("host_ties", True) is not False)
             text = plan.to_json()
         except InfeasibleError as e:
             e.field = "total_workspace" if key["policy"] == "wd" else "workspace_limit"  # type: ignore[attr-defined]

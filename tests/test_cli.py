@@ -68,6 +68,24 @@ def test_plans_on_unwritten_memory_are_asked_for_with_a_flag_and_say_so(table_fi
     assert "unwritten" in capsys.readouterr().err
 
 
+def test_plan_takes_host_near_ties_unless_UCUDNN_HOST_TIES_is_0(tmp_path, capsys, monkeypatch):
+    """A table recording host work (``host_ms``): ``ucudnn plan`` takes a near-tie that costs the host less, as the
+    library's plans do; ``UCUDNN_HOST_TIES=0`` the fastest."""
+    from ucudnn.planning.table import KernelBench, Measurement
+    from ucudnn.problem import ConvProblem
+
+    rows = [Measurement(16, 1, "FMA", 1.0, 0, extra={"host_ms": 0.110}),
+            Measurement(16, 0, "FMA", 1.002, 0, extra={"host_ms": 0.025})]
+    path = tmp_path / "tied.json"
+    BenchmarkTable("NVIDIA H200", 91900, [KernelBench("conv/forward", "forward",
+                                                      ConvProblem(16, 64, 28, 28, 64, 3, 3, (1, 1)), rows)],
+                   "strict").save(path)
+    algos = lambda doc: [m["algo"] for k in doc["kernels"] for m in k["micro_batches"]]  # noqa: E731
+    assert algos(run_json(capsys, "plan", "--from-table", str(path), "--workspace-limit", "8MiB", "--json")) == [0]
+    monkeypatch.setenv("UCUDNN_HOST_TIES", "0")
+    assert algos(run_json(capsys, "plan", "--from-table", str(path), "--workspace-limit", "8MiB", "--json")) == [1]
+
+
 def test_human_output_is_a_table(table_file, capsys):
     assert main(["plan", "--from-table", str(table_file)]) == 0
     out = capsys.readouterr().out

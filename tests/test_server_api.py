@@ -183,3 +183,35 @@ def test_even_splits_at_a_power_of_two_batch_are_powerOfTwos_plan_solved_once(ht
                                          "batch_policy": policy})
         assert r.status_code == 200 and r.json()["batch_policy"] == policy
     assert _metric(http, "ucudnn_plan_cache_misses_total", policy="wr") == 3
+
+
+def _tied_table() -> dict:
+    """One kernel whose algorithm 1 is the fastest by 0.2% and algorithm 0 saves the host 85 us a call (``host_ms``,
+    as eager benchmarks record it)."""
+    problem = {"n": 16, "c": 64, "h": 28, "w": 28, "k": 64, "r": 3, "s": 3, "pad": [1, 1], "dtype": "float32",
+               "layout": "NCHW"}
+    rows = [{"micro_batch": 16, "algo": 1, "math_type": "FMA", "time_ms": 1.0, "workspace_bytes": 0,
+             "host_ms": 0.110},
+            {"micro_batch": 16, "algo": 0, "math_type": "FMA", "time_ms": 1.002, "workspace_bytes": 0,
+             "host_ms": 0.025}]
+    return {"format": "ucudnn-benchmark-table/1", "device": "NVIDIA H200", "cudnn_version": 91900,
+            "numerics": "strict", "kernels": [{"name": "conv/forward", "op": "forward", "problem": problem,
+                                               "measurements": rows}]}
+
+
+def test_host_near_ties_are_planned_unless_asked_off_by_name_and_keyed_apart(http):
+    """A table that records host work plans its near-ties as ``plan(...)`` does (algorithm 0 here);
+    ``"host_ties": false`` plans the fastest under a key of its own; with wd it is refused naming the field."""
+    tid = http.post("/v1/tables", json=_tied_table()).json()["id"]
+    ask = {"table_id": tid, "policy": "wr", "workspace_limit": "8MiB", "batch_policy": "powerOfTwo"}
+    tied = http.post("/v1/plans", json=ask)
+    plain = http.post("/v1/plans", json={**ask, "host_ties": False})
+    assert tied.status_code == 200 and plain.status_code == 200, (tied.text, plain.text)
+    algos = lambda r: [m["algo"] for k in r.json()["kernels"] for m in k["micro_batches"]]  # noqa: E731
+    assert algos(tied) == [0] and algos(plain) == [1]
+    assert tied.json()["id"] != plain.json()["id"]
+    local = local_plan(BenchmarkTable.from_dict(_tied_table()), "wr", workspace_limit="8MiB", host_ties=False)
+    assert [c.algo for k in local.kernels for c in k.configs] == [1]
+    bad = http.post("/v1/plans", json={"table_id": tid, "policy": "wd", "total_workspace": "64MiB",
+                                       "host_ties": False})
+    assert bad.status_code == 422 and "host_ties" in bad.text

@@ -85,7 +85,8 @@ def run(args: argparse.Namespace) -> int:
                        workspace_limit=args.workspace_limit or config.default_workspace_limit(),
                        total_workspace=total,
                        batch_policy=batch_policy,
-                       unwritten=args.unwritten or (policy == "wr" and config.unwritten()))
+                       unwritten=args.unwritten or (policy == "wr" and config.unwritten()),
+                       host_ties=config.host_ties())
     summary = None
     if args.compare:
         from ..planning.wd import compare_policies, comparison_summary

@@ -22,9 +22,12 @@ POLICIES = ("wr", "wd", "undivided")
 
 
 def plan(table: BenchmarkTable, policy: str = "wr", *, workspace_limit: int | str | None = None,
-         total_workspace: int | str | None = None, batch_policy: str = "powerOfTwo", unwritten: bool = False) -> Plan:
+         total_workspace: int | str | None = None, batch_policy: str = "powerOfTwo", unwritten: bool = False,
+         host_ties: bool = True) -> Plan:
     """Plan ``table``.  Sizes may be bytes or strings such as ``"64MiB"``.  ``unwritten`` (WR only): kernels may take
-    workspace from memory their call has not written yet (:func:`ucudnn.planning.wr.plan_wr`)."""
+    workspace from memory their call has not written yet (:func:`ucudnn.planning.wr.plan_wr`).  ``host_ties``
+    (WR and undivided): near-ties go to the configuration costing the host less where the table recorded host
+    work (:func:`ucudnn.planning.wr.fastest_per_size`); False: the fastest."""
     if policy not in POLICIES:
         raise InputError(f"unknown policy {policy!r}; use one of {', '.join(POLICIES)}", "policy")
     batch_policy = normalize_policy(batch_policy)
@@ -41,5 +44,5 @@ def plan(table: BenchmarkTable, policy: str = "wr", *, workspace_limit: int | st
         raise InputError(f"the {policy} policy needs a per-kernel workspace limit", "workspace_limit")
     limit = parse_size(workspace_limit, "workspace_limit")
     if policy == "undivided":
-        return plan_wr(table, limit, "undivided", policy_name="undivided")
-    return plan_wr(table, limit, batch_policy, unwritten=unwritten)
+        return plan_wr(table, limit, "undivided", policy_name="undivided", host_ties=host_ties)
+    return plan_wr(table, limit, batch_policy, unwritten=unwritten, host_ties=host_ties)

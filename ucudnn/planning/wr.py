@@ -266,13 +266,14 @@ def kernel_configs(kernel: KernelBench, workspace_limit: int, batch_policy: str 
 
 
 def plan_wr(table: BenchmarkTable, workspace_limit: int, batch_policy: str = "powerOfTwo",
-            policy_name: str = "wr", unwritten: bool = False) -> Plan:
+            policy_name: str = "wr", unwritten: bool = False, host_ties: bool = True) -> Plan:
     """Per-kernel plans; on an infeasible limit, the error names the smallest limit for the whole table.
 
     ``unwritten``: a kernel whose plan is faster with memory its call has not written yet
     (:func:`solve_with_unwritten`; every backward filter counting on its layer's dx) takes that plan, its
     configurations above the limit marked :data:`~ucudnn.planning.plan.UNWRITTEN`; the executor then needs
-    ``beta = 0`` (forward, backward data) and the layer's dx (backward filter)."""
+    ``beta = 0`` (forward, backward data) and the layer's dx (backward filter).  ``host_ties`` False: each size's
+    fastest configuration whatever its host work (:func:`fastest_per_size`)."""
     memo: dict[tuple[str, str], list] = {}
     kernels: list[KernelPlan] = []
     failures: list[InfeasibleError] = []
@@ -280,7 +281,7 @@ def plan_wr(table: BenchmarkTable, workspace_limit: int, batch_policy: str = "po
         key = (k.problem.key(), k.op)
         try:
             if key not in memo:
-                memo[key] = kernel_configs(k, workspace_limit, batch_policy, unwritten)
+                memo[key] = kernel_configs(k, workspace_limit, batch_policy, unwritten, host_ties=host_ties)
             kernels.append(KernelPlan(k.name, k.op, k.problem, list(memo[key])))
         except InfeasibleError as e:
             failures.append(e)
