@@ -313,3 +313,23 @@ def test_a_biased_forward_adds_its_bias_in_place():
 
 def test_a_workspace_that_does_not_fit_a_memory_cap_runs_a_smaller_plan(monkeypatch):
     check_workspace_out_of_memory_degrades_the_plan(monkeypatch)
+
+
+def test_switching_cudnn_off_after_the_first_call_runs_the_next_calls_through_torch():
+    """``torch.backends.cudnn.enabled = False`` after a layer's first compiled call: the next call launches nothing
+    of ucudnn's (torch runs it, as for a plain ``nn.Conv2d``) and gives torch's result; back on, ucudnn again."""
+    torch.manual_seed(0)
+    plain = nn.Conv2d(8, 8, 3, padding=1).cuda()
+    ours = ut.convert(copy.deepcopy(plain), workspace_limit="64MiB")
+    x = torch.randn(3, 8, 10, 10, device="cuda")
+    with torch.no_grad():
+        ours(x)
+        before = stats()[0][0]
+        ours(x)
+        assert stats()[0][0] == before + 1                      # on: the compiled path launched it
+        with torch.backends.cudnn.flags(enabled=False):
+            y = ours(x)
+            assert stats()[0][0] == before + 1                  # off: nothing launched by ucudnn
+            torch.testing.assert_close(y, plain(x))
+        ours(x)
+        assert stats()[0][0] == before + 2
