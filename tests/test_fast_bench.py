@@ -259,6 +259,30 @@ def test_wrappers_time_steps_under_the_same_rules_and_keep_input_order():
     assert Fake.timed == ["a", "c", "d"]          # fastest estimate first; b never timed
 
 
+def test_a_wrapped_row_records_its_own_steps_host_work_not_the_inner_calls():
+    """A wrapper's row is the whole step (its moves and the inner call): its ``host_ms`` is the step's timing's;
+    the inner configuration's ``host_ms`` is dropped, and a row that kept its estimate records none."""
+    from ucudnn.binding import timing
+    from ucudnn.measure.sources.wrapper import Wrapper
+    from ucudnn.planning.table import Measurement
+
+    class Fake(Wrapper):
+        name, key = "fake", "fake"
+
+        def time_step(self, op, problem, config, ops, workspace, settings, give_up=None):
+            timing._last.host_ms = 0.07                 # what time_ms leaves behind
+            return 1.0
+
+    cfgs = [Measurement(16, "a", "FMA", 1.0, 0, "fake", None, {"host_ms": 0.01}),
+            Measurement(16, "b", "FMA", 5.0, 8 * MiB, "fake", None, {"host_ms": 0.01})]
+    rows, _ = Fake([]).timed_rows("forward", PROBLEM, cfgs, Operands(0, 0, 0), 0,
+                                  BenchSettings("strict", prune_margin=2.0, hopeless_factor=None,
+                                                trust_estimate_ms=None), "fake")
+    by = {m.algo: m.extra for m in rows}
+    assert by["a"]["timed"] == "median" and by["a"]["host_ms"] == pytest.approx(0.07)
+    assert by["b"]["timed"] == "estimate" and "host_ms" not in by["b"]
+
+
 # --- which math types Find runs under ------------------------------------------------------------
 def test_16_bit_data_runs_find_once_under_tensor_op_which_returns_the_default_rows_too(monkeypatch):
     """Measured (find_probe): for half data Find under TENSOR_OP returns every DEFAULT row, and ALLOW_CONVERSION

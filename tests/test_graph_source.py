@@ -627,3 +627,30 @@ def test_a_trusted_first_call_near_what_wr_already_has_is_timed_once_more():
     counts = {e: [t for t, _ in timer.calls].count(f"eng{e}") for e in (2, 3, 4)}
     assert counts == {2: 2, 3: 1, 4: 1}   # 3.2 within 1.15 x 3.0 ms: a second call; 5.0 and 2.2 are not near
     assert G.NEAR_TIE == 1.15
+
+
+def test_each_row_records_the_host_work_of_its_own_last_timing():
+    """``host_ms``: a row timed only by its quick sample keeps that sample's host work, a median row the median's
+    (never another engine's); replayed timings record none (``ucudnn.binding.timing.HostRecorder``)."""
+    import dataclasses
+
+    from ucudnn.binding import timing
+
+    lists = {"A": [Cfg(1, ms=1.0, ws=0), Cfg(2, ms=5.0, ws=1 << 20), Cfg(3, ms=0.5, ws=8 << 20)]}
+    src, fe, timer, _ = source(lists, quick_margin=1.5)
+    inner = src._timer
+
+    def hosted(fn, repeat=5, **kw):
+        ms = inner(fn, repeat=repeat, **kw)
+        timing._last.host_ms = ms * (0.1 if repeat == 1 else 0.05)   # quick samples: 10%, medians: 5% of the time
+        return ms
+
+    src._timer = hosted
+    ms, _ = src.measure("forward", P, OPS, WS, settings())
+    got = {m.engine["id"]: (m.extra["timing"], m.extra["host_ms"]) for m in ms}
+    assert got == {1: ("median", pytest.approx(0.05)), 2: ("quick", pytest.approx(0.5)),
+                   3: ("median", pytest.approx(0.025))}
+    src2, *_ = source(lists, quick_margin=1.5)
+    src2._timer = hosted
+    ms, _ = src2.measure("forward", P, OPS, WS, dataclasses.replace(settings(), timing="replay"))
+    assert ms and all("host_ms" not in m.extra for m in ms)
