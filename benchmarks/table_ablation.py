@@ -21,6 +21,11 @@ channel-slice rows a channel policy measured (batch splits only).  ``--drop-slic
 (:func:`ucudnn.measure.sources.winograd.point_groups`): what a narrower offering rule costs a table recorded
 before it.
 
+``--scale SOURCE[:OP][@H]=F`` (repeatable) asks what a faster (or slower) source would be worth: the rows that run
+``SOURCE`` (of op ``OP`` only, of kernels whose input is ``H`` pixels high only) cost ``F`` times their recorded time,
+and WR is planned again at every limit (issue 18: a Winograd F(5x5, 3x3) for AlexNet's 13x13 layers priced as
+``winograd@13=0.8``, faster FFT transforms as ``fft=0.5``).  A what-if on times alone: workspace stays as recorded.
+
 ``--chunk-penalty A[,A...]`` asks what the winograd source's chunking costs the plans: each chunked winograd row
 (``wino-f4-cN`` / ``-tN``) slower than the one-chunk row (``wino-f4``) of the same kernel and micro-batch is set to
 ``one_chunk + A * (chunked - one_chunk)`` (A = 1: as measured; 0: chunking free), and WR is planned again.  The
@@ -48,6 +53,27 @@ def dropper(spec: str):
         return lambda k, m: m.channels is None
     source, _, op = spec.partition(":")
     return lambda k, m: not (source in chain(m) and (not op or k.op == op))
+
+
+def scaled(table, spec: str):
+    """A copy of ``table`` whose rows matching ``SOURCE[:OP][@H]`` (of ``spec`` ``SOURCE[:OP][@H]=F``) cost ``F`` times
+    their recorded time (``--scale``)."""
+    import copy
+    import dataclasses
+
+    what, _, factor = spec.partition("=")
+    if not factor:
+        raise SystemExit(f"--scale wants SOURCE[:OP][@H]=FACTOR, got {spec!r}")
+    what, _, height = what.partition("@")
+    source, _, op = what.partition(":")
+    f = float(factor)
+    out = copy.deepcopy(table)
+    for k in out.kernels:
+        if (op and k.op != op) or (height and k.problem.h != int(height)):
+            continue
+        k.measurements = [dataclasses.replace(m, time_ms=m.time_ms * f) if source in chain(m) else m
+                          for m in k.measurements]
+    return out
 
 
 def offered(k, m) -> bool:
@@ -96,6 +122,8 @@ def main() -> None:
     ap.add_argument("--drop", action="append", default=[], help="source or source:op (repeatable)")
     ap.add_argument("--limits", default="64MiB,4GiB")
     ap.add_argument("--chunk-penalty", default=None, help="comma-separated factors A (see the module doc)")
+    ap.add_argument("--scale", action="append", default=[], metavar="SOURCE[:OP][@H]=F",
+                    help="also plan with those rows at F times their time (repeatable; see the module doc)")
     ap.add_argument("--max-chunks", default=None,
                     help="comma-separated N: also plan without the winograd rows whose call runs over N chunks")
     ap.add_argument("--drop-slices", action="store_true",
@@ -125,6 +153,8 @@ def main() -> None:
             variants.append(("point groups as offered now", table.filtered(offered)))
         for mx in (int(v) for v in args.max_chunks.split(",")) if args.max_chunks else ():
             variants.append((f"winograd calls of at most {mx} chunks", table.filtered(lambda k, m, mx=mx: chunks(m) <= mx)))
+        variants += [(f"rows of {spec.partition('=')[0]} at x{spec.partition('=')[2]}", scaled(table, spec))
+                     for spec in args.scale]
         if args.chunk_penalty:
             variants += [(f"winograd chunk penalty x{a}", chunk_penalty(table, float(a)))
                          for a in args.chunk_penalty.split(",")]

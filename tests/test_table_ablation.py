@@ -115,3 +115,18 @@ def test_drop_streams_plans_without_the_chunks_over_streams(tmp_path):
                     "--out", str(tmp_path), "--name", "ab"], check=True, capture_output=True, text=True, timeout=120)
     got = {r["rows"]: r["planned_ms"]["64MiB"] for r in json.loads((tmp_path / "ab.json").read_text())["rows"]}
     assert got == {"all rows": 1.0, "without winograd:streams": 2.0}   # --drop-streams is --drop winograd:streams
+
+
+def test_scale_prices_the_rows_of_a_source_of_one_op_and_input_height_only():
+    """``--scale SOURCE[:OP][@H]=F``: those rows (wrapped ones included) cost F times their time; every other row,
+    op and kernel as recorded."""
+    from ucudnn.planning.table import BenchmarkTable
+
+    small, big = ConvProblem(4, 8, 13, 13, 8, 3, 3, (1, 1)), ConvProblem(4, 8, 27, 27, 8, 3, 3, (1, 1))
+    table = BenchmarkTable("dev", 91900, [KernelBench("a", "forward", small, list(ROWS)),
+                                          KernelBench("b", "backward_data", small, list(ROWS)),
+                                          KernelBench("c", "forward", big, list(ROWS))])
+    out = load("table_ablation").scaled(table, "winograd:forward@13=0.5")
+    times = {k.name: [m.time_ms for m in k.measurements] for k in out.kernels}
+    assert times == {"a": [1.0, 0.5, 0.5], "b": [1.0, 1.0, 1.0], "c": [1.0, 1.0, 1.0]}
+    assert [m.time_ms for m in table.kernels[0].measurements] == [1.0, 1.0, 1.0]     # the input table untouched
