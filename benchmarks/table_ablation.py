@@ -21,8 +21,8 @@ channel-slice rows a channel policy measured (batch splits only).  ``--drop-slic
 (:func:`ucudnn.measure.sources.winograd.point_groups`): what a narrower offering rule costs a table recorded
 before it.
 
-``--scale SOURCE[:OP][@H]=F`` (repeatable) asks what a faster (or slower) source would be worth: the rows that run
-``SOURCE`` (of op ``OP`` only, of kernels whose input is ``H`` pixels high only) cost ``F`` times their recorded time,
+``--scale SOURCE[:OP][@H]=F`` (repeatable) asks what a faster (or slower) source would be worth: the rows ``--drop
+SOURCE[:OP]`` would leave out (of kernels whose input is ``H`` pixels high only) cost ``F`` times their recorded time,
 and WR is planned again at every limit (issue 18: a Winograd F(5x5, 3x3) for AlexNet's 13x13 layers priced as
 ``winograd@13=0.8``, faster FFT transforms as ``fft=0.5``).  A what-if on times alone: workspace stays as recorded.
 
@@ -65,13 +65,12 @@ def scaled(table, spec: str):
     if not factor:
         raise SystemExit(f"--scale wants SOURCE[:OP][@H]=FACTOR, got {spec!r}")
     what, _, height = what.partition("@")
-    source, _, op = what.partition(":")
-    f = float(factor)
+    keep, f = dropper(what), float(factor)    # the rows --drop would leave out are the ones scaled
     out = copy.deepcopy(table)
     for k in out.kernels:
-        if (op and k.op != op) or (height and k.problem.h != int(height)):
+        if height and k.problem.h != int(height):
             continue
-        k.measurements = [dataclasses.replace(m, time_ms=m.time_ms * f) if source in chain(m) else m
+        k.measurements = [m if keep(k, m) else dataclasses.replace(m, time_ms=m.time_ms * f)
                           for m in k.measurements]
     return out
 

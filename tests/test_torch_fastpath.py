@@ -467,8 +467,8 @@ def test_switching_cudnn_off_after_a_call_sends_the_next_calls_to_torch(monkeypa
     m = ut.convert(torch.nn.Conv2d(3, 4, 3))
     x = torch.randn(1, 3, 5, 5)
     with torch.backends.cudnn.flags(enabled=True):
-        assert fastpath.forward(m, x) == "compiled"
-        assert fastpath.forward(m, x) == "compiled" and made == [True]
+        assert fastpath.forward(m, x, m.weight, m.bias) == "compiled"
+        assert fastpath.forward(m, x, m.weight, m.bias) == "compiled" and made == [True]
     with torch.backends.cudnn.flags(enabled=False):
-        assert fastpath.forward(m, x) is None
+        assert fastpath.forward(m, x, m.weight, m.bias) is None
     assert made == [True, False]

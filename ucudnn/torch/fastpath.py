@@ -123,18 +123,14 @@ def _build() -> None:
 
 
 # --- per call ------------------------------------------------------------------------------------------------
-def forward(m: Any, x: torch.Tensor, w: torch.Tensor | None = None, b: Any = False) -> torch.Tensor | None:
+def forward(m: Any, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor | None:
     """``m``'s convolution of ``x`` (bias included) through the compiled path, or None: the caller runs the Python
     path (a call the compiled path does not take: another dtype, a module the Python path refuses, a build not
     ready).  The entry a call finds is keyed by everything that picks its plan (shapes, strides, dtypes, torch's
     numerics switches, whether gradients are wanted, the layer's environment defaults) and holds the lookup
     chain's generation it was made at (``ucudnn.api.generation``): a replaced plan makes a new entry.
 
-    ``w`` / ``b``: ``m.weight`` / ``m.bias`` where the caller has them (:func:`params`; ``b`` False: read here)."""
-    if w is None:
-        w = m.weight
-    if b is False:
-        b = m.bias
+    ``w`` / ``b``: ``m.weight`` / ``m.bias`` (the caller reads them through :func:`params`)."""
     if torch.is_autocast_enabled("cuda"):
         cast = torch.get_autocast_dtype("cuda")
         dt = cast

@@ -556,11 +556,10 @@ def time_config(fn: Callable[[], None], settings: BenchSettings,
         raise CaptureError(f"cannot be captured into a CUDA graph: {summary(e)}") from e
 
 
-def host_extra(host: Any) -> dict[str, float]:
-    """``{"host_ms": ...}`` from a :class:`ucudnn.binding.timing.HostRecorder` whose block timed a configuration
-    eagerly (the host's enqueue ms per call, 4 significant decimals of a ms), else ``{}``: a measurement records
-    host work only where it was measured (tables: ``host_ms``; why: :mod:`ucudnn.binding.timing`)."""
-    ms = host.ms
+def host_extra(ms: float | None) -> dict[str, float]:
+    """``{"host_ms": ms}`` (the host's enqueue ms per call of an eager timing, 4 decimals of a ms: what
+    :class:`ucudnn.binding.timing.HostRecorder` read), else ``{}``: a measurement records host work only where it
+    was measured (tables: ``host_ms``; why: :mod:`ucudnn.binding.timing`)."""
     return {} if ms is None else {"host_ms": round(ms, 4)}
 
 
@@ -699,4 +698,4 @@ class Prepared:
         except Exception as e:  # noqa: BLE001 - cuBLAS / CuPy / out-of-memory: this configuration only
             return Skipped(mb, algo, label, f"{self.name}: {summary(e)}")  # type: ignore[attr-defined]
         return Measurement(mb, algo, label, max(t, 1e-6), ws, config.source, config.channels,
-                           {**config.extra, "timed": how, **host_extra(host)})
+                           {**config.extra, "timed": how, **host_extra(host.ms)})

@@ -158,7 +158,7 @@ class DirectSource(Prepared):
                 skipped.append(Skipped(mb, algo, math, f"{self.name}: {summary(e)}"))
                 continue
             measured.append(Measurement(mb, config.algo, math, max(t, 1e-6), config.workspace_bytes, self.name, None,
-                                        {**config.extra, "timed": how, **host_extra(host)}))
+                                        {**config.extra, "timed": how, **host_extra(host.ms)}))
         return measured, skipped
 
     def _variants(self, op: str, problem: ConvProblem, ops: Operands, numerics: str | None,

@@ -108,7 +108,8 @@ from ...binding.timing import HostRecorder
 from ...errors import CudnnError, InputError, UcudnnError
 from ...planning.table import Measurement, Skipped
 from ...problem import ROLES, ConvProblem
-from .base import BenchSettings, Launch, Native, Operands, Prepared, Pruner, dominated, time_config, timed_beta
+from .base import (BenchSettings, Launch, Native, Operands, Prepared, Pruner, dominated, host_extra, time_config,
+                   timed_beta)
 
 #: Heuristic modes asked for, in this order (their lists are concatenated; duplicates are measured once).
 HEUR_MODES: tuple[str, ...] = ("A", "B", "FALLBACK")
@@ -816,8 +817,8 @@ class GraphSource(Prepared):
                 extra["behavior_notes"] = behavior
             if acc_ms is not None:
                 extra["accumulate_ms"] = round(acc_ms, 6)
-            if host_ms is not None and settings.timing != "replay":
-                extra["host_ms"] = round(host_ms, 4)
+            if settings.timing != "replay":   # its quick samples time eagerly even then: not the plan's host work
+                extra.update(host_extra(host_ms))
             measured.append(Measurement(mb, ident.tag, math_type_label(eng_notes, numerics, problem.dtype),
                                         max(t, 1e-6), ws, self.name, ident.to_json(), extra))
         self.stats["time_s"] += time.perf_counter() - t2

@@ -134,7 +134,7 @@ class LegacySource(Prepared):
                 continue
             measured.append(Measurement(mb, r.algo, r.math_type, max(t, 1e-6), r.workspace_bytes,
                                         extra={**extra, "find_time_ms": round(r.time_ms, 6), "timed": how,
-                                               **host_extra(host)}))
+                                               **host_extra(host.ms)}))
         return measured, skipped
 
     def prepare(self, op: str, problem: ConvProblem, config: Measurement, twin: bool = True) -> Launch:

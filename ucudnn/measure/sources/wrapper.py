@@ -85,7 +85,7 @@ class Wrapper(Prepared):
                 with HostRecorder() as host:
                     t, how = pruner.retime(lambda give_up: self.time_step(op, problem, cfg, ops, workspace, settings,
                                                                           give_up), cfg.time_ms, cfg.workspace_bytes)
-                out[i] = (t, how, None, host_extra(host))
+                out[i] = (t, how, None, host_extra(host.ms))
             except CaptureError as e:
                 out[i] = e
         return [out[i] for i in range(len(configs))]
