@@ -28,7 +28,7 @@ PREFIXES = {
     "ucudnn.inference": "interfaces",
     "ucudnn.torch": "interfaces", "ucudnn.server": "interfaces", "ucudnn._moved": "interfaces",
     "ucudnn.errors": "basics", "ucudnn.units": "basics", "ucudnn.config": "basics", "ucudnn.problem": "basics",
-    "ucudnn.numerics": "basics", "ucudnn.policy": "basics", "ucudnn.source_names": "basics", "ucudnn.schemas": "basics", "ucudnn.data": "basics",
+    "ucudnn.numerics": "basics", "ucudnn.policy": "basics", "ucudnn.source_names": "basics", "ucudnn.legacy_engines": "basics", "ucudnn.schemas": "basics", "ucudnn.data": "basics",
     "ucudnn.planning": "planning", "ucudnn.binding": "binding", "ucudnn.kernels": "kernels",
     "ucudnn.measure": "measure", "ucudnn.execute": "execute", "ucudnn.catalog": "catalog",
     "ucudnn.server.migrations": "catalog",     # the store's schema history: the store migrates itself on open

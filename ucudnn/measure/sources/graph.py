@@ -998,7 +998,7 @@ class GraphSource(Prepared):
         configuration again on every call, which costs the host 20-60 us more than executing a plan built once
         (``benchmarks/legacy_twins.py``, H200: FFT_TILING forward 70 vs 43 us, WINOGRAD_NONFUSED forward 82 vs 24).
         ``engine_ids``: the engines cuDNN's own log shows the legacy algorithm running as
-        (:data:`~ucudnn.measure.sources.legacy.TWIN_ENGINES`), tried in order with their default knobs; one is the
+        (:data:`~ucudnn.legacy_engines.TWIN_ENGINES`), tried in order with their default knobs; one is the
         twin when it builds with no tensor-core, down-converting or reduced-precision notes (nor a
         nondeterministic one where the legacy row was deterministic) and needs exactly ``workspace_bytes``, the
         legacy algorithm's own workspace at this problem (the check that it is the same algorithm)."""

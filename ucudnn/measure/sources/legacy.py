@@ -26,10 +26,10 @@ other sources' configurations (the graph source's heuristics, builds and note pr
 
 Execution through twins: cuDNN 9 runs every legacy call on a graph-API engine and finalizes that engine's
 configuration again at each call.  For the transform-domain algorithms (FFT, FFT_TILING, WINOGRAD_NONFUSED) the
-engine is fixed (:data:`TWIN_ENGINES`), so :meth:`LegacySource.prepare` builds it once through the graph source
-(its *twin*: same workspace, numerics no looser) and runs it for the calls that do not accumulate: the same kernels
-with 20-60 us less host work a call (``benchmarks/results/legacy_twins_h200-notes.md``).  Benchmarks keep timing
-the legacy call itself.
+engine is fixed (:data:`~ucudnn.legacy_engines.TWIN_ENGINES`), so :meth:`LegacySource.prepare` builds it once
+through the graph source (its *twin*: same workspace, numerics no looser) and runs it for the calls that do not
+accumulate: the same kernels with 20-60 us less host work a call (``benchmarks/results/legacy_twins_h200-notes.md``).
+Benchmarks keep timing the legacy call itself.
 """
 from __future__ import annotations
 
@@ -42,23 +42,14 @@ from ...binding import cudnn
 from ...binding.gpu import current_device, descriptors, handle, handle_on
 from ...binding.timing import HostRecorder
 from ...errors import CaptureError, CudnnError, UcudnnError
+from ...legacy_engines import TWIN_ENGINES
 from ...planning.table import Measurement, Skipped
 from ...problem import ConvProblem
 from .base import (BenchSettings, Launch, Native, Operands, Prepared, Pruner, host_extra, identity, time_config,
                    timed_beta)
 from .overlap import OVERLAP
 
-
-#: The graph-API engines cuDNN 9 runs its legacy transform-domain algorithms as (FFT, FFT_TILING and
-#: WINOGRAD_NONFUSED of each op), with their default knobs: read from cuDNN 9.19's API log of legacy calls
-#: (``benchmarks/legacy_twins.py --legacy-once``, H200; backward data's FFT_TILING ran as engine 50 on 3x3 / 5x5
-#: filters and 5 on 1x1 / 1x7 / 7x1, with equal workspace and time).  The GEMM algorithms are left out: cuDNN
-#: tunes their engines' knobs per problem, so an engine id alone does not name the legacy call's kernels.
-TWIN_ENGINES: dict[tuple[str, int], tuple[int, ...]] = {
-    ("forward", 4): (3,), ("forward", 5): (4,), ("forward", 7): (6,),
-    ("backward_data", 2): (4,), ("backward_data", 3): (50, 5), ("backward_data", 5): (7,),
-    ("backward_filter", 2): (18,), ("backward_filter", 5): (17,),
-}
+__all__ = ["LegacySource", "TWIN_ENGINES", "twin_of"]   # TWIN_ENGINES: kept importable from here
 
 
 class LegacySource(Prepared):
