@@ -380,8 +380,10 @@ class SplitReference:
         if key not in self._splits:
             from ...planning.wr import fastest_per_size
 
-            self._splits[key] = split_plan(fastest_per_size(self.smaller, {m.micro_batch for m in self.smaller}, key),
-                                           self.size)
+            # the fastest rows, not WR's host near-ties: a reference for GPU time (near-ties would raise it by up
+            # to their fractions and prune less than the measured rows allow)
+            fast = fastest_per_size(self.smaller, {m.micro_batch for m in self.smaller}, key, host_ties=False)
+            self._splits[key] = split_plan(fast, self.size)
         return self._splits[key]
 
     def reference(self, workspace: int, others: Iterable[tuple[float, int]] = ()) -> tuple[float, str]:
