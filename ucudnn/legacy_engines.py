@@ -34,7 +34,8 @@ LEGACY_CALL_HOST_MS = 0.1
 def runs_as_legacy_call(source: str, algo: int | str, op: str | None = None, dtype: str | None = None) -> bool:
     """Whether a configuration of ``source`` / ``algo`` runs as a cuDNN legacy call in ucudnn's executors: a
     legacy configuration, unless its algorithm has a twin for this op and dtype (float32; ``op`` None: not known,
-    counted as a legacy call)."""
+    counted as a legacy call).  ``UCUDNN_LEGACY_TWINS=0`` (an A/B switch that keeps every legacy call) is not read
+    here: plans stay the same under it."""
     if source != "legacy":
         return False
     if op is None or dtype != "float32":
