@@ -142,8 +142,8 @@ def host_ties() -> bool:
     """``UCUDNN_HOST_TIES``: whether the library's WR plans break near-ties on recorded host work (``1``, the
     default; ``0``: the fastest configuration at each size whatever its host work, for A/B measurements and for
     steps known to be GPU-bound).  Read when a plan is made; a plan made with ``0`` is cached under its own key
-    (``host_ties: false``).  The rule: :func:`ucudnn.planning.wr.lighter`
-    (:data:`~ucudnn.planning.wr.HOST_TIE_FRACTION`; for legacy calls :data:`~ucudnn.planning.wr.LEGACY_TIE_FRACTION`)."""
+    (``host_ties: false``).  The rule: :func:`ucudnn.planning.wr.lighter` (``wr.HOST_TIE_FRACTION``, for legacy
+    calls ``wr.LEGACY_TIE_FRACTION``)."""
     return _switch("UCUDNN_HOST_TIES", "1")
 
 
