@@ -35,7 +35,9 @@ from .metrics import Metrics
 from .models import PlanRequest
 
 log = logging.getLogger("ucudnn.server")
-KEY_VERSION = 1  # bump when the meaning of a key changes: old plans are then simply not found
+#: bump when the meaning of a key changes: old plans are then simply not found (and planned again from their table).
+#: 2: WR's choices of ucudnn.planning.wr.RULES 2 (legacy calls weighed by their in-step host work)
+KEY_VERSION = 2
 RAW_BODY_MAX = 2048  # request bodies remembered verbatim (table_id requests; inline tables are larger)
 TABLES_IN_MEMORY = 32  # parsed tables: loading one from the store re-validates it (~0.3 s for ResNet-50)
 

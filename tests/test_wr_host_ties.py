@@ -198,3 +198,35 @@ def test_UCUDNN_HOST_TIES_refuses_a_word_it_does_not_know(monkeypatch):
     with pytest.raises(InputError) as e:
         config.host_ties()
     assert e.value.field == "UCUDNN_HOST_TIES"
+
+
+def test_a_plan_cached_under_an_earlier_rule_version_is_planned_again_from_the_cached_measurements(tmp_path,
+                                                                                                    monkeypatch):
+    """Plan keys name WR's rule version (``wr_rules``): a plan an earlier version cached (its key without it, here
+    the legacy call session 19's rule kept) is not found, and the lookup plans the kernel again from the same
+    cache's measurements under today's rule, without a benchmark; measurement keys carry no version."""
+    import ucudnn.api as api
+    from ucudnn.catalog import lookup
+    from ucudnn.catalog.store import Store
+    from ucudnn.planning.plan import KernelPlan, MicroConfig, Plan
+
+    monkeypatch.delenv("UCUDNN_HOST_TIES", raising=False)
+    monkeypatch.setattr(api, "device_name", lambda: "NVIDIA H200")
+    monkeypatch.setattr(api.cudnn, "get_version", lambda: 91900)
+    problem = ConvProblem(128, 256, 56, 56, 64, 1, 1, (0, 0), dtype="float16", layout="NHWC")
+    kb = KernelBench("conv/backward_filter", "backward_filter", problem,
+                     [row(1, 0.0695, 0.0621, source="legacy"), row("eng65_k2=5", 0.0763, 0.0387)])
+    plan_key = api._cache_key(problem, "backward_filter", "default", "powerOfTwo", 256 * MiB, ("legacy", "graph"))
+    bench_key = api._cache_key(problem, "backward_filter", "default", "powerOfTwo", sources=("legacy", "graph"))
+    assert plan_key["wr_rules"] == wr.RULES and "wr_rules" not in bench_key
+    store = Store(tmp_path / "cache.sqlite")
+    store.put_kernel_bench(bench_key, kb)
+    old_key = {k: v for k, v in plan_key.items() if k != "wr_rules"}
+    stale = KernelPlan(kb.name, kb.op, problem, [MicroConfig.of(kb.measurements[0])])
+    store.put_plan(old_key, Plan("wr", "powerOfTwo", [stale], "NVIDIA H200", 91900, workspace_limit=256 * MiB))
+
+    def benchmark():
+        raise AssertionError("the cached measurements answer: no benchmark")
+
+    found = lookup.kernel_plan(plan_key, bench_key, benchmark=benchmark, store=store)
+    assert found.layer == "store" and [c.algo for c in found.plan.configs] == ["eng65_k2=5"]

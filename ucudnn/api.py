@@ -42,6 +42,7 @@ from .execute.executor import Executor
 from .measure.benchmarking import benchmark
 from .planning.plan import KernelPlan
 from .planning.table import KernelBench
+from .planning.wr import RULES
 from .policy import key_policy, normalize_policy
 from .problem import ConvProblem, KernelSpec
 from .units import parse_size
@@ -78,8 +79,10 @@ def _cache_key(problem: ConvProblem, op: str, numerics: str, batch_policy: str, 
     runs under (``UCUDNN_CHANNEL_POLICY``; left out for ``none``, likewise), the batch policy as
     :func:`ucudnn.policy.key_policy` names it (one name for policies with the same sizes), and the limit for a
     plan's key, with
-    ``unwritten: true`` for a plan that may take workspace from output not written yet (left out otherwise) and
-    ``host_ties: false`` for a plan made without host near-ties (``UCUDNN_HOST_TIES=0``; left out otherwise)."""
+    ``unwritten: true`` for a plan that may take workspace from output not written yet (left out otherwise),
+    ``host_ties: false`` for a plan made without host near-ties (``UCUDNN_HOST_TIES=0``; left out otherwise) and
+    ``wr_rules``, the version of WR's choices (:data:`ucudnn.planning.wr.RULES`: a plan an earlier version cached
+    is planned again from the cached measurements)."""
     key = {"device": device_name(), "cudnn_version": cudnn.get_version(), "problem": problem.to_dict(), "op": op,
            "numerics": numerics, "batch_policy": key_policy(batch_policy, problem.n)}
     field = source_names.key_field(sources, op, problem)
@@ -94,6 +97,7 @@ def _cache_key(problem: ConvProblem, op: str, numerics: str, batch_policy: str, 
             key["unwritten"] = True
         if not config.host_ties():
             key["host_ties"] = False
+        key["wr_rules"] = RULES
     return key
 
 

@@ -59,7 +59,7 @@ if TYPE_CHECKING:
 
 SCHEMA = "precompute-job.schema.json"
 PLAN_TASK_SIZE = 6  # (table, limit) plans per CPU task
-PLAN_KEY_VERSION = 1  # ucudnn.server.planning.KEY_VERSION: plans are stored under the service's key
+PLAN_KEY_VERSION = 2  # ucudnn.server.planning.KEY_VERSION: plans are stored under the service's key
 
 
 @dataclass

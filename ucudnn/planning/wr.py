@@ -52,6 +52,11 @@ HOST_TIE_MIN_MS = 0.01
 #: constant's note); ResNet-50 b128 AMP's 256 MiB plans kept six legacy backward filters that graph engines run
 #: 2-10% slower (3-7 us a call) at 50-110 us less host work in the step
 LEGACY_TIE_FRACTION = 0.10
+#: The version of WR's choices that plan keys name (``ucudnn.api``'s ``wr_rules``, the plan service's and precompute's
+#: key version): a plan cached under another version is not found, and the lookup chain plans the kernel again from
+#: its cached measurements (no benchmark).  1 (keys without it): until session 19's host near-ties; 2: legacy calls
+#: weighed by their in-step host work (:data:`LEGACY_TIE_FRACTION`).  Bump with any change of what WR picks.
+RULES = 2
 
 
 def host_ms(m: Measurement) -> float | None:
