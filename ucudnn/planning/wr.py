@@ -50,7 +50,8 @@ HOST_TIE_MIN_MS = 0.01
 #: be up to this fraction slower (still saving the host HOST_TIE_RATIO times what it gives up).  Why: the
 #: benchmark's loop records a legacy call's host work below what the call costs in a model's step (that
 #: constant's note); ResNet-50 b128 AMP's 256 MiB plans kept six legacy backward filters that graph engines run
-#: 2-10% slower (3-7 us a call) at 50-110 us less host work in the step
+#: 4.5-10% slower (3-7 us a call), on layers whose backward cost 23-110 us of host over PyTorch's (the layers on
+#: graph engines: at or under PyTorch's; ``benchmarks/results/legacy_host_h200.md``)
 LEGACY_TIE_FRACTION = 0.10
 #: The version of WR's choices that plan keys name (``ucudnn.api``'s ``wr_rules``, the plan service's and precompute's
 #: key version): a plan cached under another version is not found, and the lookup chain plans the kernel again from
