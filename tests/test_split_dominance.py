@@ -129,6 +129,15 @@ def test_at_the_full_mini_batch_only_other_configurations_at_that_size_count():
     assert part.dominates(3.5, 0) and part.reference(0)[1] == "split 2x8"
 
 
+def test_the_split_is_the_fastest_one_whatever_the_host_work_of_its_rows():
+    """The reference is GPU time: at size 8 a legacy call 0.100 ms at 0.06 ms of host and a graph engine 0.108 ms
+    at 0.01 (WR's plans take the engine, a legacy near-tie) -- the split of 16 samples is 2 x 0.100 ms."""
+    legacy = Measurement(8, 1, "FMA", 0.100, 0, "legacy", extra={"host_ms": 0.06})
+    engine = Measurement(8, "eng65", "FMA", 0.108, 0, "graph", extra={"host_ms": 0.01})
+    assert fastest_per_size([legacy, engine], [8], 0)[8] is engine          # what a plan runs
+    assert SplitReference.of([legacy, engine], 16, 32, 1.5).split_ms(0) == pytest.approx(0.200)
+
+
 def test_the_lower_bound_is_the_configurations_own_row_at_the_largest_smaller_size():
     ms = rows({1: [(0.1, 0), (0.5, 0)], 2: [(0.2, 0), (1.0, 0)], 4: [(0.4, 0)]})
     ref = SplitReference.of(ms, 8, 8 * 4, 1.5)
