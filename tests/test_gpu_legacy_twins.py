@@ -1,10 +1,11 @@
 """Legacy transform-domain configurations run through their graph-API twins and compute what the legacy call does
 (GPU; skipped without one).
 
-A twin (``legacy.TWIN_ENGINES``, ``GraphSource.twin``) is the engine cuDNN 9 itself runs the legacy algorithm as,
-built once: the same kernels, less host work a call.  Each case runs every twinned algorithm the problem supports
-three ways -- the legacy call, the twin (alpha 1, beta 0), and the twinned launcher accumulating (beta 1, which
-stays with the legacy call) -- on awkward shapes (odd batches, C = 3, non-square and one-dimensional filters).
+A twin (``legacy_engines.TWIN_ENGINES``, ``GraphSource.twin``) is the engine cuDNN 9 itself runs the legacy
+algorithm as, built once: the same kernels, less host work a call.  Each case runs every twinned algorithm the
+problem supports three ways -- the legacy call, the twin (alpha 1, beta 0), and the twinned launcher accumulating
+(beta 1, which stays with the legacy call) -- on awkward shapes (odd batches, C = 3, non-square and
+one-dimensional filters).
 """
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ def _supported(op, p):
     from ucudnn.binding import cudnn
     from ucudnn.binding.gpu import descriptors, handle
     from ucudnn.errors import CudnnError
-    from ucudnn.measure.sources.legacy import TWIN_ENGINES
+    from ucudnn.legacy_engines import TWIN_ENGINES
 
     d = descriptors(p, "FMA")
     a, b, out = d.operands(op)

@@ -1,7 +1,7 @@
 """Legacy configurations that run through their graph-API twins (no GPU: the graph source on the fake frontend of
 test_graph_source / test_pruning_overlap, the legacy launch with fake descriptors and a recording cuDNN call).
 
-What the twin is (``legacy.TWIN_ENGINES``, ``GraphSource.twin``): cuDNN 9 runs each legacy transform-domain
+What the twin is (``legacy_engines.TWIN_ENGINES``, ``GraphSource.twin``): cuDNN 9 runs each legacy transform-domain
 algorithm as one graph-API engine; a plan built once for that engine runs the same kernels with less host work a
 call.  The graph source accepts an engine as the twin only when it builds with no tensor-core / down-converting /
 reduced-precision note (nor a nondeterministic one for a deterministic row) and needs exactly the legacy
@@ -16,6 +16,7 @@ import pytest
 from test_graph_source import Cfg, P
 from test_pruning_overlap import EngineFrontend
 
+from ucudnn.legacy_engines import TWIN_ENGINES
 from ucudnn.measure.sources import graph as G
 from ucudnn.measure.sources import legacy as L
 from ucudnn.measure.sources.base import Native, Operands
@@ -129,10 +130,10 @@ def test_no_twin_is_looked_for_outside_the_table_or_when_switched_off(monkeypatc
 def test_every_transform_domain_algorithm_has_engines_and_no_gemm_algorithm_does():
     # cuDNN's enums: forward FFT 4, FFT_TILING 5, WINOGRAD_NONFUSED 7; backward data FFT 2, FFT_TILING 3,
     # WINOGRAD_NONFUSED 5; backward filter FFT 2, WINOGRAD_NONFUSED 5 (FFT_TILING 6 has no entry: not seen running)
-    assert set(L.TWIN_ENGINES) == {("forward", 4), ("forward", 5), ("forward", 7), ("backward_data", 2),
+    assert set(TWIN_ENGINES) == {("forward", 4), ("forward", 5), ("forward", 7), ("backward_data", 2),
                                    ("backward_data", 3), ("backward_data", 5), ("backward_filter", 2),
                                    ("backward_filter", 5)}
-    assert all(v for v in L.TWIN_ENGINES.values())
+    assert all(v for v in TWIN_ENGINES.values())
 
 
 # --- the diagnostics that found them (benchmarks/legacy_twins.py, benchmarks/torch_fwd_host.py) ---------------
@@ -217,11 +218,11 @@ def test_the_twin_table_holds_the_engines_cudnns_log_showed_and_leaves_out_the_t
         problem, op, algo = key.split()
         if "f16" not in problem:       # the table is float32's
             ran[(op, int(algo))].add((engine, json.dumps(knobs, sort_keys=True)))
-    for (op, algo), engines in L.TWIN_ENGINES.items():
+    for (op, algo), engines in TWIN_ENGINES.items():
         assert ran[(op, algo)], f"{op} algo {algo} never ran in the log"
         assert {e for e, _ in ran[(op, algo)]} <= set(engines), (op, algo, ran[(op, algo)])
     for gemm in (("forward", 1), ("backward_data", 1), ("backward_filter", 1)):
-        assert gemm not in L.TWIN_ENGINES and len(ran[gemm]) > 2
+        assert gemm not in TWIN_ENGINES and len(ran[gemm]) > 2
 
 
 def test_logged_knob_names_become_the_numbers_engine_tags_carry():

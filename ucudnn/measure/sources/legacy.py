@@ -42,14 +42,12 @@ from ...binding import cudnn
 from ...binding.gpu import current_device, descriptors, handle, handle_on
 from ...binding.timing import HostRecorder
 from ...errors import CaptureError, CudnnError, UcudnnError
-from ...legacy_engines import TWIN_ENGINES
+from ...legacy_engines import twin_engines
 from ...planning.table import Measurement, Skipped
 from ...problem import ConvProblem
 from .base import (BenchSettings, Launch, Native, Operands, Prepared, Pruner, host_extra, identity, time_config,
                    timed_beta)
 from .overlap import OVERLAP
-
-__all__ = ["LegacySource", "TWIN_ENGINES", "twin_of"]   # TWIN_ENGINES: kept importable from here
 
 
 class LegacySource(Prepared):
@@ -162,11 +160,11 @@ class LegacySource(Prepared):
 
 
 def twin_of(op: str, problem: ConvProblem, config: Measurement) -> Launch | None:
-    """The graph source's launcher of the engine cuDNN runs ``config``'s algorithm as (:data:`TWIN_ENGINES`,
+    """The graph source's launcher of the engine cuDNN runs ``config``'s algorithm as (:func:`twin_engines`,
     :meth:`~ucudnn.measure.sources.graph.GraphSource.twin`), or None: not a transform-domain algorithm, not
     float32 data, twins turned off, no graph source here, or no engine that is provably the same algorithm."""
-    engines = TWIN_ENGINES.get((op, int(config.algo)))
-    if not engines or problem.dtype != "float32" or not config_module.legacy_twins():
+    engines = twin_engines(op, config.algo, problem.dtype)
+    if not engines or not config_module.legacy_twins():
         return None
     try:
         from . import registry
